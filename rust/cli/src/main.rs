@@ -1,0 +1,307 @@
+//! `tapeout`: pack, inspect, verify and extract IREE parameter archives (.irpa).
+//!
+//! Exit codes: 0 success, 1 bad input or I/O failure, 2 usage error.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
+use tapeout_irpa::{Archive, ArchiveWriter, FileRegionSource, IrpaError, Payload, Progress};
+
+mod splat;
+
+#[derive(Parser)]
+#[command(name = "tapeout", version, about = "Export and inspect IREE parameter archives (.irpa)")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Pack files into an .irpa archive; entries keep the order of the arguments.
+    Pack {
+        /// Output archive (written atomically).
+        #[arg(short, long)]
+        output: PathBuf,
+        /// DATA entries: KEY=FILE (the file's bytes, streamed).
+        #[arg(value_name = "KEY=FILE")]
+        data: Vec<String>,
+        /// SPLAT entries: KEY=DTYPE:VALUE:COUNT, e.g. `bias=f32:0.5:128` (COUNT elements).
+        #[arg(long, value_name = "KEY=DTYPE:VALUE:COUNT")]
+        splat: Vec<String>,
+        /// Metadata blob for an entry: KEY=FILE.
+        #[arg(long, value_name = "KEY=FILE")]
+        meta: Vec<String>,
+    },
+    /// List the entries of an archive (absolute start, end, length, type, key, metadata size).
+    Dump {
+        /// The archive.
+        file: PathBuf,
+        /// One JSON object per entry instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check that an archive is valid; exit 0 if it is, 1 with the reason if not.
+    Verify {
+        /// The archive.
+        file: PathBuf,
+    },
+    /// Write the raw bytes of one parameter to a file.
+    Extract {
+        /// The archive.
+        file: PathBuf,
+        /// The key of the parameter.
+        key: String,
+        /// Output file (written atomically).
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+}
+
+/// A failure reported as one sentence on stderr with exit code 1.
+#[derive(Debug)]
+struct Failure(String);
+
+impl From<IrpaError> for Failure {
+    fn from(e: IrpaError) -> Self {
+        Failure(e.to_string())
+    }
+}
+
+fn main() -> ExitCode {
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    let result = match cli.command {
+        Command::Pack { output, data, splat, meta } => {
+            let sub = matches.subcommand_matches("pack");
+            pack(&output, &data, &splat, &meta, sub)
+        }
+        Command::Dump { file, json } => dump(&file, json),
+        Command::Verify { file } => verify(&file),
+        Command::Extract { file, key, output } => extract(&file, &key, &output),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure(msg)) => {
+            eprintln!("tapeout: error: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn split_kv<'a>(arg: &'a str, what: &str) -> Result<(&'a str, &'a str), Failure> {
+    arg.split_once('=')
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| Failure(format!("{what} argument {arg:?} is not KEY=VALUE; write it as KEY=…")))
+}
+
+enum Planned<'a> {
+    Data { key: &'a str, file: &'a str },
+    Splat { key: &'a str, spec: &'a str },
+}
+
+fn pack(
+    output: &Path,
+    data: &[String],
+    splat: &[String],
+    meta: &[String],
+    matches: Option<&ArgMatches>,
+) -> Result<(), Failure> {
+    // Keep the command-line order across the positional and --splat entries.
+    let positions =
+        |id: &str| -> Vec<usize> { matches.and_then(|m| m.indices_of(id)).map(|i| i.collect()).unwrap_or_default() };
+    let mut planned: Vec<(usize, Planned<'_>)> = Vec::new();
+    for (i, arg) in data.iter().enumerate() {
+        let (key, file) = split_kv(arg, "data")?;
+        planned.push((positions("data").get(i).copied().unwrap_or(i), Planned::Data { key, file }));
+    }
+    for (i, arg) in splat.iter().enumerate() {
+        let (key, spec) = split_kv(arg, "--splat")?;
+        planned.push((positions("splat").get(i).copied().unwrap_or(usize::MAX), Planned::Splat { key, spec }));
+    }
+    planned.sort_by_key(|(pos, _)| *pos);
+
+    let mut metadata = std::collections::HashMap::new();
+    for arg in meta {
+        let (key, file) = split_kv(arg, "--meta")?;
+        let bytes = std::fs::read(file).map_err(|e| Failure(format!("cannot read metadata file {file}: {e}")))?;
+        metadata.insert(key, bytes);
+    }
+
+    let mut writer = ArchiveWriter::new();
+    for (_, p) in &planned {
+        match p {
+            Planned::Data { key, file } => {
+                let md = metadata.remove(key).unwrap_or_default();
+                writer.add_data_with_metadata(*key, md, FileRegionSource::whole(file)?)?;
+            }
+            Planned::Splat { key, spec } => {
+                let (pattern, length) =
+                    splat::parse(spec).map_err(|why| Failure(format!("--splat {key}={spec}: {why}")))?;
+                let md = metadata.remove(key).unwrap_or_default();
+                writer.add_splat_with_metadata(*key, md, &pattern, length)?;
+            }
+        }
+    }
+    if let Some(key) = metadata.keys().next() {
+        return Err(Failure(format!("--meta names key {key:?}, which is not packed; add KEY=FILE or --splat for it")));
+    }
+
+    let total = writer.layout()?.storage_segment.length;
+    let mut meter = ProgressMeter::new(total);
+    let summary = writer.write_with_progress(output, &mut |p| meter.update(p))?;
+    meter.finish();
+    println!(
+        "wrote {} ({} entries, {} payload bytes, {} bytes on disk)",
+        summary.path.display(),
+        summary.entry_count,
+        summary.data_bytes,
+        summary.file_size
+    );
+    Ok(())
+}
+
+/// A `\r` progress line on stderr, shown only for large payloads on a terminal.
+struct ProgressMeter {
+    enabled: bool,
+    start: Instant,
+    last: Instant,
+}
+
+impl ProgressMeter {
+    const THRESHOLD: u64 = 256 << 20;
+
+    fn new(total: u64) -> Self {
+        let now = Instant::now();
+        Self { enabled: total > Self::THRESHOLD && std::io::stderr().is_terminal(), start: now, last: now }
+    }
+
+    fn update(&mut self, p: Progress) {
+        if !self.enabled || (self.last.elapsed().as_millis() < 200 && p.written < p.total) {
+            return;
+        }
+        self.last = Instant::now();
+        let secs = self.start.elapsed().as_secs_f64().max(1e-6);
+        #[allow(clippy::cast_precision_loss)] // display only
+        let (done, all, rate) =
+            (p.written as f64 / 1048576.0, p.total as f64 / 1048576.0, p.written as f64 / secs / 1e6);
+        let mut err = std::io::stderr().lock();
+        let _ = write!(err, "\r{done:.0}/{all:.0} MiB  {rate:.0} MB/s ");
+        let _ = err.flush();
+    }
+
+    fn finish(&self) {
+        if self.enabled {
+            eprintln!();
+        }
+    }
+}
+
+fn escape_key(key: &str) -> String {
+    key.escape_debug().to_string()
+}
+
+fn dump(path: &Path, json: bool) -> Result<(), Failure> {
+    let archive = Archive::open(path)?;
+    let mut out = std::io::stdout().lock();
+    let w = |r: std::io::Result<()>| r.map_err(|e| Failure(format!("cannot write to stdout: {e}")));
+    if json {
+        for e in archive.entries() {
+            let mut obj = serde_json::json!({
+                "key": e.key,
+                "length": e.byte_len(),
+                "metadata_length": e.metadata.len(),
+            });
+            match e.payload {
+                Payload::Data(_) => {
+                    let tapeout_irpa::IndexKind::Data(r) = e.location.kind else { continue };
+                    obj["type"] = "data".into();
+                    obj["start"] = r.offset.into();
+                    obj["end"] = (r.offset + r.length).into();
+                }
+                Payload::Splat { pattern, .. } => {
+                    obj["type"] = "splat".into();
+                    obj["pattern"] = pattern.iter().map(|b| format!("{b:02x}")).collect::<String>().into();
+                }
+            }
+            w(writeln!(out, "{obj}"))?;
+        }
+        return Ok(());
+    }
+    let total: u64 = archive.entries().map(|e| e.byte_len()).sum();
+    w(writeln!(
+        out,
+        "{}: {} entries, {} total bytes, file size {}",
+        path.display(),
+        archive.len(),
+        total,
+        archive.file_size()
+    ))?;
+    w(writeln!(out, "{:>14} | {:>14} | {:>14} | {:<5} | {:>8} | Key", "Start", "End", "Length", "Type", "Metadata"))?;
+    for e in archive.entries() {
+        let (start, end, ty) = match e.location.kind {
+            tapeout_irpa::IndexKind::Data(r) => (r.offset.to_string(), (r.offset + r.length).to_string(), "data"),
+            tapeout_irpa::IndexKind::Splat { .. } => ("-".into(), "-".into(), "splat"),
+        };
+        w(writeln!(
+            out,
+            "{start:>14} | {end:>14} | {:>14} | {ty:<5} | {:>8} | `{}`",
+            e.byte_len(),
+            e.metadata.len(),
+            escape_key(e.key)
+        ))?;
+    }
+    Ok(())
+}
+
+fn verify(path: &Path) -> Result<(), Failure> {
+    let archive = Archive::open(path)?;
+    let total: u64 = archive.entries().map(|e| e.byte_len()).sum();
+    println!("{}: ok ({} entries, {} parameter bytes)", path.display(), archive.len(), total);
+    Ok(())
+}
+
+fn extract(path: &Path, key: &str, output: &Path) -> Result<(), Failure> {
+    let archive = Archive::open(path)?;
+    let entry = archive.get(key)?;
+    let dir = match output.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let io = |what: &str, e: std::io::Error| Failure(format!("{what} {}: {e}", output.display()));
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".tapeout-extract");
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644));
+    let mut tmp = builder.tempfile_in(dir).map_err(|e| io("cannot create a temporary file for", e))?;
+    {
+        let mut buf = std::io::BufWriter::with_capacity(1 << 20, tmp.as_file_mut());
+        match entry.payload {
+            Payload::Data(bytes) => {
+                for chunk in bytes.chunks(tapeout_irpa::MAX_CHUNK_BYTES) {
+                    buf.write_all(chunk).map_err(|e| io("cannot write", e))?;
+                }
+            }
+            Payload::Splat { pattern, length } => {
+                let block: Vec<u8> = pattern.iter().copied().cycle().take(1 << 16).collect();
+                let mut left = length;
+                while left > 0 {
+                    let n = usize::try_from(left.min(block.len() as u64)).unwrap_or(block.len());
+                    buf.write_all(&block[..n]).map_err(|e| io("cannot write", e))?;
+                    left -= n as u64;
+                }
+            }
+        }
+        buf.flush().map_err(|e| io("cannot write", e))?;
+    }
+    tmp.as_file().sync_all().map_err(|e| io("cannot sync", e))?;
+    tmp.persist(output).map_err(|e| io("cannot move the extracted bytes into place at", e.error))?;
+    println!("wrote {} ({} bytes of {key:?})", output.display(), entry.byte_len());
+    Ok(())
+}

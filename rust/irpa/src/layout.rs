@@ -1,0 +1,281 @@
+//! Byte layout of an IRPA v0 archive, reproducing IREE 3.13's builder byte for byte.
+//!
+//! Every record is serialised field by field in little-endian. A naturally aligned `#[repr(C)]`
+//! entry would be 80 bytes instead of 76: exactly the SKaiNET writer's bug that IREE rejects.
+
+use crate::error::{IrpaError, Result};
+
+/// "IRPA" read as a little-endian u32.
+pub const MAGIC: u32 = 0x4150_5249;
+/// Size of the fixed header.
+pub const HEADER_SIZE: u64 = 88;
+/// Where the entry table starts: `align(88, 16)`.
+pub const ENTRY_TABLE_OFFSET: u64 = 96;
+/// Size of the header common to every entry.
+pub const ENTRY_COMMON_SIZE: u64 = 60;
+/// Size of a DATA entry (without trailing pad).
+pub const DATA_ENTRY_SIZE: u64 = 76;
+/// Size of a SPLAT entry (without trailing pad).
+pub const SPLAT_ENTRY_SIZE: u64 = 85;
+/// Entry alignment inside the table.
+pub const ENTRY_ALIGNMENT: u64 = 16;
+/// Alignment of every DATA payload in the storage segment.
+pub const DATA_ALIGNMENT: u64 = 64;
+/// The file is padded to a multiple of this.
+pub const FILE_ALIGNMENT: u64 = 4096;
+
+/// Entry type codes as stored on disk.
+pub mod entry_type {
+    /// Ignored by readers.
+    pub const SKIP: u32 = 0;
+    /// A repeated pattern that takes no storage.
+    pub const SPLAT: u32 = 1;
+    /// Bytes in the storage segment.
+    pub const DATA: u32 = 2;
+}
+
+/// `value` rounded up to a multiple of `align` (a power of two), or `None` on overflow.
+#[must_use]
+pub fn align_up(value: u64, align: u64) -> Option<u64> {
+    debug_assert!(align.is_power_of_two());
+    Some(value.checked_add(align - 1)? & !(align - 1))
+}
+
+/// A `{offset, length}` pair as stored on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Range {
+    /// Start offset (relative to whatever the field's documentation says).
+    pub offset: u64,
+    /// Length in bytes.
+    pub length: u64,
+}
+
+impl Range {
+    /// `offset + length`, or `None` on overflow.
+    #[must_use]
+    pub fn end(&self) -> Option<u64> {
+        self.offset.checked_add(self.length)
+    }
+}
+
+/// What the layout needs to know about one entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryShape {
+    /// A DATA entry with `len` payload bytes.
+    Data {
+        /// Payload byte length.
+        len: u64,
+    },
+    /// A SPLAT entry (takes no storage).
+    Splat,
+}
+
+/// Where one entry's pieces go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryPlacement {
+    /// Absolute file offset of the entry record.
+    pub record_offset: u64,
+    /// Name range, relative to the metadata segment.
+    pub name: Range,
+    /// Metadata range, relative to the metadata segment (`{0, 0}` when absent).
+    pub metadata: Range,
+    /// Storage range relative to the storage segment (DATA only).
+    pub storage: Option<Range>,
+}
+
+/// The full placement of an archive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// Entry segment, absolute.
+    pub entry_segment: Range,
+    /// Metadata segment, absolute.
+    pub metadata_segment: Range,
+    /// Storage segment, absolute.
+    pub storage_segment: Range,
+    /// One placement per entry, in order.
+    pub entries: Vec<EntryPlacement>,
+    /// Total file size, padded to 4096.
+    pub file_size: u64,
+}
+
+fn overflow(what: &str) -> IrpaError {
+    IrpaError::LayoutOverflow { what: what.to_owned() }
+}
+
+/// Places entries exactly as IREE's `iree_io_build_parameter_archive` does.
+///
+/// `entries` yields `(shape, name_len, metadata_len)` in archive order.
+pub fn compute<I>(entries: I) -> Result<Layout>
+where
+    I: IntoIterator<Item = (EntryShape, u64, u64)>,
+{
+    let mut pos = ENTRY_TABLE_OFFSET;
+    let mut meta_len: u64 = 0;
+    let mut storage_len: u64 = 0;
+    let mut storage_alignment: Option<u64> = None;
+    let mut placements = Vec::new();
+
+    for (shape, name_len, md_len) in entries {
+        let record_offset = align_up(pos, ENTRY_ALIGNMENT).ok_or_else(|| overflow("entry table"))?;
+        let record_size = match shape {
+            EntryShape::Data { .. } => DATA_ENTRY_SIZE,
+            EntryShape::Splat => SPLAT_ENTRY_SIZE,
+        };
+        pos = record_offset.checked_add(record_size).ok_or_else(|| overflow("entry table"))?;
+
+        let name = Range { offset: meta_len, length: name_len };
+        meta_len = meta_len.checked_add(name_len).ok_or_else(|| overflow("names"))?;
+        let metadata = if md_len == 0 {
+            Range::default()
+        } else {
+            let r = Range { offset: meta_len, length: md_len };
+            meta_len = meta_len.checked_add(md_len).ok_or_else(|| overflow("metadata"))?;
+            r
+        };
+
+        let storage = match shape {
+            EntryShape::Data { len } => {
+                storage_alignment.get_or_insert(DATA_ALIGNMENT);
+                let off = align_up(storage_len, DATA_ALIGNMENT).ok_or_else(|| overflow("storage"))?;
+                storage_len = off.checked_add(len).ok_or_else(|| overflow("storage"))?;
+                Some(Range { offset: off, length: len })
+            }
+            EntryShape::Splat => None,
+        };
+        placements.push(EntryPlacement { record_offset, name, metadata, storage });
+    }
+
+    let entry_segment = Range { offset: ENTRY_TABLE_OFFSET, length: pos - ENTRY_TABLE_OFFSET };
+    let metadata_segment = Range { offset: pos, length: meta_len };
+    let meta_end = metadata_segment.end().ok_or_else(|| overflow("metadata"))?;
+    let storage_offset = align_up(meta_end, storage_alignment.unwrap_or(1)).ok_or_else(|| overflow("storage"))?;
+    let storage_segment = Range { offset: storage_offset, length: storage_len };
+    let storage_end = storage_segment.end().ok_or_else(|| overflow("storage"))?;
+    let file_size = align_up(storage_end, FILE_ALIGNMENT).ok_or_else(|| overflow("file padding"))?;
+
+    Ok(Layout { entry_segment, metadata_segment, storage_segment, entries: placements, file_size })
+}
+
+/// Little-endian field-by-field encoder for the fixed-size records.
+pub(crate) struct RecordWriter<'a> {
+    buf: &'a mut Vec<u8>,
+}
+
+impl<'a> RecordWriter<'a> {
+    pub(crate) fn new(buf: &'a mut Vec<u8>) -> Self {
+        Self { buf }
+    }
+    pub(crate) fn u8(&mut self, v: u8) {
+        self.buf.push(v);
+    }
+    pub(crate) fn u16(&mut self, v: u16) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+    pub(crate) fn u32(&mut self, v: u32) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+    pub(crate) fn u64(&mut self, v: u64) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+    pub(crate) fn range(&mut self, r: Range) {
+        self.u64(r.offset);
+        self.u64(r.length);
+    }
+    pub(crate) fn bytes(&mut self, b: &[u8]) {
+        self.buf.extend_from_slice(b);
+    }
+}
+
+/// Serialises the 88-byte header.
+pub(crate) fn encode_header(layout: &Layout, entry_count: u64, out: &mut Vec<u8>) {
+    let start = out.len();
+    let mut w = RecordWriter::new(out);
+    w.u32(MAGIC);
+    w.u16(0);
+    w.u16(0);
+    w.u64(HEADER_SIZE);
+    w.u64(0); // next_header_offset: chains are broken in IREE 3.13
+    w.u64(0); // flags
+    w.u64(entry_count);
+    w.range(layout.entry_segment);
+    w.range(layout.metadata_segment);
+    w.range(layout.storage_segment);
+    debug_assert_eq!(out.len() - start, 88);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn annotated_example_from_the_format_reference() {
+        // weight: 4x3 f32 = 48 B, bias: 3 f32 = 12 B (irpa-format.md §7).
+        let l = compute([(EntryShape::Data { len: 48 }, 6, 0), (EntryShape::Data { len: 12 }, 4, 0)]).expect("layout");
+        assert_eq!(l.entry_segment, Range { offset: 96, length: 156 });
+        assert_eq!(l.metadata_segment, Range { offset: 252, length: 10 });
+        assert_eq!(l.storage_segment, Range { offset: 320, length: 76 });
+        assert_eq!(l.entries[0].record_offset, 96);
+        assert_eq!(l.entries[1].record_offset, 176);
+        assert_eq!(l.entries[1].name, Range { offset: 6, length: 4 });
+        assert_eq!(l.entries[1].storage, Some(Range { offset: 64, length: 12 }));
+        assert_eq!(l.file_size, 4096);
+    }
+
+    #[test]
+    fn splat_first_variant_from_the_format_reference() {
+        let l = compute([(EntryShape::Splat, 1, 0), (EntryShape::Data { len: 12 }, 1, 0)]).expect("layout");
+        assert_eq!(l.entries[0].record_offset, 96);
+        assert_eq!(l.entries[1].record_offset, 192);
+        assert_eq!(l.entry_segment, Range { offset: 96, length: 172 });
+        assert_eq!(l.metadata_segment, Range { offset: 268, length: 2 });
+        assert_eq!(l.storage_segment, Range { offset: 320, length: 12 });
+    }
+
+    #[test]
+    fn empty_archive_is_one_page() {
+        let l = compute(std::iter::empty()).expect("layout");
+        let empty = Range { offset: 96, length: 0 };
+        assert_eq!((l.entry_segment, l.metadata_segment, l.storage_segment), (empty, empty, empty));
+        assert_eq!(l.file_size, 4096);
+    }
+
+    #[test]
+    fn splat_only_storage_is_unaligned() {
+        let l = compute([(EntryShape::Splat, 3, 0)]).expect("layout");
+        assert_eq!(l.storage_segment, Range { offset: 96 + 85 + 3, length: 0 });
+    }
+
+    #[test]
+    fn metadata_follows_its_name() {
+        let l = compute([(EntryShape::Data { len: 1 }, 2, 5), (EntryShape::Data { len: 1 }, 3, 0)]).expect("layout");
+        assert_eq!(l.entries[0].metadata, Range { offset: 2, length: 5 });
+        assert_eq!(l.entries[1].name, Range { offset: 7, length: 3 });
+        assert_eq!(l.entries[1].metadata, Range::default());
+    }
+
+    #[test]
+    fn sizes_beyond_32_bits_are_placed_exactly() {
+        let big = 5 * (1u64 << 30);
+        let l = compute([(EntryShape::Data { len: big }, 1, 0), (EntryShape::Data { len: 4 }, 1, 0)]).expect("layout");
+        let second = l.entries[1].storage.expect("data");
+        assert_eq!(second.offset, big); // 5 GiB is already 64-aligned
+        assert!(l.storage_segment.offset + second.offset > u64::from(u32::MAX));
+    }
+
+    #[test]
+    fn overflow_is_an_error_not_a_wrap() {
+        let r = compute([(EntryShape::Data { len: u64::MAX - 10 }, 1, 0), (EntryShape::Data { len: 100 }, 1, 0)]);
+        assert!(matches!(r, Err(IrpaError::LayoutOverflow { .. })), "{r:?}");
+    }
+
+    #[test]
+    fn header_is_88_bytes_little_endian() {
+        let l = compute([(EntryShape::Data { len: 48 }, 6, 0)]).expect("layout");
+        let mut buf = Vec::new();
+        encode_header(&l, 1, &mut buf);
+        assert_eq!(buf.len(), 88);
+        assert_eq!(&buf[0..4], b"IRPA");
+        assert_eq!(&buf[8..16], &88u64.to_le_bytes());
+        assert_eq!(&buf[32..40], &1u64.to_le_bytes());
+    }
+}

@@ -1,0 +1,23 @@
+//! IRPA v0 — the IREE parameter archive — written and read exactly as IREE 3.13 does.
+//!
+//! * [`ArchiveWriter`] streams payloads from [`ByteSource`]s in bounded chunks into a temporary
+//!   file beside the destination, then syncs and renames it into place. Its output is
+//!   byte-identical to IREE's own builder (`iree.runtime.ParameterIndex.create_archive_file`).
+//! * [`Archive`] memory-maps an archive, validates every field with checked arithmetic, and hands
+//!   out zero-copy views of the entries.
+//!
+//! Every size and offset is a `u64`; everything on disk is little-endian whatever the host.
+#![deny(missing_docs)]
+
+mod error;
+pub mod layout;
+mod reader;
+mod source;
+mod writer;
+
+pub use error::{FormatProblem, IrpaError, Result};
+pub use reader::{Archive, Entry, Index, IndexEntry, IndexKind, Payload, parse_index};
+pub use source::{
+    ByteSource, BytesSource, ChunkSink, F32Source, FileRegionSource, FnSource, MAX_CHUNK_BYTES, ZerosSource,
+};
+pub use writer::{ArchiveWriter, Progress, WriteSummary};

@@ -1,0 +1,570 @@
+//! Streaming, atomic IRPA writer.
+
+use std::collections::HashSet;
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::{IrpaError, Result};
+use crate::layout::{self, EntryShape, Layout, RecordWriter, entry_type};
+use crate::source::{ByteSource, ChunkSink, SinkTarget};
+
+enum Payload<'a> {
+    Data(Box<dyn ByteSource + 'a>),
+    Splat { pattern: [u8; 16], pattern_len: u8, length: u64 },
+}
+
+struct Pending<'a> {
+    key: String,
+    metadata: Vec<u8>,
+    payload: Payload<'a>,
+}
+
+/// Progress of a write, reported after every chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Payload bytes written so far.
+    pub written: u64,
+    /// Payload bytes in the whole archive (DATA entries only).
+    pub total: u64,
+}
+
+/// What a completed write produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteSummary {
+    /// The final path.
+    pub path: PathBuf,
+    /// The archive's size on disk (padded to 4096).
+    pub file_size: u64,
+    /// Number of entries.
+    pub entry_count: u64,
+    /// Payload bytes written (DATA entries).
+    pub data_bytes: u64,
+}
+
+/// Builds an IRPA v0 archive that IREE 3.13 reads, byte-identical to IREE's own builder for the
+/// same entries in the same order.
+///
+/// ```
+/// use tapeout_irpa::{ArchiveWriter, F32Source};
+/// # let dir = tempfile::tempdir().unwrap();
+/// let weight = [1.0f32, 2.0, 3.0];
+/// let mut w = ArchiveWriter::new();
+/// w.add_data("weight", F32Source(&weight))?;
+/// w.add_splat("bias", &0.5f32.to_le_bytes(), 12)?;
+/// let summary = w.write(dir.path().join("params.irpa"))?;
+/// assert_eq!(summary.file_size, 4096);
+/// # Ok::<(), tapeout_irpa::IrpaError>(())
+/// ```
+#[derive(Default)]
+pub struct ArchiveWriter<'a> {
+    entries: Vec<Pending<'a>>,
+    keys: HashSet<String>,
+}
+
+impl<'a> ArchiveWriter<'a> {
+    /// An empty archive (valid on its own: one 4096-byte page).
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of entries added so far.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when no entry was added.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    fn claim_key(&mut self, key: &str) -> Result<()> {
+        if !self.keys.insert(key.to_owned()) {
+            return Err(IrpaError::DuplicateKey { key: key.to_owned() });
+        }
+        Ok(())
+    }
+
+    /// Adds a DATA entry whose bytes come from `source`.
+    pub fn add_data(&mut self, key: impl Into<String>, source: impl ByteSource + 'a) -> Result<()> {
+        self.add_data_with_metadata(key, Vec::new(), source)
+    }
+
+    /// Adds a DATA entry with a metadata blob (stored next to the key; IREE ignores it).
+    pub fn add_data_with_metadata(
+        &mut self,
+        key: impl Into<String>,
+        metadata: Vec<u8>,
+        source: impl ByteSource + 'a,
+    ) -> Result<()> {
+        let key = key.into();
+        self.claim_key(&key)?;
+        self.entries.push(Pending { key, metadata, payload: Payload::Data(Box::new(source)) });
+        Ok(())
+    }
+
+    /// Adds a SPLAT entry: `pattern` (1, 2, 4, 8 or 16 bytes, little-endian) repeated to `length` bytes.
+    pub fn add_splat(&mut self, key: impl Into<String>, pattern: &[u8], length: u64) -> Result<()> {
+        self.add_splat_with_metadata(key, Vec::new(), pattern, length)
+    }
+
+    /// Adds a SPLAT entry with a metadata blob.
+    pub fn add_splat_with_metadata(
+        &mut self,
+        key: impl Into<String>,
+        metadata: Vec<u8>,
+        pattern: &[u8],
+        length: u64,
+    ) -> Result<()> {
+        let key = key.into();
+        let pattern_len = pattern.len();
+        if !matches!(pattern_len, 1 | 2 | 4 | 8 | 16) {
+            return Err(IrpaError::BadSplatPattern { key, pattern_len });
+        }
+        if length % pattern_len as u64 != 0 {
+            return Err(IrpaError::SplatLengthNotMultiple { key, length, pattern_len });
+        }
+        self.claim_key(&key)?;
+        let mut padded = [0u8; 16];
+        padded[..pattern_len].copy_from_slice(pattern);
+        let pattern_len = u8::try_from(pattern_len).unwrap_or(16);
+        self.entries.push(Pending { key, metadata, payload: Payload::Splat { pattern: padded, pattern_len, length } });
+        Ok(())
+    }
+
+    /// The layout the archive will have.
+    pub fn layout(&self) -> Result<Layout> {
+        layout::compute(self.entries.iter().map(|e| {
+            let shape = match &e.payload {
+                Payload::Data(s) => EntryShape::Data { len: s.byte_len() },
+                Payload::Splat { .. } => EntryShape::Splat,
+            };
+            (shape, e.key.len() as u64, e.metadata.len() as u64)
+        }))
+    }
+
+    /// Writes the archive to `path` atomically (see [`ArchiveWriter::write_with_progress`]).
+    pub fn write(self, path: impl AsRef<Path>) -> Result<WriteSummary> {
+        self.write_with_progress(path, &mut |_| {})
+    }
+
+    /// Writes the archive to `path`, reporting progress after every chunk.
+    ///
+    /// The bytes go to a temporary file in the same directory, which is synced and then renamed
+    /// over `path`. On any error the temporary file is removed and an existing file at `path` is
+    /// left untouched. Stale temporary files of earlier, killed runs for the same destination are
+    /// removed first.
+    pub fn write_with_progress(
+        mut self,
+        path: impl AsRef<Path>,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<WriteSummary> {
+        let path = path.as_ref();
+        let layout = self.layout()?;
+        let mut temp = TempFile::create_beside(path)?;
+        let data_bytes = self.write_body(&layout, &mut temp.file, &temp.path, progress)?;
+        temp.commit(path)?;
+        Ok(WriteSummary {
+            path: path.to_path_buf(),
+            file_size: layout.file_size,
+            entry_count: self.entries.len() as u64,
+            data_bytes,
+        })
+    }
+
+    fn write_body(
+        &mut self,
+        layout: &Layout,
+        file: &mut File,
+        path: &Path,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<u64> {
+        let io = |action: &'static str| move |source| IrpaError::Io { action, path: path.to_path_buf(), source };
+        // Final size first: the padding is a hole, and a full disk shows up before any payload.
+        file.set_len(layout.file_size).map_err(io("cannot size"))?;
+
+        let head = self.encode_head(layout);
+        let mut out = Target {
+            inner: BufWriter::with_capacity(1 << 20, &mut *file),
+            path,
+            pos: 0,
+            storage_start: layout.storage_segment.offset,
+            total: layout.storage_segment.length,
+            progress,
+        };
+        out.write_all(&head)?;
+        let mut data_bytes = 0u64;
+
+        for (entry, placement) in self.entries.iter_mut().zip(&layout.entries) {
+            let Some(storage) = placement.storage else { continue };
+            let start = layout.storage_segment.offset + storage.offset;
+            out.skip_zeros(start - out.pos)?;
+            let Payload::Data(source) = &mut entry.payload else { continue };
+            let mut sink = ChunkSink { out: &mut out, key: &entry.key, declared: storage.length, written: 0 };
+            source.write_into(&mut sink)?;
+            if sink.written != storage.length {
+                return Err(IrpaError::PayloadLengthMismatch {
+                    key: entry.key.clone(),
+                    declared: storage.length,
+                    produced: sink.written,
+                    overflow: false,
+                });
+            }
+            data_bytes += storage.length;
+        }
+        out.inner.flush().map_err(io("cannot write"))?;
+        drop(out);
+        file.sync_all().map_err(io("cannot sync"))?;
+        Ok(data_bytes)
+    }
+
+    fn encode_head(&self, layout: &Layout) -> Vec<u8> {
+        let meta_end = usize::try_from(layout.metadata_segment.offset + layout.metadata_segment.length).unwrap_or(0);
+        let mut buf = Vec::with_capacity(meta_end);
+        layout::encode_header(layout, self.entries.len() as u64, &mut buf);
+        for (entry, placement) in self.entries.iter().zip(&layout.entries) {
+            buf.resize(usize::try_from(placement.record_offset).unwrap_or(buf.len()), 0);
+            let mut w = RecordWriter::new(&mut buf);
+            let (ty, size, alignment) = match entry.payload {
+                Payload::Data(_) => (entry_type::DATA, layout::DATA_ENTRY_SIZE, layout::DATA_ALIGNMENT),
+                Payload::Splat { .. } => (entry_type::SPLAT, layout::SPLAT_ENTRY_SIZE, 0),
+            };
+            w.u64(size);
+            w.u32(ty);
+            w.u64(0); // flags
+            w.range(placement.name);
+            w.range(placement.metadata);
+            w.u64(alignment);
+            match &entry.payload {
+                Payload::Data(_) => w.range(placement.storage.unwrap_or_default()),
+                Payload::Splat { pattern, pattern_len, length } => {
+                    w.u64(*length);
+                    w.bytes(pattern);
+                    w.u8(*pattern_len);
+                }
+            }
+        }
+        for entry in &self.entries {
+            buf.extend_from_slice(entry.key.as_bytes());
+            buf.extend_from_slice(&entry.metadata);
+        }
+        buf
+    }
+}
+
+struct Target<'f, 'p> {
+    inner: BufWriter<&'f mut File>,
+    path: &'p Path,
+    pos: u64,
+    storage_start: u64,
+    total: u64,
+    progress: &'p mut dyn FnMut(Progress),
+}
+
+impl SinkTarget for Target<'_, '_> {
+    fn write_all(&mut self, bytes: &[u8]) -> Result<()> {
+        self.inner.write_all(bytes).map_err(|source| IrpaError::Io {
+            action: "cannot write",
+            path: self.path.to_path_buf(),
+            source,
+        })?;
+        self.advance(bytes.len() as u64);
+        Ok(())
+    }
+
+    fn skip_zeros(&mut self, len: u64) -> Result<()> {
+        const ZEROS: [u8; 4096] = [0; 4096];
+        if len <= ZEROS.len() as u64 {
+            let n = usize::try_from(len).unwrap_or(0);
+            self.inner.write_all(&ZEROS[..n]).map_err(|source| IrpaError::Io {
+                action: "cannot write",
+                path: self.path.to_path_buf(),
+                source,
+            })?;
+        } else {
+            // The file was sized up front and is new: seeking leaves a hole that reads as zeros.
+            let offset = i64::try_from(len).map_err(|_| IrpaError::LayoutOverflow { what: "zero run".into() })?;
+            self.inner.seek(SeekFrom::Current(offset)).map_err(|source| IrpaError::Io {
+                action: "cannot seek in",
+                path: self.path.to_path_buf(),
+                source,
+            })?;
+        }
+        self.advance(len);
+        Ok(())
+    }
+}
+
+impl Target<'_, '_> {
+    fn advance(&mut self, len: u64) {
+        self.pos += len;
+        if self.pos > self.storage_start {
+            let written = (self.pos - self.storage_start).min(self.total);
+            (self.progress)(Progress { written, total: self.total });
+        }
+    }
+}
+
+/// A temporary file beside the destination, removed on drop unless committed.
+struct TempFile {
+    path: PathBuf,
+    file: File,
+    committed: bool,
+}
+
+const TEMP_SUFFIX: &str = ".tapeout-tmp";
+
+fn temp_prefix(dest: &Path) -> Option<String> {
+    dest.file_name().map(|n| format!(".{}.", n.to_string_lossy()))
+}
+
+impl TempFile {
+    fn create_beside(dest: &Path) -> Result<Self> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let dir = parent_dir(dest);
+        let prefix = temp_prefix(dest).ok_or_else(|| IrpaError::Io {
+            action: "cannot write to",
+            path: dest.to_path_buf(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "the destination has no file name"),
+        })?;
+        remove_stale_temps(&dir, &prefix);
+        let pid = std::process::id();
+        loop {
+            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+            let path = dir.join(format!("{prefix}{pid}-{n}{TEMP_SUFFIX}"));
+            match OpenOptions::new().write(true).create_new(true).open(&path) {
+                Ok(file) => return Ok(Self { path, file, committed: false }),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(source) => {
+                    return Err(IrpaError::Io { action: "cannot create temporary file", path, source });
+                }
+            }
+        }
+    }
+
+    fn commit(mut self, dest: &Path) -> Result<()> {
+        std::fs::rename(&self.path, dest).map_err(|source| IrpaError::Io {
+            action: "cannot move the finished archive into place at",
+            path: dest.to_path_buf(),
+            source,
+        })?;
+        self.committed = true;
+        // Make the rename durable. Failure here leaves a complete file; report it anyway.
+        let dir = parent_dir(dest);
+        if let Ok(d) = File::open(&dir) {
+            d.sync_all().map_err(|source| IrpaError::Io { action: "cannot sync directory", path: dir, source })?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+fn parent_dir(dest: &Path) -> PathBuf {
+    match dest.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Removes `<prefix><pid>-<n>.tapeout-tmp` files left by processes that no longer run.
+fn remove_stale_temps(dir: &Path, prefix: &str) {
+    let Ok(read) = std::fs::read_dir(dir) else { return };
+    for entry in read.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(rest) = name.strip_prefix(prefix).and_then(|r| r.strip_suffix(TEMP_SUFFIX)) else { continue };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if pid != std::process::id() && !process_alive(pid) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+fn process_alive(pid: u32) -> bool {
+    if cfg!(target_os = "linux") {
+        Path::new(&format!("/proc/{pid}")).exists()
+    } else {
+        true // cannot tell: keep the file
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Archive, BytesSource, F32Source, FnSource, Payload, ZerosSource};
+
+    fn temps_in(dir: &Path) -> Vec<String> {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(TEMP_SUFFIX))
+            .collect()
+    }
+
+    #[test]
+    fn round_trip_data_splat_and_metadata() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| IrpaError::Io { action: "tmp", path: ".".into(), source: e })?;
+        let path = dir.path().join("p.irpa");
+        let w_vals: Vec<f32> = (0..12).map(|i| i as f32 * 0.5).collect();
+        let mut w = ArchiveWriter::new();
+        w.add_splat("s", &1.5f32.to_le_bytes(), 64)?;
+        w.add_data_with_metadata("weight", b"{\"dtype\":\"f32\"}".to_vec(), F32Source(&w_vals))?;
+        w.add_data("odd/key::with spaces é", BytesSource(&[1, 2, 3]))?;
+        let summary = w.write(&path)?;
+        assert_eq!((summary.entry_count, summary.data_bytes), (3, 51));
+
+        let a = Archive::open(&path)?;
+        assert_eq!(a.len(), 3);
+        let weight = a.get("weight")?;
+        assert_eq!(weight.metadata, b"{\"dtype\":\"f32\"}");
+        let Payload::Data(bytes) = weight.payload else { panic!("weight is data") };
+        assert_eq!(bytes, bytemuck::cast_slice::<f32, u8>(&w_vals));
+        let Payload::Splat { pattern, length } = a.get("s")?.payload else { panic!("s is a splat") };
+        assert_eq!((pattern, length), (&1.5f32.to_le_bytes()[..], 64));
+        assert!(matches!(a.get("odd/key::with spaces é")?.payload, Payload::Data(&[1, 2, 3])));
+        assert!(matches!(a.get("nope"), Err(IrpaError::KeyNotFound { .. })));
+        assert!(temps_in(dir.path()).is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn duplicate_keys_and_bad_splats_are_refused() {
+        let mut w = ArchiveWriter::new();
+        assert!(w.add_data("k", BytesSource(&[1])).is_ok());
+        let e = w.add_splat("k", &[0], 4).map_err(|e| e.to_string());
+        assert!(e.as_ref().is_err_and(|m| m.contains("duplicate parameter key \"k\"")), "{e:?}");
+        assert!(matches!(w.add_splat("a", &[0, 0, 0], 3), Err(IrpaError::BadSplatPattern { pattern_len: 3, .. })));
+        assert!(matches!(w.add_splat("b", &[0; 17], 17), Err(IrpaError::BadSplatPattern { .. })));
+        assert!(matches!(w.add_splat("c", &[], 0), Err(IrpaError::BadSplatPattern { .. })));
+        assert!(matches!(w.add_splat("d", &[0; 4], 6), Err(IrpaError::SplatLengthNotMultiple { .. })));
+        assert_eq!(w.len(), 1);
+    }
+
+    fn failing_write(source: impl ByteSource) -> (IrpaError, Vec<u8>, Vec<String>) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("p.irpa");
+        std::fs::write(&path, b"previous complete archive").expect("seed");
+        let mut w = ArchiveWriter::new();
+        w.add_data("first", BytesSource(&[7; 100])).expect("add");
+        w.add_data("bad", source).expect("add");
+        let err = w.write(&path).expect_err("must fail");
+        (err, std::fs::read(&path).expect("still there"), temps_in(dir.path()))
+    }
+
+    #[test]
+    fn short_source_fails_and_leaves_destination_untouched() {
+        let (err, kept, temps) = failing_write(FnSource::new(10, |s| s.write(&[1; 4])));
+        assert!(
+            matches!(err, IrpaError::PayloadLengthMismatch { declared: 10, produced: 4, overflow: false, .. }),
+            "{err}"
+        );
+        assert_eq!(kept, b"previous complete archive");
+        assert!(temps.is_empty(), "{temps:?}");
+    }
+
+    #[test]
+    fn long_source_is_stopped_at_its_declared_length() {
+        let (err, kept, temps) = failing_write(FnSource::new(4, |s| s.write(&[1; 10])));
+        assert!(matches!(err, IrpaError::PayloadLengthMismatch { declared: 4, overflow: true, .. }), "{err}");
+        assert!(err.to_string().contains("\"bad\""));
+        assert_eq!(kept, b"previous complete archive");
+        assert!(temps.is_empty());
+    }
+
+    #[test]
+    fn source_error_names_the_key() {
+        let (err, kept, temps) = failing_write(FnSource::new(4, |s| Err(s.fail("decoder exploded"))));
+        assert_eq!(err.to_string(), "parameter \"bad\": its data source failed: decoder exploded");
+        assert_eq!(kept, b"previous complete archive");
+        assert!(temps.is_empty());
+    }
+
+    #[test]
+    fn stale_temp_files_of_dead_processes_are_removed() -> Result<()> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("p.irpa");
+        // PIDs on Linux are at most 2^22, so this one never runs.
+        let stale = dir.path().join(format!(".p.irpa.999999999-0{TEMP_SUFFIX}"));
+        let other = dir.path().join(format!(".q.irpa.999999999-0{TEMP_SUFFIX}"));
+        std::fs::write(&stale, b"junk").expect("seed");
+        std::fs::write(&other, b"junk").expect("seed");
+        ArchiveWriter::new().write(&path)?;
+        assert!(!stale.exists());
+        assert!(other.exists(), "another destination's temp file is not ours to remove");
+        Ok(())
+    }
+
+    #[test]
+    fn gaps_are_zero_and_file_is_page_padded() -> Result<()> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("p.irpa");
+        let mut w = ArchiveWriter::new();
+        w.add_data("a", BytesSource(&[0xff; 3]))?;
+        w.add_splat("b", &[0xee; 16], 32)?;
+        w.add_data("c", BytesSource(&[0xff; 5]))?;
+        let layout = w.layout()?;
+        w.write(&path)?;
+        let bytes = std::fs::read(&path).expect("read");
+        assert_eq!(bytes.len() as u64, layout.file_size);
+        let s = usize::try_from(layout.storage_segment.offset).expect("small");
+        assert_eq!(&bytes[s..s + 3], &[0xff; 3]);
+        assert!(bytes[s + 3..s + 64].iter().all(|&b| b == 0));
+        assert_eq!(&bytes[s + 64..s + 69], &[0xff; 5]);
+        assert!(bytes[s + 69..].iter().all(|&b| b == 0));
+        // Between the end of the first record (96+76) and the next 16-byte boundary.
+        assert!(bytes[172..176].iter().all(|&b| b == 0));
+        Ok(())
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn zero_payloads_are_holes_not_written_bytes() -> Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("p.irpa");
+        let mut w = ArchiveWriter::new();
+        w.add_data("zeros", ZerosSource(1 << 30))?;
+        w.add_data("tail", BytesSource(&[9; 8]))?;
+        w.write(&path)?;
+        let md = std::fs::metadata(&path).expect("stat");
+        assert!(md.len() > 1 << 30);
+        assert!(md.blocks() * 512 < 1 << 20, "{} bytes allocated", md.blocks() * 512);
+        assert!(matches!(Archive::open(&path)?.get("tail")?.payload, Payload::Data(&[9, 9, 9, 9, 9, 9, 9, 9])));
+        Ok(())
+    }
+
+    #[test]
+    fn progress_is_monotonic_and_complete() -> Result<()> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data = vec![1u8; 3 << 20];
+        let mut w = ArchiveWriter::new();
+        w.add_data("a", FnSource::new(data.len() as u64, |s| data.chunks(1 << 20).try_for_each(|c| s.write(c))))?;
+        w.add_data("b", BytesSource(&data[..10]))?;
+        let mut seen = Vec::new();
+        w.write_with_progress(dir.path().join("p.irpa"), &mut |p| seen.push(p))?;
+        assert!(seen.windows(2).all(|w| w[0].written <= w[1].written));
+        let last = seen.last().expect("progress reported");
+        assert_eq!(last.written, last.total);
+        assert_eq!(last.total, (3 << 20) + 10);
+        Ok(())
+    }
+
+    #[test]
+    fn missing_directory_is_an_io_error_naming_the_path() {
+        let err = ArchiveWriter::new().write("/nonexistent-dir/p.irpa").expect_err("must fail");
+        assert!(err.to_string().contains("/nonexistent-dir/"), "{err}");
+    }
+}
