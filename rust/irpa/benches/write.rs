@@ -5,6 +5,8 @@
 //! `cargo bench -p tapeout-irpa --bench write`; `scripts/bench` prints the ratio.
 //! `TAPEOUT_BENCH_BYTES` sets the payload size (default 1 GiB); `TAPEOUT_BENCH_DIR` the directory.
 
+#![allow(missing_docs)] // criterion's macros generate undocumented items
+
 use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
@@ -32,7 +34,7 @@ fn write_plain(path: &PathBuf, data: &[u8]) -> std::io::Result<()> {
 fn bench(c: &mut Criterion) {
     let bytes = payload_bytes();
     let len = usize::try_from(bytes).unwrap_or(usize::MAX);
-    let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+    let data: Vec<u8> = (0..len).map(|i| u8::try_from(i % 251).unwrap_or(0)).collect();
     let dir = bench_dir();
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
     let name = format!("{}MiB", bytes >> 20);

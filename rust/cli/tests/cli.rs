@@ -1,0 +1,71 @@
+//! The `tapeout` binary as a user runs it: exit codes, ordering, messages.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn tapeout(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tapeout")).args(args).current_dir(dir).output().expect("run tapeout")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn pack_keeps_argument_order_across_data_and_splats() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.bin"), [1u8; 8]).unwrap();
+    std::fs::write(dir.path().join("b.bin"), [2u8; 4]).unwrap();
+    let o = tapeout(
+        &["pack", "-o", "p.irpa", "--splat", "s0=f32:1:2", "a=a.bin", "--splat", "s1=i8:3:5", "b=b.bin"],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let a = tapeout_irpa::Archive::open(dir.path().join("p.irpa")).unwrap();
+    let keys: Vec<_> = a.entries().map(|e| e.key.to_owned()).collect();
+    assert_eq!(keys, ["s0", "a", "s1", "b"]);
+}
+
+#[test]
+fn usage_errors_exit_2_and_input_errors_exit_1() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(tapeout(&["pack"], dir.path()).status.code(), Some(2));
+    assert_eq!(tapeout(&["frobnicate"], dir.path()).status.code(), Some(2));
+
+    let o = tapeout(&["verify", "missing.irpa"], dir.path());
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).starts_with("tapeout: error: cannot read missing.irpa"), "{}", stderr(&o));
+
+    let o = tapeout(&["pack", "-o", "p.irpa", "novalue"], dir.path());
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("not KEY=VALUE"), "{}", stderr(&o));
+
+    std::fs::write(dir.path().join("a.bin"), [1u8; 4]).unwrap();
+    let o = tapeout(&["pack", "-o", "p.irpa", "k=a.bin", "k=a.bin"], dir.path());
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("duplicate parameter key \"k\""), "{}", stderr(&o));
+    assert!(!dir.path().join("p.irpa").exists(), "no archive after a failed pack");
+
+    let o = tapeout(&["pack", "-o", "p.irpa", "k=a.bin", "--meta", "other=a.bin"], dir.path());
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--meta names key \"other\""), "{}", stderr(&o));
+}
+
+#[test]
+fn verify_and_extract_report_bad_archives_and_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("junk.irpa"), vec![0u8; 4096]).unwrap();
+    let o = tapeout(&["verify", "junk.irpa"], dir.path());
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("IRPA file magic missing or invalid 00000000"), "{}", stderr(&o));
+
+    std::fs::write(dir.path().join("a.bin"), [5u8; 4]).unwrap();
+    assert!(tapeout(&["pack", "-o", "p.irpa", "--splat", "s=f16:1:3", "a=a.bin"], dir.path()).status.success());
+    let o = tapeout(&["extract", "p.irpa", "nope", "-o", "x.bin"], dir.path());
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no parameter with key \"nope\""), "{}", stderr(&o));
+    let o = tapeout(&["extract", "p.irpa", "s", "-o", "s.bin"], dir.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(dir.path().join("s.bin")).unwrap(), [0x00, 0x3c].repeat(3));
+}

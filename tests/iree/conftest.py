@@ -1,0 +1,38 @@
+"""Shared fixtures for the IREE end-to-end tests.
+
+The binaries under test are built by scripts/test (release profile) and found through
+TAPEOUT_BIN / TAPEOUT_FIXTURE_BIN, falling back to target/release.
+"""
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+VENV_BIN = pathlib.Path(os.environ.get("TAPEOUT_VENV", ROOT / ".venv")) / "bin"
+
+
+def _binary(env: str, default: pathlib.Path) -> pathlib.Path:
+    path = pathlib.Path(os.environ.get(env, default))
+    if not path.exists():
+        pytest.fail(f"{path} is missing: run scripts/test (it builds the release binaries first)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tapeout() -> pathlib.Path:
+    return _binary("TAPEOUT_BIN", ROOT / "target/release/tapeout")
+
+
+@pytest.fixture(scope="session")
+def irpa_fixture() -> pathlib.Path:
+    return _binary("TAPEOUT_FIXTURE_BIN", ROOT / "target/release/examples/irpa_fixture")
+
+
+def iree_tool(name: str) -> str:
+    return str(VENV_BIN / name)
+
+
+def run(*args, check=True, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True, check=check, **kw)
