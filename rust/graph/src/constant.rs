@@ -1,0 +1,218 @@
+//! Constant values produced lazily, chunk by chunk, from the storage they borrow.
+
+use tapeout_irpa::{ByteSource, ChunkSink, IrpaError};
+
+use crate::dtype::DType;
+use crate::packed::{self, Encoding};
+use crate::tensor::{HalfLayout, LendError, Lent};
+
+/// Values produced per chunk when widening or dequantizing: 1 Mi f32 = 4 MiB, the only buffer
+/// these paths allocate.
+pub const CHUNK_VALUES: u64 = 1 << 20;
+
+/// Elements of an f32 tensor lent per chunk when passing it through: 64 MiB.
+pub const PASSTHROUGH_VALUES: u64 = (tapeout_irpa::MAX_CHUNK_BYTES / 4) as u64;
+
+/// The values of an extracted constant. Nothing here owns or copies a whole tensor.
+#[derive(Debug, Clone)]
+pub enum ConstantData<'a> {
+    /// f32 values written straight from the borrowed memory.
+    F32(Lent<'a, f32>),
+    /// f16/bf16 values widened to f32 one chunk at a time.
+    Widen {
+        /// `F16` or `BF16`.
+        from: DType,
+        /// Two bytes per element, little-endian.
+        bytes: Lent<'a, u8>,
+        /// Physical order of the source.
+        layout: HalfLayout,
+        /// `[rows, cols]` for [`HalfLayout::ColumnMajor`]; `[count, 1]` otherwise.
+        dims: [u64; 2],
+    },
+    /// Packed blocks decoded to f32 one chunk of blocks at a time.
+    Dequantize {
+        /// The block encoding (decodable, row-major block order).
+        encoding: Encoding,
+        /// The packed bytes.
+        bytes: Lent<'a, u8>,
+        /// Number of decoded values.
+        elements: u64,
+    },
+    /// Values of another dtype written as stored (little-endian bytes).
+    Raw {
+        /// Their dtype.
+        dtype: DType,
+        /// The bytes.
+        bytes: Lent<'a, u8>,
+    },
+}
+
+/// Where a constant's bytes go: the archive writer's sink, or any buffer.
+pub trait ByteSink {
+    /// Appends bytes.
+    fn put(&mut self, bytes: &[u8]) -> Result<(), IrpaError>;
+    /// Turns a lender's failure into an error for this sink.
+    fn lend_failed(&self, error: LendError) -> IrpaError;
+}
+
+impl ByteSink for ChunkSink<'_> {
+    fn put(&mut self, bytes: &[u8]) -> Result<(), IrpaError> {
+        self.write(bytes)
+    }
+    fn lend_failed(&self, error: LendError) -> IrpaError {
+        self.fail(error)
+    }
+}
+
+impl ByteSink for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) -> Result<(), IrpaError> {
+        self.extend_from_slice(bytes);
+        Ok(())
+    }
+    fn lend_failed(&self, error: LendError) -> IrpaError {
+        IrpaError::Source { key: String::new(), source: error }
+    }
+}
+
+/// Appends f32 values as little-endian bytes (no copy on little-endian hosts).
+fn put_f32(out: &mut dyn ByteSink, values: &[f32]) -> Result<(), IrpaError> {
+    if cfg!(target_endian = "little") {
+        out.put(bytemuck::cast_slice(values))
+    } else {
+        let le: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        out.put(&le)
+    }
+}
+
+fn lend<T, F>(out: &mut dyn ByteSink, lent: &Lent<'_, T>, max: u64, mut f: F) -> Result<(), IrpaError>
+where
+    F: FnMut(&mut dyn ByteSink, &[T]) -> Result<(), IrpaError>,
+{
+    match lent.for_each_chunk(max, &mut |chunk| f(&mut *out, chunk)) {
+        Ok(inner) => inner,
+        Err(e) => Err(out.lend_failed(e)),
+    }
+}
+
+fn widen_into(from: DType, src: &[u8], dst: &mut [f32]) {
+    if from == DType::BF16 {
+        for (y, b) in dst.iter_mut().zip(src.chunks_exact(2)) {
+            *y = f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16);
+        }
+    } else {
+        for (y, b) in dst.iter_mut().zip(src.chunks_exact(2)) {
+            *y = half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32();
+        }
+    }
+}
+
+fn buffer(len: u64) -> Vec<f32> {
+    vec![0f32; usize::try_from(len.min(CHUNK_VALUES)).unwrap_or(0)]
+}
+
+impl ConstantData<'_> {
+    /// The dtype of the bytes this constant produces (`f32` unless [`ConstantData::Raw`]).
+    #[must_use]
+    pub fn dtype(&self) -> DType {
+        match self {
+            ConstantData::Raw { dtype, .. } => *dtype,
+            _ => DType::F32,
+        }
+    }
+
+    /// Number of values.
+    #[must_use]
+    pub fn element_count(&self) -> u64 {
+        match self {
+            ConstantData::F32(v) => v.len(),
+            ConstantData::Widen { bytes, .. } => bytes.len() / 2,
+            ConstantData::Dequantize { elements, .. } => *elements,
+            ConstantData::Raw { dtype, bytes } => bytes.len() / dtype.byte_width(),
+        }
+    }
+
+    /// Number of bytes produced.
+    #[must_use]
+    pub fn byte_len(&self) -> u64 {
+        match self {
+            ConstantData::Raw { bytes, .. } => bytes.len(),
+            _ => self.element_count() * 4,
+        }
+    }
+
+    /// Writes every byte to `out`, holding at most one chunk ([`CHUNK_VALUES`] f32) of extra memory.
+    pub fn stream(&self, out: &mut dyn ByteSink) -> Result<(), IrpaError> {
+        match self {
+            ConstantData::F32(values) => match values.as_slice() {
+                Some(slice) => put_f32(out, slice),
+                None => lend(out, values, PASSTHROUGH_VALUES, |o: &mut dyn ByteSink, chunk: &[_]| put_f32(o, chunk)),
+            },
+            ConstantData::Raw { bytes, .. } => {
+                lend(out, bytes, tapeout_irpa::MAX_CHUNK_BYTES as u64, |o: &mut dyn ByteSink, chunk: &[_]| o.put(chunk))
+            }
+            ConstantData::Widen { from, bytes, layout: HalfLayout::RowMajor, .. } => {
+                let mut buf = buffer(bytes.len() / 2);
+                lend(out, bytes, CHUNK_VALUES * 2, |o: &mut dyn ByteSink, chunk: &[_]| {
+                    let n = chunk.len() / 2;
+                    widen_into(*from, chunk, &mut buf[..n]);
+                    put_f32(o, &buf[..n])
+                })
+            }
+            ConstantData::Widen { from, bytes, layout: HalfLayout::ColumnMajor, dims: [rows, cols] } => {
+                // Decoding in row-major order reads with a stride, which a chunked lender cannot
+                // serve one chunk at a time; extraction only builds this from addressable memory.
+                let src = bytes.as_slice().ok_or_else(|| {
+                    out.lend_failed("column-major half-precision data must be addressable memory".into())
+                })?;
+                let (rows, cols) = (usize::try_from(*rows).unwrap_or(0), usize::try_from(*cols).unwrap_or(0));
+                let mut buf = buffer(bytes.len() / 2);
+                let rows_per_chunk = (buf.len() / cols.max(1)).max(1);
+                let mut r0 = 0;
+                while r0 < rows {
+                    let r1 = (r0 + rows_per_chunk).min(rows);
+                    let mut n = 0;
+                    for r in r0..r1 {
+                        for c in 0..cols {
+                            let at = 2 * (c * rows + r);
+                            widen_into(*from, &src[at..at + 2], &mut buf[n..=n]);
+                            n += 1;
+                        }
+                    }
+                    put_f32(out, &buf[..n])?;
+                    r0 = r1;
+                }
+                Ok(())
+            }
+            ConstantData::Dequantize { encoding, bytes, elements } => {
+                let Some((block_elems, block_bytes)) = encoding.block_geometry() else {
+                    return Err(out.lend_failed(format!("encoding {encoding} cannot be decoded").into()));
+                };
+                let blocks_per_chunk = (CHUNK_VALUES / block_elems).max(1);
+                let mut buf = buffer((*elements).max(block_elems));
+                lend(out, bytes, blocks_per_chunk * block_bytes, |o: &mut dyn ByteSink, chunk: &[_]| {
+                    let n = usize::try_from(chunk.len() as u64 / block_bytes * block_elems).unwrap_or(0);
+                    packed::dequantize(encoding, chunk, &mut buf[..n]).map_err(|e| o.lend_failed(e.into()))?;
+                    put_f32(o, &buf[..n])
+                })
+            }
+        }
+    }
+
+    /// A [`ByteSource`] for the archive writer.
+    #[must_use]
+    pub fn source(&self) -> ConstantSource<'_, '_> {
+        ConstantSource(self)
+    }
+}
+
+/// A constant as a payload of the archive writer.
+pub struct ConstantSource<'c, 'a>(&'c ConstantData<'a>);
+
+impl ByteSource for ConstantSource<'_, '_> {
+    fn byte_len(&self) -> u64 {
+        self.0.byte_len()
+    }
+    fn write_into(&mut self, sink: &mut ChunkSink<'_>) -> Result<(), IrpaError> {
+        self.0.stream(sink)
+    }
+}

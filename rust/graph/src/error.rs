@@ -1,0 +1,120 @@
+//! The one error type of this crate.
+
+fn encoding_part(encoding: &Option<String>) -> String {
+    encoding.as_ref().map(|e| format!(" (encoding {e})")).unwrap_or_default()
+}
+
+/// Everything that can go wrong while building, validating or extracting a graph.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GraphError {
+    /// A frozen weight is packed and the caller did not ask for dequantization.
+    #[error(
+        "frozen parameter '{tensor}' has packed storage{} and cannot be embedded as a float graph constant. \
+         tapeout refuses to turn it into a function-argument placeholder instead: a module whose weights are \
+         arguments cannot be served with a parameter archive. Either load this weight dense, or pass \
+         PackedConstantHandling::Dequantize (DEQUANTIZE), which decodes it to f32 chunk by chunk while exporting",
+        encoding_part(.encoding)
+    )]
+    PackedConstant {
+        /// The tensor's name.
+        tensor: String,
+        /// The encoding name, when known.
+        encoding: Option<String>,
+    },
+
+    /// A tensor's storage disagrees with its spec (wrong dtype or byte count).
+    #[error("tensor '{tensor}': its {storage} storage does not match its spec: {detail}")]
+    StorageMismatch {
+        /// The tensor's name.
+        tensor: String,
+        /// Storage kind.
+        storage: &'static str,
+        /// What disagrees.
+        detail: String,
+    },
+
+    /// A packed weight cannot be decoded (unknown encoding, unsupported block order).
+    #[error("tensor '{tensor}': cannot dequantize: {detail}")]
+    CannotDecode {
+        /// The tensor's name.
+        tensor: String,
+        /// Why.
+        detail: String,
+    },
+
+    /// A node refers to a tensor that does not exist.
+    #[error("node {node} (op '{op}'): {port} {index} refers to tensor #{tensor}, which the trace does not contain")]
+    DanglingReference {
+        /// Node id.
+        node: String,
+        /// Op name.
+        op: String,
+        /// "input" or "output".
+        port: &'static str,
+        /// Port index.
+        index: usize,
+        /// The missing tensor index.
+        tensor: usize,
+    },
+
+    /// Two nodes produce the same tensor.
+    #[error("tensor '{tensor}' is produced by both node {first} and node {second}; every tensor has one producer")]
+    DuplicateProducer {
+        /// The tensor's name.
+        tensor: String,
+        /// First producer.
+        first: String,
+        /// Second producer.
+        second: String,
+    },
+
+    /// The nodes form a cycle.
+    #[error("the graph has a cycle through nodes {}; a traced graph must be acyclic", .nodes.join(", "))]
+    Cycle {
+        /// Nodes on or behind the cycle.
+        nodes: Vec<String>,
+    },
+
+    /// A node has the wrong number of inputs or outputs for its op.
+    #[error("node {node} (op '{op}'): expected {expected} {port}s, got {found}")]
+    Arity {
+        /// Node id.
+        node: String,
+        /// Op name.
+        op: String,
+        /// "input" or "output".
+        port: &'static str,
+        /// What the op takes.
+        expected: String,
+        /// What the node has.
+        found: usize,
+    },
+
+    /// A node's operand or result types do not fit its op.
+    #[error("node {node} (op '{op}'): {detail}")]
+    TypeMismatch {
+        /// Node id.
+        node: String,
+        /// Op name.
+        op: String,
+        /// What does not fit.
+        detail: String,
+    },
+
+    /// A graph output is not a tensor of the trace.
+    #[error("graph output {index} refers to tensor #{tensor}, which the trace does not contain")]
+    BadOutput {
+        /// Output position.
+        index: usize,
+        /// The missing tensor index.
+        tensor: usize,
+    },
+
+    /// The graph declares no outputs: the module would compute nothing.
+    #[error("the graph has no outputs; mark the tensors the model returns with Trace::set_outputs")]
+    NoOutputs,
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = GraphError> = std::result::Result<T, E>;

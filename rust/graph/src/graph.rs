@@ -1,0 +1,383 @@
+//! The compute graph and constant extraction (`finalize`).
+
+use std::collections::{HashSet, VecDeque};
+
+use crate::constant::ConstantData;
+use crate::dtype::DType;
+use crate::error::{GraphError, Result};
+use crate::ops;
+use crate::packed::{BlockOrder, Encoding};
+use crate::tensor::{HalfLayout, Storage, TensorSpec};
+use crate::trace::{Attrs, Op, TensorId, Trace};
+
+/// What to do with a frozen weight stored as packed (quantized) blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PackedConstantHandling {
+    /// Refuse with [`GraphError::PackedConstant`] (the default): never silently demote the
+    /// weight to a function argument.
+    #[default]
+    Fail,
+    /// Decode to f32 while exporting, one chunk of blocks at a time.
+    Dequantize,
+}
+
+/// Options of [`finalize`].
+#[derive(Debug, Clone, Default)]
+pub struct ExtractOptions {
+    /// Tensors that become graph inputs whatever their storage.
+    pub forced_inputs: HashSet<TensorId>,
+    /// Packed weights: fail (default) or dequantize.
+    pub packed: PackedConstantHandling,
+    /// When true, every unresolved tensor becomes an input (no constants at all).
+    pub no_constants: bool,
+}
+
+/// One operation of a [`ComputeGraph`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    /// Deterministic id (`n<seq>_<op>`).
+    pub id: String,
+    /// Op name.
+    pub op: String,
+    /// Attributes.
+    pub attrs: Attrs,
+    /// Operands.
+    pub inputs: Vec<TensorId>,
+    /// Results.
+    pub outputs: Vec<TensorId>,
+}
+
+/// A frozen value of the graph, with its stable parameter key.
+#[derive(Debug, Clone)]
+pub struct Constant<'a> {
+    /// The tensor it provides.
+    pub tensor: TensorId,
+    /// The parameter key: the module path when the tensor has one, unique in the graph.
+    pub key: String,
+    /// Its values, produced lazily from the borrowed storage.
+    pub data: ConstantData<'a>,
+}
+
+/// A key that had to be changed because another constant already had it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyCollision {
+    /// The tensor whose key was changed.
+    pub tensor: String,
+    /// The key it asked for.
+    pub wanted: String,
+    /// The key it got.
+    pub assigned: String,
+}
+
+/// A validated graph: inputs, constants, nodes in topological order, explicit outputs.
+#[derive(Debug)]
+pub struct ComputeGraph<'a> {
+    /// Specs of every tensor, indexed by [`TensorId`] (a dequantized weight's spec says f32).
+    pub tensors: Vec<TensorSpec>,
+    /// Runtime inputs (function arguments), in first-use order.
+    pub inputs: Vec<TensorId>,
+    /// Frozen values, in first-use order, one per tensor however many nodes use it.
+    pub constants: Vec<Constant<'a>>,
+    /// Nodes in topological order.
+    pub nodes: Vec<Node>,
+    /// The model's results.
+    pub outputs: Vec<TensorId>,
+    /// Keys changed to keep them unique, for the user to see.
+    pub key_collisions: Vec<KeyCollision>,
+}
+
+impl ComputeGraph<'_> {
+    /// The spec of `id`.
+    #[must_use]
+    pub fn spec(&self, id: TensorId) -> &TensorSpec {
+        &self.tensors[id.0]
+    }
+
+    /// The constant providing `id`, if any.
+    #[must_use]
+    pub fn constant(&self, id: TensorId) -> Option<&Constant<'_>> {
+        self.constants.iter().find(|c| c.tensor == id)
+    }
+}
+
+/// Checks references, producers and outputs; returns the producer of every produced tensor.
+fn check_structure(trace: &Trace<'_>) -> Result<Vec<Option<usize>>> {
+    let n = trace.tensors.len();
+    let mut producer: Vec<Option<usize>> = vec![None; n];
+    for (i, op) in trace.ops.iter().enumerate() {
+        let dangling = |port, index, t: TensorId| GraphError::DanglingReference {
+            node: op.id.clone(),
+            op: op.op.clone(),
+            port,
+            index,
+            tensor: t.0,
+        };
+        if let Some((index, t)) = op.inputs.iter().enumerate().find(|(_, t)| t.0 >= n) {
+            return Err(dangling("input", index, *t));
+        }
+        for (index, t) in op.outputs.iter().enumerate() {
+            let slot = producer.get_mut(t.0).ok_or_else(|| dangling("output", index, *t))?;
+            if let Some(first) = slot.replace(i) {
+                return Err(GraphError::DuplicateProducer {
+                    tensor: trace.tensors[t.0].spec.name.clone(),
+                    first: trace.ops[first].id.clone(),
+                    second: op.id.clone(),
+                });
+            }
+        }
+    }
+    if trace.outputs.is_empty() {
+        return Err(GraphError::NoOutputs);
+    }
+    if let Some((index, t)) = trace.outputs.iter().enumerate().find(|(_, t)| t.0 >= n) {
+        return Err(GraphError::BadOutput { index, tensor: t.0 });
+    }
+    Ok(producer)
+}
+
+/// Topological order of the ops in O(N + E): the recording order when it is already valid,
+/// otherwise Kahn's algorithm (deterministic: ties broken by recording order of readiness).
+fn topological_order(trace: &Trace<'_>, producer: &[Option<usize>]) -> Result<Vec<usize>> {
+    let mut seen = vec![false; trace.ops.len()];
+    let in_order = trace.ops.iter().enumerate().all(|(i, op)| {
+        let ok = op.inputs.iter().all(|t| producer[t.0].is_none_or(|p| seen[p]));
+        seen[i] = true;
+        ok
+    });
+    if in_order {
+        return Ok((0..trace.ops.len()).collect());
+    }
+    let mut pending = vec![0usize; trace.ops.len()];
+    let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); trace.ops.len()];
+    for (i, op) in trace.ops.iter().enumerate() {
+        for t in &op.inputs {
+            if let Some(p) = producer[t.0] {
+                pending[i] += 1;
+                consumers[p].push(i);
+            }
+        }
+    }
+    let mut ready: VecDeque<usize> = (0..trace.ops.len()).filter(|&i| pending[i] == 0).collect();
+    let mut order = Vec::with_capacity(trace.ops.len());
+    while let Some(i) = ready.pop_front() {
+        order.push(i);
+        for &c in &consumers[i] {
+            pending[c] -= 1;
+            if pending[c] == 0 {
+                ready.push_back(c);
+            }
+        }
+    }
+    if order.len() < trace.ops.len() {
+        let nodes = (0..trace.ops.len()).filter(|&i| pending[i] > 0).map(|i| trace.ops[i].id.clone()).collect();
+        return Err(GraphError::Cycle { nodes });
+    }
+    Ok(order)
+}
+
+fn check_signature(op: &Op, specs: &[TensorSpec]) -> Result<()> {
+    let Some(sig) = ops::signature(&op.op) else { return Ok(()) };
+    for (port, arity, found) in [("input", sig.inputs, op.inputs.len()), ("output", sig.outputs, op.outputs.len())] {
+        if !arity.accepts(found) {
+            return Err(GraphError::Arity {
+                node: op.id.clone(),
+                op: op.op.clone(),
+                port,
+                expected: arity.to_string(),
+                found,
+            });
+        }
+    }
+    let view = |ids: &[TensorId]| -> Vec<_> { ids.iter().map(|t| (&specs[t.0].shape, specs[t.0].dtype)).collect() };
+    ops::check_types(sig.rule, &view(&op.inputs), &view(&op.outputs)).map_err(|detail| GraphError::TypeMismatch {
+        node: op.id.clone(),
+        op: op.op.clone(),
+        detail,
+    })
+}
+
+fn mismatch(spec: &TensorSpec, storage: &'static str, detail: String) -> GraphError {
+    GraphError::StorageMismatch { tensor: spec.name.clone(), storage, detail }
+}
+
+/// Applies the decision table to one unresolved tensor: `None` means "graph input".
+fn classify<'a>(
+    id: TensorId,
+    spec: &mut TensorSpec,
+    storage: &Storage<'a>,
+    opts: &ExtractOptions,
+) -> Result<Option<ConstantData<'a>>> {
+    // 1. forced inputs (storage not even looked at); embedding disabled.
+    if opts.forced_inputs.contains(&id) || opts.no_constants {
+        return Ok(None);
+    }
+    // 2. dynamic shapes: never compute a volume.
+    let Some(count) = spec.shape.element_count().filter(|_| !spec.shape.is_dynamic()) else {
+        if spec.shape.is_dynamic() {
+            return Ok(None);
+        }
+        return Err(mismatch(spec, storage.kind(), format!("element count of [{}] overflows 64 bits", spec.shape)));
+    };
+    let expect_bytes = |width: u64| count.checked_mul(width);
+    match storage {
+        // 3. dense f32: borrow the original buffer.
+        Storage::F32(values) => {
+            if spec.dtype != DType::F32 {
+                return Err(mismatch(spec, storage.kind(), format!("spec dtype is {}, storage holds f32", spec.dtype)));
+            }
+            if values.len() != count {
+                return Err(mismatch(spec, storage.kind(), format!("{} values for {count} elements", values.len())));
+            }
+            Ok(Some(ConstantData::F32(*values)))
+        }
+        // 4. dense f16/bf16: widened lazily.
+        Storage::Half { bytes, layout } => {
+            if !matches!(spec.dtype, DType::F16 | DType::BF16) {
+                return Err(mismatch(spec, storage.kind(), format!("spec dtype is {}, not f16 or bf16", spec.dtype)));
+            }
+            if Some(bytes.len()) != expect_bytes(2) {
+                return Err(mismatch(spec, storage.kind(), format!("{} bytes for {count} elements", bytes.len())));
+            }
+            let dims = match layout {
+                HalfLayout::RowMajor => [count, 1],
+                HalfLayout::ColumnMajor => match spec.shape.static_dims().as_deref() {
+                    Some(&[r, c]) if bytes.as_slice().is_some() => [r, c],
+                    Some(&[_, _]) => {
+                        return Err(mismatch(
+                            spec,
+                            storage.kind(),
+                            "column-major data must be addressable memory".into(),
+                        ));
+                    }
+                    _ => return Err(mismatch(spec, storage.kind(), "column-major layout needs a rank-2 shape".into())),
+                },
+            };
+            let from = spec.dtype;
+            spec.dtype = DType::F32;
+            Ok(Some(ConstantData::Widen { from, bytes: *bytes, layout: *layout, dims }))
+        }
+        // 5./6. packed blocks: fail loudly, or dequantize lazily.
+        Storage::Packed { encoding, order, bytes } => {
+            if opts.packed == PackedConstantHandling::Fail {
+                let name = match encoding {
+                    Encoding::Other(n) if n.is_empty() => None,
+                    e => Some(e.name().to_owned()),
+                };
+                return Err(GraphError::PackedConstant { tensor: spec.name.clone(), encoding: name });
+            }
+            let cannot = |detail: String| GraphError::CannotDecode { tensor: spec.name.clone(), detail };
+            if encoding.block_geometry().is_none() {
+                return Err(cannot(format!(
+                    "encoding {encoding} is not one tapeout decodes (Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K); load it dense"
+                )));
+            }
+            if *order != BlockOrder::RowMajor {
+                return Err(cannot(format!("block order {order} is not supported; only row-major (GGML) blocks are")));
+            }
+            match encoding.physical_bytes(count) {
+                Some(b) if b == bytes.len() => {}
+                Some(b) => {
+                    return Err(mismatch(
+                        spec,
+                        storage.kind(),
+                        format!("{} bytes, {encoding} of {count} values is {b}", bytes.len()),
+                    ));
+                }
+                None => {
+                    return Err(mismatch(
+                        spec,
+                        storage.kind(),
+                        format!("{count} values are not whole {encoding} blocks"),
+                    ));
+                }
+            }
+            spec.dtype = DType::F32;
+            Ok(Some(ConstantData::Dequantize { encoding: encoding.clone(), bytes: *bytes, elements: count }))
+        }
+        // Dense bytes of other dtypes (integer tables, masks): frozen as stored.
+        Storage::Dense(bytes) => {
+            if Some(bytes.len()) != expect_bytes(spec.dtype.byte_width()) {
+                return Err(mismatch(
+                    spec,
+                    storage.kind(),
+                    format!("{} bytes for {count} {} elements", bytes.len(), spec.dtype),
+                ));
+            }
+            Ok(Some(ConstantData::Raw { dtype: spec.dtype, bytes: *bytes }))
+        }
+        // 7. mapped regions and shape-only placeholders: runtime inputs.
+        Storage::Mapped { .. } | Storage::None => Ok(None),
+    }
+}
+
+/// Assigns stable, unique keys: the module path, else the trace name, else `param.<n>`.
+fn assign_keys(constants: &mut [Constant<'_>], specs: &[TensorSpec]) -> Vec<KeyCollision> {
+    let mut taken: HashSet<String> = HashSet::with_capacity(constants.len());
+    let mut collisions = Vec::new();
+    for (n, c) in constants.iter_mut().enumerate() {
+        let spec = &specs[c.tensor.0];
+        let wanted = match (&spec.path, spec.name.is_empty()) {
+            (Some(path), _) if !path.is_empty() => path.clone(),
+            (_, false) => spec.name.clone(),
+            _ => format!("param.{n}"),
+        };
+        let mut key = wanted.clone();
+        let mut suffix = 1u64;
+        while taken.contains(&key) {
+            key = format!("{wanted}.{suffix}");
+            suffix += 1;
+        }
+        if key != wanted {
+            collisions.push(KeyCollision { tensor: spec.name.clone(), wanted, assigned: key.clone() });
+        }
+        taken.insert(key.clone());
+        c.key = key;
+    }
+    collisions
+}
+
+/// Turns a trace into a [`ComputeGraph`]: validates it, orders it, and decides for every tensor
+/// that no op produces whether it is a runtime input or a frozen constant.
+///
+/// Decision table, first match wins: forced input → input; dynamic shape → input; dense f32 →
+/// constant borrowing the buffer; dense f16/bf16 → constant widened lazily; packed → error
+/// ([`PackedConstantHandling::Fail`]) or constant dequantized lazily; other dense dtypes →
+/// constant as stored; mapped or shape-only → input.
+pub fn finalize<'a>(trace: &Trace<'a>, opts: &ExtractOptions) -> Result<ComputeGraph<'a>> {
+    let producer = check_structure(trace)?;
+    let order = topological_order(trace, &producer)?;
+    let mut specs: Vec<TensorSpec> = trace.tensors.iter().map(|t| t.spec.clone()).collect();
+
+    let mut inputs = Vec::new();
+    let mut constants = Vec::new();
+    let mut resolved: HashSet<TensorId> = HashSet::new();
+    let first_uses = order.iter().flat_map(|&i| trace.ops[i].inputs.iter()).chain(&trace.outputs);
+    for &id in first_uses {
+        if producer[id.0].is_some() || !resolved.insert(id) {
+            continue;
+        }
+        match classify(id, &mut specs[id.0], &trace.tensors[id.0].storage, opts)? {
+            Some(data) => constants.push(Constant { tensor: id, key: String::new(), data }),
+            None => inputs.push(id),
+        }
+    }
+    // Types are checked as the program will see them: widened and dequantized weights are f32.
+    for &i in &order {
+        check_signature(&trace.ops[i], &specs)?;
+    }
+    let key_collisions = assign_keys(&mut constants, &specs);
+    let nodes = order
+        .into_iter()
+        .map(|i| {
+            let op = &trace.ops[i];
+            Node {
+                id: op.id.clone(),
+                op: op.op.clone(),
+                attrs: op.attrs.clone(),
+                inputs: op.inputs.clone(),
+                outputs: op.outputs.clone(),
+            }
+        })
+        .collect();
+    Ok(ComputeGraph { tensors: specs, inputs, constants, nodes, outputs: trace.outputs.clone(), key_collisions })
+}

@@ -1,0 +1,30 @@
+//! Tensors, compute graphs and constant extraction.
+//!
+//! A [`Trace`] records what a model did: tensors (with storage that someone else owns) and the
+//! ops between them. [`finalize`] validates it, orders it, and turns every tensor no op produces
+//! into a runtime input or a frozen [`Constant`]:
+//!
+//! * dense f32 weights are **borrowed**: the constant is the caller's buffer, never a copy;
+//! * f16/bf16 weights are widened to f32 **lazily**, one chunk at a time, when written;
+//! * packed (quantized) weights are refused with a remedy, or dequantized lazily on request;
+//! * every count and size is a `u64`; a 2^31-byte tensor needs no allocation of its size.
+#![deny(missing_docs)]
+
+mod constant;
+mod dtype;
+mod error;
+mod graph;
+pub mod ops;
+pub mod packed;
+mod shape;
+mod tensor;
+mod trace;
+
+pub use constant::{ByteSink, CHUNK_VALUES, ConstantData, ConstantSource, PASSTHROUGH_VALUES};
+pub use dtype::DType;
+pub use error::{GraphError, Result};
+pub use graph::{ComputeGraph, Constant, ExtractOptions, KeyCollision, Node, PackedConstantHandling, finalize};
+pub use packed::{BlockOrder, Encoding};
+pub use shape::{Dim, Shape};
+pub use tensor::{ChunkLender, HalfLayout, LendError, Lent, Storage, Tensor, TensorSpec};
+pub use trace::{Attr, Attrs, Op, TensorId, Trace};

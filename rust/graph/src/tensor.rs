@@ -1,0 +1,256 @@
+//! Tensors as a trace records them: a spec plus the storage that someone else owns.
+
+use std::path::PathBuf;
+
+use crate::dtype::DType;
+use crate::packed::{BlockOrder, Encoding};
+use crate::shape::Shape;
+
+/// Failure reported by a [`ChunkLender`] (for example a JVM error while pinning an array).
+pub type LendError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Memory that can only be reached one bounded chunk at a time.
+///
+/// The JNI binding implements this over a JVM array that it pins per chunk: the slice handed to
+/// `f` is valid only during the call, and nothing else may run on the JVM meanwhile.
+pub trait ChunkLender<T> {
+    /// Number of elements.
+    fn len(&self) -> u64;
+
+    /// True when there are no elements.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Lends elements `start .. start + len` to `f` and returns what `f` returned, or the lender's
+    /// own failure in the outer `Err`.
+    fn with_chunk(
+        &self,
+        start: u64,
+        len: u64,
+        f: &mut dyn FnMut(&[T]) -> Result<(), tapeout_irpa::IrpaError>,
+    ) -> Result<Result<(), tapeout_irpa::IrpaError>, LendError>;
+}
+
+/// Memory lent to tapeout for the lifetime `'a`: never copied as a whole.
+pub enum Lent<'a, T> {
+    /// An addressable slice (Rust memory, an mmap).
+    Slice(&'a [T]),
+    /// Memory reached one chunk at a time (a pinned JVM array).
+    Chunked(&'a dyn ChunkLender<T>),
+}
+
+impl<T> Clone for Lent<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Lent<'_, T> {}
+
+impl<T> std::fmt::Debug for Lent<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Lent::Slice(s) => write!(f, "Slice({:p}, {} elements)", s.as_ptr(), s.len()),
+            Lent::Chunked(c) => write!(f, "Chunked({} elements)", c.len()),
+        }
+    }
+}
+
+impl<'a, T> Lent<'a, T> {
+    /// Number of elements.
+    #[must_use]
+    pub fn len(&self) -> u64 {
+        match self {
+            Lent::Slice(s) => s.len() as u64,
+            Lent::Chunked(c) => c.len(),
+        }
+    }
+
+    /// True when there are no elements.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The slice itself, when the memory is addressable (for identity checks and fast paths).
+    #[must_use]
+    pub fn as_slice(&self) -> Option<&'a [T]> {
+        match self {
+            Lent::Slice(s) => Some(s),
+            Lent::Chunked(_) => None,
+        }
+    }
+
+    /// Calls `f` on consecutive chunks of at most `max` elements (chunk starts are multiples of
+    /// `max`, so a caller can keep blocks whole by choosing `max` as a multiple of the block).
+    pub fn for_each_chunk(
+        &self,
+        max: u64,
+        f: &mut dyn FnMut(&[T]) -> Result<(), tapeout_irpa::IrpaError>,
+    ) -> Result<Result<(), tapeout_irpa::IrpaError>, LendError> {
+        let max = max.max(1);
+        match self {
+            Lent::Slice(s) => Ok(s.chunks(usize::try_from(max).unwrap_or(usize::MAX)).try_for_each(f)),
+            Lent::Chunked(c) => {
+                let total = c.len();
+                let mut start = 0;
+                while start < total {
+                    let n = max.min(total - start);
+                    if let Err(e) = c.with_chunk(start, n, f)? {
+                        return Ok(Err(e));
+                    }
+                    start += n;
+                }
+                Ok(Ok(()))
+            }
+        }
+    }
+}
+
+/// Physical order of a dense 16-bit float tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HalfLayout {
+    /// Row-major, like every other tensor.
+    #[default]
+    RowMajor,
+    /// A rank-2 `[rows, cols]` tensor stored column by column: element `[r, c]` at index
+    /// `c · rows + r` (the reference's "input-major" variant). Decoded in row-major order.
+    ColumnMajor,
+}
+
+/// Where a tensor's values live. tapeout borrows; it never takes ownership of weights.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Storage<'a> {
+    /// Dense f32 values.
+    F32(Lent<'a, f32>),
+    /// Dense f16 or bf16 values as little-endian bytes (the spec's dtype says which).
+    Half {
+        /// Two bytes per element.
+        bytes: Lent<'a, u8>,
+        /// Physical order.
+        layout: HalfLayout,
+    },
+    /// Packed blocks of a quantized encoding. The spec's dtype is the logical dtype (f32).
+    Packed {
+        /// The block encoding.
+        encoding: Encoding,
+        /// The block order.
+        order: BlockOrder,
+        /// The packed bytes.
+        bytes: Lent<'a, u8>,
+    },
+    /// Dense values of any other dtype (integers, bool, f64) as little-endian bytes.
+    Dense(Lent<'a, u8>),
+    /// A region of a file that the program reads at run time; becomes a graph input.
+    Mapped {
+        /// The file.
+        path: PathBuf,
+        /// Byte offset of the region.
+        offset: u64,
+        /// Byte length of the region.
+        len: u64,
+    },
+    /// No values (a shape-only placeholder); becomes a graph input.
+    None,
+}
+
+impl Storage<'_> {
+    /// Short name of the storage kind, for messages.
+    #[must_use]
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Storage::F32(_) => "dense f32",
+            Storage::Half { .. } => "dense 16-bit float",
+            Storage::Packed { .. } => "packed blocks",
+            Storage::Dense(_) => "dense bytes",
+            Storage::Mapped { .. } => "mapped file region",
+            Storage::None => "shape only",
+        }
+    }
+}
+
+/// What a tensor is, independent of where its values live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorSpec {
+    /// The trace's name for it (for example `t12`). Used in messages and as a fallback key.
+    pub name: String,
+    /// Shape, outermost first.
+    pub shape: Shape,
+    /// Logical element type.
+    pub dtype: DType,
+    /// Module path (`model.layers.3.attn.q_proj.weight`): the stable parameter key when present.
+    pub path: Option<String>,
+}
+
+impl TensorSpec {
+    /// A spec without a module path.
+    pub fn new(name: impl Into<String>, shape: Shape, dtype: DType) -> Self {
+        Self { name: name.into(), shape, dtype, path: None }
+    }
+
+    /// The same spec with a module path.
+    #[must_use]
+    pub fn with_path(mut self, path: impl Into<String>) -> Self {
+        self.path = Some(path.into());
+        self
+    }
+
+    /// The MLIR tensor type, e.g. `tensor<4x3xf32>`, `tensor<?x8xbf16>`, `tensor<i1>`.
+    #[must_use]
+    pub fn mlir_type(&self) -> String {
+        if self.shape.rank() == 0 {
+            format!("tensor<{}>", self.dtype.mlir_name())
+        } else {
+            format!("tensor<{}x{}>", self.shape, self.dtype.mlir_name())
+        }
+    }
+}
+
+/// A recorded tensor: its spec and its (borrowed) storage.
+#[derive(Debug)]
+pub struct Tensor<'a> {
+    /// What it is.
+    pub spec: TensorSpec,
+    /// Where its values live.
+    pub storage: Storage<'a>,
+}
+
+impl<'a> Tensor<'a> {
+    /// A tensor with no values (an activation, or a placeholder input).
+    #[must_use]
+    pub fn placeholder(spec: TensorSpec) -> Self {
+        Self { spec, storage: Storage::None }
+    }
+
+    /// A dense f32 tensor that borrows `values` (no copy).
+    #[must_use]
+    pub fn f32(spec: TensorSpec, values: &'a [f32]) -> Self {
+        Self { spec, storage: Storage::F32(Lent::Slice(values)) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mlir_types() {
+        assert_eq!(TensorSpec::new("t", Shape::of(&[4, 3]), DType::F32).mlir_type(), "tensor<4x3xf32>");
+        assert_eq!(TensorSpec::new("t", Shape::scalar(), DType::Bool).mlir_type(), "tensor<i1>");
+    }
+
+    #[test]
+    fn slice_chunks_cover_everything_in_order() {
+        let v: Vec<u8> = (0..10).collect();
+        let mut seen = Vec::new();
+        Lent::Slice(&v[..])
+            .for_each_chunk(4, &mut |c| {
+                seen.push(c.to_vec());
+                Ok(())
+            })
+            .unwrap()
+            .unwrap();
+        assert_eq!(seen, vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7], vec![8, 9]]);
+    }
+}

@@ -1,0 +1,447 @@
+//! The extraction contract: what becomes a constant, what becomes an input, what is refused, and
+//! proof that nothing is copied or held beyond one chunk (a counting global allocator measures it).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tapeout_graph::{
+    Attrs, BlockOrder, ByteSink, ChunkLender, ConstantData, DType, Dim, Encoding, ExtractOptions, GraphError,
+    HalfLayout, LendError, Lent, PackedConstantHandling, Shape, Storage, Tensor, TensorId, TensorSpec, Trace, finalize,
+    packed,
+};
+use tapeout_irpa::IrpaError;
+
+// --- allocation accounting --------------------------------------------------------------------
+
+struct Counting;
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+/// Tests that measure allocations run one at a time.
+static MEASURE: Mutex<()> = Mutex::new(());
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let now = LIVE.fetch_add(layout.size(), Ordering::SeqCst) + layout.size();
+        PEAK.fetch_max(now, Ordering::SeqCst);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size(), Ordering::SeqCst);
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Runs `f` and returns the peak of bytes allocated during it above what was live before.
+fn peak_extra_alloc<R>(f: impl FnOnce() -> R) -> (R, usize) {
+    let before = LIVE.load(Ordering::SeqCst);
+    PEAK.store(before, Ordering::SeqCst);
+    let r = f();
+    (r, PEAK.load(Ordering::SeqCst) - before)
+}
+
+/// A sink that only counts and checks a few positions.
+#[derive(Default)]
+struct Probe {
+    len: u64,
+    samples: Vec<(u64, u8)>,
+    want: Vec<u64>,
+}
+
+impl ByteSink for Probe {
+    fn put(&mut self, bytes: &[u8]) -> Result<(), IrpaError> {
+        for &at in &self.want {
+            if at >= self.len && at < self.len + bytes.len() as u64 {
+                self.samples.push((at, bytes[usize::try_from(at - self.len).unwrap()]));
+            }
+        }
+        self.len += bytes.len() as u64;
+        Ok(())
+    }
+    fn lend_failed(&self, error: LendError) -> IrpaError {
+        IrpaError::Source { key: "probe".into(), source: error }
+    }
+}
+
+// --- helpers --------------------------------------------------------------------------------
+
+fn spec(name: &str, dims: &[u64], dtype: DType) -> TensorSpec {
+    TensorSpec::new(name, Shape::of(dims), dtype)
+}
+
+/// `y = x @ w` with `x` a placeholder input and `w` the given weight tensor.
+fn matmul_trace<'a>(w: Tensor<'a>) -> (Trace<'a>, TensorId, TensorId) {
+    let mut t = Trace::new();
+    let rows = w.spec.shape.static_dims().map_or(1, |d| d[0]);
+    let cols = w.spec.shape.static_dims().map_or(1, |d| d[1]);
+    let x = t.add_placeholder(spec("x", &[2, rows], DType::F32));
+    let w = t.add_tensor(w);
+    let y = t.add_placeholder(spec("y", &[2, cols], DType::F32));
+    t.record("matmul", Attrs::new(), &[x, w], &[y]);
+    t.set_outputs(&[y]);
+    (t, x, w)
+}
+
+fn bytes_of(data: &ConstantData<'_>) -> Vec<u8> {
+    let mut v = Vec::new();
+    data.stream(&mut v).unwrap();
+    v
+}
+
+fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+}
+
+// --- the reference's contract ---------------------------------------------------------------
+
+#[test]
+fn fp32_constant_aliases_the_live_buffer_and_copies_nothing() {
+    let _serial = MEASURE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let weights: Vec<f32> = (0..(4 << 20)).map(|i| i as f32).collect(); // 16 MiB
+    let (trace, x, w) = matmul_trace(Tensor::f32(spec("t1", &[4096, 1024], DType::F32), &weights));
+    let (graph, extra) = peak_extra_alloc(|| finalize(&trace, &ExtractOptions::default()).unwrap());
+    assert!(extra < 64 << 10, "finalize allocated {extra} bytes");
+    assert_eq!(graph.inputs, [x]);
+    let c = graph.constant(w).expect("weight is a constant");
+    let ConstantData::F32(Lent::Slice(s)) = c.data else { panic!("not an aliased f32 constant") };
+    assert_eq!(s.as_ptr(), weights.as_ptr(), "the constant is the caller's buffer");
+    assert_eq!(s.len(), weights.len());
+
+    let mut probe = Probe { want: vec![0, 4 * 12345, 16 * (1 << 20) - 1], ..Probe::default() };
+    let ((), extra) = peak_extra_alloc(|| c.data.stream(&mut probe).unwrap());
+    assert!(extra < 64 << 10, "streaming an f32 constant allocated {extra} bytes");
+    assert_eq!(probe.len, 16 << 20);
+    assert_eq!(probe.samples[1], (4 * 12345, 12345f32.to_le_bytes()[0]));
+}
+
+#[test]
+fn packed_weight_fails_loudly_with_both_remedies() {
+    let blocks = vec![0u8; 34 * 4];
+    let w = Tensor {
+        spec: spec("t1", &[4, 32], DType::F32),
+        storage: Storage::Packed { encoding: Encoding::Q8_0, order: BlockOrder::RowMajor, bytes: Lent::Slice(&blocks) },
+    };
+    let (trace, _, _) = matmul_trace(w);
+    let err = finalize(&trace, &ExtractOptions::default()).unwrap_err();
+    assert!(matches!(err, GraphError::PackedConstant { .. }));
+    let msg = err.to_string();
+    for needle in ["'t1'", "Q8_0", "DEQUANTIZE", "load this weight dense", "function-argument placeholder"] {
+        assert!(msg.contains(needle), "{needle:?} missing from: {msg}");
+    }
+}
+
+#[test]
+fn dequantize_yields_logical_f32_values_without_an_encoding() {
+    // Two Q4_0 rows of 32: d = 0.5, codes 0..15 repeated.
+    let mut blocks = Vec::new();
+    for _ in 0..2 {
+        blocks.extend(half::f16::from_f32(0.5).to_bits().to_le_bytes());
+        blocks.extend((0u8..16).map(|i| i | ((15 - i) << 4)));
+    }
+    let w = Tensor {
+        spec: spec("t1", &[2, 32], DType::F32).with_path("model.proj.weight"),
+        storage: Storage::Packed { encoding: Encoding::Q4_0, order: BlockOrder::RowMajor, bytes: Lent::Slice(&blocks) },
+    };
+    let (trace, _, w_id) = matmul_trace(w);
+    let opts = ExtractOptions { packed: PackedConstantHandling::Dequantize, ..ExtractOptions::default() };
+    let graph = finalize(&trace, &opts).unwrap();
+    let c = graph.constant(w_id).unwrap();
+    assert_eq!(c.key, "model.proj.weight");
+    assert_eq!(c.data.element_count(), 64);
+    assert_eq!(c.data.dtype(), DType::F32);
+    assert_eq!(graph.spec(w_id).dtype, DType::F32);
+    let mut expect = vec![0f32; 64];
+    packed::dequantize(&Encoding::Q4_0, &blocks, &mut expect).unwrap();
+    assert_eq!(f32s(&bytes_of(&c.data)), expect);
+    assert_eq!(expect[0], -4.0);
+}
+
+#[test]
+fn bf16_and_f16_widen_exactly_including_specials() {
+    let bf16_vals = [1.0f32, -0.0, f32::INFINITY, f32::NEG_INFINITY, 3.140625, -2.5e-38, 1.0e38];
+    let bf: Vec<u8> = bf16_vals.iter().flat_map(|v| half::bf16::from_f32(*v).to_bits().to_le_bytes()).collect();
+    let nan_bits: u16 = 0x7fc1; // a NaN with a payload
+    let mut bf = bf;
+    bf.extend(nan_bits.to_le_bytes());
+    let w = Tensor {
+        spec: spec("bf", &[1, 8], DType::BF16),
+        storage: Storage::Half { bytes: Lent::Slice(&bf), layout: HalfLayout::RowMajor },
+    };
+    let (trace, _, id) = matmul_trace(w);
+    let graph = finalize(&trace, &ExtractOptions::default()).unwrap();
+    let got = f32s(&bytes_of(&graph.constant(id).unwrap().data));
+    for (g, v) in got.iter().zip(bf16_vals) {
+        assert_eq!(g.to_bits(), half::bf16::from_f32(v).to_f32().to_bits());
+    }
+    assert_eq!(got[7].to_bits(), u32::from(nan_bits) << 16, "NaN payload kept");
+    assert_eq!(graph.spec(id).dtype, DType::F32);
+
+    let f16_bits: [u16; 6] = [0x0001, 0x8000, 0x7c00, 0x3555, 0xfbff, 0x7e01]; // subnormal, -0, inf, …, NaN
+    let fb: Vec<u8> = f16_bits.iter().flat_map(|b| b.to_le_bytes()).collect();
+    let w = Tensor {
+        spec: spec("h", &[2, 3], DType::F16),
+        storage: Storage::Half { bytes: Lent::Slice(&fb), layout: HalfLayout::RowMajor },
+    };
+    let (trace, _, id) = matmul_trace(w);
+    let got = f32s(&bytes_of(&finalize(&trace, &ExtractOptions::default()).unwrap().constant(id).unwrap().data));
+    assert_eq!(got[0], 2f32.powi(-24));
+    assert_eq!(got[1].to_bits(), 0x8000_0000);
+    assert_eq!(got[2], f32::INFINITY);
+    assert_eq!(got[4], -65504.0);
+    assert!(got[5].is_nan());
+}
+
+#[test]
+fn column_major_half_is_decoded_in_row_major_order() {
+    // [2, 3] stored by column: element [r, c] at c*2 + r.
+    let logical = [[1.0f32, 2.0, 3.0], [4.0, 5.0, 6.0]];
+    let mut bytes = Vec::new();
+    for c in 0..3 {
+        for row in &logical {
+            bytes.extend(half::f16::from_f32(row[c]).to_bits().to_le_bytes());
+        }
+    }
+    let w = Tensor {
+        spec: spec("cm", &[2, 3], DType::F16),
+        storage: Storage::Half { bytes: Lent::Slice(&bytes), layout: HalfLayout::ColumnMajor },
+    };
+    let (trace, _, id) = matmul_trace(w);
+    let got = f32s(&bytes_of(&finalize(&trace, &ExtractOptions::default()).unwrap().constant(id).unwrap().data));
+    assert_eq!(got, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+}
+
+#[test]
+fn forced_inputs_dynamic_shapes_and_mapped_storage_stay_inputs() {
+    let weights = vec![1f32; 8];
+    let blocks = vec![0u8; 34];
+    let mut t = Trace::new();
+    let x = t.add_placeholder(spec("x", &[4, 2], DType::F32));
+    let forced = t.add_tensor(Tensor::f32(spec("forced", &[2, 4], DType::F32), &weights));
+    let dynamic = t.add_tensor(Tensor {
+        spec: TensorSpec::new("dyn", Shape(vec![Dim::Dynamic, Dim::Static(32)]), DType::F32),
+        storage: Storage::Packed { encoding: Encoding::Q8_0, order: BlockOrder::RowMajor, bytes: Lent::Slice(&blocks) },
+    });
+    let mapped = t.add_tensor(Tensor {
+        spec: spec("mapped", &[4, 4], DType::F32),
+        storage: Storage::Mapped { path: "w.bin".into(), offset: 0, len: 64 },
+    });
+    let y = t.add_placeholder(spec("y", &[4, 4], DType::F32));
+    let z = t.add_placeholder(spec("z", &[4, 4], DType::F32));
+    let d = t.add_placeholder(TensorSpec::new("d", Shape(vec![Dim::Dynamic, Dim::Static(32)]), DType::F32));
+    t.record("matmul", Attrs::new(), &[x, forced], &[y]);
+    t.record("add", Attrs::new(), &[y, mapped], &[z]);
+    t.record("neg", Attrs::new(), &[dynamic], &[d]);
+    t.set_outputs(&[z, d]);
+    let opts = ExtractOptions { forced_inputs: [forced].into(), ..ExtractOptions::default() };
+    let g = finalize(&t, &opts).unwrap();
+    assert_eq!(g.inputs, [x, forced, mapped, dynamic], "first-use order");
+    assert!(g.constants.is_empty(), "a dynamic packed tensor is an input, not a FAIL");
+}
+
+#[test]
+fn a_tied_weight_used_twice_is_one_constant() {
+    let emb = vec![0.5f32; 16 * 4];
+    let mut t = Trace::new();
+    let ids = t.add_placeholder(spec("ids", &[3], DType::I32));
+    let w = t.add_tensor(Tensor::f32(spec("t7", &[16, 4], DType::F32).with_path("model.embed.weight"), &emb));
+    let wt = t.add_placeholder(spec("wt", &[4, 16], DType::F32));
+    let h = t.add_placeholder(spec("h", &[3, 4], DType::F32));
+    let logits = t.add_placeholder(spec("logits", &[3, 16], DType::F32));
+    t.record("gather", Attrs::new(), &[w, ids], &[h]);
+    t.record("transpose", Attrs::new(), &[w], &[wt]);
+    t.record("matmul", Attrs::new(), &[h, wt], &[logits]);
+    t.set_outputs(&[logits]);
+    let g = finalize(&t, &ExtractOptions::default()).unwrap();
+    assert_eq!(g.constants.len(), 1);
+    assert_eq!(g.constants[0].key, "model.embed.weight");
+    assert_eq!(g.inputs, [ids]);
+}
+
+#[test]
+fn keys_are_stable_unique_and_collisions_are_reported() {
+    let a = vec![1f32; 4];
+    let build = || {
+        let mut t = Trace::new();
+        let x = t.add_placeholder(spec("x", &[4], DType::F32));
+        let w1 = t.add_tensor(Tensor::f32(spec("t1", &[4], DType::F32).with_path("layer.w"), &a));
+        let w2 = t.add_tensor(Tensor::f32(spec("t2", &[4], DType::F32).with_path("layer.w"), &a));
+        let w3 = t.add_tensor(Tensor::f32(spec("", &[4], DType::F32), &a));
+        let (y1, y2, y3) = (
+            t.add_placeholder(spec("y1", &[4], DType::F32)),
+            t.add_placeholder(spec("y2", &[4], DType::F32)),
+            t.add_placeholder(spec("y3", &[4], DType::F32)),
+        );
+        t.record("add", Attrs::new(), &[x, w1], &[y1]);
+        t.record("add", Attrs::new(), &[y1, w2], &[y2]);
+        t.record("add", Attrs::new(), &[y2, w3], &[y3]);
+        t.set_outputs(&[y3]);
+        t
+    };
+    let (t1, t2) = (build(), build());
+    let (g1, g2) =
+        (finalize(&t1, &ExtractOptions::default()).unwrap(), finalize(&t2, &ExtractOptions::default()).unwrap());
+    let keys = |g: &tapeout_graph::ComputeGraph<'_>| g.constants.iter().map(|c| c.key.clone()).collect::<Vec<_>>();
+    assert_eq!(keys(&g1), ["layer.w", "layer.w.1", "param.2"]);
+    assert_eq!(keys(&g1), keys(&g2), "same model, same keys");
+    assert_eq!(g1.key_collisions.len(), 1);
+    assert_eq!(g1.key_collisions[0].assigned, "layer.w.1");
+    assert_eq!(g1.key_collisions[0].tensor, "t2");
+}
+
+// --- validation -------------------------------------------------------------------------------
+
+#[test]
+fn validation_names_the_node_and_the_problem() {
+    let mut t = Trace::new();
+    let a = t.add_placeholder(spec("a", &[2, 3], DType::F32));
+    let b = t.add_placeholder(spec("b", &[4], DType::F32));
+    let c = t.add_placeholder(spec("c", &[2, 3], DType::F32));
+    t.record("add", Attrs::new(), &[a, b], &[c]);
+    t.set_outputs(&[c]);
+    let e = finalize(&t, &ExtractOptions::default()).unwrap_err().to_string();
+    assert!(e.contains("n0_add") && e.contains("do not broadcast"), "{e}");
+
+    let mut t = Trace::new();
+    let a = t.add_placeholder(spec("a", &[2], DType::F32));
+    let c = t.add_placeholder(spec("c", &[2], DType::F32));
+    t.record("add", Attrs::new(), &[a], &[c]);
+    t.set_outputs(&[c]);
+    let e = finalize(&t, &ExtractOptions::default()).unwrap_err();
+    assert!(matches!(&e, GraphError::Arity { port: "input", found: 1, .. }), "{e}");
+
+    let mut t = Trace::new();
+    let a = t.add_placeholder(spec("a", &[2], DType::F32));
+    t.record("neg", Attrs::new(), &[TensorId(9)], &[a]);
+    t.set_outputs(&[a]);
+    let e = finalize(&t, &ExtractOptions::default()).unwrap_err();
+    assert!(matches!(&e, GraphError::DanglingReference { tensor: 9, port: "input", .. }), "{e}");
+
+    let mut t = Trace::new();
+    let a = t.add_placeholder(spec("a", &[2], DType::F32));
+    let b = t.add_placeholder(spec("b", &[2], DType::F32));
+    t.record("neg", Attrs::new(), &[b], &[a]);
+    t.record("neg", Attrs::new(), &[a], &[b]);
+    t.set_outputs(&[a]);
+    let e = finalize(&t, &ExtractOptions::default()).unwrap_err();
+    assert!(matches!(&e, GraphError::Cycle { nodes } if nodes.len() == 2), "{e}");
+
+    let mut t = Trace::new();
+    let a = t.add_placeholder(spec("a", &[2], DType::F32));
+    let b = t.add_placeholder(spec("b", &[2], DType::F32));
+    t.record("neg", Attrs::new(), &[a], &[b]);
+    t.record("abs", Attrs::new(), &[a], &[b]);
+    t.set_outputs(&[b]);
+    assert!(matches!(finalize(&t, &ExtractOptions::default()), Err(GraphError::DuplicateProducer { .. })));
+
+    let t = Trace::new();
+    assert!(matches!(finalize(&t, &ExtractOptions::default()), Err(GraphError::NoOutputs)));
+}
+
+#[test]
+fn out_of_order_traces_are_sorted_and_dangling_intermediates_are_not_outputs() {
+    let mut t = Trace::new();
+    let x = t.add_placeholder(spec("x", &[2], DType::F32));
+    let a = t.add_placeholder(spec("a", &[2], DType::F32));
+    let b = t.add_placeholder(spec("b", &[2], DType::F32));
+    let unused = t.add_placeholder(spec("unused", &[2], DType::F32));
+    t.record("exp", Attrs::new(), &[a], &[b]); // consumes `a` before it is recorded
+    t.record("neg", Attrs::new(), &[x], &[a]);
+    t.record("abs", Attrs::new(), &[x], &[unused]);
+    t.set_outputs(&[b]);
+    let g = finalize(&t, &ExtractOptions::default()).unwrap();
+    let order: Vec<_> = g.nodes.iter().map(|n| n.id.as_str()).collect();
+    assert_eq!(order, ["n1_neg", "n2_abs", "n0_exp"]);
+    assert_eq!(g.outputs, [b]);
+}
+
+#[test]
+fn storage_that_disagrees_with_its_spec_is_refused() {
+    let w = vec![1f32; 5];
+    let (trace, _, _) = matmul_trace(Tensor::f32(spec("t1", &[2, 3], DType::F32), &w));
+    let e = finalize(&trace, &ExtractOptions::default()).unwrap_err().to_string();
+    assert!(e.contains("'t1'") && e.contains("5 values for 6 elements"), "{e}");
+
+    let blocks = vec![0u8; 30];
+    let w = Tensor {
+        spec: spec("t2", &[1, 32], DType::F32),
+        storage: Storage::Packed { encoding: Encoding::Q8_0, order: BlockOrder::RowMajor, bytes: Lent::Slice(&blocks) },
+    };
+    let (trace, _, _) = matmul_trace(w);
+    let opts = ExtractOptions { packed: PackedConstantHandling::Dequantize, ..ExtractOptions::default() };
+    assert!(matches!(finalize(&trace, &opts), Err(GraphError::StorageMismatch { .. })));
+
+    let w = Tensor {
+        spec: spec("t3", &[1, 32], DType::F32),
+        storage: Storage::Packed {
+            encoding: Encoding::Other("TQ1_0".into()),
+            order: BlockOrder::RowMajor,
+            bytes: Lent::Slice(&blocks),
+        },
+    };
+    let (trace, _, _) = matmul_trace(w);
+    let e = finalize(&trace, &opts).unwrap_err().to_string();
+    assert!(e.contains("TQ1_0") && e.contains("load it dense"), "{e}");
+}
+
+// --- the 2^31-byte tensor -----------------------------------------------------------------------
+
+/// bf16 bytes synthesised per chunk: value of element i is bf16(i % 1024).
+struct SyntheticBf16 {
+    elements: u64,
+    max_lent: AtomicUsize,
+}
+
+impl ChunkLender<u8> for SyntheticBf16 {
+    fn len(&self) -> u64 {
+        self.elements * 2
+    }
+    fn with_chunk(
+        &self,
+        start: u64,
+        len: u64,
+        f: &mut dyn FnMut(&[u8]) -> Result<(), IrpaError>,
+    ) -> Result<Result<(), IrpaError>, LendError> {
+        self.max_lent.fetch_max(usize::try_from(len)?, Ordering::SeqCst);
+        let chunk: Vec<u8> = (start / 2..(start + len) / 2)
+            .flat_map(|i| half::bf16::from_f32((i % 1024) as f32).to_bits().to_le_bytes())
+            .collect();
+        Ok(f(&chunk))
+    }
+}
+
+#[test]
+fn embedding_of_2_pow_31_bytes_needs_no_allocation_of_its_size() {
+    let _serial = MEASURE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    // f32, borrowed: 262144 x 2048 from an anonymous mapping (pages appear only when touched).
+    let map = memmap2::MmapMut::map_anon(1 << 31).unwrap();
+    let values: &[f32] = bytemuck::cast_slice(&map[..]);
+    let (trace, _, w) = matmul_trace(Tensor::f32(spec("embed", &[262_144, 2048], DType::F32), values));
+    let (g, extra) = peak_extra_alloc(|| finalize(&trace, &ExtractOptions::default()).unwrap());
+    assert!(extra < 64 << 10, "finalize allocated {extra} bytes");
+    let data = &g.constant(w).unwrap().data;
+    assert_eq!(data.byte_len(), 1 << 31);
+    assert!(matches!(data, ConstantData::F32(Lent::Slice(s)) if s.as_ptr() == values.as_ptr()));
+
+    // bf16 through a chunked lender, widened lazily: 2^30 source bytes become 2^31 f32 bytes.
+    let lender = SyntheticBf16 { elements: 1 << 29, max_lent: AtomicUsize::new(0) };
+    let w = Tensor {
+        spec: spec("embed_bf16", &[262_144, 2048], DType::BF16),
+        storage: Storage::Half { bytes: Lent::Chunked(&lender), layout: HalfLayout::RowMajor },
+    };
+    let (trace, _, id) = matmul_trace(w);
+    let g = finalize(&trace, &ExtractOptions::default()).unwrap();
+    let data = &g.constant(id).unwrap().data;
+    let last = (1u64 << 31) - 4;
+    let mut probe = Probe { want: vec![4 * 1000, 4 * 1025, last], ..Probe::default() };
+    let ((), extra) = peak_extra_alloc(|| data.stream(&mut probe).unwrap());
+    assert_eq!(probe.len, 1 << 31);
+    let chunk = usize::try_from(tapeout_graph::CHUNK_VALUES).unwrap();
+    assert!(extra <= 4 * chunk + 2 * chunk + (64 << 10), "peak extra allocation {extra} bytes for a 2 GiB constant");
+    assert_eq!(lender.max_lent.load(Ordering::SeqCst), 2 * chunk, "one chunk lent at a time");
+    assert_eq!(probe.samples[0], (4 * 1000, 1000f32.to_le_bytes()[0]));
+    assert_eq!(probe.samples[2], (last, ((((1u64 << 29) - 1) % 1024) as f32).to_le_bytes()[0]));
+}
