@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import iree.runtime as rt
 
-from conftest import iree_tool, run
+from harness import iree_tool, run
 
 RNG = np.random.default_rng(20261130)
 

@@ -136,7 +136,7 @@ pub trait BlockFormat: Pod {
     fn dequantize(&self, out: &mut [f32]);
 }
 
-#[inline]
+#[inline(always)]
 fn f16(bytes: [u8; 2]) -> f32 {
     half::f16::from_bits(u16::from_le_bytes(bytes)).to_f32()
 }
@@ -152,7 +152,7 @@ const _: () = assert!(size_of::<BlockQ8_0>() == 34);
 
 impl BlockFormat for BlockQ8_0 {
     const ELEMS: usize = 32;
-    #[inline]
+    #[inline(always)]
     fn dequantize(&self, out: &mut [f32]) {
         let d = f16(self.d);
         for (y, &q) in out.iter_mut().zip(&self.qs) {
@@ -172,7 +172,7 @@ const _: () = assert!(size_of::<BlockQ4_0>() == 18);
 
 impl BlockFormat for BlockQ4_0 {
     const ELEMS: usize = 32;
-    #[inline]
+    #[inline(always)]
     fn dequantize(&self, out: &mut [f32]) {
         let d = f16(self.d);
         let (lo, hi) = out.split_at_mut(16);
@@ -183,7 +183,7 @@ impl BlockFormat for BlockQ4_0 {
     }
 }
 
-#[inline]
+#[inline(always)]
 fn five_bit_codes(qh: [u8; 4], qs: &[u8; 16]) -> [u8; 32] {
     let qh = u32::from_le_bytes(qh);
     let mut q = [0u8; 32];
@@ -208,7 +208,7 @@ const _: () = assert!(size_of::<BlockQ5_0>() == 22);
 
 impl BlockFormat for BlockQ5_0 {
     const ELEMS: usize = 32;
-    #[inline]
+    #[inline(always)]
     fn dequantize(&self, out: &mut [f32]) {
         let d = f16(self.d);
         for (y, q) in out.iter_mut().zip(five_bit_codes(self.qh, &self.qs)) {
@@ -230,7 +230,7 @@ const _: () = assert!(size_of::<BlockQ5_1>() == 24);
 
 impl BlockFormat for BlockQ5_1 {
     const ELEMS: usize = 32;
-    #[inline]
+    #[inline(always)]
     fn dequantize(&self, out: &mut [f32]) {
         let (d, m) = (f16(self.d), f16(self.m));
         for (y, q) in out.iter_mut().zip(five_bit_codes(self.qh, &self.qs)) {
@@ -240,7 +240,7 @@ impl BlockFormat for BlockQ5_1 {
 }
 
 /// The 6-bit scale and min of sub-block `j` of a Q4_K / Q5_K block.
-#[inline]
+#[inline(always)]
 fn k_scale_min(j: usize, s: &[u8; 12]) -> (u8, u8) {
     if j < 4 {
         (s[j] & 63, s[j + 4] & 63)
@@ -262,7 +262,7 @@ const _: () = assert!(size_of::<BlockQ4K>() == 144);
 
 impl BlockFormat for BlockQ4K {
     const ELEMS: usize = 256;
-    #[inline]
+    #[inline(always)]
     fn dequantize(&self, out: &mut [f32]) {
         let (d, dmin) = (f16(self.d), f16(self.dmin));
         for (g, (ys, qs)) in out.chunks_exact_mut(64).zip(self.qs.chunks_exact(32)).enumerate() {
@@ -293,7 +293,7 @@ const _: () = assert!(size_of::<BlockQ5K>() == 176);
 
 impl BlockFormat for BlockQ5K {
     const ELEMS: usize = 256;
-    #[inline]
+    #[inline(always)]
     fn dequantize(&self, out: &mut [f32]) {
         let (d, dmin) = (f16(self.d), f16(self.dmin));
         for (g, (ys, qs)) in out.chunks_exact_mut(64).zip(self.qs.chunks_exact(32)).enumerate() {
@@ -324,7 +324,7 @@ const _: () = assert!(size_of::<BlockQ6K>() == 210);
 
 impl BlockFormat for BlockQ6K {
     const ELEMS: usize = 256;
-    #[inline]
+    #[inline(always)]
     fn dequantize(&self, out: &mut [f32]) {
         let d = f16(self.d);
         for (h, ys) in out.chunks_exact_mut(128).enumerate() {
@@ -347,11 +347,29 @@ impl BlockFormat for BlockQ6K {
     }
 }
 
-fn decode_all<B: BlockFormat>(blocks: &[u8], out: &mut [f32]) {
+#[inline(always)]
+fn decode_portable<B: BlockFormat>(blocks: &[u8], out: &mut [f32]) {
     let blocks: &[B] = bytemuck::cast_slice(blocks);
     for (b, o) in blocks.iter().zip(out.chunks_exact_mut(B::ELEMS)) {
         b.dequantize(o);
     }
+}
+
+/// The same loop compiled for AVX2 + F16C (wider integer-to-float conversion, hardware f16).
+/// FMA is deliberately not enabled: the evaluation order must stay two roundings.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+fn decode_avx2<B: BlockFormat>(blocks: &[u8], out: &mut [f32]) {
+    decode_portable::<B>(blocks, out);
+}
+
+fn decode_all<B: BlockFormat>(blocks: &[u8], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("f16c") {
+        // SAFETY: the CPU supports the features `decode_avx2` was compiled for (checked just above).
+        return unsafe { decode_avx2::<B>(blocks, out) };
+    }
+    decode_portable::<B>(blocks, out);
 }
 
 /// Why a packed buffer could not be decoded.
@@ -479,6 +497,39 @@ mod tests {
         let y = decode(&Encoding::Q6K, &b);
         assert_eq!(y[0], (0.5 * 3.0) * -17.0);
         assert_eq!(y[1], (0.5 * 3.0) * -32.0);
+    }
+
+    #[test]
+    fn portable_and_dispatched_decoders_agree_bit_for_bit() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for e in Encoding::DECODABLE {
+            let (elems, bytes) = e.block_geometry().unwrap();
+            let n_blocks = 257;
+            let raw: Vec<u8> = (0..n_blocks * bytes)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    state.to_le_bytes()[0]
+                })
+                .collect();
+            let n = usize::try_from(n_blocks * elems).unwrap();
+            let (mut a, mut b) = (vec![0f32; n], vec![0f32; n]);
+            dequantize(&e, &raw, &mut a).unwrap();
+            match e {
+                Encoding::Q8_0 => decode_portable::<BlockQ8_0>(&raw, &mut b),
+                Encoding::Q4_0 => decode_portable::<BlockQ4_0>(&raw, &mut b),
+                Encoding::Q5_0 => decode_portable::<BlockQ5_0>(&raw, &mut b),
+                Encoding::Q5_1 => decode_portable::<BlockQ5_1>(&raw, &mut b),
+                Encoding::Q4K => decode_portable::<BlockQ4K>(&raw, &mut b),
+                Encoding::Q5K => decode_portable::<BlockQ5K>(&raw, &mut b),
+                Encoding::Q6K => decode_portable::<BlockQ6K>(&raw, &mut b),
+                Encoding::Other(_) => unreachable!(),
+            }
+            for (x, y) in a.iter().zip(&b) {
+                assert!(x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()), "{e}: {x} vs {y}");
+            }
+        }
     }
 
     #[test]

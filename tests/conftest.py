@@ -5,12 +5,10 @@ TAPEOUT_BIN / TAPEOUT_FIXTURE_BIN, falling back to target/release.
 """
 import os
 import pathlib
-import subprocess
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-VENV_BIN = pathlib.Path(os.environ.get("TAPEOUT_VENV", ROOT / ".venv")) / "bin"
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def _binary(env: str, default: pathlib.Path) -> pathlib.Path:
@@ -30,9 +28,6 @@ def irpa_fixture() -> pathlib.Path:
     return _binary("TAPEOUT_FIXTURE_BIN", ROOT / "target/release/examples/irpa_fixture")
 
 
-def iree_tool(name: str) -> str:
-    return str(VENV_BIN / name)
-
-
-def run(*args, check=True, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([str(a) for a in args], capture_output=True, text=True, check=check, **kw)
+@pytest.fixture(scope="session")
+def ggml_dequant() -> pathlib.Path:
+    return _binary("TAPEOUT_GGML_BIN", ROOT / "target/release/examples/ggml_dequant")
