@@ -44,6 +44,32 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Export a JSON graph (docs/graph-format.md) to OUTDIR/<name>.mlir + OUTDIR/<name>.irpa.
+    Export {
+        /// The graph file.
+        graph: PathBuf,
+        /// The safetensors file its weights name.
+        #[arg(long, value_name = "FILE.safetensors")]
+        weights: Option<PathBuf>,
+        /// Output directory.
+        #[arg(short, long, value_name = "OUTDIR")]
+        output: PathBuf,
+        /// Parameter scope of the external constants.
+        #[arg(long, default_value = "model")]
+        scope: String,
+        /// Constants smaller than this many bytes are written inline; the rest are external.
+        #[arg(long, value_name = "BYTES", default_value_t = 4096, conflicts_with = "inline_all")]
+        inline_below: u64,
+        /// Write every constant inline (no archive entries).
+        #[arg(long)]
+        inline_all: bool,
+        /// Packed (quantized) weights: refuse them, or dequantize to f32 while exporting.
+        #[arg(long, value_enum, default_value = "fail")]
+        packed: PackedArg,
+        /// Module name (default: the graph's own name).
+        #[arg(long)]
+        name: Option<String>,
+    },
     /// Check that an archive is valid; exit 0 if it is, 1 with the reason if not.
     Verify {
         /// The archive.
@@ -59,6 +85,15 @@ enum Command {
         #[arg(short, long)]
         output: PathBuf,
     },
+}
+
+/// `--packed` values.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum PackedArg {
+    /// Refuse packed weights with the remedy (default).
+    Fail,
+    /// Dequantize to f32, one chunk at a time.
+    Dequantize,
 }
 
 /// A failure reported as one sentence on stderr with exit code 1.
@@ -83,6 +118,18 @@ fn main() -> ExitCode {
             pack(&output, &data, &splat, &meta, sub)
         }
         Command::Dump { file, json } => dump(&file, json),
+        Command::Export { graph, weights, output, scope, inline_below, inline_all, packed, name } => {
+            let policy = if inline_all {
+                tapeout_hlo::MaterializationPolicy::InlineAlways
+            } else {
+                tapeout_hlo::MaterializationPolicy::SizeThreshold { bytes: inline_below, scope }
+            };
+            let packed = match packed {
+                PackedArg::Fail => tapeout_graph::PackedConstantHandling::Fail,
+                PackedArg::Dequantize => tapeout_graph::PackedConstantHandling::Dequantize,
+            };
+            export(&graph, weights.as_deref(), &output, policy, packed, name)
+        }
         Command::Verify { file } => verify(&file),
         Command::Extract { file, key, output } => extract(&file, &key, &output),
     };
@@ -203,6 +250,41 @@ impl ProgressMeter {
     }
 }
 
+fn export(
+    graph_path: &Path,
+    weights: Option<&Path>,
+    out_dir: &Path,
+    policy: tapeout_hlo::MaterializationPolicy,
+    packed: tapeout_graph::PackedConstantHandling,
+    name: Option<String>,
+) -> Result<(), Failure> {
+    use tapeout_graph::io::{GraphFile, WeightSet};
+    let fail = |e: &dyn std::fmt::Display| Failure(e.to_string());
+    let file = GraphFile::load(graph_path).map_err(|e| fail(&e))?;
+    let weight_set = WeightSet::open(&file, weights).map_err(|e| fail(&e))?;
+    let trace = file.to_trace(&weight_set).map_err(|e| fail(&e))?;
+    let opts = tapeout_graph::ExtractOptions { forced_inputs: file.forced_inputs(), packed, no_constants: false };
+    let graph = tapeout_graph::finalize(&trace, &opts).map_err(|e| fail(&e))?;
+    for c in &graph.key_collisions {
+        eprintln!(
+            "tapeout: warning: tensor '{}' wanted key {:?}, which is taken; it is stored as {:?}",
+            c.tensor, c.wanted, c.assigned
+        );
+    }
+    let emit = tapeout_hlo::EmitOptions {
+        module_name: name.unwrap_or_else(|| file.name.clone()),
+        function: "main".into(),
+        policy,
+    };
+    let total: u64 = graph.constants.iter().map(|c| c.data.byte_len()).sum();
+    let mut meter = ProgressMeter::new(total);
+    let s = tapeout_hlo::export(&graph, &emit, out_dir, &mut |p| meter.update(p)).map_err(|e| fail(&e))?;
+    meter.finish();
+    println!("wrote {} ({} bytes; {} inline constants)", s.mlir.display(), s.mlir_bytes, s.inline_constants);
+    println!("wrote {} ({} external parameters, {} bytes)", s.irpa.path.display(), s.externals, s.irpa.file_size);
+    Ok(())
+}
+
 fn escape_key(key: &str) -> String {
     key.escape_debug().to_string()
 }
@@ -270,22 +352,12 @@ fn verify(path: &Path) -> Result<(), Failure> {
 fn extract(path: &Path, key: &str, output: &Path) -> Result<(), Failure> {
     let archive = Archive::open(path)?;
     let entry = archive.get(key)?;
-    let dir = match output.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let io = |what: &str, e: std::io::Error| Failure(format!("{what} {}: {e}", output.display()));
-    let mut builder = tempfile::Builder::new();
-    builder.prefix(".tapeout-extract");
-    #[cfg(unix)]
-    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644));
-    let mut tmp = builder.tempfile_in(dir).map_err(|e| io("cannot create a temporary file for", e))?;
-    {
-        let mut buf = std::io::BufWriter::with_capacity(1 << 20, tmp.as_file_mut());
+    tapeout_irpa::write_atomically(output, |file| {
+        let mut buf = std::io::BufWriter::with_capacity(1 << 20, file);
         match entry.payload {
             Payload::Data(bytes) => {
                 for chunk in bytes.chunks(tapeout_irpa::MAX_CHUNK_BYTES) {
-                    buf.write_all(chunk).map_err(|e| io("cannot write", e))?;
+                    buf.write_all(chunk)?;
                 }
             }
             Payload::Splat { pattern, length } => {
@@ -293,15 +365,13 @@ fn extract(path: &Path, key: &str, output: &Path) -> Result<(), Failure> {
                 let mut left = length;
                 while left > 0 {
                     let n = usize::try_from(left.min(block.len() as u64)).unwrap_or(block.len());
-                    buf.write_all(&block[..n]).map_err(|e| io("cannot write", e))?;
+                    buf.write_all(&block[..n])?;
                     left -= n as u64;
                 }
             }
         }
-        buf.flush().map_err(|e| io("cannot write", e))?;
-    }
-    tmp.as_file().sync_all().map_err(|e| io("cannot sync", e))?;
-    tmp.persist(output).map_err(|e| io("cannot move the extracted bytes into place at", e.error))?;
+        buf.flush()
+    })?;
     println!("wrote {} ({} bytes of {key:?})", output.display(), entry.byte_len());
     Ok(())
 }

@@ -14,6 +14,7 @@ mod constant;
 mod dtype;
 mod error;
 mod graph;
+pub mod io;
 pub mod ops;
 pub mod packed;
 mod shape;

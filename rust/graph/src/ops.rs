@@ -46,6 +46,8 @@ pub enum Rule {
     ElementwiseUnary,
     /// All operands and results share one dtype.
     SameDType,
+    /// One operand; the result has its dtype (the shape may differ, as for pooling).
+    ElementwiseUnaryDType,
     /// Nothing checked here.
     Free,
 }
@@ -75,10 +77,14 @@ pub fn signature(op: &str) -> Option<Signature> {
         | "softmax" => sig(Exactly(1), Exactly(1), Rule::Free),
         "concat" => sig(AtLeast(1), Exactly(1), Rule::SameDType),
         "gather" | "compare" => sig(Exactly(2), Exactly(1), Rule::Free),
-        "select" | "clamp" => sig(Exactly(3), Exactly(1), Rule::Free),
+        "select" => sig(Exactly(3), Exactly(1), Rule::Free),
+        "clamp" => sig(Between(1, 3), Exactly(1), Rule::Free),
         "layer_norm" | "rms_norm" => sig(Between(1, 3), Exactly(1), Rule::SameDType),
         "conv2d" => sig(Between(2, 3), Exactly(1), Rule::SameDType),
-        "sdpa" => sig(Between(3, 4), Exactly(1), Rule::Free),
+        "max_pool2d" | "avg_pool2d" | "causal_mask" => sig(Exactly(1), Exactly(1), Rule::ElementwiseUnaryDType),
+        "rope" => sig(Exactly(3), Exactly(1), Rule::SameDType),
+        "iota" => sig(Exactly(0), Exactly(1), Rule::Free),
+        "sdpa" => sig(Between(3, 4), Exactly(1), Rule::SameDType),
         _ => None,
     }
 }
@@ -115,6 +121,10 @@ pub fn shapes_agree(a: &Shape, b: &Shape) -> bool {
 pub(crate) fn check_types(rule: Rule, ins: &[(&Shape, DType)], outs: &[(&Shape, DType)]) -> Result<(), String> {
     match rule {
         Rule::Free => Ok(()),
+        Rule::ElementwiseUnaryDType => {
+            let ((_, d), (_, rd)) = (ins[0], outs[0]);
+            if d == rd { Ok(()) } else { Err(format!("result dtype {rd} differs from operand dtype {d}")) }
+        }
         Rule::SameDType => {
             let mut all = ins.iter().chain(outs);
             let Some(&(_, first)) = all.next() else { return Ok(()) };

@@ -309,6 +309,21 @@ impl Target<'_, '_> {
     }
 }
 
+/// Writes a file atomically: `write` fills a new temporary file in the destination's directory,
+/// which is then synced and renamed over `path`. On any error the temporary file is removed and
+/// an existing file at `path` is untouched. (The archive writer uses the same mechanism.)
+pub fn write_atomically(path: impl AsRef<Path>, write: impl FnOnce(&mut File) -> std::io::Result<()>) -> Result<()> {
+    let path = path.as_ref();
+    let mut temp = TempFile::create_beside(path)?;
+    let io = |action: &'static str| {
+        let p = temp.path.clone();
+        move |source| IrpaError::Io { action, path: p, source }
+    };
+    write(&mut temp.file).map_err(io("cannot write"))?;
+    temp.file.sync_all().map_err(io("cannot sync"))?;
+    temp.commit(path)
+}
+
 /// A temporary file beside the destination, removed on drop unless committed.
 struct TempFile {
     path: PathBuf,

@@ -1,0 +1,79 @@
+//! The one error type of this crate.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong while emitting or exporting a module.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HloError {
+    /// The graph itself is invalid (or extraction refused a weight).
+    #[error(transparent)]
+    Graph(#[from] tapeout_graph::GraphError),
+
+    /// Writing the parameter archive failed.
+    #[error(transparent)]
+    Irpa(#[from] tapeout_irpa::IrpaError),
+
+    /// A node uses an op the emitter does not know.
+    #[error("node {node}: unknown op '{op}'. Known ops: {known}")]
+    UnknownOp {
+        /// Node id.
+        node: String,
+        /// The op name.
+        op: String,
+        /// The sorted list of known ops.
+        known: String,
+    },
+
+    /// A node's attribute is missing or malformed.
+    #[error("node {node} (op '{op}'): attribute '{attr}' {detail}")]
+    BadAttribute {
+        /// Node id.
+        node: String,
+        /// Op name.
+        op: String,
+        /// Attribute name.
+        attr: String,
+        /// What is wrong.
+        detail: String,
+    },
+
+    /// A node is valid but cannot be lowered as given (shape, rank or dtype outside what the
+    /// lowering supports).
+    #[error("node {node} (op '{op}'): {detail}")]
+    Unsupported {
+        /// Node id.
+        node: String,
+        /// Op name.
+        op: String,
+        /// What is not supported, and what to do.
+        detail: String,
+    },
+
+    /// A constant is too large to be written inline as text.
+    #[error(
+        "constant '{tensor}' is {bytes} bytes, above the {ceiling}-byte ceiling for an inline constant (one 2 GiB buffer); \
+         make it an external parameter: use MaterializationPolicy::ExternalAlways or a SizeThreshold at or below {bytes} bytes"
+    )]
+    ConstantTooLarge {
+        /// The tensor.
+        tensor: String,
+        /// Its size in bytes.
+        bytes: u64,
+        /// The largest inline constant.
+        ceiling: u64,
+    },
+
+    /// Writing an output file failed.
+    #[error("cannot write {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = HloError> = std::result::Result<T, E>;

@@ -1,0 +1,90 @@
+//! Export in one pass: the module text, and every external constant streamed into the archive.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use tapeout_graph::{ComputeGraph, ConstantData};
+use tapeout_irpa::{ArchiveWriter, Progress, WriteSummary};
+
+use crate::emit::{EmitOptions, Module, emit};
+use crate::error::{HloError, Result};
+
+/// What [`export`] wrote.
+#[derive(Debug, Clone)]
+pub struct ExportSummary {
+    /// The module file (`<dir>/<name>.mlir`).
+    pub mlir: PathBuf,
+    /// Its size in bytes.
+    pub mlir_bytes: u64,
+    /// The parameter archive (`<dir>/<name>.irpa`).
+    pub irpa: WriteSummary,
+    /// Number of external parameters.
+    pub externals: usize,
+    /// Number of constants written inline.
+    pub inline_constants: usize,
+}
+
+/// The file stem for a module name: letters, digits, `.`, `-` and `_` kept, the rest `_`.
+#[must_use]
+pub fn file_stem(module_name: &str) -> String {
+    let stem: String =
+        module_name.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect();
+    if stem.is_empty() || stem.starts_with('.') { format!("model{stem}") } else { stem }
+}
+
+/// The metadata blob stored with each archive entry: dtype, shape, and the stored form it was
+/// converted from (so the archive describes itself; IREE ignores it).
+fn metadata(graph: &ComputeGraph<'_>, data: &ConstantData<'_>, tensor: tapeout_graph::TensorId) -> Vec<u8> {
+    let spec = graph.spec(tensor);
+    let mut m = serde_json::json!({
+        "dtype": data.dtype().name(),
+        "shape": spec.shape.static_dims().unwrap_or_default(),
+    });
+    match data {
+        ConstantData::Widen { from, .. } => m["from"] = from.name().into(),
+        ConstantData::Dequantize { encoding, .. } => m["from"] = encoding.name().into(),
+        _ => {}
+    }
+    format!("TENSORv0:{m}").into_bytes()
+}
+
+/// Writes `<out_dir>/<name>.mlir` and `<out_dir>/<name>.irpa` for `graph`.
+///
+/// External constants are streamed from their sources (borrowed f32, lazily widened or
+/// dequantized) through the archive writer: peak extra memory is one chunk. Both files are written
+/// atomically; the archive first, then the module that refers to it.
+pub fn export(
+    graph: &ComputeGraph<'_>,
+    opts: &EmitOptions,
+    out_dir: &Path,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<ExportSummary> {
+    let Module { text, externals } = emit(graph, opts)?;
+    std::fs::create_dir_all(out_dir).map_err(|source| HloError::Io { path: out_dir.to_path_buf(), source })?;
+    let stem = file_stem(&opts.module_name);
+
+    let mut writer = ArchiveWriter::new();
+    for ext in &externals {
+        let constant = graph.constant(ext.tensor).ok_or_else(|| HloError::Unsupported {
+            node: String::new(),
+            op: String::new(),
+            detail: format!("external parameter {:?} has no constant", ext.key),
+        })?;
+        writer.add_data_with_metadata(
+            ext.key.clone(),
+            metadata(graph, &constant.data, ext.tensor),
+            constant.data.source(),
+        )?;
+    }
+    let irpa = writer.write_with_progress(out_dir.join(format!("{stem}.irpa")), progress)?;
+
+    let mlir = out_dir.join(format!("{stem}.mlir"));
+    tapeout_irpa::write_atomically(&mlir, |f| f.write_all(text.as_bytes()))?;
+    Ok(ExportSummary {
+        mlir,
+        mlir_bytes: text.len() as u64,
+        irpa,
+        externals: externals.len(),
+        inline_constants: graph.constants.len() - externals.len(),
+    })
+}

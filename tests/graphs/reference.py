@@ -1,0 +1,246 @@
+"""An independent numpy interpreter of the tapeout JSON graph format (docs/graph-format.md).
+
+It shares no code with tapeout: weights are read with its own safetensors parser, BF16 is widened
+with numpy bit operations and Q8_0 is decoded with PyPI gguf. The IREE gate compares IREE's results
+for tapeout's exported module against `evaluate` here. Arithmetic is float64, cast to the declared
+dtype at the end of every op.
+"""
+import json
+import math
+import struct
+
+import numpy as np
+
+NP = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "bf16": np.float32, "i8": np.int8, "i16": np.int16,
+      "i32": np.int32, "i64": np.int64, "u8": np.uint8, "bool": np.bool_}
+ST = {"F32": "<f4", "F16": "<f2", "I32": "<i4", "I64": "<i8", "U8": "u1", "I8": "i1", "BOOL": "?", "BF16": "<u2"}
+
+
+def read_safetensors(path):
+    raw = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        b, e = info["data_offsets"]
+        arr = np.frombuffer(raw[8 + n + b:8 + n + e], dtype=ST[info["dtype"]]).reshape(info["shape"])
+        if info["dtype"] == "BF16":
+            arr = (arr.astype(np.uint32) << 16).view(np.float32)
+        out[name] = arr
+    return out
+
+
+def to_bf16(x):
+    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    return rounded.astype(np.uint32).view(np.float32)
+
+
+class Graph:
+    def __init__(self, json_path, st_path):
+        self.doc = json.load(open(json_path))
+        self.specs = {t["name"]: t for t in self.doc["tensors"]}
+        st = read_safetensors(st_path)
+        self.weights = {}
+        for t in self.doc["tensors"]:
+            data = t.get("data")
+            if not data:
+                continue
+            arr = st[data["safetensors"]]
+            if data.get("encoding") == "Q8_0":
+                from gguf import GGMLQuantizationType as T
+                from gguf.quants import dequantize
+                arr = dequantize(arr.reshape(1, -1), T.Q8_0).reshape([int(d) for d in t["shape"]]).astype(np.float32)
+            self.weights[t["name"]] = arr
+        produced = {o for n in self.doc["nodes"] for o in n["outputs"]}
+        used = [i for n in self.doc["nodes"] for i in n["inputs"]] + self.doc["outputs"]
+        self.inputs = list(dict.fromkeys(u for u in used if u not in produced and u not in self.weights))
+
+    def evaluate(self, feeds):
+        env = {**{k: np.asarray(v) for k, v in self.weights.items()}, **feeds}
+        for node in self.doc["nodes"]:
+            out = node["outputs"][0]
+            spec = self.specs[out]
+            args = [env[i] for i in node["inputs"]]
+            y = OPS[node["op"]](args, node.get("attrs", {}), spec)
+            y = np.asarray(y)
+            if spec["dtype"] == "bf16":
+                y = to_bf16(y)
+            else:
+                y = y.astype(NP[spec["dtype"]])
+            env[out] = y
+        return [env[o] for o in self.doc["outputs"]]
+
+
+def f64(a):
+    return np.asarray(a, dtype=np.float64)
+
+
+def sigmoid(x):
+    return 1 / (1 + np.exp(-f64(x)))
+
+
+def softmax(x, axis):
+    x = f64(x)
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def static_shape(spec, like=None):
+    return [int(d) if d not in (None, "?") else like.shape[i] for i, d in enumerate(spec["shape"])]
+
+
+def conv2d(a, at, spec):
+    x, w = f64(a[0]), f64(a[1])
+    sh, sw = at.get("stride", [1, 1])
+    dh, dw = at.get("dilation", [1, 1])
+    pad = at.get("padding", [0, 0])
+    pt, pb, pl, pr = (pad[0], pad[0], pad[1], pad[1]) if len(pad) == 2 else pad
+    groups = at.get("groups", 1)
+    x = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    oh, ow = (h - dh * (kh - 1) - 1) // sh + 1, (wd - dw * (kw - 1) - 1) // sw + 1
+    y = np.zeros((n, o, oh, ow))
+    og = o // groups
+    for gi in range(groups):
+        xs = x[:, gi * cg:(gi + 1) * cg]
+        ws = w[gi * og:(gi + 1) * og]
+        for i in range(kh):
+            for j in range(kw):
+                patch = xs[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
+                y[:, gi * og:(gi + 1) * og] += np.einsum("nchw,oc->nohw", patch, ws[:, :, i, j])
+    if len(a) > 2:
+        y += f64(a[2])[None, :, None, None]
+    return y
+
+
+def pool(a, at, spec, kind):
+    x = f64(a[0])
+    kh, kw = at.get("kernel", [2, 2])
+    sh, sw = at.get("stride", [kh, kw])
+    pad = at.get("padding", [0, 0])
+    pt, pb, pl, pr = (pad[0], pad[0], pad[1], pad[1]) if len(pad) == 2 else pad
+    fill = -np.inf if kind == "max" else 0.0
+    x = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=fill)
+    oh, ow = (x.shape[2] - kh) // sh + 1, (x.shape[3] - kw) // sw + 1
+    win = np.stack([x[:, :, i:i + sh * (oh - 1) + 1:sh, j:j + sw * (ow - 1) + 1:sw] for i in range(kh) for j in range(kw)])
+    return win.max(axis=0) if kind == "max" else win.sum(axis=0) / (kh * kw)
+
+
+def norm(a, at, rms):
+    x = f64(a[0])
+    eps = at.get("eps", 1e-6 if rms else 1e-5)
+    xc = x if rms else x - x.mean(axis=-1, keepdims=True)
+    y = xc / np.sqrt((xc * xc).mean(axis=-1, keepdims=True) + eps)
+    if len(a) > 1:
+        y = y * f64(a[1])
+    if len(a) > 2:
+        y = y + f64(a[2])
+    return y
+
+
+def causal(s):
+    s = f64(s).copy()
+    S, T = s.shape[-2:]
+    keep = np.arange(S)[:, None] + (T - S) >= np.arange(T)[None, :]
+    return np.where(keep, s, -np.inf)
+
+
+def sdpa(a, at, spec):
+    q, k, v = f64(a[0]), f64(a[1]), f64(a[2])
+    scale = at.get("scale", 1 / math.sqrt(q.shape[-1]))
+    s = (q @ np.swapaxes(k, -1, -2)) * scale
+    if len(a) > 3:
+        s = s + f64(a[3])
+    if at.get("causal", False):
+        s = causal(s)
+    return softmax(s, -1) @ v
+
+
+def rope(a, at, spec):
+    x, c, s = f64(a[0]), f64(a[1]), f64(a[2])
+    h = x.shape[-1] // 2
+    rot = np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
+    return x * c + rot * s
+
+
+def broadcast(a, at, spec):
+    out = static_shape(spec)
+    x = np.asarray(a[0])
+    dims = at.get("dims", list(range(len(out) - x.ndim, len(out))))
+    shape = [1] * len(out)
+    for i, d in enumerate(dims):
+        shape[d] = x.shape[i]
+    return np.broadcast_to(x.reshape(shape), out)
+
+
+def reduce(a, at, fn):
+    x = f64(a[0])
+    axes = tuple(at.get("axes", range(x.ndim)))
+    return fn(x, axis=axes, keepdims=at.get("keepdims", False))
+
+
+def clamp(a, at, spec):
+    if len(a) == 3:
+        return np.clip(f64(a[0]), f64(a[1]), f64(a[2]))
+    return np.clip(f64(a[0]), at.get("min", -np.inf), at.get("max", np.inf))
+
+
+def iota(a, at, spec):
+    shape = static_shape(spec)
+    dim = at.get("dim", 0)
+    return np.broadcast_to(np.arange(shape[dim]).reshape([-1 if i == dim else 1 for i in range(len(shape))]), shape)
+
+
+CMP = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal, "GT": np.greater, "GE": np.greater_equal}
+
+OPS = {
+    "add": lambda a, at, s: f64(a[0]) + f64(a[1]),
+    "sub": lambda a, at, s: f64(a[0]) - f64(a[1]),
+    "mul": lambda a, at, s: f64(a[0]) * f64(a[1]),
+    "div": lambda a, at, s: f64(a[0]) / f64(a[1]),
+    "pow": lambda a, at, s: np.power(f64(a[0]), f64(a[1])),
+    "max": lambda a, at, s: np.maximum(f64(a[0]), f64(a[1])),
+    "min": lambda a, at, s: np.minimum(f64(a[0]), f64(a[1])),
+    "neg": lambda a, at, s: -f64(a[0]),
+    "abs": lambda a, at, s: np.abs(f64(a[0])),
+    "exp": lambda a, at, s: np.exp(f64(a[0])),
+    "log": lambda a, at, s: np.log(f64(a[0])),
+    "sqrt": lambda a, at, s: np.sqrt(f64(a[0])),
+    "rsqrt": lambda a, at, s: 1 / np.sqrt(f64(a[0])),
+    "tanh": lambda a, at, s: np.tanh(f64(a[0])),
+    "sin": lambda a, at, s: np.sin(f64(a[0])),
+    "cos": lambda a, at, s: np.cos(f64(a[0])),
+    "sigmoid": lambda a, at, s: sigmoid(a[0]),
+    "relu": lambda a, at, s: np.maximum(f64(a[0]), 0),
+    "silu": lambda a, at, s: f64(a[0]) * sigmoid(a[0]),
+    "gelu": lambda a, at, s: 0.5 * f64(a[0]) * (1 + np.tanh(math.sqrt(2 / math.pi) * (f64(a[0]) + 0.044715 * f64(a[0]) ** 3))),
+    "convert": lambda a, at, s: np.trunc(a[0]) if s["dtype"] in ("i8", "i16", "i32", "i64") else a[0],
+    "broadcast": broadcast,
+    "reshape": lambda a, at, s: np.reshape(a[0], static_shape(s)),
+    "transpose": lambda a, at, s: np.transpose(a[0], at.get("perm")),
+    "concat": lambda a, at, s: np.concatenate(a, axis=at.get("axis", 0)),
+    "slice": lambda a, at, s: a[0][tuple(slice(b, e, st) for b, e, st in
+                                         zip(at["start"], at["limit"], at.get("stride", [1] * len(at["start"]))))],
+    "gather": lambda a, at, s: np.take(a[0], a[1], axis=at.get("axis", 0)),
+    "matmul": lambda a, at, s: f64(a[0]) @ f64(a[1]),
+    "conv2d": conv2d,
+    "max_pool2d": lambda a, at, s: pool(a, at, s, "max"),
+    "avg_pool2d": lambda a, at, s: pool(a, at, s, "avg"),
+    "reduce_sum": lambda a, at, s: reduce(a, at, np.sum),
+    "reduce_mean": lambda a, at, s: reduce(a, at, np.mean),
+    "reduce_max": lambda a, at, s: reduce(a, at, np.max),
+    "softmax": lambda a, at, s: softmax(a[0], at.get("axis", -1)),
+    "layer_norm": lambda a, at, s: norm(a, at, False),
+    "rms_norm": lambda a, at, s: norm(a, at, True),
+    "causal_mask": lambda a, at, s: causal(a[0]),
+    "sdpa": sdpa,
+    "rope": rope,
+    "iota": iota,
+    "select": lambda a, at, s: np.where(a[0], a[1], a[2]),
+    "compare": lambda a, at, s: CMP[at["direction"]](a[0], a[1]),
+    "clamp": clamp,
+}

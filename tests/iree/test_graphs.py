@@ -1,0 +1,107 @@
+"""The IREE gate: every test graph is exported by `tapeout export`, compiled by iree-compile
+(llvm-cpu, generic CPU), run by iree-run-module with its parameter archive, and compared with an
+independent numpy interpreter of the graph (tests/graphs/reference.py)."""
+import json
+import pathlib
+import re
+import sys
+
+import numpy as np
+import pytest
+
+from harness import ROOT, iree_tool, run
+
+GRAPHS_DIR = ROOT / "tests/graphs"
+sys.path.insert(0, str(GRAPHS_DIR))
+import reference  # noqa: E402
+
+GRAPHS = sorted(p.name[: -len(".test.json")] for p in GRAPHS_DIR.glob("*.test.json"))
+ARG = re.compile(r'%arg(\d+): (tensor<[^>]*>) \{tapeout\.name = "((?:[^"\\]|\\[0-9A-F]{2})*)"\}')
+
+
+def mlir_unescape(s):
+    return re.sub(rb"\\([0-9A-F]{2})", lambda m: bytes([int(m.group(1), 16)]), s.encode()).decode()
+
+
+def export_flags(test):
+    p = test["policy"]
+    flags = ["--inline-all"] if p == "inline_all" else ["--inline-below", "0"] if p == "external_all" else \
+        ["--inline-below", str(p["inline_below"])]
+    return flags + ["--packed", test["packed"], "--scope", test["scope"]]
+
+
+def make_inputs(graph, test, rng):
+    gather_range = {}
+    for n in graph.doc["nodes"]:
+        if n["op"] == "gather":
+            table = graph.specs[n["inputs"][0]]
+            gather_range[n["inputs"][1]] = int(table["shape"][n.get("attrs", {}).get("axis", 0)])
+    feeds = {}
+    for name in graph.inputs:
+        spec = graph.specs[name]
+        shape = test.get("dynamic", {}).get(name) or [int(d) for d in spec["shape"]]
+        dt = reference.NP[spec["dtype"]]
+        if np.issubdtype(dt, np.integer):
+            lo, hi = (0, gather_range[name]) if name in gather_range else (-5, 5)
+            feeds[name] = rng.integers(lo, hi, size=shape).astype(dt)
+        elif dt == np.bool_:
+            feeds[name] = rng.integers(0, 2, size=shape).astype(bool)
+        else:
+            feeds[name] = rng.standard_normal(shape).astype(dt)
+    return feeds
+
+
+def compile_and_run(tapeout, name, tmp_path, feeds=None):
+    test = json.loads((GRAPHS_DIR / f"{name}.test.json").read_text())
+    out = tmp_path / "out"
+    run(tapeout, "export", GRAPHS_DIR / f"{name}.json", "--weights", GRAPHS_DIR / f"{name}.safetensors", "-o", out,
+        *export_flags(test))
+    (mlir,) = out.glob("*.mlir")
+    (irpa,) = out.glob("*.irpa")
+    text = mlir.read_text()
+    order = [mlir_unescape(m.group(3)) for m in ARG.finditer(text)]
+    graph = reference.Graph(GRAPHS_DIR / f"{name}.json", GRAPHS_DIR / f"{name}.safetensors")
+    assert sorted(order) == sorted(graph.inputs), (order, graph.inputs)
+    feeds = feeds or make_inputs(graph, test, np.random.default_rng(0))
+    vmfb = tmp_path / "m.vmfb"
+    run(iree_tool("iree-compile"), mlir, "--iree-hal-target-device=local",
+        "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=generic", "-o", vmfb)
+    args = [iree_tool("iree-run-module"), "--device=local-task", f"--module={vmfb}", "--function=main",
+            f"--parameters={test['scope']}={irpa}"]
+    for i, name_ in enumerate(order):
+        np.save(tmp_path / f"in{i}.npy", feeds[name_])
+        args.append(f"--input=@{tmp_path / f'in{i}.npy'}")
+    n_out = len(graph.doc["outputs"])
+    args += [f"--output=@{tmp_path / f'out{i}.npy'}" for i in range(n_out)]
+    run(*args)
+    return graph, feeds, [np.load(tmp_path / f"out{i}.npy") for i in range(n_out)], text
+
+
+def assert_matches(got, want, label):
+    assert got.shape == want.shape, f"{label}: shape {got.shape} != {want.shape}"
+    if want.dtype == np.bool_ or np.issubdtype(want.dtype, np.integer):
+        assert got.dtype == want.dtype and np.array_equal(got, want), f"{label}: {got} != {want}"
+    else:
+        assert got.dtype == want.dtype, f"{label}: dtype {got.dtype} != {want.dtype}"
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True, err_msg=label)
+
+
+@pytest.mark.parametrize("name", GRAPHS)
+def test_graph_compiles_runs_and_matches_numpy(name, tapeout, tmp_path):
+    graph, feeds, outs, _ = compile_and_run(tapeout, name, tmp_path)
+    for i, (got, want) in enumerate(zip(outs, graph.evaluate(feeds))):
+        assert_matches(got, want, f"{name} output {i} ({graph.doc['outputs'][i]})")
+
+
+def test_negative_control_catches_a_perturbed_weight(tapeout, tmp_path):
+    graph, feeds, outs, _ = compile_and_run(tapeout, "transformer", tmp_path)
+    key = "l1.down"
+    graph.weights[key] = graph.weights[key] + np.float32(1e-3)
+    with pytest.raises(AssertionError):
+        assert_matches(outs[0], graph.evaluate(feeds)[0], "perturbed")
+
+
+def test_external_module_text_is_independent_of_weight_bytes(tapeout, tmp_path):
+    """The module text for external weights does not grow with them (only the archive does)."""
+    _, _, _, text = compile_and_run(tapeout, "external_policy", tmp_path)
+    assert "dense<" not in text.split("func.func")[1].replace("dense<0x", "")  # only scalar splats inline
