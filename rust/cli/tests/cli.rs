@@ -69,3 +69,48 @@ fn verify_and_extract_report_bad_archives_and_keys() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(std::fs::read(dir.path().join("s.bin")).unwrap(), [0x00, 0x3c].repeat(3));
 }
+
+fn graphs() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/graphs")
+}
+
+#[test]
+fn export_refuses_packed_weights_with_the_remedy_and_dequantizes_on_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = graphs();
+    let (json, st) = (g.join("mlp.json"), g.join("mlp.safetensors"));
+    let args = |extra: &[&str]| -> Vec<String> {
+        let mut v = vec!["export".to_owned(), json.display().to_string(), "--weights".into(), st.display().to_string()];
+        v.extend(["-o".to_owned(), "out".into()]);
+        v.extend(extra.iter().map(|s| (*s).to_owned()));
+        v
+    };
+    let run = |a: Vec<String>| tapeout(&a.iter().map(String::as_str).collect::<Vec<_>>(), dir.path());
+    let o = run(args(&[]));
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(e.contains("'fc1.w'") && e.contains("Q8_0") && e.contains("DEQUANTIZE"), "{e}");
+    assert!(!dir.path().join("out/mlp.mlir").exists() && !dir.path().join("out/mlp.irpa").exists());
+
+    let o = run(args(&["--packed", "dequantize"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let a = tapeout_irpa::Archive::open(dir.path().join("out/mlp.irpa")).unwrap();
+    let fc1 = a.get("model.fc1.weight").unwrap();
+    assert_eq!(fc1.byte_len(), 16 * 64 * 4, "dequantized to f32");
+    assert!(std::str::from_utf8(fc1.metadata).unwrap().contains("\"from\":\"Q8_0\""));
+    let text = std::fs::read_to_string(dir.path().join("out/mlp.mlir")).unwrap();
+    assert!(text.contains("#flow.parameter.named<\"model\"::\"model.fc1.weight\"> : tensor<16x64xf32>"));
+}
+
+#[test]
+fn export_reports_bad_graphs_as_one_sentence() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("g.json"), r#"{"name":"g","tensors":[{"name":"x","shape":[2],"dtype":"f32"}],"nodes":[{"op":"warp","inputs":["x"],"outputs":["x2"]}],"outputs":["x"]}"#).unwrap();
+    let o = tapeout(&["export", "g.json", "-o", "out"], dir.path());
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("refers to unknown tensor \"x2\""), "{}", stderr(&o));
+    std::fs::write(dir.path().join("g.json"), r#"{"name":"g","tensors":[{"name":"x","shape":[2],"dtype":"f32"},{"name":"y","shape":[2],"dtype":"f32"}],"nodes":[{"op":"warp","inputs":["x"],"outputs":["y"]}],"outputs":["y"]}"#).unwrap();
+    let o = tapeout(&["export", "g.json", "-o", "out"], dir.path());
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("unknown op 'warp'"), "{}", stderr(&o));
+}

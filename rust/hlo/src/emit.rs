@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::io::Write;
 
 use tapeout_graph::{Attr, ComputeGraph, ConstantData, DType, Dim, Node, Shape, TensorId};
 
@@ -172,15 +173,20 @@ struct Window {
     pad: [u64; 4],
 }
 
-struct Emitter<'g, 'a> {
+/// Text is written to the output whenever this much is pending.
+const SPILL_BYTES: usize = 1 << 20;
+
+struct Emitter<'g, 'a, 'w> {
     g: &'g ComputeGraph<'a>,
+    /// Pending text, written to `out` in pieces of about [`SPILL_BYTES`].
     body: String,
+    out: &'w mut dyn Write,
     next: usize,
     vals: HashMap<TensorId, Val>,
     node: Option<&'g Node>,
 }
 
-impl<'g, 'a> Emitter<'g, 'a> {
+impl<'g, 'a> Emitter<'g, 'a, '_> {
     fn fresh(&mut self) -> String {
         self.next += 1;
         format!("%v{}", self.next - 1)
@@ -190,6 +196,11 @@ impl<'g, 'a> Emitter<'g, 'a> {
         self.body.push_str("    ");
         self.body.push_str(text);
         self.body.push('\n');
+    }
+
+    /// Writes the pending text out when enough has accumulated (or always, with `force`).
+    fn spill(&mut self, force: bool) -> Result<()> {
+        spill(&mut self.body, &mut *self.out, force)
     }
 
     /// `%v = <rhs>` returning the new value.
@@ -363,6 +374,9 @@ impl<'g, 'a> Emitter<'g, 'a> {
         if shape.is_dynamic() || x.shape.is_dynamic() {
             return Err(self.err("reshape needs static shapes"));
         }
+        if shape.element_count() != x.shape.element_count() {
+            return Err(self.err(format!("cannot reshape [{}] to [{shape}]: the element counts differ", x.shape)));
+        }
         let rhs = format!("stablehlo.reshape {} : ({}) -> {}", x.name, x.ty(), ty(shape, x.dtype));
         Ok(self.assign(&rhs, shape.clone(), x.dtype))
     }
@@ -435,6 +449,32 @@ impl<'g, 'a> Emitter<'g, 'a> {
 
     fn matmul(&mut self, a: &Val, b: &Val, out: &Shape) -> Result<Val> {
         let (ra, rb) = (a.rank(), b.rank());
+        let (ad, bd) = (&a.shape.0, &b.shape.0);
+        let want = if rb == 2 && ra >= 1 {
+            let k_ok =
+                matches!((ad[ra - 1], bd[0]), (Dim::Static(x), Dim::Static(y)) if x == y) || ad[ra - 1] == Dim::Dynamic;
+            k_ok.then(|| Shape(ad[..ra - 1].iter().copied().chain([bd[1]]).collect()))
+        } else if ra == rb && ra >= 3 {
+            let k_ok = ad[ra - 1] == bd[rb - 2];
+            (k_ok && tapeout_graph::ops::shapes_agree(&Shape(ad[..ra - 2].to_vec()), &Shape(bd[..rb - 2].to_vec())))
+                .then(|| Shape(ad[..ra - 1].iter().copied().chain([bd[rb - 1]]).collect()))
+        } else {
+            None
+        };
+        match want {
+            Some(w) if tapeout_graph::ops::shapes_agree(&w, out) => {}
+            Some(w) => {
+                return Err(
+                    self.err(format!("[{}] x [{}] gives [{w}], but the node declares [{out}]", a.shape, b.shape))
+                );
+            }
+            None if ra == rb || rb == 2 => {
+                return Err(
+                    self.err(format!("[{}] x [{}]: the contracted (or batch) dimensions differ", a.shape, b.shape))
+                );
+            }
+            None => {}
+        }
         let rhs = if rb == 2 && ra >= 1 {
             format!("stablehlo.dot_general {}, {}, contracting_dims = [{}] x [0]", a.name, b.name, ra - 1)
         } else if ra == rb && ra >= 3 {
@@ -682,6 +722,20 @@ impl<'g, 'a> Emitter<'g, 'a> {
                 let axis = self.axis("axis", self.attr_int("axis", 0)?, table.rank())?;
                 let tdims = self.static_dims(table)?;
                 let ri = idx.rank();
+                let want: Vec<Dim> = table.shape.0[..axis]
+                    .iter()
+                    .chain(&idx.shape.0)
+                    .chain(&table.shape.0[axis + 1..])
+                    .copied()
+                    .collect();
+                if !tapeout_graph::ops::shapes_agree(&Shape(want.clone()), &out_shape) {
+                    return Err(self.err(format!(
+                        "gathering [{}] from [{}] along axis {axis} gives [{}], but the node declares [{out_shape}]",
+                        idx.shape,
+                        table.shape,
+                        Shape(want)
+                    )));
+                }
                 let offset_dims: Vec<usize> = (0..axis).chain(axis + ri..table.rank() + ri - 1).collect();
                 let sizes: Vec<u64> = tdims.iter().enumerate().map(|(i, &d)| if i == axis { 1 } else { d }).collect();
                 let rhs = format!(
@@ -1061,22 +1115,40 @@ fn splat_element(data: &ConstantData<'_>) -> Result<Option<Vec<u8>>> {
         carry: Vec<u8>,
         uniform: bool,
     }
+    impl Probe {
+        /// Compares one element with the first; false once a difference is seen.
+        fn check(first: &mut Vec<u8>, e: &[u8]) -> bool {
+            if first.is_empty() {
+                first.extend_from_slice(e);
+                true
+            } else {
+                first.as_slice() == e
+            }
+        }
+    }
     impl tapeout_graph::ByteSink for Probe {
-        fn put(&mut self, bytes: &[u8]) -> Result<(), tapeout_irpa::IrpaError> {
+        fn put(&mut self, mut bytes: &[u8]) -> Result<(), tapeout_irpa::IrpaError> {
             if !self.uniform {
                 return Ok(());
             }
-            self.carry.extend_from_slice(bytes);
-            let whole = self.carry.len() / self.width * self.width;
-            for e in self.carry[..whole].chunks_exact(self.width) {
-                if self.first.is_empty() {
-                    self.first = e.to_vec();
-                } else if e != self.first.as_slice() {
-                    self.uniform = false;
-                    break;
+            // Complete an element split across chunks; compare the rest in place (no copy).
+            if !self.carry.is_empty() {
+                let take = (self.width - self.carry.len()).min(bytes.len());
+                self.carry.extend_from_slice(&bytes[..take]);
+                bytes = &bytes[take..];
+                if self.carry.len() == self.width {
+                    self.uniform = Self::check(&mut self.first, &self.carry);
+                    self.carry.clear();
                 }
             }
-            self.carry.drain(..whole);
+            let whole = bytes.len() / self.width * self.width;
+            for e in bytes[..whole].chunks_exact(self.width) {
+                if !Self::check(&mut self.first, e) {
+                    self.uniform = false;
+                    return Ok(());
+                }
+            }
+            self.carry.extend_from_slice(&bytes[whole..]);
             Ok(())
         }
         fn lend_failed(&self, error: tapeout_graph::LendError) -> tapeout_irpa::IrpaError {
@@ -1089,56 +1161,58 @@ fn splat_element(data: &ConstantData<'_>) -> Result<Option<Vec<u8>>> {
     Ok((p.uniform && !p.first.is_empty()).then_some(p.first))
 }
 
-/// Emits the module for `graph`.
+/// Emits the module for `graph` as a string.
 pub fn emit(graph: &ComputeGraph<'_>, opts: &EmitOptions) -> Result<Module> {
-    let mut e = Emitter { g: graph, body: String::new(), next: 0, vals: HashMap::new(), node: None };
-    let mut header = String::new();
-    let mut externals = Vec::new();
-    let func_symbol = symbol(&opts.function);
+    let mut out = Vec::new();
+    let externals = emit_to(graph, opts, &mut out)?;
+    let text = String::from_utf8(out).map_err(|e| HloError::Output(std::io::Error::other(e)))?;
+    Ok(Module { text, externals })
+}
 
-    for (i, &id) in graph.inputs.iter().enumerate() {
-        let s = graph.spec(id);
-        e.vals.insert(id, Val { name: format!("%arg{i}"), shape: s.shape.clone(), dtype: s.dtype });
-    }
+/// Emits the module for `graph` into `out`, returning its external parameters.
+///
+/// The text is written once, in order: globals, signature (argument and result types are known
+/// from the specs), constants (hex streamed in 1 MiB pieces), then the ops. Memory stays bounded
+/// however large the inline constants are.
+pub fn emit_to(graph: &ComputeGraph<'_>, opts: &EmitOptions, out: &mut dyn Write) -> Result<Vec<ExternalParameter>> {
+    let func_symbol = symbol(&opts.function);
+    let mut text = String::new();
+    let _ = writeln!(text, "module {} {{", symbol(&opts.module_name));
+
+    // Globals first: decide where every constant goes.
+    let mut externals = Vec::new();
+    let mut placement = Vec::with_capacity(graph.constants.len());
     for c in &graph.constants {
         let spec = graph.spec(c.tensor);
-        let t = spec.mlir_type();
-        if let Some(scope) = is_external(&opts.policy, &c.data, &spec.shape) {
-            let mut sym = symbol(&c.key);
-            if sym == func_symbol {
-                sym = symbol(&format!("{}.global", c.key));
-            }
-            let _ = writeln!(
-                header,
-                "  util.global private {sym} = #flow.parameter.named<{}::{}> : {t}",
-                string_literal(&scope),
-                string_literal(&c.key)
-            );
-            let v = e.assign(&format!("util.global.load {sym} : {t}"), spec.shape.clone(), spec.dtype);
-            e.vals.insert(c.tensor, v);
-            externals.push(ExternalParameter { scope, key: c.key.clone(), tensor: c.tensor });
-        } else {
-            let bytes = c.data.byte_len();
-            if bytes > INLINE_CEILING {
-                return Err(HloError::ConstantTooLarge { tensor: spec.name.clone(), bytes, ceiling: INLINE_CEILING });
-            }
-            let mut text = String::from("stablehlo.constant dense<\"0x");
-            match splat_element(&c.data)? {
-                Some(one) => push_hex(&mut text, &one),
-                None => {
-                    let mut sink = HexSink(&mut text);
-                    c.data.stream(&mut sink)?;
+        match is_external(&opts.policy, &c.data, &spec.shape) {
+            Some(scope) => {
+                let mut sym = symbol(&c.key);
+                if sym == func_symbol {
+                    sym = symbol(&format!("{}.global", c.key));
                 }
+                let _ = writeln!(
+                    text,
+                    "  util.global private {sym} = #flow.parameter.named<{}::{}> : {}",
+                    string_literal(&scope),
+                    string_literal(&c.key),
+                    spec.mlir_type()
+                );
+                externals.push(ExternalParameter { scope, key: c.key.clone(), tensor: c.tensor });
+                placement.push(Some(sym));
             }
-            let _ = write!(text, "\"> : {t}");
-            let v = e.assign(&text, spec.shape.clone(), spec.dtype);
-            e.vals.insert(c.tensor, v);
+            None => {
+                let bytes = c.data.byte_len();
+                if bytes > INLINE_CEILING {
+                    return Err(HloError::ConstantTooLarge {
+                        tensor: spec.name.clone(),
+                        bytes,
+                        ceiling: INLINE_CEILING,
+                    });
+                }
+                placement.push(None);
+            }
         }
     }
-    for node in &graph.nodes {
-        e.lower(node)?;
-    }
-    e.node = None;
 
     // Argument and result names travel as discardable `tapeout.name` attributes, so a caller can
     // match tensors to positions (IREE ignores them).
@@ -1146,25 +1220,71 @@ pub fn emit(graph: &ComputeGraph<'_>, opts: &EmitOptions) -> Result<Module> {
         format!("{} {{tapeout.name = {}}}", graph.spec(id).mlir_type(), string_literal(&graph.spec(id).name))
     };
     let args = list(graph.inputs.iter().enumerate().map(|(i, &id)| format!("%arg{i}: {}", named(id))));
+    let result_decls = list(graph.outputs.iter().map(|&o| named(o)));
+    let _ = writeln!(text, "  func.func {func_symbol}({args}) -> ({result_decls}) {{");
+
+    let mut e = Emitter { g: graph, body: text, out, next: 0, vals: HashMap::new(), node: None };
+    for (i, &id) in graph.inputs.iter().enumerate() {
+        let s = graph.spec(id);
+        e.vals.insert(id, Val { name: format!("%arg{i}"), shape: s.shape.clone(), dtype: s.dtype });
+    }
+    for (c, place) in graph.constants.iter().zip(&placement) {
+        let spec = graph.spec(c.tensor);
+        let t = spec.mlir_type();
+        let v = match place {
+            Some(sym) => e.assign(&format!("util.global.load {sym} : {t}"), spec.shape.clone(), spec.dtype),
+            None => {
+                let name = e.fresh();
+                let _ = write!(e.body, "    {name} = stablehlo.constant dense<\"0x");
+                match splat_element(&c.data)? {
+                    Some(one) => push_hex(&mut e.body, &one),
+                    None => {
+                        let mut sink = HexSink { text: &mut e.body, out: &mut *e.out };
+                        c.data.stream(&mut sink)?;
+                    }
+                }
+                let _ = writeln!(e.body, "\"> : {t}");
+                e.spill(false)?;
+                Val { name, shape: spec.shape.clone(), dtype: spec.dtype }
+            }
+        };
+        e.vals.insert(c.tensor, v);
+    }
+    for node in &graph.nodes {
+        e.lower(node)?;
+        e.spill(false)?;
+    }
+    e.node = None;
+
     let results: Vec<Val> = graph.outputs.iter().map(|&o| e.val(o)).collect::<Result<_>>()?;
     let result_types = list(results.iter().map(Val::ty));
-    let result_decls = list(graph.outputs.iter().map(|&o| named(o)));
-    let mut text = String::with_capacity(header.len() + e.body.len() + 256);
-    let _ = writeln!(text, "module {} {{", symbol(&opts.module_name));
-    text.push_str(&header);
-    let _ = writeln!(text, "  func.func {func_symbol}({args}) -> ({result_decls}) {{");
-    text.push_str(&e.body);
-    let _ = writeln!(text, "    return {} : {result_types}", list(results.iter().map(|r| r.name.clone())));
-    text.push_str("  }\n}\n");
-    Ok(Module { text, externals })
+    let _ = writeln!(e.body, "    return {} : {result_types}", list(results.iter().map(|r| r.name.clone())));
+    e.body.push_str("  }\n}\n");
+    e.spill(true)?;
+    Ok(externals)
 }
 
-/// Streams constant bytes into hex text.
-struct HexSink<'s>(&'s mut String);
+fn spill(text: &mut String, out: &mut dyn Write, force: bool) -> Result<()> {
+    if force || text.len() >= SPILL_BYTES {
+        out.write_all(text.as_bytes()).map_err(HloError::Output)?;
+        text.clear();
+    }
+    Ok(())
+}
+
+/// Streams constant bytes into hex text, writing it out in 1 MiB pieces.
+struct HexSink<'s> {
+    text: &'s mut String,
+    out: &'s mut dyn Write,
+}
 
 impl tapeout_graph::ByteSink for HexSink<'_> {
     fn put(&mut self, bytes: &[u8]) -> Result<(), tapeout_irpa::IrpaError> {
-        push_hex(self.0, bytes);
+        for piece in bytes.chunks(SPILL_BYTES / 2) {
+            push_hex(self.text, piece);
+            spill(self.text, &mut *self.out, false)
+                .map_err(|e| tapeout_irpa::IrpaError::Source { key: String::new(), source: Box::new(e) })?;
+        }
         Ok(())
     }
     fn lend_failed(&self, error: tapeout_graph::LendError) -> tapeout_irpa::IrpaError {
@@ -1187,5 +1307,34 @@ mod tests {
         assert_eq!(scalar_literal(65520.0, DType::F16), "0x7C00");
         assert_eq!(scalar_literal(5.0, DType::I32), "5");
         assert_eq!(scalar_literal(1.0, DType::Bool), "true");
+    }
+
+    /// Lends 3 bytes at a time, so 4-byte elements straddle chunks.
+    struct Odd(Vec<u8>);
+    impl tapeout_graph::ChunkLender<u8> for Odd {
+        fn len(&self) -> u64 {
+            self.0.len() as u64
+        }
+        fn with_chunk(
+            &self,
+            start: u64,
+            len: u64,
+            f: &mut dyn FnMut(&[u8]) -> Result<(), tapeout_irpa::IrpaError>,
+        ) -> Result<Result<(), tapeout_irpa::IrpaError>, tapeout_graph::LendError> {
+            let (s, e) = (usize::try_from(start)?, usize::try_from(start + len)?);
+            Ok(self.0[s..e].chunks(3).try_for_each(f))
+        }
+    }
+
+    #[test]
+    fn splat_probe_handles_elements_split_across_chunks() {
+        let uniform = Odd(7i32.to_le_bytes().repeat(5));
+        let data = ConstantData::Raw { dtype: DType::I32, bytes: tapeout_graph::Lent::Chunked(&uniform) };
+        assert_eq!(splat_element(&data).unwrap(), Some(7i32.to_le_bytes().to_vec()));
+        let mut bytes = 7i32.to_le_bytes().repeat(5);
+        bytes[18] = 1; // the last element differs in its third byte
+        let varied = Odd(bytes);
+        let data = ConstantData::Raw { dtype: DType::I32, bytes: tapeout_graph::Lent::Chunked(&varied) };
+        assert_eq!(splat_element(&data).unwrap(), None);
     }
 }

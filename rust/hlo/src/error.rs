@@ -64,6 +64,10 @@ pub enum HloError {
         ceiling: u64,
     },
 
+    /// Writing the module text failed.
+    #[error("cannot write the module text: {0}")]
+    Output(#[source] std::io::Error),
+
     /// Writing an output file failed.
     #[error("cannot write {path}: {source}")]
     Io {

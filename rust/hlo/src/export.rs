@@ -1,12 +1,12 @@
 //! Export in one pass: the module text, and every external constant streamed into the archive.
 
-use std::io::Write;
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use tapeout_graph::{ComputeGraph, ConstantData};
-use tapeout_irpa::{ArchiveWriter, Progress, WriteSummary};
+use tapeout_irpa::{ArchiveWriter, AtomicFile, Progress, WriteSummary};
 
-use crate::emit::{EmitOptions, Module, emit};
+use crate::emit::{EmitOptions, emit_to};
 use crate::error::{HloError, Result};
 
 /// What [`export`] wrote.
@@ -52,16 +52,25 @@ fn metadata(graph: &ComputeGraph<'_>, data: &ConstantData<'_>, tensor: tapeout_g
 ///
 /// External constants are streamed from their sources (borrowed f32, lazily widened or
 /// dequantized) through the archive writer: peak extra memory is one chunk. Both files are written
-/// atomically; the archive first, then the module that refers to it.
+/// atomically: the module is emitted first into its temporary file (so an emission error stops the
+/// export before any archive work), then the archive is written, then the module is committed.
 pub fn export(
     graph: &ComputeGraph<'_>,
     opts: &EmitOptions,
     out_dir: &Path,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<ExportSummary> {
-    let Module { text, externals } = emit(graph, opts)?;
     std::fs::create_dir_all(out_dir).map_err(|source| HloError::Io { path: out_dir.to_path_buf(), source })?;
     let stem = file_stem(&opts.module_name);
+    let mlir = out_dir.join(format!("{stem}.mlir"));
+
+    // The module first, uncommitted: an emission error stops the export before any archive work.
+    let mut module_file = AtomicFile::create(&mlir)?;
+    let mut buffered = BufWriter::with_capacity(1 << 20, module_file.file());
+    let externals = emit_to(graph, opts, &mut buffered)?;
+    buffered.flush().map_err(|source| HloError::Io { path: mlir.clone(), source })?;
+    drop(buffered);
+    let mlir_bytes = module_file.file().metadata().map_err(|source| HloError::Io { path: mlir.clone(), source })?.len();
 
     let mut writer = ArchiveWriter::new();
     for ext in &externals {
@@ -77,12 +86,10 @@ pub fn export(
         )?;
     }
     let irpa = writer.write_with_progress(out_dir.join(format!("{stem}.irpa")), progress)?;
-
-    let mlir = out_dir.join(format!("{stem}.mlir"));
-    tapeout_irpa::write_atomically(&mlir, |f| f.write_all(text.as_bytes()))?;
+    module_file.commit()?;
     Ok(ExportSummary {
         mlir,
-        mlir_bytes: text.len() as u64,
+        mlir_bytes,
         irpa,
         externals: externals.len(),
         inline_constants: graph.constants.len() - externals.len(),

@@ -13,6 +13,8 @@ mod error;
 mod export;
 pub mod text;
 
-pub use emit::{EmitOptions, ExternalParameter, INLINE_CEILING, KNOWN_OPS, MaterializationPolicy, Module, emit};
+pub use emit::{
+    EmitOptions, ExternalParameter, INLINE_CEILING, KNOWN_OPS, MaterializationPolicy, Module, emit, emit_to,
+};
 pub use error::{HloError, Result};
 pub use export::{ExportSummary, export, file_stem};

@@ -33,15 +33,31 @@ pub fn symbol(name: &str) -> String {
     if is_bare_identifier(name) { format!("@{name}") } else { format!("@{}", string_literal(name)) }
 }
 
-const HEX: &[u8; 16] = b"0123456789ABCDEF";
+#[inline(always)]
+fn digit(n: u8) -> u8 {
+    // 0..=9 -> '0'..='9', 10..=15 -> 'A'..='F'; branch-free so the block loop vectorises.
+    n + b'0' + u8::from(n > 9) * 7
+}
 
 /// Appends `bytes` as upper-case hex (two digits per byte, no prefix).
 pub fn push_hex(out: &mut String, bytes: &[u8]) {
-    // SAFETY: only ASCII hex digits are appended, so the string stays valid UTF-8.
+    // SAFETY: only ASCII hex digits are written into the new tail, so the string stays valid UTF-8.
     let buf = unsafe { out.as_mut_vec() };
-    buf.reserve(bytes.len() * 2);
-    for &b in bytes {
-        buf.extend_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+    let start = buf.len();
+    buf.resize(start + bytes.len() * 2, 0);
+    let dst = &mut buf[start..];
+    let blocks = bytes.len() / 16;
+    for (d, s) in dst.chunks_exact_mut(32).zip(bytes.chunks_exact(16)) {
+        let mut tmp = [0u8; 32];
+        for i in 0..16 {
+            tmp[2 * i] = digit(s[i] >> 4);
+            tmp[2 * i + 1] = digit(s[i] & 15);
+        }
+        d.copy_from_slice(&tmp);
+    }
+    for (d, &b) in dst[blocks * 32..].chunks_exact_mut(2).zip(&bytes[blocks * 16..]) {
+        d[0] = digit(b >> 4);
+        d[1] = digit(b & 15);
     }
 }
 
@@ -57,6 +73,15 @@ mod tests {
         assert!(!is_bare_identifier(""));
         assert_eq!(symbol("w1"), "@w1");
         assert_eq!(symbol("a\"b\\\nc/d::é"), r#"@"a\22b\5C\0Ac/d::\C3\A9""#);
+    }
+
+    #[test]
+    fn hex_of_every_byte_value_and_odd_lengths() {
+        let all: Vec<u8> = (0..=255).chain(0..7).collect();
+        let mut s = String::new();
+        push_hex(&mut s, &all);
+        let want: String = all.iter().map(|b| format!("{b:02X}")).collect();
+        assert_eq!(s, want);
     }
 
     #[test]

@@ -20,4 +20,4 @@ pub use reader::{Archive, Entry, Index, IndexEntry, IndexKind, Payload, parse_in
 pub use source::{
     ByteSource, BytesSource, ChunkSink, F32Source, FileRegionSource, FnSource, MAX_CHUNK_BYTES, ZerosSource,
 };
-pub use writer::{ArchiveWriter, Progress, WriteSummary, write_atomically};
+pub use writer::{ArchiveWriter, AtomicFile, Progress, WriteSummary, write_atomically};

@@ -313,15 +313,44 @@ impl Target<'_, '_> {
 /// which is then synced and renamed over `path`. On any error the temporary file is removed and
 /// an existing file at `path` is untouched. (The archive writer uses the same mechanism.)
 pub fn write_atomically(path: impl AsRef<Path>, write: impl FnOnce(&mut File) -> std::io::Result<()>) -> Result<()> {
-    let path = path.as_ref();
-    let mut temp = TempFile::create_beside(path)?;
-    let io = |action: &'static str| {
-        let p = temp.path.clone();
-        move |source| IrpaError::Io { action, path: p, source }
-    };
-    write(&mut temp.file).map_err(io("cannot write"))?;
-    temp.file.sync_all().map_err(io("cannot sync"))?;
-    temp.commit(path)
+    let mut file = AtomicFile::create(path)?;
+    let result = write(file.file());
+    result.map_err(|source| IrpaError::Io { action: "cannot write", path: file.temp_path().to_path_buf(), source })?;
+    file.commit()
+}
+
+/// A file being written atomically: a temporary file beside the destination that becomes the
+/// destination only on [`AtomicFile::commit`] (sync, rename, sync of the directory). Dropping it
+/// uncommitted removes the temporary file and leaves any existing destination untouched.
+pub struct AtomicFile {
+    temp: TempFile,
+    dest: PathBuf,
+}
+
+impl AtomicFile {
+    /// Creates the temporary file for `path` (removing stale ones of killed runs first).
+    pub fn create(path: impl AsRef<Path>) -> Result<Self> {
+        let dest = path.as_ref().to_path_buf();
+        Ok(Self { temp: TempFile::create_beside(&dest)?, dest })
+    }
+
+    /// The open temporary file.
+    pub fn file(&mut self) -> &mut File {
+        &mut self.temp.file
+    }
+
+    /// Where the bytes go until commit.
+    #[must_use]
+    pub fn temp_path(&self) -> &Path {
+        &self.temp.path
+    }
+
+    /// Syncs the file and renames it over the destination.
+    pub fn commit(self) -> Result<()> {
+        let path = self.temp.path.clone();
+        self.temp.file.sync_all().map_err(|source| IrpaError::Io { action: "cannot sync", path, source })?;
+        self.temp.commit(&self.dest)
+    }
 }
 
 /// A temporary file beside the destination, removed on drop unless committed.
