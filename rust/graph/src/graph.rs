@@ -8,7 +8,7 @@ use crate::error::{GraphError, Result};
 use crate::ops;
 use crate::packed::{BlockOrder, Encoding};
 use crate::tensor::{HalfLayout, Storage, TensorSpec};
-use crate::trace::{Attrs, Op, TensorId, Trace};
+use crate::trace::{Op, TensorId, Trace};
 
 /// What to do with a frozen weight stored as packed (quantized) blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -30,21 +30,6 @@ pub struct ExtractOptions {
     pub packed: PackedConstantHandling,
     /// When true, every unresolved tensor becomes an input (no constants at all).
     pub no_constants: bool,
-}
-
-/// One operation of a [`ComputeGraph`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct Node {
-    /// Deterministic id (`n<seq>_<op>`).
-    pub id: String,
-    /// Op name.
-    pub op: String,
-    /// Attributes.
-    pub attrs: Attrs,
-    /// Operands.
-    pub inputs: Vec<TensorId>,
-    /// Results.
-    pub outputs: Vec<TensorId>,
 }
 
 /// A frozen value of the graph, with its stable parameter key.
@@ -78,8 +63,8 @@ pub struct ComputeGraph<'a> {
     pub inputs: Vec<TensorId>,
     /// Frozen values, in first-use order, one per tensor however many nodes use it.
     pub constants: Vec<Constant<'a>>,
-    /// Nodes in topological order.
-    pub nodes: Vec<Node>,
+    /// Nodes (the trace's ops) in topological order.
+    pub nodes: Vec<Op>,
     /// The model's results.
     pub outputs: Vec<TensorId>,
     /// Keys changed to keep them unique, for the user to see.
@@ -366,18 +351,6 @@ pub fn finalize<'a>(trace: &Trace<'a>, opts: &ExtractOptions) -> Result<ComputeG
         check_signature(&trace.ops[i], &specs)?;
     }
     let key_collisions = assign_keys(&mut constants, &specs);
-    let nodes = order
-        .into_iter()
-        .map(|i| {
-            let op = &trace.ops[i];
-            Node {
-                id: op.id.clone(),
-                op: op.op.clone(),
-                attrs: op.attrs.clone(),
-                inputs: op.inputs.clone(),
-                outputs: op.outputs.clone(),
-            }
-        })
-        .collect();
+    let nodes = order.into_iter().map(|i| trace.ops[i].clone()).collect();
     Ok(ComputeGraph { tensors: specs, inputs, constants, nodes, outputs: trace.outputs.clone(), key_collisions })
 }

@@ -24,7 +24,7 @@ mod trace;
 pub use constant::{ByteSink, CHUNK_VALUES, ConstantData, ConstantSource, PASSTHROUGH_VALUES};
 pub use dtype::DType;
 pub use error::{GraphError, Result};
-pub use graph::{ComputeGraph, Constant, ExtractOptions, KeyCollision, Node, PackedConstantHandling, finalize};
+pub use graph::{ComputeGraph, Constant, ExtractOptions, KeyCollision, PackedConstantHandling, finalize};
 pub use packed::{BlockOrder, Encoding};
 pub use shape::{Dim, Shape};
 pub use tensor::{ChunkLender, HalfLayout, LendError, Lent, Storage, Tensor, TensorSpec};

@@ -264,17 +264,31 @@ impl BlockFormat for BlockQ4K {
     const ELEMS: usize = 256;
     #[inline(always)]
     fn dequantize(&self, out: &mut [f32]) {
-        let (d, dmin) = (f16(self.d), f16(self.dmin));
-        for (g, (ys, qs)) in out.chunks_exact_mut(64).zip(self.qs.chunks_exact(32)).enumerate() {
-            let (sc1, m1) = k_scale_min(2 * g, &self.scales);
-            let (sc2, m2) = k_scale_min(2 * g + 1, &self.scales);
-            let (d1, m1) = (d * f32::from(sc1), dmin * f32::from(m1));
-            let (d2, m2) = (d * f32::from(sc2), dmin * f32::from(m2));
-            let (lo, hi) = ys.split_at_mut(32);
-            for ((a, b), &q) in lo.iter_mut().zip(hi.iter_mut()).zip(qs) {
-                *a = d1 * f32::from(q & 0xF) - m1;
-                *b = d2 * f32::from(q >> 4) - m2;
-            }
+        decode_k(self.d, self.dmin, &self.scales, &self.qs, None, out);
+    }
+}
+
+/// The Q4_K/Q5_K loop: 4 groups of 64 outputs, `y = d·sc · q − dmin·m`, with the fifth bit of
+/// each code taken from `qh` for Q5_K. Inlined per format, so `qh = None` costs nothing.
+#[inline(always)]
+fn decode_k(d: [u8; 2], dmin: [u8; 2], scales: &[u8; 12], qs: &[u8; 128], qh: Option<&[u8; 32]>, out: &mut [f32]) {
+    let (d, dmin) = (f16(d), f16(dmin));
+    for (g, (ys, qs)) in out.chunks_exact_mut(64).zip(qs.chunks_exact(32)).enumerate() {
+        let (sc1, m1) = k_scale_min(2 * g, scales);
+        let (sc2, m2) = k_scale_min(2 * g + 1, scales);
+        let (d1, m1) = (d * f32::from(sc1), dmin * f32::from(m1));
+        let (d2, m2) = (d * f32::from(sc2), dmin * f32::from(m2));
+        let (lo, hi) = ys.split_at_mut(32);
+        for (l, ((a, b), &q)) in lo.iter_mut().zip(hi.iter_mut()).zip(qs).enumerate() {
+            let (h0, h1) = match qh {
+                Some(qh) => {
+                    let h = qh[l] >> (2 * g);
+                    ((h & 1) << 4, ((h >> 1) & 1) << 4)
+                }
+                None => (0, 0),
+            };
+            *a = d1 * f32::from((q & 0xF) + h0) - m1;
+            *b = d2 * f32::from((q >> 4) + h1) - m2;
         }
     }
 }
@@ -295,19 +309,7 @@ impl BlockFormat for BlockQ5K {
     const ELEMS: usize = 256;
     #[inline(always)]
     fn dequantize(&self, out: &mut [f32]) {
-        let (d, dmin) = (f16(self.d), f16(self.dmin));
-        for (g, (ys, qs)) in out.chunks_exact_mut(64).zip(self.qs.chunks_exact(32)).enumerate() {
-            let (sc1, m1) = k_scale_min(2 * g, &self.scales);
-            let (sc2, m2) = k_scale_min(2 * g + 1, &self.scales);
-            let (d1, m1) = (d * f32::from(sc1), dmin * f32::from(m1));
-            let (d2, m2) = (d * f32::from(sc2), dmin * f32::from(m2));
-            let (lo, hi) = ys.split_at_mut(32);
-            for (l, ((a, b), &q)) in lo.iter_mut().zip(hi.iter_mut()).zip(qs).enumerate() {
-                let h = self.qh[l] >> (2 * g);
-                *a = d1 * f32::from((q & 0xF) + ((h & 1) << 4)) - m1;
-                *b = d2 * f32::from((q >> 4) + (((h >> 1) & 1) << 4)) - m2;
-            }
-        }
+        decode_k(self.d, self.dmin, &self.scales, &self.qs, Some(&self.qh), out);
     }
 }
 

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Write;
 
-use tapeout_graph::{Attr, ComputeGraph, ConstantData, DType, Dim, Node, Shape, TensorId};
+use tapeout_graph::{Attr, ComputeGraph, ConstantData, DType, Dim, Op as Node, Shape, TensorId};
 
 use crate::error::{HloError, Result};
 use crate::text::{push_hex, string_literal, symbol};
