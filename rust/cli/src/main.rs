@@ -70,6 +70,29 @@ enum Command {
         #[arg(long)]
         name: Option<String>,
     },
+    /// Convert a GGUF or safetensors file to an .irpa archive (bytes kept as stored by default).
+    Convert {
+        /// The input (.gguf or .safetensors).
+        input: PathBuf,
+        /// Output archive (written atomically).
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Decode packed blocks, and widen f16/bf16, to f32 (streamed per chunk).
+        #[arg(long)]
+        dequantize: bool,
+        /// With --dequantize: keep f16/bf16 as stored; decode only packed tensors.
+        #[arg(long, requires = "dequantize")]
+        keep_dtype: bool,
+        /// Only tensors matching this glob (`*`, `?`); repeatable.
+        #[arg(long, value_name = "GLOB")]
+        include: Vec<String>,
+        /// Leave out tensors matching this glob; repeatable.
+        #[arg(long, value_name = "GLOB")]
+        exclude: Vec<String>,
+        /// Store tensor OLD under key NEW; repeatable.
+        #[arg(long, value_name = "OLD=NEW")]
+        rename: Vec<String>,
+    },
     /// Check that an archive is valid; exit 0 if it is, 1 with the reason if not.
     Verify {
         /// The archive.
@@ -129,6 +152,9 @@ fn main() -> ExitCode {
                 PackedArg::Dequantize => tapeout_graph::PackedConstantHandling::Dequantize,
             };
             export(&graph, weights.as_deref(), &output, policy, packed, name)
+        }
+        Command::Convert { input, output, dequantize, keep_dtype, include, exclude, rename } => {
+            convert(&input, &output, dequantize, keep_dtype, include, exclude, &rename)
         }
         Command::Verify { file } => verify(&file),
         Command::Extract { file, key, output } => extract(&file, &key, &output),
@@ -282,6 +308,37 @@ fn export(
     meter.finish();
     println!("wrote {} ({} bytes; {} inline constants)", s.mlir.display(), s.mlir_bytes, s.inline_constants);
     println!("wrote {} ({} external parameters, {} bytes)", s.irpa.path.display(), s.externals, s.irpa.file_size);
+    Ok(())
+}
+
+fn convert(
+    input: &Path,
+    output: &Path,
+    dequantize: bool,
+    keep_dtype: bool,
+    include: Vec<String>,
+    exclude: Vec<String>,
+    rename: &[String],
+) -> Result<(), Failure> {
+    let rename = rename
+        .iter()
+        .map(|r| split_kv(r, "--rename").map(|(a, b)| (a.to_owned(), b.to_owned())))
+        .collect::<Result<Vec<_>, _>>()?;
+    let file = tapeout_graph::io::WeightFile::open(input).map_err(|e| Failure(e.to_string()))?;
+    let opts = tapeout_graph::io::ConvertOptions { dequantize, keep_dtype, include, exclude, rename };
+    let total: u64 = file.tensors().iter().map(|t| t.bytes.len() as u64).sum();
+    let mut meter = ProgressMeter::new(total);
+    let s = tapeout_graph::io::convert(&file, &opts, output, &mut |p| meter.update(p))
+        .map_err(|e| Failure(e.to_string()))?;
+    meter.finish();
+    println!(
+        "wrote {} ({} entries, {} payload bytes; {} decoded to f32, {} left out)",
+        s.archive.path.display(),
+        s.archive.entry_count,
+        s.archive.data_bytes,
+        s.converted,
+        s.skipped
+    );
     Ok(())
 }
 

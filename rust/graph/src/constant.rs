@@ -205,7 +205,16 @@ impl ConstantData<'_> {
     }
 }
 
-/// A constant as a payload of the archive writer.
+impl ByteSource for ConstantData<'_> {
+    fn byte_len(&self) -> u64 {
+        ConstantData::byte_len(self)
+    }
+    fn write_into(&mut self, sink: &mut ChunkSink<'_>) -> Result<(), IrpaError> {
+        self.stream(sink)
+    }
+}
+
+/// A constant (borrowed) as a payload of the archive writer.
 pub struct ConstantSource<'c, 'a>(&'c ConstantData<'a>);
 
 impl ByteSource for ConstantSource<'_, '_> {

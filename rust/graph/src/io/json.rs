@@ -8,11 +8,11 @@ use memmap2::Mmap;
 use serde::Deserialize;
 
 use super::IoError;
-use super::safetensors::SafeTensors;
+use super::weights::{Stored, WeightFile};
 use crate::dtype::DType;
-use crate::packed::{BlockOrder, Encoding};
+use crate::packed::Encoding;
 use crate::shape::{Dim, Shape};
-use crate::tensor::{HalfLayout, Lent, Storage, Tensor, TensorSpec};
+use crate::tensor::{HalfLayout, Storage, Tensor, TensorSpec};
 use crate::trace::{Attr, Attrs, TensorId, Trace};
 
 #[derive(Debug, Deserialize)]
@@ -43,8 +43,8 @@ struct RawTensor {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawData {
-    #[serde(default)]
-    safetensors: Option<String>,
+    #[serde(default, alias = "safetensors")]
+    tensor: Option<String>,
     #[serde(default)]
     file: Option<String>,
     #[serde(default)]
@@ -71,7 +71,7 @@ struct RawNode {
 /// Where a weight's bytes are: a safetensors entry or a raw file region.
 #[derive(Debug, Clone)]
 enum Source {
-    SafeTensors(String),
+    Named(String),
     File(PathBuf, u64),
 }
 
@@ -99,7 +99,7 @@ pub struct GraphFile {
 
 /// The memory-mapped weight files a graph refers to.
 pub struct WeightSet {
-    safetensors: Option<SafeTensors>,
+    weights: Option<WeightFile>,
     files: HashMap<PathBuf, Mmap>,
 }
 
@@ -163,12 +163,12 @@ impl GraphFile {
             weights.push(
                 t.data
                     .map(|d| {
-                        let source = match (d.safetensors, d.file) {
-                            (Some(s), None) => Source::SafeTensors(s),
+                        let source = match (d.tensor, d.file) {
+                            (Some(s), None) => Source::Named(s),
                             (None, Some(f)) => Source::File(dir.join(f), d.offset),
                             _ => {
                                 return Err(bad(format!(
-                                    "tensor {:?}: data needs exactly one of \"safetensors\" or \"file\"",
+                                    "tensor {:?}: data needs exactly one of \"tensor\" (in the --weights file) or \"file\"",
                                     t.name
                                 )));
                             }
@@ -219,65 +219,11 @@ impl GraphFile {
 
     /// Builds the trace, borrowing every weight from `weights`.
     pub fn to_trace<'a>(&self, weights: &'a WeightSet) -> Result<Trace<'a>, IoError> {
-        let bad = |detail: String| IoError::Format { path: self.path.clone(), format: "graph JSON", detail };
         let mut trace = Trace::new();
         for (spec, w) in self.specs.iter().zip(&self.weights) {
             let storage = match w {
                 None => Storage::None,
-                Some(w) => {
-                    let (mut bytes, stored) =
-                        weights.bytes(&w.source).map_err(|d| bad(format!("tensor {:?}: {d}", spec.name)))?;
-                    if let Source::File(path, _) = &w.source {
-                        // A raw file region is as long as the tensor needs.
-                        let count = spec.shape.element_count();
-                        let want = match &w.encoding {
-                            Some(e) => count.and_then(|n| e.physical_bytes(n)),
-                            None => count.and_then(|n| n.checked_mul(spec.dtype.byte_width())),
-                        }
-                        .ok_or_else(|| {
-                            bad(format!("tensor {:?}: a raw-file weight needs a static shape", spec.name))
-                        })?;
-                        bytes = usize::try_from(want).ok().and_then(|n| bytes.get(..n)).ok_or_else(|| {
-                            bad(format!(
-                                "tensor {:?}: {} holds {} bytes, {want} needed",
-                                spec.name,
-                                path.display(),
-                                bytes.len()
-                            ))
-                        })?;
-                    }
-                    if w.mapped {
-                        let (path, offset) = match &w.source {
-                            Source::File(p, o) => (p.clone(), *o),
-                            Source::SafeTensors(_) => (weights.safetensors_path().unwrap_or_default(), 0),
-                        };
-                        Storage::Mapped { path, offset, len: bytes.len() as u64 }
-                    } else if let Some(encoding) = &w.encoding {
-                        Storage::Packed {
-                            encoding: encoding.clone(),
-                            order: BlockOrder::RowMajor,
-                            bytes: Lent::Slice(bytes),
-                        }
-                    } else {
-                        let dtype = stored.filter(|_| w.encoding.is_none()).unwrap_or(spec.dtype);
-                        if dtype != spec.dtype {
-                            return Err(bad(format!(
-                                "tensor {:?} is {} but its stored data is {dtype}",
-                                spec.name, spec.dtype
-                            )));
-                        }
-                        match dtype {
-                            DType::F32 => Storage::F32(Lent::Slice(
-                                f32_view(bytes).map_err(|d| bad(format!("tensor {:?}: {d}", spec.name)))?,
-                            )),
-                            DType::F16 | DType::BF16 => Storage::Half {
-                                bytes: Lent::Slice(bytes),
-                                layout: if w.column_major { HalfLayout::ColumnMajor } else { HalfLayout::RowMajor },
-                            },
-                            _ => Storage::Dense(Lent::Slice(bytes)),
-                        }
-                    }
-                }
+                Some(w) => self.storage(spec, w, weights)?,
             };
             trace.add_tensor(Tensor { spec: spec.clone(), storage });
         }
@@ -291,19 +237,87 @@ impl GraphFile {
     }
 }
 
-/// Views little-endian f32 bytes as `&[f32]` without copying (aligned, little-endian host).
-fn f32_view(bytes: &[u8]) -> Result<&[f32], String> {
-    if cfg!(target_endian = "big") {
-        return Err("f32 weights are borrowed as-is only on little-endian hosts".into());
+impl GraphFile {
+    /// The storage of one weight, borrowed from `weights`.
+    fn storage<'a>(&self, spec: &TensorSpec, w: &WeightRef, weights: &'a WeightSet) -> Result<Storage<'a>, IoError> {
+        let bad = |detail: String| IoError::Format {
+            path: self.path.clone(),
+            format: "graph JSON",
+            detail: format!("tensor {:?}: {detail}", spec.name),
+        };
+        let layout = if w.column_major { HalfLayout::ColumnMajor } else { HalfLayout::RowMajor };
+        let count = spec.shape.element_count();
+        let (bytes, stored) = match &w.source {
+            Source::Named(name) => {
+                let file = weights.weights.as_ref().ok_or_else(|| {
+                    bad("its data names a tensor of the weights file; pass --weights FILE.safetensors|FILE.gguf".into())
+                })?;
+                let t =
+                    file.get(name).ok_or_else(|| bad(format!("no tensor {name:?} in {}", file.path().display())))?;
+                match (&t.stored, &w.encoding) {
+                    // Packed bytes stored as a plain byte tensor (safetensors): the graph names the encoding.
+                    (Stored::Dense(DType::U8), Some(e)) => (t.bytes, Stored::Packed(e.clone())),
+                    (Stored::Packed(e), Some(want)) if e != want => {
+                        return Err(bad(format!("the file stores it as {e}, the graph says {want}")));
+                    }
+                    (stored, _) => {
+                        if spec.shape.static_dims().is_some_and(|d| d != t.shape) {
+                            return Err(bad(format!(
+                                "shape [{}] differs from the stored shape {:?}",
+                                spec.shape, t.shape
+                            )));
+                        }
+                        (t.bytes, stored.clone())
+                    }
+                }
+            }
+            Source::File(path, offset) => {
+                let map = weights.files.get(path).ok_or_else(|| bad(format!("{} is not open", path.display())))?;
+                let start = usize::try_from(*offset).map_err(|_| bad("offset too large".into()))?;
+                let stored = match &w.encoding {
+                    Some(e) => Stored::Packed(e.clone()),
+                    None => Stored::Dense(spec.dtype),
+                };
+                // A raw file region is as long as the tensor needs.
+                let want = match &stored {
+                    Stored::Packed(e) => count.and_then(|n| e.physical_bytes(n)),
+                    Stored::Dense(d) => count.and_then(|n| n.checked_mul(d.byte_width())),
+                }
+                .ok_or_else(|| bad("a raw-file weight needs a static shape (and whole blocks)".into()))?;
+                let end = usize::try_from(want).ok().and_then(|n| start.checked_add(n));
+                let bytes = end.and_then(|e| map.get(start..e)).ok_or_else(|| {
+                    bad(format!(
+                        "{} holds {} bytes after offset {offset}, {want} needed",
+                        path.display(),
+                        map.len().saturating_sub(start)
+                    ))
+                })?;
+                (bytes, stored)
+            }
+        };
+        if w.mapped {
+            let (path, offset) = match &w.source {
+                Source::File(p, o) => (p.clone(), *o),
+                Source::Named(_) => (weights.weights.as_ref().map(|f| f.path().to_path_buf()).unwrap_or_default(), 0),
+            };
+            return Ok(Storage::Mapped { path, offset, len: bytes.len() as u64 });
+        }
+        let dtype = match &stored {
+            Stored::Dense(d) => *d,
+            Stored::Packed(_) => DType::F32,
+        };
+        if dtype != spec.dtype {
+            return Err(bad(format!("it is declared {} but its stored data is {dtype}", spec.dtype)));
+        }
+        let t = super::weights::StoredTensor { name: "", shape: Vec::new(), stored, bytes };
+        Ok(t.storage(layout))
     }
-    bytemuck::try_cast_slice(bytes)
-        .map_err(|e| format!("f32 data cannot be borrowed in place ({e:?}); align it to 4 bytes"))
 }
 
 impl WeightSet {
-    /// Maps the safetensors file (if any) and every raw file the graph names.
-    pub fn open(graph: &GraphFile, safetensors: Option<&Path>) -> Result<Self, IoError> {
-        let safetensors = safetensors.map(SafeTensors::open).transpose()?;
+    /// Maps the weights file (safetensors or GGUF, if any) and every raw file the graph names.
+    pub fn open(graph: &GraphFile, weights: Option<&Path>) -> Result<Self, IoError> {
+        let weights = weights.map(WeightFile::open).transpose()?;
         let mut files = HashMap::new();
         for w in graph.weights.iter().flatten() {
             if let Source::File(p, _) = &w.source {
@@ -316,31 +330,6 @@ impl WeightSet {
                 }
             }
         }
-        Ok(Self { safetensors, files })
-    }
-
-    fn safetensors_path(&self) -> Option<PathBuf> {
-        self.safetensors.as_ref().map(|s| s.path().to_path_buf())
-    }
-
-    /// The bytes of a source and, for safetensors, the stored dtype.
-    fn bytes(&self, source: &Source) -> Result<(&[u8], Option<DType>), String> {
-        match source {
-            Source::SafeTensors(name) => {
-                let st = self
-                    .safetensors
-                    .as_ref()
-                    .ok_or("the graph names safetensors weights; pass --weights FILE.safetensors")?;
-                let t = st.get(name).ok_or_else(|| format!("no tensor {name:?} in {}", st.path().display()))?;
-                Ok((st.bytes(t), Some(t.dtype)))
-            }
-            Source::File(path, offset) => {
-                let map = self.files.get(path).ok_or_else(|| format!("{} is not open", path.display()))?;
-                let start = usize::try_from(*offset).map_err(|_| "offset too large".to_string())?;
-                let bytes =
-                    map.get(start..).ok_or_else(|| format!("offset {offset} is past the end of {}", path.display()))?;
-                Ok((bytes, None))
-            }
-        }
+        Ok(Self { weights, files })
     }
 }

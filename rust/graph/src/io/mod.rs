@@ -1,12 +1,17 @@
 //! Reading graphs and weights from files: the JSON graph format (`docs/graph-format.md`) and
 //! safetensors. Weights are memory-mapped and borrowed, never copied.
 
+mod convert;
+pub mod gguf;
 mod json;
 pub mod safetensors;
+mod weights;
 
 use std::path::PathBuf;
 
+pub use convert::{ConvertOptions, ConvertSummary, convert, glob_match};
 pub use json::{GraphFile, WeightSet};
+pub use weights::{Stored, StoredTensor, WeightFile};
 
 /// Errors reading graph and weight files.
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +25,14 @@ pub enum IoError {
         /// The operating system's error.
         #[source]
         source: std::io::Error,
+    },
+    /// A conversion could not be done as asked.
+    #[error("cannot convert {path}: {detail}")]
+    Convert {
+        /// The input file.
+        path: PathBuf,
+        /// What went wrong.
+        detail: String,
     },
     /// The file is not valid in its format.
     #[error("{path}: invalid {format} file: {detail}")]

@@ -138,6 +138,12 @@ impl SafeTensors {
         self.tensors.get(name)
     }
 
+    /// The tensor called `name`, with the file's own copy of the name.
+    #[must_use]
+    pub fn get_key_value(&self, name: &str) -> Option<(&str, &SafeTensor)> {
+        self.tensors.get_key_value(name).map(|(k, v)| (k.as_str(), v))
+    }
+
     /// The bytes of `tensor`, borrowed from the mapping.
     #[must_use]
     pub fn bytes(&self, tensor: &SafeTensor) -> &[u8] {

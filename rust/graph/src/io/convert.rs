@@ -1,0 +1,145 @@
+//! `tapeout convert`: a weight file (GGUF or safetensors) to an IRPA archive, streamed.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use tapeout_irpa::{ArchiveWriter, BytesSource, Progress, WriteSummary};
+
+use crate::constant::ConstantData;
+use crate::dtype::DType;
+use crate::io::IoError;
+use crate::io::weights::{Stored, WeightFile};
+use crate::tensor::{HalfLayout, Lent};
+
+/// What to convert and how.
+#[derive(Debug, Clone, Default)]
+pub struct ConvertOptions {
+    /// Decode packed blocks (and widen f16/bf16, unless `keep_dtype`) to f32, one chunk at a time.
+    pub dequantize: bool,
+    /// With `dequantize`: keep f16/bf16 tensors as stored, decode only packed ones.
+    pub keep_dtype: bool,
+    /// Only tensors whose name matches one of these globs (`*`, `?`); all when empty.
+    pub include: Vec<String>,
+    /// Leave out tensors whose name matches one of these globs.
+    pub exclude: Vec<String>,
+    /// `(old, new)` key renames.
+    pub rename: Vec<(String, String)>,
+}
+
+/// What a conversion wrote.
+#[derive(Debug, Clone)]
+pub struct ConvertSummary {
+    /// The archive.
+    pub archive: WriteSummary,
+    /// Tensors left out by `include` / `exclude`.
+    pub skipped: usize,
+    /// Tensors decoded or widened to f32.
+    pub converted: usize,
+}
+
+/// `*` matches any run of characters, `?` any one character.
+#[must_use]
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ti;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+fn metadata(dtype: &str, shape: &[u64], encoding: Option<&str>, from: Option<&str>) -> Vec<u8> {
+    let mut m = serde_json::json!({ "dtype": dtype, "shape": shape });
+    if let Some(e) = encoding {
+        m["encoding"] = e.into();
+    }
+    if let Some(f) = from {
+        m["from"] = f.into();
+    }
+    format!("TENSORv0:{m}").into_bytes()
+}
+
+/// Writes the tensors of `file` to the archive at `out`, in file order, each payload streamed from
+/// the mapping (or decoded chunk by chunk), with metadata recording dtype, shape and encoding.
+pub fn convert(
+    file: &WeightFile,
+    opts: &ConvertOptions,
+    out: &Path,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<ConvertSummary, IoError> {
+    let usage = |detail: String| IoError::Convert { path: file.path().to_path_buf(), detail };
+    let renames: HashMap<&str, &str> = opts.rename.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    let tensors = file.tensors();
+    let names: HashSet<&str> = tensors.iter().map(|t| t.name).collect();
+    if let Some((old, _)) = opts.rename.iter().find(|(old, _)| !names.contains(old.as_str())) {
+        return Err(usage(format!("--rename names {old:?}, which is not a tensor of the file")));
+    }
+    let mut writer = ArchiveWriter::new();
+    let (mut skipped, mut converted) = (0, 0);
+    for t in &tensors {
+        let included = opts.include.is_empty() || opts.include.iter().any(|g| glob_match(g, t.name));
+        if !included || opts.exclude.iter().any(|g| glob_match(g, t.name)) {
+            skipped += 1;
+            continue;
+        }
+        let key = renames.get(t.name).copied().unwrap_or(t.name).to_owned();
+        let count = t.shape.iter().product::<u64>();
+        let bytes = Lent::Slice(t.bytes);
+        let decode = match &t.stored {
+            Stored::Packed(e) if opts.dequantize => {
+                Some((ConstantData::Dequantize { encoding: e.clone(), bytes, elements: count }, e.name().to_owned()))
+            }
+            Stored::Dense(d @ (DType::F16 | DType::BF16)) if opts.dequantize && !opts.keep_dtype => Some((
+                ConstantData::Widen { from: *d, bytes, layout: HalfLayout::RowMajor, dims: [count, 1] },
+                d.name().to_owned(),
+            )),
+            _ => None,
+        };
+        let map_err = |e: tapeout_irpa::IrpaError| usage(e.to_string());
+        match decode {
+            Some((data, from)) => {
+                converted += 1;
+                let md = metadata("f32", &t.shape, None, Some(&from));
+                writer.add_data_with_metadata(key, md, data).map_err(map_err)?;
+            }
+            None => {
+                let md = match &t.stored {
+                    Stored::Packed(e) => metadata("f32", &t.shape, Some(e.name()), None),
+                    Stored::Dense(d) => metadata(d.name(), &t.shape, None, None),
+                };
+                writer.add_data_with_metadata(key, md, BytesSource(t.bytes)).map_err(map_err)?;
+            }
+        }
+    }
+    let archive = writer.write_with_progress(out, progress).map_err(|e| usage(e.to_string()))?;
+    Ok(ConvertSummary { archive, skipped, converted })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob_match;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("blk.*.attn_q.weight", "blk.12.attn_q.weight"));
+        assert!(glob_match("*", ""));
+        assert!(glob_match("a?c", "abc"));
+        assert!(!glob_match("a?c", "ac"));
+        assert!(glob_match("*.weight", "x.y.weight"));
+        assert!(!glob_match("*.weight", "x.bias"));
+        assert!(glob_match("*a*b", "xxaxxb"));
+    }
+}

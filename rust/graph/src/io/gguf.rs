@@ -1,0 +1,424 @@
+//! A validating, memory-mapped GGUF (v2, v3) reader: tensors are borrowed from the mapping.
+//!
+//! Every count, string length, array length, dimension and offset read from the file is checked
+//! against the bytes actually present before it is used, and nothing is allocated in proportion
+//! to a size the file merely declares.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+
+use crate::dtype::DType;
+use crate::io::IoError;
+use crate::packed::Encoding;
+
+/// GGUF's magic: "GGUF".
+const MAGIC: [u8; 4] = *b"GGUF";
+/// ggml's limit on tensor rank.
+const MAX_DIMS: u32 = 4;
+/// Arrays nested inside arrays deeper than this are refused (GGUF never needs more than one level).
+const MAX_ARRAY_DEPTH: u32 = 2;
+
+/// How a GGUF tensor's bytes are stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GgufStorage {
+    /// Dense elements of a dtype.
+    Dense(DType),
+    /// Packed GGML blocks; the logical dtype is f32.
+    Packed(Encoding),
+}
+
+/// One tensor of a GGUF file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GgufTensor {
+    /// Its name.
+    pub name: String,
+    /// Row-major shape (GGUF stores dims innermost first; this is reversed).
+    pub shape: Vec<u64>,
+    /// The GGML type id.
+    pub ggml_type: u32,
+    /// How the bytes are stored.
+    pub storage: GgufStorage,
+    /// Absolute byte range in the file.
+    pub start: u64,
+    /// End of the range (exclusive).
+    pub end: u64,
+}
+
+/// A metadata value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GgufValue {
+    /// Any unsigned integer type.
+    U64(u64),
+    /// Any signed integer type.
+    I64(i64),
+    /// f32 or f64.
+    F64(f64),
+    /// A boolean.
+    Bool(bool),
+    /// A string (lossily decoded).
+    Str(String),
+    /// An array (element count only; contents are skipped).
+    Array {
+        /// Element type id.
+        elem_type: u32,
+        /// Number of elements.
+        len: u64,
+    },
+}
+
+/// An open GGUF file.
+pub struct GgufFile {
+    path: PathBuf,
+    map: Mmap,
+    version: u32,
+    alignment: u64,
+    metadata: Vec<(String, GgufValue)>,
+    tensors: Vec<GgufTensor>,
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: u64, what: &str) -> Result<&'a [u8], String> {
+        let n = usize::try_from(n).map_err(|_| format!("{what}: length {n} does not fit in memory"))?;
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.bytes.len());
+        let Some(end) = end else {
+            return Err(format!(
+                "{what} at offset {} needs {n} bytes, but the file ends at {}",
+                self.pos,
+                self.bytes.len()
+            ));
+        };
+        let s = &self.bytes[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    fn u32(&mut self, what: &str) -> Result<u32, String> {
+        let b = self.take(4, what)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn u64(&mut self, what: &str) -> Result<u64, String> {
+        let b = self.take(8, what)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_le_bytes(a))
+    }
+    fn string(&mut self, what: &str) -> Result<String, String> {
+        let len = self.u64(what)?;
+        let b = self.take(len, what)?;
+        Ok(String::from_utf8_lossy(b).into_owned())
+    }
+    fn remaining(&self) -> u64 {
+        (self.bytes.len() - self.pos) as u64
+    }
+
+    /// Reads a value of `ty`; arrays are skipped (their size checked) at `depth`.
+    fn value(&mut self, ty: u32, depth: u32, what: &str) -> Result<GgufValue, String> {
+        macro_rules! le {
+            ($t:ty) => {{
+                let b = self.take(size_of::<$t>() as u64, what)?;
+                <$t>::from_le_bytes(b.try_into().map_err(|_| format!("{what}: short read"))?)
+            }};
+        }
+        Ok(match ty {
+            0 => GgufValue::U64(u64::from(le!(u8))),
+            2 => GgufValue::U64(u64::from(le!(u16))),
+            4 => GgufValue::U64(u64::from(le!(u32))),
+            10 => GgufValue::U64(le!(u64)),
+            1 => GgufValue::I64(i64::from(le!(i8))),
+            3 => GgufValue::I64(i64::from(le!(i16))),
+            5 => GgufValue::I64(i64::from(le!(i32))),
+            11 => GgufValue::I64(le!(i64)),
+            6 => GgufValue::F64(f64::from(le!(f32))),
+            12 => GgufValue::F64(le!(f64)),
+            7 => GgufValue::Bool(le!(u8) != 0),
+            8 => GgufValue::Str(self.string(what)?),
+            9 => {
+                if depth >= MAX_ARRAY_DEPTH {
+                    return Err(format!("{what}: arrays nested deeper than {MAX_ARRAY_DEPTH} levels"));
+                }
+                let elem_type = self.u32(what)?;
+                let len = self.u64(what)?;
+                let width = match elem_type {
+                    0 | 1 | 7 => Some(1),
+                    2 | 3 => Some(2),
+                    4..=6 => Some(4),
+                    10..=12 => Some(8),
+                    _ => None,
+                };
+                match width {
+                    Some(w) => {
+                        let total =
+                            len.checked_mul(w).ok_or_else(|| format!("{what}: array of {len} elements overflows"))?;
+                        self.take(total, what)?;
+                    }
+                    None => {
+                        // Strings or nested arrays: each takes at least 8 bytes, so the count is bounded.
+                        if len > self.remaining() / 8 {
+                            return Err(format!("{what}: array claims {len} elements, more than the file can hold"));
+                        }
+                        for _ in 0..len {
+                            self.value(elem_type, depth + 1, what)?;
+                        }
+                    }
+                }
+                GgufValue::Array { elem_type, len }
+            }
+            other => return Err(format!("{what}: unknown value type {other}")),
+        })
+    }
+}
+
+/// `(storage, elements per block, bytes per block)` of a GGML type id.
+fn ggml_type(id: u32) -> Option<(GgufStorage, u64, u64)> {
+    let dense = |d: DType| Some((GgufStorage::Dense(d), 1, d.byte_width()));
+    match id {
+        0 => dense(DType::F32),
+        1 => dense(DType::F16),
+        24 => dense(DType::I8),
+        25 => dense(DType::I16),
+        26 => dense(DType::I32),
+        27 => dense(DType::I64),
+        28 => dense(DType::F64),
+        30 => dense(DType::BF16),
+        _ => {
+            let e = Encoding::DECODABLE.into_iter().find(|e| e.ggml_type() == Some(id))?;
+            let (elems, bytes) = e.block_geometry()?;
+            Some((GgufStorage::Packed(e), elems, bytes))
+        }
+    }
+}
+
+impl GgufFile {
+    /// Opens and validates `path`.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, IoError> {
+        let path = path.as_ref().to_path_buf();
+        let io = |source| IoError::Io { path: path.clone(), source };
+        let file = File::open(&path).map_err(io)?;
+        // SAFETY: read-only mapping; the file must not be truncated while it is open.
+        let map = unsafe { Mmap::map(&file) }.map_err(io)?;
+        let parsed = parse(&map).map_err(|detail| IoError::Format { path: path.clone(), format: "GGUF", detail })?;
+        let (version, alignment, metadata, tensors) = parsed;
+        Ok(Self { path, map, version, alignment, metadata, tensors })
+    }
+
+    /// The file's path.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The GGUF version (2 or 3).
+    #[must_use]
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// The data alignment (`general.alignment`, default 32).
+    #[must_use]
+    pub fn alignment(&self) -> u64 {
+        self.alignment
+    }
+
+    /// Metadata key/value pairs in file order.
+    #[must_use]
+    pub fn metadata(&self) -> &[(String, GgufValue)] {
+        &self.metadata
+    }
+
+    /// Tensors in file order.
+    #[must_use]
+    pub fn tensors(&self) -> &[GgufTensor] {
+        &self.tensors
+    }
+
+    /// The tensor called `name`.
+    #[must_use]
+    pub fn get(&self, name: &str) -> Option<&GgufTensor> {
+        self.tensors.iter().find(|t| t.name == name)
+    }
+
+    /// The bytes of `tensor`, borrowed from the mapping.
+    #[must_use]
+    pub fn bytes(&self, tensor: &GgufTensor) -> &[u8] {
+        let (Ok(s), Ok(e)) = (usize::try_from(tensor.start), usize::try_from(tensor.end)) else { return &[] };
+        self.map.get(s..e).unwrap_or(&[])
+    }
+}
+
+type Parsed = (u32, u64, Vec<(String, GgufValue)>, Vec<GgufTensor>);
+
+/// Parses the header, metadata and tensor infos of a GGUF file held in `bytes`. Pure, so it can be
+/// fuzzed.
+pub fn parse(bytes: &[u8]) -> Result<Parsed, String> {
+    let mut r = Reader { bytes, pos: 0 };
+    let magic = r.take(4, "magic")?;
+    if magic != MAGIC {
+        return Err(format!("magic is {magic:02x?}, not \"GGUF\""));
+    }
+    let version = r.u32("version")?;
+    if !(2..=3).contains(&version) {
+        return Err(format!("version {version} is not supported (2 and 3 are)"));
+    }
+    let tensor_count = r.u64("tensor count")?;
+    let kv_count = r.u64("metadata count")?;
+    // A metadata pair takes at least 12 bytes and a tensor info at least 24: bound the counts by the file.
+    if kv_count > r.remaining() / 12 {
+        return Err(format!("metadata count {kv_count} is more than the file can hold"));
+    }
+    let mut metadata = Vec::new();
+    let mut alignment = 32u64;
+    for i in 0..kv_count {
+        let key = r.string(&format!("metadata key {i}"))?;
+        let ty = r.u32(&format!("metadata {key:?} type"))?;
+        let value = r.value(ty, 0, &format!("metadata {key:?}"))?;
+        if key == "general.alignment" {
+            alignment = match value {
+                GgufValue::U64(a) if a > 0 && a.is_power_of_two() => a,
+                _ => return Err(format!("general.alignment is {value:?}; it must be a power of two")),
+            };
+        }
+        metadata.push((key, value));
+    }
+    if tensor_count > r.remaining() / 24 {
+        return Err(format!("tensor count {tensor_count} is more than the file can hold"));
+    }
+    let mut infos = Vec::new();
+    for i in 0..tensor_count {
+        let name = r.string(&format!("tensor {i} name"))?;
+        let what = format!("tensor {name:?}");
+        let n_dims = r.u32(&what)?;
+        if n_dims > MAX_DIMS {
+            return Err(format!("{what}: {n_dims} dimensions; ggml allows at most {MAX_DIMS}"));
+        }
+        let mut dims = Vec::with_capacity(4);
+        for _ in 0..n_dims {
+            dims.push(r.u64(&what)?);
+        }
+        let ty = r.u32(&what)?;
+        let offset = r.u64(&what)?;
+        infos.push((name, dims, ty, offset));
+    }
+    let data_start = (r.pos as u64).div_ceil(alignment) * alignment;
+    let file_len = bytes.len() as u64;
+    let mut tensors = Vec::with_capacity(infos.len());
+    let mut seen = std::collections::HashSet::new();
+    for (name, dims, ty, offset) in infos {
+        let what = format!("tensor {name:?}");
+        if !seen.insert(name.clone()) {
+            return Err(format!("{what} appears twice"));
+        }
+        let (storage, per_block, block_bytes) = ggml_type(ty).ok_or_else(|| {
+            format!("{what}: GGML type {ty} is not supported (F32, F16, BF16, F64, I8-I64, Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K are)")
+        })?;
+        let count = dims
+            .iter()
+            .try_fold(1u64, |a, &d| a.checked_mul(d))
+            .ok_or_else(|| format!("{what}: shape {dims:?} overflows 64 bits"))?;
+        if dims.first().is_some_and(|&inner| inner % per_block != 0) {
+            return Err(format!("{what}: its rows of {} values are not whole {per_block}-value blocks", dims[0]));
+        }
+        let size = (count / per_block).checked_mul(block_bytes).ok_or_else(|| format!("{what}: size overflows"))?;
+        if offset % alignment != 0 {
+            return Err(format!("{what}: offset {offset} is not a multiple of the {alignment}-byte alignment"));
+        }
+        let start = data_start.checked_add(offset).ok_or_else(|| format!("{what}: offset overflows"))?;
+        let end = start.checked_add(size).filter(|&e| e <= file_len).ok_or_else(|| {
+            format!("{what}: its {size} bytes at offset {offset} run past the end of the {file_len}-byte file")
+        })?;
+        let shape = dims.into_iter().rev().collect();
+        tensors.push(GgufTensor { name, shape, ggml_type: ty, storage, start, end });
+    }
+    Ok((version, alignment, metadata, tensors))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(text: &str) -> Vec<u8> {
+        let mut v = (text.len() as u64).to_le_bytes().to_vec();
+        v.extend_from_slice(text.as_bytes());
+        v
+    }
+
+    /// A GGUF v3 file: one u32 metadata pair, tensors given as (name, dims, type, offset), data.
+    fn file(tensors: &[(&str, &[u64], u32, u64)], data: &[u8]) -> Vec<u8> {
+        let mut v = b"GGUF".to_vec();
+        v.extend(3u32.to_le_bytes());
+        v.extend((tensors.len() as u64).to_le_bytes());
+        v.extend(1u64.to_le_bytes());
+        v.extend(s("general.alignment"));
+        v.extend(4u32.to_le_bytes());
+        v.extend(32u32.to_le_bytes());
+        for (name, dims, ty, off) in tensors {
+            v.extend(s(name));
+            v.extend(u32::try_from(dims.len()).unwrap().to_le_bytes());
+            for d in *dims {
+                v.extend(d.to_le_bytes());
+            }
+            v.extend(ty.to_le_bytes());
+            v.extend(off.to_le_bytes());
+        }
+        v.resize(v.len().div_ceil(32) * 32, 0);
+        v.extend_from_slice(data);
+        v
+    }
+
+    #[test]
+    fn reads_dense_and_packed_tensors_with_reversed_dims() {
+        let data = vec![0u8; 64 + 34 * 2];
+        let bytes = file(&[("w", &[4, 2], 0, 0), ("q", &[32, 2], 8, 64)], &data);
+        let (_, align, md, t) = parse(&bytes).unwrap();
+        assert_eq!(align, 32);
+        assert_eq!(md[0], ("general.alignment".into(), GgufValue::U64(32)));
+        assert_eq!(t[0].shape, [2, 4]);
+        assert_eq!(t[0].storage, GgufStorage::Dense(DType::F32));
+        assert_eq!(t[0].end - t[0].start, 32);
+        assert_eq!(t[1].storage, GgufStorage::Packed(Encoding::Q8_0));
+        assert_eq!(t[1].end - t[1].start, 68);
+    }
+
+    #[test]
+    fn hostile_files_are_typed_errors_without_large_allocations() {
+        let ok = file(&[("w", &[4], 0, 0)], &[0; 16]);
+        let mut absurd_tensors = ok.clone();
+        absurd_tensors[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+        let mut absurd_kv = ok.clone();
+        absurd_kv[16..24].copy_from_slice(&(1u64 << 60).to_le_bytes());
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (b"GGUX".to_vec(), "not \"GGUF\""),
+            (ok[..10].to_vec(), "file ends"),
+            (absurd_tensors, "more than the file can hold"),
+            (absurd_kv, "more than the file can hold"),
+            (file(&[("w", &[1 << 40, 1 << 40], 0, 0)], &[]), "overflows"),
+            (file(&[("w", &[4, 1, 1, 1, 1], 0, 0)], &[]), "at most 4"),
+            (file(&[("w", &[4], 0, 0)], &[0; 8]), "run past the end"),
+            (file(&[("w", &[4], 0, 3)], &[0; 64]), "alignment"),
+            (file(&[("w", &[30], 8, 0)], &[0; 64]), "whole 32-value blocks"),
+            (file(&[("w", &[4], 99, 0)], &[0; 64]), "not supported"),
+            (file(&[("w", &[4], 0, 0), ("w", &[4], 0, 0)], &[0; 64]), "appears twice"),
+        ];
+        for (bytes, needle) in cases {
+            let e = parse(&bytes).err().unwrap_or_default();
+            assert!(e.contains(needle), "{needle:?} not in {e:?}");
+        }
+    }
+
+    #[test]
+    fn string_lengths_near_u64_max_do_not_allocate() {
+        let mut v = b"GGUF".to_vec();
+        v.extend(3u32.to_le_bytes());
+        v.extend(0u64.to_le_bytes());
+        v.extend(1u64.to_le_bytes());
+        v.extend(u64::MAX.to_le_bytes()); // key length
+        v.extend([0u8; 64]); // enough bytes for the count check, far too few for the key
+        let e = parse(&v).err().unwrap_or_default();
+        assert!(e.contains("does not fit") || e.contains("file ends"), "{e}");
+    }
+}
