@@ -219,11 +219,22 @@ impl GraphFile {
 
     /// Builds the trace, borrowing every weight from `weights`.
     pub fn to_trace<'a>(&self, weights: &'a WeightSet) -> Result<Trace<'a>, IoError> {
+        self.to_trace_with(weights, |_, _| None)
+    }
+
+    /// Builds the trace; `provide(i, spec)` may supply the storage of tensor `i` itself (the JNI
+    /// binding lends JVM arrays this way), otherwise the graph's own `data` is used.
+    pub fn to_trace_with<'a>(
+        &self,
+        weights: &'a WeightSet,
+        mut provide: impl FnMut(usize, &TensorSpec) -> Option<Storage<'a>>,
+    ) -> Result<Trace<'a>, IoError> {
         let mut trace = Trace::new();
-        for (spec, w) in self.specs.iter().zip(&self.weights) {
-            let storage = match w {
-                None => Storage::None,
-                Some(w) => self.storage(spec, w, weights)?,
+        for (i, (spec, w)) in self.specs.iter().zip(&self.weights).enumerate() {
+            let storage = match (provide(i, spec), w) {
+                (Some(s), _) => s,
+                (None, None) => Storage::None,
+                (None, Some(w)) => self.storage(spec, w, weights)?,
             };
             trace.add_tensor(Tensor { spec: spec.clone(), storage });
         }

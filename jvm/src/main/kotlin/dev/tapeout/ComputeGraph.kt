@@ -1,0 +1,116 @@
+package dev.tapeout
+
+import java.io.File
+
+/** What to do with frozen weights stored as packed (quantized) blocks. */
+enum class PackedConstantHandling {
+    /** Refuse them with [PackedConstantException] (default): never demote a weight to a function argument. */
+    FAIL,
+    /** Decode them to f32 while exporting, one chunk of blocks at a time. */
+    DEQUANTIZE,
+}
+
+/** Which constants are written inline in the module and which become external parameters. */
+sealed class MaterializationPolicy {
+    /** Every constant inline (exact hex); above 2 GiB this is a [ConstantTooLargeException]. */
+    object InlineAlways : MaterializationPolicy()
+
+    /** Every (non-scalar) constant external, in [scope]. */
+    data class ExternalAlways(val scope: String = "model") : MaterializationPolicy()
+
+    /** External when at least [bytes] bytes. */
+    data class SizeThreshold(val bytes: Long = 4096, val scope: String = "model") : MaterializationPolicy()
+
+    internal val scopeName: String get() = when (this) { is ExternalAlways -> scope; is SizeThreshold -> scope; InlineAlways -> "model" }
+    internal val inlineBelow: Long get() = when (this) { is ExternalAlways -> 0; is SizeThreshold -> bytes; InlineAlways -> -1 }
+}
+
+/** A frozen value of the graph. [kind]: `borrowed_f32`, `widened`, `dequantized` or `raw`. */
+data class ConstantInfo(val name: String, val key: String, val bytes: Long, val kind: String)
+
+/** What an export wrote. [pins] counts critical pins of JVM arrays; [copies] how many of them were copies (0 on HotSpot). */
+data class ExportResult(val mlir: File, val irpa: File, val mlirBytes: Long, val irpaBytes: Long, val externals: Int, val pins: Long, val copies: Long)
+
+/**
+ * A validated graph made from an [ExecutionTape]: runtime [inputs] and frozen [constants] (with their stable
+ * parameter keys). Export it with [export] (`.mlir` + `.irpa`) or look at the module with [toStableHlo].
+ * The constants still borrow the tape's arrays; nothing was copied.
+ */
+class ComputeGraph internal constructor(
+    private val tape: ExecutionTape,
+    private val packed: PackedConstantHandling,
+    private val forced: IntArray,
+    summary: Map<*, *>,
+) {
+    val inputs: List<String> = (summary["inputs"] as List<*>).map { it as String }
+    val constants: List<ConstantInfo> = (summary["constants"] as List<*>).map {
+        val m = it as Map<*, *>
+        ConstantInfo(m["name"] as String, m["key"] as String, (m["bytes"] as Number).toLong(), m["kind"] as String)
+    }
+
+    /** Writes `<outputDir>/<name>.mlir` and `<outputDir>/<name>.irpa`. */
+    fun export(outputDir: File, name: String = "model", policy: MaterializationPolicy = MaterializationPolicy.SizeThreshold()): ExportResult {
+        val a = Marshalled(tape)
+        val json = NativeBridge.export(tape.toGraphJson(name), a.data, a.kinds, a.encodings, packed == PackedConstantHandling.DEQUANTIZE,
+            forced, outputDir.path, name, policy.scopeName, policy.inlineBelow)
+        val m = Json.parse(json) as Map<*, *>
+        return ExportResult(File(m["mlir"] as String), File(m["irpa"] as String), (m["mlir_bytes"] as Number).toLong(),
+            (m["irpa_bytes"] as Number).toLong(), (m["externals"] as Number).toInt(), (m["pins"] as Number).toLong(),
+            (m["copies"] as Number).toLong())
+    }
+
+    /** The StableHLO module text. */
+    fun toStableHlo(policy: MaterializationPolicy = MaterializationPolicy.SizeThreshold(), name: String = "model"): String {
+        val a = Marshalled(tape)
+        return NativeBridge.toStableHlo(tape.toGraphJson(name), a.data, a.kinds, a.encodings, packed == PackedConstantHandling.DEQUANTIZE,
+            forced, name, policy.scopeName, policy.inlineBelow)
+    }
+}
+
+/** The tape's JVM arrays, by reference, with the kind codes the native side expects. */
+internal class Marshalled(tape: ExecutionTape) {
+    val data: Array<Any?> = arrayOfNulls(tape.tensors.size)
+    val kinds = IntArray(tape.tensors.size)
+    val encodings: Array<String?> = arrayOfNulls(tape.tensors.size)
+
+    init {
+        for (t in tape.tensors) {
+            when (val d = t.data) {
+                is FloatArrayTensorData -> { data[t.id] = d.values; kinds[t.id] = 1 }
+                is HalfTensorData -> { data[t.id] = d.bytes; kinds[t.id] = 2 }
+                is PackedTensorData -> { data[t.id] = d.bytes; kinds[t.id] = 4; encodings[t.id] = d.encoding }
+                is DenseBytesTensorData -> { data[t.id] = d.bytes; kinds[t.id] = 5 }
+                is MappedTensorData, ShapeOnly -> {}
+            }
+        }
+    }
+}
+
+/**
+ * Validates the tape and decides, for every tensor no op produces, whether it is a runtime input or a frozen
+ * constant: forced inputs and dynamic shapes are inputs; f32 arrays are borrowed; f16/bf16 are widened lazily;
+ * packed blocks fail ([PackedConstantHandling.FAIL]) or are dequantized lazily; mapped regions are inputs.
+ *
+ * With [synthesizeExternalInputs] `false`, a tensor that becomes an input without having been declared with
+ * [ExecutionTape.input] is an error instead.
+ */
+fun ExecutionTape.toComputeGraph(
+    synthesizeExternalInputs: Boolean = true,
+    inputTensorIds: Set<Int> = emptySet(),
+    packedConstants: PackedConstantHandling = PackedConstantHandling.FAIL,
+): ComputeGraph {
+    val a = Marshalled(this)
+    val forced = inputTensorIds.toIntArray()
+    val json = NativeBridge.finalize(toGraphJson("model"), a.data, a.kinds, a.encodings, packedConstants == PackedConstantHandling.DEQUANTIZE, forced)
+    val summary = Json.parse(json) as Map<*, *>
+    val graph = ComputeGraph(this, packedConstants, forced, summary)
+    if (!synthesizeExternalInputs) {
+        val declared = tensors.filter { it.id in inputIds || it.id in inputTensorIds }.map { it.name }.toSet()
+        val synthesized = graph.inputs.filter { it !in declared }
+        if (synthesized.isNotEmpty()) {
+            throw GraphValidationException("tensors $synthesized would become function arguments but were not declared with input(); " +
+                "declare them, give them data, or pass synthesizeExternalInputs = true")
+        }
+    }
+    return graph
+}

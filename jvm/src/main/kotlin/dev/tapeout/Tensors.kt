@@ -1,0 +1,46 @@
+package dev.tapeout
+
+/** Element types, named as in tapeout's graph format. */
+enum class DType(val json: String, val byteWidth: Int) {
+    F32("f32", 4), F64("f64", 8), F16("f16", 2), BF16("bf16", 2),
+    I8("i8", 1), I16("i16", 2), I32("i32", 4), I64("i64", 8), U8("u8", 1), BOOL("bool", 1);
+
+    val isFloat: Boolean get() = this == F32 || this == F64 || this == F16 || this == BF16
+}
+
+/** Where a tensor's values live. tapeout borrows them; nothing here is copied by an export. */
+sealed interface TensorData
+
+/** Dense f32 values on the heap: exported straight from the array, pinned one 64 MiB chunk at a time. */
+class FloatArrayTensorData(val values: FloatArray) : TensorData
+
+/** Dense f16 or bf16 values (the tensor's dtype says which), little-endian, 2 bytes each. */
+class HalfTensorData(val bytes: ByteArray) : TensorData
+
+/** Packed GGML blocks (`Q8_0`, `Q4_0`, `Q5_0`, `Q5_1`, `Q4_K`, `Q5_K`, `Q6_K`, or any other name). */
+class PackedTensorData(val bytes: ByteArray, val encoding: String) : TensorData
+
+/** Dense little-endian values of any other dtype (integer tables, masks). */
+class DenseBytesTensorData(val bytes: ByteArray) : TensorData
+
+/** A file region the program reads at run time: always a graph input. */
+class MappedTensorData(val path: String, val offset: Long, val length: Long) : TensorData
+
+/** No values: an activation or a runtime input. */
+object ShapeOnly : TensorData
+
+/** A dimension known only at run time. */
+const val DYNAMIC: Long = -1L
+
+/** A recorded tensor. [path] is the module path (`model.layers.3.attn.q_proj.weight`), the stable parameter key. */
+class Tensor internal constructor(
+    val id: Int,
+    val name: String,
+    val shape: LongArray,
+    val dtype: DType,
+    val path: String?,
+    val data: TensorData,
+) {
+    val rank: Int get() = shape.size
+    override fun toString(): String = "Tensor($name, ${shape.joinToString("x") { if (it == DYNAMIC) "?" else "$it" }}, $dtype)"
+}

@@ -1,0 +1,633 @@
+//! JNI entry points of tapeout for the Kotlin library `dev.tapeout` (object `NativeBridge`).
+//!
+//! A Kotlin `ExecutionTape` reaches Rust as graph JSON (`tapeout-graph/1`, without data) plus an
+//! `Object[]` holding, per tensor, the JVM array with its values (`FloatArray` or `ByteArray`) and
+//! an `int[]` saying what kind of data each array is.
+//!
+//! **No weight is copied.** Arrays are lent to the exporter through [`JvmArray`], which pins the
+//! array with `GetPrimitiveArrayCritical` for **one chunk at a time** (at most 64 MiB, re-pinned
+//! per chunk, because a critical section blocks the GC on JDK 17), hands the chunk to the writer,
+//! and releases it with `JNI_ABORT` (never writing back). No JNI call is made while an array is
+//! pinned: each chunk opens its own local frame, takes the array out of the `Object[]`, pins,
+//! writes, unpins and pops the frame.
+//!
+//! Every entry point runs inside one wrapper: Rust errors become specific Kotlin exceptions
+//! (`PackedConstantException`, `ConstantTooLargeException`, `GraphValidationException`,
+//! `IrpaFormatException`, `java.io.IOException`), and a panic becomes a `RuntimeException` that
+//! carries the panic message. The JVM is never aborted.
+
+use std::cell::{Cell, RefCell};
+use std::path::Path;
+
+use jni::errors::ErrorPolicy;
+use jni::objects::{
+    JByteArray, JClass, JFloatArray, JIntArray, JLongArray, JObject, JObjectArray, JString, ReleaseMode,
+};
+use jni::strings::JNIString;
+use jni::sys::{jboolean, jlong};
+use jni::{Env, EnvUnowned};
+use tapeout_graph::io::{GraphFile, IoError, WeightSet};
+use tapeout_graph::{
+    BlockOrder, ChunkLender, ComputeGraph, Encoding, ExtractOptions, GraphError, HalfLayout, LendError, Lent,
+    PackedConstantHandling, Storage, TensorId,
+};
+use tapeout_hlo::{EmitOptions, HloError, MaterializationPolicy};
+use tapeout_irpa::IrpaError;
+
+/// Elements lent per pin: 64 MiB of f32, or 64 MiB of bytes.
+const PIN_BYTES: u64 = 64 << 20;
+
+/// A failure to report to Kotlin: the exception class and its message.
+#[derive(Debug)]
+pub enum Failure {
+    /// A JNI call failed (an exception may already be pending).
+    Jni(jni::errors::Error),
+    /// A tapeout error, mapped to a Kotlin exception class.
+    Tapeout {
+        /// JNI class name, e.g. `dev/tapeout/PackedConstantException`.
+        class: &'static str,
+        /// The message.
+        message: String,
+    },
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Jni(e) => write!(f, "JNI error: {e}"),
+            Failure::Tapeout { message, .. } => f.write_str(message),
+        }
+    }
+}
+
+impl std::error::Error for Failure {}
+
+impl From<jni::errors::Error> for Failure {
+    fn from(e: jni::errors::Error) -> Self {
+        Failure::Jni(e)
+    }
+}
+
+const VALIDATION: &str = "dev/tapeout/GraphValidationException";
+
+fn graph_failure(e: &GraphError) -> Failure {
+    let class = match e {
+        GraphError::PackedConstant { .. } => "dev/tapeout/PackedConstantException",
+        _ => VALIDATION,
+    };
+    Failure::Tapeout { class, message: e.to_string() }
+}
+
+fn irpa_failure(e: &IrpaError) -> Failure {
+    let class = match e {
+        IrpaError::Format { .. } | IrpaError::KeyNotFound { .. } => "dev/tapeout/IrpaFormatException",
+        IrpaError::Io { .. } => "java/io/IOException",
+        _ => "dev/tapeout/TapeoutException",
+    };
+    Failure::Tapeout { class, message: e.to_string() }
+}
+
+impl From<HloError> for Failure {
+    fn from(e: HloError) -> Self {
+        match &e {
+            HloError::Graph(g) => graph_failure(g),
+            HloError::Irpa(i) => irpa_failure(i),
+            HloError::ConstantTooLarge { .. } => {
+                Failure::Tapeout { class: "dev/tapeout/ConstantTooLargeException", message: e.to_string() }
+            }
+            HloError::Io { .. } | HloError::Output(_) => {
+                Failure::Tapeout { class: "java/io/IOException", message: e.to_string() }
+            }
+            _ => Failure::Tapeout { class: VALIDATION, message: e.to_string() },
+        }
+    }
+}
+
+impl From<GraphError> for Failure {
+    fn from(e: GraphError) -> Self {
+        graph_failure(&e)
+    }
+}
+
+impl From<IrpaError> for Failure {
+    fn from(e: IrpaError) -> Self {
+        irpa_failure(&e)
+    }
+}
+
+impl From<IoError> for Failure {
+    fn from(e: IoError) -> Self {
+        let class = match e {
+            IoError::Io { .. } => "java/io/IOException",
+            _ => VALIDATION,
+        };
+        Failure::Tapeout { class, message: e.to_string() }
+    }
+}
+
+/// Throws the mapped exception for an error, a `RuntimeException` with the message for a panic.
+pub struct ThrowMapped;
+
+impl<T: Default> ErrorPolicy<T, Failure> for ThrowMapped {
+    type Captures<'unowned_env_local: 'native_method, 'native_method> = ();
+
+    fn on_error<'unowned_env_local: 'native_method, 'native_method>(
+        env: &mut Env<'unowned_env_local>,
+        _cap: &mut Self::Captures<'unowned_env_local, 'native_method>,
+        err: Failure,
+    ) -> jni::errors::Result<T> {
+        if env.exception_check() {
+            return Ok(T::default()); // a Java exception is already on its way
+        }
+        let (class, message) = match err {
+            Failure::Tapeout { class, message } => (class, message),
+            Failure::Jni(e) => ("java/lang/RuntimeException", format!("tapeout: JNI call failed: {e}")),
+        };
+        let _ = env.throw_new(JNIString::from(class), JNIString::from(message));
+        Ok(T::default())
+    }
+
+    fn on_panic<'unowned_env_local: 'native_method, 'native_method>(
+        env: &mut Env<'unowned_env_local>,
+        _cap: &mut Self::Captures<'unowned_env_local, 'native_method>,
+        payload: Box<dyn std::any::Any + Send + 'static>,
+    ) -> jni::errors::Result<T> {
+        let message = match payload.downcast::<String>() {
+            Ok(s) => *s,
+            Err(payload) => {
+                payload.downcast::<&'static str>().map_or_else(|_| "unknown panic".to_owned(), |s| (*s).to_owned())
+            }
+        };
+        let _ = env.throw_new(
+            JNIString::from("java/lang/RuntimeException"),
+            JNIString::from(format!("tapeout native panic: {message}")),
+        );
+        Ok(T::default())
+    }
+}
+
+/// What kind of JVM array a tensor's data is (the `kinds[i]` argument).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// No JVM data: shape only, or data described in the graph JSON (mapped files).
+    None,
+    /// `FloatArray`, borrowed.
+    F32,
+    /// `ByteArray` of f16/bf16, row-major.
+    Half,
+    /// `ByteArray` of f16/bf16, rank 2 column-major.
+    HalfColumnMajor,
+    /// `ByteArray` of packed blocks (encoding in `encodings[i]`).
+    Packed,
+    /// `ByteArray` of another dtype.
+    Dense,
+}
+
+impl Kind {
+    fn from_code(code: i32) -> Option<Kind> {
+        Some(match code {
+            0 => Kind::None,
+            1 => Kind::F32,
+            2 => Kind::Half,
+            3 => Kind::HalfColumnMajor,
+            4 => Kind::Packed,
+            5 => Kind::Dense,
+            _ => return None,
+        })
+    }
+}
+
+/// Pin statistics, reported back to Kotlin (the no-copy proof).
+#[derive(Default)]
+struct Pins {
+    pins: Cell<u64>,
+    copies: Cell<u64>,
+}
+
+/// A JVM array lent to the exporter one pinned chunk at a time.
+struct JvmArray<'e, 'l> {
+    env: &'e RefCell<&'e mut Env<'l>>,
+    data: &'e JObjectArray<'l>,
+    slot: usize,
+    len: u64,
+    stats: &'e Pins,
+}
+
+/// Implements [`ChunkLender`] for a JVM primitive array type: each chunk opens a local frame,
+/// takes the array out of the `Object[]` (type-checked), pins it, lends `start..start + len`,
+/// and releases it (JNI_ABORT) before the frame is popped. Nothing calls into the JVM while it
+/// is pinned: `f` only writes the archive.
+macro_rules! lender {
+    ($wrapper:ty, $elem:ty, $array:ident, $view:expr) => {
+        impl ChunkLender<$elem> for $wrapper {
+            fn len(&self) -> u64 {
+                self.array().len
+            }
+            fn with_chunk(
+                &self,
+                start: u64,
+                len: u64,
+                f: &mut dyn FnMut(&[$elem]) -> Result<(), IrpaError>,
+            ) -> Result<Result<(), IrpaError>, LendError> {
+                let me = self.array();
+                let (s, e) = (usize::try_from(start)?, usize::try_from(start + len)?);
+                let env = me.env.borrow();
+                let out = env.with_local_frame(4, |env| -> Result<Result<(), IrpaError>, jni::errors::Error> {
+                    let obj = me.data.get_element(env, me.slot)?;
+                    let array = $array::cast_local(env, obj)?;
+                    // SAFETY: no JNI call until `elements` is dropped; released with JNI_ABORT.
+                    let elements = unsafe { array.get_elements_critical(env, ReleaseMode::NoCopyBack)? };
+                    me.stats.pins.set(me.stats.pins.get() + 1);
+                    if elements.is_copy() {
+                        me.stats.copies.set(me.stats.copies.get() + 1);
+                    }
+                    let view: fn(&[_]) -> &[$elem] = $view;
+                    let result = match view(&elements).get(s..e) {
+                        Some(chunk) => f(chunk),
+                        None => Err(IrpaError::Source {
+                            key: String::new(),
+                            source: "the JVM array is shorter than its tensor".into(),
+                        }),
+                    };
+                    drop(elements); // ReleasePrimitiveArrayCritical(JNI_ABORT) before anything else
+                    Ok(result)
+                });
+                out.map_err(|e| Box::new(e) as LendError)
+            }
+        }
+    };
+}
+
+impl<'e, 'l> JvmArray<'e, 'l> {
+    fn array(&self) -> &JvmArray<'e, 'l> {
+        self
+    }
+}
+
+/// `ByteArray` lender: Java bytes are `i8`, lent as `u8`.
+struct JvmBytes<'e, 'l>(JvmArray<'e, 'l>);
+
+impl<'e, 'l> JvmBytes<'e, 'l> {
+    fn array(&self) -> &JvmArray<'e, 'l> {
+        &self.0
+    }
+}
+
+lender!(JvmArray<'_, '_>, f32, JFloatArray, |a: &[f32]| a);
+lender!(JvmBytes<'_, '_>, u8, JByteArray, bytemuck_i8);
+
+fn bytemuck_i8(a: &[i8]) -> &[u8] {
+    // SAFETY: i8 and u8 have the same size and alignment, and every bit pattern is valid for both.
+    unsafe { std::slice::from_raw_parts(a.as_ptr().cast::<u8>(), a.len()) }
+}
+
+enum Lender<'e, 'l> {
+    Floats(JvmArray<'e, 'l>),
+    Bytes(JvmBytes<'e, 'l>),
+}
+
+/// Everything the entry points share: parse the graph, lend the arrays, extract.
+struct Request {
+    graph: GraphFile,
+    packed: PackedConstantHandling,
+    forced: Vec<usize>,
+}
+
+fn string(env: &Env<'_>, s: &JString<'_>) -> Result<String, Failure> {
+    Ok(s.try_to_string(env)?)
+}
+
+fn ints(env: &Env<'_>, a: &JIntArray<'_>) -> Result<Vec<i32>, Failure> {
+    if a.is_null() {
+        return Ok(Vec::new());
+    }
+    let mut v = vec![0i32; a.len(env)?];
+    a.get_region(env, 0, &mut v)?;
+    Ok(v)
+}
+
+fn parse(
+    env: &Env<'_>,
+    graph_json: &JString<'_>,
+    packed: jboolean,
+    forced: &JIntArray<'_>,
+) -> Result<Request, Failure> {
+    let text = string(env, graph_json)?;
+    let graph = GraphFile::parse(&text, Path::new("<kotlin tape>"))?;
+    let forced = ints(env, forced)?.into_iter().map(|i| usize::try_from(i).unwrap_or(usize::MAX)).collect();
+    let packed = if packed { PackedConstantHandling::Dequantize } else { PackedConstantHandling::Fail };
+    Ok(Request { graph, packed, forced })
+}
+
+/// Builds the lenders for every tensor with JVM data (`kinds[i] != 0`).
+fn lenders<'e, 'l>(
+    env: &'e RefCell<&'e mut Env<'l>>,
+    data: &'e JObjectArray<'l>,
+    kinds: &[i32],
+    stats: &'e Pins,
+) -> Result<Vec<Option<Lender<'e, 'l>>>, Failure> {
+    let mut out = Vec::with_capacity(kinds.len());
+    for (slot, &code) in kinds.iter().enumerate() {
+        let kind = Kind::from_code(code).ok_or(Failure::Tapeout {
+            class: VALIDATION,
+            message: format!("tensor #{slot}: unknown data kind {code}"),
+        })?;
+        if kind == Kind::None {
+            out.push(None);
+            continue;
+        }
+        // Length of the array, and a type check: one short local frame, no pin.
+        let len = {
+            let e = env.borrow();
+            e.with_local_frame(2, |e| -> Result<u64, jni::errors::Error> {
+                let obj = data.get_element(e, slot)?;
+                Ok(if kind == Kind::F32 {
+                    JFloatArray::cast_local(e, obj)?.len(e)? as u64
+                } else {
+                    JByteArray::cast_local(e, obj)?.len(e)? as u64
+                })
+            })
+        }
+        .map_err(|err| Failure::Tapeout {
+            class: VALIDATION,
+            message: format!("tensor #{slot}: its data is not the JVM array its kind needs ({err})"),
+        })?;
+        let array = JvmArray { env, data, slot, len, stats };
+        out.push(Some(if kind == Kind::F32 { Lender::Floats(array) } else { Lender::Bytes(JvmBytes(array)) }));
+    }
+    Ok(out)
+}
+
+fn extract<'a>(
+    req: &Request,
+    weights: &'a WeightSet,
+    kinds: &[i32],
+    encodings: &[Option<String>],
+    lenders: &'a [Option<Lender<'_, '_>>],
+) -> Result<ComputeGraph<'a>, Failure> {
+    let trace = req.graph.to_trace_with(weights, |i, _spec| {
+        let lender = lenders.get(i)?.as_ref()?;
+        let kind = kinds.get(i).copied().and_then(Kind::from_code)?;
+        Some(match (lender, kind) {
+            (Lender::Floats(a), _) => Storage::F32(Lent::Chunked(a)),
+            (Lender::Bytes(b), Kind::Half) => Storage::Half { bytes: Lent::Chunked(b), layout: HalfLayout::RowMajor },
+            (Lender::Bytes(b), Kind::Packed) => Storage::Packed {
+                encoding: Encoding::parse(encodings.get(i).cloned().flatten().as_deref().unwrap_or("")),
+                order: BlockOrder::RowMajor,
+                bytes: Lent::Chunked(b),
+            },
+            (Lender::Bytes(b), _) => Storage::Dense(Lent::Chunked(b)),
+        })
+    })?;
+    let forced_inputs = req.forced.iter().map(|&i| TensorId(i)).collect();
+    let opts = ExtractOptions { forced_inputs, packed: req.packed, no_constants: false };
+    Ok(tapeout_graph::finalize(&trace, &opts)?)
+}
+
+/// Column-major f16/bf16 must be addressable as a whole; copy it into Rust memory (documented:
+/// this one layout is the exception to zero copy, and it is only produced by small legacy models).
+fn column_major_unsupported(kinds: &[i32]) -> Result<(), Failure> {
+    if kinds.iter().any(|&k| Kind::from_code(k) == Some(Kind::HalfColumnMajor)) {
+        return Err(Failure::Tapeout {
+            class: VALIDATION,
+            message: "column-major f16/bf16 data cannot be lent chunk by chunk; store it row-major".into(),
+        });
+    }
+    Ok(())
+}
+
+fn encodings(env: &mut Env<'_>, a: &JObjectArray<'_>) -> Result<Vec<Option<String>>, Failure> {
+    if a.is_null() {
+        return Ok(Vec::new());
+    }
+    let n = a.len(env)?;
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let s = env.with_local_frame(2, |env| -> Result<Option<String>, jni::errors::Error> {
+            let obj = a.get_element(env, i)?;
+            if obj.is_null() {
+                return Ok(None);
+            }
+            let s = env.cast_local::<JString>(obj)?;
+            Ok(Some(s.try_to_string(env)?))
+        })?;
+        out.push(s);
+    }
+    Ok(out)
+}
+
+fn policy(scope: String, inline_below: jlong) -> MaterializationPolicy {
+    match u64::try_from(inline_below) {
+        Ok(bytes) => MaterializationPolicy::SizeThreshold { bytes, scope },
+        Err(_) => MaterializationPolicy::InlineAlways,
+    }
+}
+
+fn summary(graph: &ComputeGraph<'_>, stats: &Pins) -> serde_json::Value {
+    let name = |t: TensorId| graph.spec(t).name.clone();
+    serde_json::json!({
+        "inputs": graph.inputs.iter().map(|&t| name(t)).collect::<Vec<_>>(),
+        "constants": graph.constants.iter().map(|c| serde_json::json!({
+            "name": name(c.tensor),
+            "key": c.key,
+            "bytes": c.data.byte_len(),
+            "kind": match &c.data {
+                tapeout_graph::ConstantData::F32(_) => "borrowed_f32",
+                tapeout_graph::ConstantData::Widen { .. } => "widened",
+                tapeout_graph::ConstantData::Dequantize { .. } => "dequantized",
+                tapeout_graph::ConstantData::Raw { .. } => "raw",
+            },
+        })).collect::<Vec<_>>(),
+        "key_collisions": graph.key_collisions.iter().map(|k| serde_json::json!({"tensor": k.tensor, "wanted": k.wanted, "assigned": k.assigned})).collect::<Vec<_>>(),
+        "pins": stats.pins.get(),
+        "copies": stats.copies.get(),
+    })
+}
+
+/// `NativeBridge.finalize(graphJson, data, kinds, encodings, dequantize, forcedInputs): String`
+/// — runs extraction and returns a JSON summary (inputs, constants with keys and kinds).
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_dev_tapeout_NativeBridge_finalize<'l>(
+    mut unowned: EnvUnowned<'l>,
+    _class: JClass<'l>,
+    graph_json: JString<'l>,
+    data: JObjectArray<'l>,
+    kinds: JIntArray<'l>,
+    encodings_arr: JObjectArray<'l>,
+    dequantize: jboolean,
+    forced: JIntArray<'l>,
+) -> JObject<'l> {
+    unowned
+        .with_env(|env| -> Result<JObject<'l>, Failure> {
+            let req = parse(env, &graph_json, dequantize, &forced)?;
+            let kinds = ints(env, &kinds)?;
+            let encs = encodings(env, &encodings_arr)?;
+            let weights = WeightSet::open(&req.graph, None)?;
+            let text = {
+                let cell = RefCell::new(&mut *env);
+                let stats = Pins::default();
+                let lenders = lenders(&cell, &data, &kinds, &stats)?;
+                let graph = extract(&req, &weights, &kinds, &encs, &lenders)?;
+                summary(&graph, &stats).to_string()
+            };
+            Ok(env.new_string(text)?.into())
+        })
+        .resolve::<ThrowMapped>()
+}
+
+/// `NativeBridge.export(graphJson, data, kinds, encodings, dequantize, forcedInputs, outDir, name,
+/// scope, inlineBelow): String` — writes `<outDir>/<name>.mlir` and `.irpa`; returns a JSON
+/// summary with the paths, sizes and pin statistics. `inlineBelow < 0` means inline everything.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_dev_tapeout_NativeBridge_export<'l>(
+    mut unowned: EnvUnowned<'l>,
+    _class: JClass<'l>,
+    graph_json: JString<'l>,
+    data: JObjectArray<'l>,
+    kinds: JIntArray<'l>,
+    encodings_arr: JObjectArray<'l>,
+    dequantize: jboolean,
+    forced: JIntArray<'l>,
+    out_dir: JString<'l>,
+    name: JString<'l>,
+    scope: JString<'l>,
+    inline_below: jlong,
+) -> JObject<'l> {
+    unowned
+        .with_env(|env| -> Result<JObject<'l>, Failure> {
+            let req = parse(env, &graph_json, dequantize, &forced)?;
+            let kinds = ints(env, &kinds)?;
+            column_major_unsupported(&kinds)?;
+            let encs = encodings(env, &encodings_arr)?;
+            let (out_dir, name, scope) = (string(env, &out_dir)?, string(env, &name)?, string(env, &scope)?);
+            let weights = WeightSet::open(&req.graph, None)?;
+            let text = {
+                let cell = RefCell::new(&mut *env);
+                let stats = Pins::default();
+                let lenders = lenders(&cell, &data, &kinds, &stats)?;
+                let graph = extract(&req, &weights, &kinds, &encs, &lenders)?;
+                let opts =
+                    EmitOptions { module_name: name, function: "main".into(), policy: policy(scope, inline_below) };
+                let s = tapeout_hlo::export(&graph, &opts, Path::new(&out_dir), &mut |_| {})?;
+                let mut v = summary(&graph, &stats);
+                v["mlir"] = s.mlir.display().to_string().into();
+                v["mlir_bytes"] = s.mlir_bytes.into();
+                v["irpa"] = s.irpa.path.display().to_string().into();
+                v["irpa_bytes"] = s.irpa.file_size.into();
+                v["externals"] = s.externals.into();
+                v["pins"] = stats.pins.get().into();
+                v["copies"] = stats.copies.get().into();
+                v.to_string()
+            };
+            Ok(env.new_string(text)?.into())
+        })
+        .resolve::<ThrowMapped>()
+}
+
+/// `NativeBridge.toStableHlo(graphJson, data, kinds, encodings, dequantize, forcedInputs, name,
+/// scope, inlineBelow): String` — the module text.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_dev_tapeout_NativeBridge_toStableHlo<'l>(
+    mut unowned: EnvUnowned<'l>,
+    _class: JClass<'l>,
+    graph_json: JString<'l>,
+    data: JObjectArray<'l>,
+    kinds: JIntArray<'l>,
+    encodings_arr: JObjectArray<'l>,
+    dequantize: jboolean,
+    forced: JIntArray<'l>,
+    name: JString<'l>,
+    scope: JString<'l>,
+    inline_below: jlong,
+) -> JObject<'l> {
+    unowned
+        .with_env(|env| -> Result<JObject<'l>, Failure> {
+            let req = parse(env, &graph_json, dequantize, &forced)?;
+            let kinds = ints(env, &kinds)?;
+            column_major_unsupported(&kinds)?;
+            let encs = encodings(env, &encodings_arr)?;
+            let (name, scope) = (string(env, &name)?, string(env, &scope)?);
+            let weights = WeightSet::open(&req.graph, None)?;
+            let text = {
+                let cell = RefCell::new(&mut *env);
+                let stats = Pins::default();
+                let lenders = lenders(&cell, &data, &kinds, &stats)?;
+                let graph = extract(&req, &weights, &kinds, &encs, &lenders)?;
+                let opts =
+                    EmitOptions { module_name: name, function: "main".into(), policy: policy(scope, inline_below) };
+                tapeout_hlo::emit(&graph, &opts)?.text
+            };
+            Ok(env.new_string(text)?.into())
+        })
+        .resolve::<ThrowMapped>()
+}
+
+/// `NativeBridge.archiveEntry(path, key): LongArray` — `[absolute offset, length]` of a DATA
+/// entry (or `[-1, length]` for a splat), read by the validating Rust reader.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_dev_tapeout_NativeBridge_archiveEntry<'l>(
+    mut unowned: EnvUnowned<'l>,
+    _class: JClass<'l>,
+    path: JString<'l>,
+    key: JString<'l>,
+) -> JLongArray<'l> {
+    unowned
+        .with_env(|env| -> Result<JLongArray<'l>, Failure> {
+            let (path, key) = (string(env, &path)?, string(env, &key)?);
+            let archive = tapeout_irpa::Archive::open(&path)?;
+            let entry = archive.get(&key)?;
+            let offset = match entry.location.kind {
+                tapeout_irpa::IndexKind::Data(r) => i64::try_from(r.offset).unwrap_or(i64::MAX),
+                tapeout_irpa::IndexKind::Splat { .. } => -1,
+            };
+            let length = i64::try_from(entry.byte_len()).unwrap_or(i64::MAX);
+            let out = env.new_long_array(2)?;
+            out.set_region(env, 0, &[offset, length])?;
+            Ok(out)
+        })
+        .resolve::<ThrowMapped>()
+}
+
+/// `NativeBridge.panicForTest(message)` — panics, so tests can check that a native panic becomes
+/// a Kotlin exception and the JVM keeps running.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_dev_tapeout_NativeBridge_panicForTest<'l>(
+    mut unowned: EnvUnowned<'l>,
+    _class: JClass<'l>,
+    message: JString<'l>,
+) {
+    unowned
+        .with_env(|env| -> Result<(), Failure> {
+            let m = string(env, &message)?;
+            panic!("{m}");
+        })
+        .resolve::<ThrowMapped>();
+}
+
+/// `NativeBridge.pinInfo(array): LongArray` — `[isCopy (0/1), length]` of one critical pin of
+/// `array`, released with JNI_ABORT before anything else happens.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_dev_tapeout_NativeBridge_pinInfo<'l>(
+    mut unowned: EnvUnowned<'l>,
+    _class: JClass<'l>,
+    array: JFloatArray<'l>,
+) -> JLongArray<'l> {
+    unowned
+        .with_env(|env| -> Result<JLongArray<'l>, Failure> {
+            let (is_copy, len) = {
+                // SAFETY: no JNI call while pinned; released with JNI_ABORT.
+                let e = unsafe { array.get_elements_critical(env, ReleaseMode::NoCopyBack)? };
+                (i64::from(e.is_copy()), i64::try_from(e.len()).unwrap_or(i64::MAX))
+            };
+            let out = env.new_long_array(2)?;
+            out.set_region(env, 0, &[is_copy, len])?;
+            Ok(out)
+        })
+        .resolve::<ThrowMapped>()
+}
+
+/// Bytes lent per pin, for documentation and tests.
+#[must_use]
+pub const fn pin_bytes() -> u64 {
+    PIN_BYTES
+}
