@@ -20,9 +20,7 @@ use std::cell::{Cell, RefCell};
 use std::path::Path;
 
 use jni::errors::ErrorPolicy;
-use jni::objects::{
-    JByteArray, JClass, JFloatArray, JIntArray, JLongArray, JObject, JObjectArray, JString, ReleaseMode,
-};
+use jni::objects::{JByteArray, JClass, JFloatArray, JIntArray, JLongArray, JObject, JObjectArray, JString};
 use jni::strings::JNIString;
 use jni::sys::{jboolean, jlong};
 use jni::{Env, EnvUnowned};
@@ -213,6 +211,53 @@ struct JvmArray<'e, 'l> {
     stats: &'e Pins,
 }
 
+/// A critical pin of a primitive array: exactly `GetPrimitiveArrayCritical` on creation and
+/// `ReleasePrimitiveArrayCritical(JNI_ABORT)` on drop, and no other JNI call in between.
+///
+/// The `jni` crate's own guard checks for a pending exception right after pinning, which is itself a
+/// JNI call inside the critical section (`-Xcheck:jni` reports it); this one does not.
+struct CriticalPin<T> {
+    env: *mut jni::sys::JNIEnv,
+    array: jni::sys::jarray,
+    ptr: *mut T,
+    len: usize,
+    is_copy: bool,
+}
+
+impl<T> CriticalPin<T> {
+    /// Pins `array`, whose element type is `T` and whose length is `len`.
+    ///
+    /// # Safety
+    /// `env` must be this thread's JNI environment, `array` a live reference to a primitive array of
+    /// `len` elements of type `T`, and no JNI function may be called until the pin is dropped.
+    unsafe fn new(env: &Env<'_>, array: jni::sys::jarray, len: usize) -> Option<Self> {
+        let raw = env.get_raw();
+        let mut is_copy: jni::sys::jboolean = false;
+        // SAFETY: per the contract above; the function table is valid for an attached thread.
+        let ptr = unsafe { ((**raw).v1_2.GetPrimitiveArrayCritical)(raw, array, &mut is_copy) };
+        (!ptr.is_null()).then(|| CriticalPin { env: raw, array, ptr: ptr.cast(), len, is_copy })
+    }
+
+    fn as_slice(&self) -> &[T] {
+        // SAFETY: the JVM guarantees `len` elements at `ptr` until ReleasePrimitiveArrayCritical.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl<T> Drop for CriticalPin<T> {
+    fn drop(&mut self) {
+        // SAFETY: releases exactly what `new` pinned; JNI_ABORT: nothing is written back.
+        unsafe {
+            ((**self.env).v1_2.ReleasePrimitiveArrayCritical)(
+                self.env,
+                self.array,
+                self.ptr.cast(),
+                jni::sys::JNI_ABORT,
+            );
+        }
+    }
+}
+
 /// Implements [`ChunkLender`] for a JVM primitive array type: each chunk opens a local frame,
 /// takes the array out of the `Object[]` (type-checked), pins it, lends `start..start + len`,
 /// and releases it (JNI_ABORT) before the frame is popped. Nothing calls into the JVM while it
@@ -235,21 +280,27 @@ macro_rules! lender {
                 let out = env.with_local_frame(4, |env| -> Result<Result<(), IrpaError>, jni::errors::Error> {
                     let obj = me.data.get_element(env, me.slot)?;
                     let array = $array::cast_local(env, obj)?;
-                    // SAFETY: no JNI call until `elements` is dropped; released with JNI_ABORT.
-                    let elements = unsafe { array.get_elements_critical(env, ReleaseMode::NoCopyBack)? };
+                    let len = array.len(env)?;
+                    // SAFETY: `array` is a live local reference of `len` elements of this type, and
+                    // nothing below calls into the JVM before `pin` is dropped.
+                    let Some(pin) = (unsafe { CriticalPin::new(env, array.as_raw(), len) }) else {
+                        return Err(jni::errors::Error::NullPtr(
+                            "GetPrimitiveArrayCritical returned null (out of memory)",
+                        ));
+                    };
                     me.stats.pins.set(me.stats.pins.get() + 1);
-                    if elements.is_copy() {
+                    if pin.is_copy {
                         me.stats.copies.set(me.stats.copies.get() + 1);
                     }
                     let view: fn(&[_]) -> &[$elem] = $view;
-                    let result = match view(&elements).get(s..e) {
+                    let result = match view(pin.as_slice()).get(s..e) {
                         Some(chunk) => f(chunk),
                         None => Err(IrpaError::Source {
                             key: String::new(),
                             source: "the JVM array is shorter than its tensor".into(),
                         }),
                     };
-                    drop(elements); // ReleasePrimitiveArrayCritical(JNI_ABORT) before anything else
+                    drop(pin); // ReleasePrimitiveArrayCritical(JNI_ABORT) before anything else
                     Ok(result)
                 });
                 out.map_err(|e| Box::new(e) as LendError)
@@ -614,10 +665,12 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_pinInfo<'l>(
 ) -> JLongArray<'l> {
     unowned
         .with_env(|env| -> Result<JLongArray<'l>, Failure> {
+            let n = array.len(env)?;
             let (is_copy, len) = {
-                // SAFETY: no JNI call while pinned; released with JNI_ABORT.
-                let e = unsafe { array.get_elements_critical(env, ReleaseMode::NoCopyBack)? };
-                (i64::from(e.is_copy()), i64::try_from(e.len()).unwrap_or(i64::MAX))
+                // SAFETY: a live float[] of n elements; no JNI call until the pin is dropped.
+                let pin = unsafe { CriticalPin::<f32>::new(env, array.as_raw(), n) }
+                    .ok_or(jni::errors::Error::NullPtr("GetPrimitiveArrayCritical returned null"))?;
+                (i64::from(pin.is_copy), i64::try_from(pin.as_slice().len()).unwrap_or(i64::MAX))
             };
             let out = env.new_long_array(2)?;
             out.set_region(env, 0, &[is_copy, len])?;

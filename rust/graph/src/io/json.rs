@@ -258,6 +258,11 @@ impl GraphFile {
         };
         let layout = if w.column_major { HalfLayout::ColumnMajor } else { HalfLayout::RowMajor };
         let count = spec.shape.element_count();
+        // A mapped region is read by the program at run time: its file is not opened here.
+        if let (true, Source::File(path, offset)) = (w.mapped, &w.source) {
+            let len = count.and_then(|n| n.checked_mul(spec.dtype.byte_width())).unwrap_or(0);
+            return Ok(Storage::Mapped { path: path.clone(), offset: *offset, len });
+        }
         let (bytes, stored) = match &w.source {
             Source::Named(name) => {
                 let file = weights.weights.as_ref().ok_or_else(|| {
@@ -330,7 +335,7 @@ impl WeightSet {
     pub fn open(graph: &GraphFile, weights: Option<&Path>) -> Result<Self, IoError> {
         let weights = weights.map(WeightFile::open).transpose()?;
         let mut files = HashMap::new();
-        for w in graph.weights.iter().flatten() {
+        for w in graph.weights.iter().flatten().filter(|w| !w.mapped) {
             if let Source::File(p, _) = &w.source {
                 if !files.contains_key(p) {
                     let io = |source| IoError::Io { path: p.clone(), source };

@@ -35,8 +35,10 @@ public class KotlinPlugin implements Plugin<Project> {
         File home = kotlinHome(project);
         project.getExtensions().getExtraProperties().set("kotlinHomeDir", home);
         SourceSetContainer sets = sourceSets(project);
-        compileTask(project, "compileKotlinc", "main", home, sets.getByName("main"));
+        KotlinCompile main = compileTask(project, "compileKotlinc", "main", home, sets.getByName("main"));
         KotlinCompile test = compileTask(project, "compileTestKotlinc", "test", home, sets.getByName("test"));
+        // Tests see the main code's `internal` declarations, as with the Kotlin Gradle plugin.
+        test.setFreeArgs(Collections.singletonList("-Xfriend-paths=" + main.getDestinationDir().getAbsolutePath()));
         Test testTask = (Test) project.getTasks().getByName("test");
         testTask.setTestClassesDirs(testTask.getTestClassesDirs().plus(project.files(test.getDestinationDir())));
         junitPlatform(project, testTask, sets.getByName("test"));

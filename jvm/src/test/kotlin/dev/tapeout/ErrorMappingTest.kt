@@ -1,0 +1,80 @@
+package dev.tapeout
+
+import dev.tapeout.TestSupport.tempDir
+import org.junit.jupiter.api.Assertions.assertEquals
+import org.junit.jupiter.api.Assertions.assertTrue
+import org.junit.jupiter.api.Test
+import java.io.File
+import java.io.IOException
+
+/** Every Rust error reaches Kotlin as its own exception class with its message; a panic too, and the JVM lives on. */
+class ErrorMappingTest {
+    @Test
+    fun `graph errors are GraphValidationException naming node and problem`() {
+        val tape = ExecutionTape()
+        val a = tape.input("a", longArrayOf(2, 3))
+        val b = tape.input("b", longArrayOf(4))
+        tape.output(tape.record("add", listOf(a, b), longArrayOf(2, 3), DType.F32))
+        val e = assertThrows<GraphValidationException> { tape.toComputeGraph() }
+        assertTrue(e.message!!.contains("n0_add") && e.message!!.contains("do not broadcast"), e.message)
+
+        val t2 = ExecutionTape()
+        t2.output(t2.record("warp", listOf(t2.input("x", longArrayOf(2))), longArrayOf(2), DType.F32))
+        val e2 = assertThrows<GraphValidationException> { t2.toComputeGraph().toStableHlo() }
+        assertTrue(e2.message!!.contains("unknown op 'warp'"), e2.message)
+    }
+
+    @Test
+    fun `archive errors are IrpaFormatException`() {
+        val junk = File.createTempFile("junk", ".irpa").also { it.writeBytes(ByteArray(4096)) }
+        val e = assertThrows<IrpaFormatException> { NativeBridge.archiveEntry(junk.path, "w") }
+        assertTrue(e.message!!.contains("IRPA file magic missing"), e.message)
+        junk.delete()
+    }
+
+    @Test
+    fun `file system errors are IOException`() {
+        val tape = ExecutionTape()
+        val x = tape.input("x", longArrayOf(2))
+        tape.output(tape.add(x, tape.weight("w", FloatArray(2), 2)))
+        val file = File.createTempFile("not-a-dir", ".txt")
+        val e = assertThrows<IOException> { tape.toComputeGraph().export(File(file, "out")) }
+        assertTrue(e.message!!.contains(file.name), e.message)
+        file.delete()
+    }
+
+    @Test
+    fun `a native panic is a RuntimeException with its message, and the JVM keeps running`() {
+        val e = assertThrows<RuntimeException> { NativeBridge.panicForTest("deliberate test panic 42") }
+        assertTrue(e.message!!.contains("deliberate test panic 42"), e.message)
+        // The library still works afterwards.
+        val tape = ExecutionTape()
+        tape.output(tape.neg(tape.input("x", longArrayOf(2))))
+        assertTrue(tape.toComputeGraph().toStableHlo().contains("stablehlo.negate"))
+    }
+
+    @Test
+    fun `a wrong array type for a kind is a validation error, not a crash`() {
+        val tape = ExecutionTape()
+        val x = tape.input("x", longArrayOf(4))
+        val w = tape.weight("w", FloatArray(4), 4)
+        tape.output(tape.add(x, w))
+        val m = Marshalled(tape)
+        m.kinds[w.id] = 2 // claims a ByteArray
+        val e = assertThrows<GraphValidationException> {
+            NativeBridge.finalize(tape.toGraphJson("m"), m.data, m.kinds, m.encodings, false, IntArray(0))
+        }
+        assertTrue(e.message!!.contains("not the JVM array its kind needs"), e.message)
+    }
+
+    @Test
+    fun `export writes both files and refuses nothing it was not asked to`() {
+        val tape = ExecutionTape()
+        val x = tape.input("x", longArrayOf(2))
+        tape.output(tape.add(x, tape.weight("w", floatArrayOf(1f, 2f), 2)))
+        val dir = tempDir("tapeout-export")
+        val r = tape.toComputeGraph().export(dir, "tiny")
+        assertTrue(r.mlir.isFile && r.irpa.isFile && r.irpa.length() == 4096L)
+        dir.deleteRecursively()
+    }
+}

@@ -1,0 +1,112 @@
+package dev.tapeout
+
+import dev.tapeout.TestSupport.procStatus
+import dev.tapeout.TestSupport.readF32
+import dev.tapeout.TestSupport.tempDir
+import org.junit.jupiter.api.Assertions.assertArrayEquals
+import org.junit.jupiter.api.Assertions.assertEquals
+import org.junit.jupiter.api.Assertions.assertTrue
+import org.junit.jupiter.api.Test
+
+/** The reference implementation's extraction contract, through the Kotlin API and JNI. */
+class ExtractionContractTest {
+    private fun linear(w: (ExecutionTape) -> Tensor, rows: Long = 4): Pair<ExecutionTape, Tensor> {
+        val tape = ExecutionTape()
+        val x = tape.input("x", longArrayOf(2, rows))
+        val wt = w(tape)
+        tape.output(tape.matmul(x, wt))
+        return tape to wt
+    }
+
+    @Test
+    fun `an f32 constant is the live array, pinned without a copy`() {
+        val n = 64 shl 20 // 64 Mi floats = 256 MiB
+        val values = FloatArray(n) { (it % 4093).toFloat() }
+        val (tape, w) = linear({ it.weight("model.embed.weight", values, 4, (n / 4).toLong()) })
+        val pin = NativeBridge.pinInfo(values)
+        assertEquals(0L, pin[0], "GetPrimitiveArrayCritical returned a copy")
+        assertEquals(n.toLong(), pin[1])
+
+        val graph = tape.toComputeGraph()
+        assertEquals(listOf(ConstantInfo(w.name, "model.embed.weight", n * 4L, "borrowed_f32")), graph.constants)
+        val dir = tempDir("tapeout-alias")
+        val rssBefore = procStatus("VmRSS")
+        val hwmBefore = procStatus("VmHWM")
+        val r = graph.export(dir, "linear", MaterializationPolicy.ExternalAlways())
+        val grew = procStatus("VmHWM") - maxOf(hwmBefore, rssBefore)
+        assertEquals(0L, r.copies, "no pin was a copy")
+        assertTrue(r.pins >= 4, "re-pinned per 64 MiB chunk: ${r.pins} pins")
+        assertTrue(grew < 64L shl 20, "peak RSS grew by $grew bytes while exporting a 256 MiB array")
+        assertArrayEquals(values.copyOfRange(n - 8, n), readF32(r.irpa, "model.embed.weight", n - 8L, 8))
+        dir.deleteRecursively()
+    }
+
+    @Test
+    fun `a packed weight fails with the tensor, the encoding and the remedy`() {
+        val (tape, w) = linear({ it.packedWeight("model.q.weight", ByteArray(34 * 3), "Q8_0", 4, 24) })
+        val e = assertThrows<PackedConstantException> { tape.toComputeGraph() }
+        val msg = e.message ?: ""
+        for (needle in listOf("'${w.name}'", "Q8_0", "DEQUANTIZE", "load this weight dense")) {
+            assertTrue(msg.contains(needle), "$needle missing from: $msg")
+        }
+    }
+
+    @Test
+    fun `DEQUANTIZE yields the logical element count as f32 values`() {
+        // Q8_0: 2-byte f16 scale (0.5 = 0x3800) then 32 signed codes; 4 rows of 32 = 4 blocks.
+        val block = ByteArray(34).also { it[0] = 0x00; it[1] = 0x38; for (i in 0 until 32) it[2 + i] = (i - 16).toByte() }
+        val bytes = ByteArray(34 * 4) { block[it % 34] }
+        val (tape, _) = linear({ it.packedWeight("model.q.weight", bytes, "Q8_0", 4, 32) })
+        val graph = tape.toComputeGraph(packedConstants = PackedConstantHandling.DEQUANTIZE)
+        assertEquals("dequantized", graph.constants.single().kind)
+        assertEquals(4L * 32 * 4, graph.constants.single().bytes)
+        val dir = tempDir("tapeout-deq")
+        val r = graph.export(dir, "deq", MaterializationPolicy.ExternalAlways())
+        val got = readF32(r.irpa, "model.q.weight", 0, 128)
+        assertArrayEquals(FloatArray(128) { ((it % 32) - 16) * 0.5f }, got)
+        dir.deleteRecursively()
+    }
+
+    @Test
+    fun `BF16 weights widen to exactly the same f32 values`() {
+        val bits = intArrayOf(0x3F80, 0xC020, 0x7F80, 0x8000, 0x0001, 0x4049, 0xFF80, 0x3E00)
+        val (tape, _) = linear({ it.halfWeight("model.n.weight", TestSupport.le16(bits), DType.BF16, 4, 2) })
+        val graph = tape.toComputeGraph()
+        assertEquals("widened", graph.constants.single().kind)
+        val dir = tempDir("tapeout-bf16")
+        val r = graph.export(dir, "bf16", MaterializationPolicy.ExternalAlways())
+        val got = readF32(r.irpa, "model.n.weight", 0, 8)
+        for (i in bits.indices) assertEquals(bits[i] shl 16, got[i].toRawBits(), "element $i")
+        dir.deleteRecursively()
+    }
+
+    @Test
+    fun `a forced input stays an input, even with data`() {
+        val (tape, w) = linear({ it.weight("model.w", FloatArray(12), 4, 3) })
+        val graph = tape.toComputeGraph(inputTensorIds = setOf(w.id))
+        assertEquals(listOf("x", w.name), graph.inputs)
+        assertTrue(graph.constants.isEmpty())
+    }
+
+    @Test
+    fun `a tied weight used twice is one constant, and keys are module paths`() {
+        val tape = ExecutionTape()
+        val ids = tape.input("ids", longArrayOf(3), DType.I32)
+        val emb = tape.weight("model.embed_tokens.weight", FloatArray(10 * 4) { it * 0.25f }, 10, 4)
+        val h = tape.gather(emb, ids)
+        tape.output(tape.matmul(h, tape.transpose(emb)))
+        val graph = tape.toComputeGraph()
+        assertEquals(listOf("model.embed_tokens.weight"), graph.constants.map { it.key })
+        val text = graph.toStableHlo(MaterializationPolicy.ExternalAlways())
+        assertEquals(1, Regex("util.global private").findAll(text).count(), text)
+    }
+
+    @Test
+    fun `undeclared inputs are refused when synthesis is off`() {
+        val tape = ExecutionTape()
+        val x = tape.input("x", longArrayOf(2))
+        tape.output(tape.add(x, tape.mapped("m", "/nonexistent/weights.bin", 0, 8, DType.F32, 2)))
+        val e = assertThrows<GraphValidationException> { tape.toComputeGraph(synthesizeExternalInputs = false) }
+        assertTrue(e.message!!.contains("[m]"), e.message)
+    }
+}

@@ -1,0 +1,58 @@
+package dev.tapeout
+
+import dev.tapeout.TestSupport.procStatus
+import dev.tapeout.TestSupport.readF32
+import dev.tapeout.TestSupport.tempDir
+import org.junit.jupiter.api.Assertions.assertArrayEquals
+import org.junit.jupiter.api.Assertions.assertEquals
+import org.junit.jupiter.api.Assertions.assertTrue
+import org.junit.jupiter.api.Assumptions.assumeTrue
+import org.junit.jupiter.api.Test
+
+/**
+ * A 262144 x 2048 f32 embedding is exactly 2^31 bytes: one more than a JVM byte array can hold.
+ *
+ * Runs in the `bigTest` task (3 GiB heap, `-Dtapeout.big=true`) and not under `-Xcheck:jni`: HotSpot's checked
+ * JNI copies every critical array into a guarded native buffer of its full size, which for 2 GiB fails inside
+ * GetPrimitiveArrayCritical — and it silently copies smaller arrays too, so no-copy proofs only mean something
+ * without it.
+ */
+class LargeArrayTest {
+    @Test
+    fun `a tied 2^31-byte embedding exports from the heap without copying it`() {
+        assumeTrue(System.getProperty("tapeout.big") == "true", "runs in the bigTest task (gradle :jvm:bigTest)")
+        val vocab = 262_144L
+        val dim = 2048L
+        val values = FloatArray((vocab * dim).toInt()) { (it % 9973).toFloat() }
+        val tape = ExecutionTape()
+        val ids = tape.input("ids", longArrayOf(4), DType.I32)
+        val emb = tape.weight("model.embed_tokens.weight", values, vocab, dim)
+        val h = tape.gather(emb, ids)                          // the lookup ...
+        tape.output(tape.matmul(h, tape.transpose(emb)))       // ... and the tied output projection
+        val graph = tape.toComputeGraph()
+        assertEquals(1, graph.constants.size)
+
+        // Inline is refused up front: a typed error naming the size, not a 4 GiB string.
+        val e = assertThrows<ConstantTooLargeException> { graph.toStableHlo(MaterializationPolicy.InlineAlways) }
+        assertTrue(e.message!!.contains("2147483648 bytes") && e.message!!.contains("ExternalAlways"), e.message)
+
+        val dir = tempDir("tapeout-big")
+        try {
+            val hwmBefore = maxOf(procStatus("VmHWM"), procStatus("VmRSS"))
+            val r = graph.export(dir, "big", MaterializationPolicy.ExternalAlways())
+            val grew = procStatus("VmHWM") - hwmBefore
+            assertEquals(0L, r.copies)
+            assertTrue(r.pins >= 32, "one pin per 64 MiB chunk: ${r.pins}")
+            assertTrue(grew <= 128L shl 20, "peak RSS grew by ${grew shr 20} MiB during the export")
+            assertEquals(1L shl 31, TestSupport.entryLength(r.irpa, "model.embed_tokens.weight"))
+            val n = values.size.toLong()
+            for (start in longArrayOf(0, n / 2 - 3, n - 8)) {
+                val expect = FloatArray(8) { values[(start + it).toInt()] }
+                assertArrayEquals(expect, readF32(r.irpa, "model.embed_tokens.weight", start, 8), "at $start")
+            }
+            assertTrue(r.mlirBytes < 4096, "the module does not grow with the weight: ${r.mlirBytes} bytes")
+        } finally {
+            dir.deleteRecursively()
+        }
+    }
+}

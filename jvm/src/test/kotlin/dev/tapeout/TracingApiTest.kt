@@ -1,0 +1,51 @@
+package dev.tapeout
+
+import org.junit.jupiter.api.Assertions.assertTrue
+import org.junit.jupiter.api.Test
+
+/** Every tracing function: the shapes Kotlin infers must be the ones the native emitter computes. */
+class TracingApiTest {
+    @Test
+    fun `the whole op set traces and emits`() {
+        val t = ExecutionTape()
+        val x = t.input("x", longArrayOf(2, 8))
+        val w = t.weight("model.w", FloatArray(8 * 8) { it * 0.01f }, 8, 8)
+        val b = t.weight("model.b", FloatArray(8) { 0.1f }, 8)
+        var h = t.add(t.matmul(x, w), b)
+        for (f in listOf(t::relu, t::gelu, t::silu, t::sigmoid, t::tanh, t::sin, t::cos, t::exp, t::abs, t::neg)) h = f(h)
+        h = t.sqrt(t.add(t.abs(h), b))
+        h = t.log(t.add(t.rsqrt(h), b))
+        h = t.div(t.mul(t.sub(h, b), h), t.add(t.abs(h), b))
+        h = t.min(t.max(h, b), t.pow(t.abs(h), b))
+        h = t.clamp(t.softmax(h), -1.0, 1.0)
+        h = t.layerNorm(t.rmsNorm(h, b), b, b)
+        val r = t.reshape(h, 2, 2, 4)
+        val tr = t.transpose(r, 1, 0, 2)
+        val c = t.concat(listOf(tr, tr), axis = 2)
+        val s = t.slice(c, longArrayOf(0, 0, 0), longArrayOf(2, 2, 8), longArrayOf(1, 1, 2))
+        val red = t.reduceMean(t.reduceSum(s, 2, keepDims = true), 0)
+        val mx = t.reduceMax(h)
+        val bc = t.broadcast(b, 3, 8)
+        val ids = t.input("ids", longArrayOf(3), DType.I32)
+        val g = t.gather(w, ids)
+        val cos = t.weight("rope.cos", FloatArray(2 * 4) { 1f }, 2, 4)
+        val sin = t.weight("rope.sin", FloatArray(2 * 4), 2, 4)
+        val q = t.rope(r, cos, sin)
+        val att = t.sdpa(q, q, q, causal = true)
+        val masked = t.causalMask(t.matmul(q, t.transpose(q, 0, 2, 1)))
+        val img = t.input("img", longArrayOf(1, 2, 6, 6))
+        val k = t.weight("conv.w", FloatArray(4 * 1 * 3 * 3) { 0.1f }, 4, 1, 3, 3)
+        val conv = t.conv2d(img, k, null, stride = intArrayOf(2, 2), padding = intArrayOf(1, 1, 1, 1), groups = 2)
+        val mp = t.maxPool2d(conv, intArrayOf(2, 2))
+        val ap = t.avgPool2d(img, intArrayOf(3, 3))
+        val io = t.iota(longArrayOf(3, 8), 1)
+        val sel = t.select(t.compare(g, bc, "GT"), g, t.convert(io, DType.F32))
+        t.output(h, red, mx, att, masked, mp, ap, sel)
+        val text = t.toComputeGraph().toStableHlo()
+        for (op in listOf("stablehlo.convolution", "stablehlo.reduce_window", "stablehlo.gather", "stablehlo.dot_general",
+                          "stablehlo.logistic", "stablehlo.iota", "stablehlo.select", "stablehlo.clamp", "stablehlo.reduce(")) {
+            assertTrue(text.contains(op), "$op missing")
+        }
+        assertTrue(!text.contains("custom_call"))
+    }
+}
