@@ -248,7 +248,11 @@ fn classify<'a>(
                     Encoding::Other(n) if n.is_empty() => None,
                     e => Some(e.name().to_owned()),
                 };
-                return Err(GraphError::PackedConstant { tensor: spec.name.clone(), encoding: name });
+                return Err(GraphError::PackedConstant {
+                    tensor: spec.name.clone(),
+                    path: spec.path.clone(),
+                    encoding: name,
+                });
             }
             let cannot = |detail: String| GraphError::CannotDecode { tensor: spec.name.clone(), detail };
             if encoding.block_geometry().is_none() {

@@ -1,0 +1,63 @@
+package dev.tapeout.gradle;
+
+import java.io.File;
+
+import org.gradle.api.Project;
+import org.gradle.api.provider.Property;
+
+/**
+ * The {@code tapeout { }} block:
+ * <pre>
+ * tapeout {
+ *     model = 'com.example.MyModel'     // implements dev.tapeout.ModelProvider
+ *     moduleName = 'my_model'           // default: the project name
+ *     outputDir = file('build/tapeout') // default
+ *     scope = 'model'                   // default
+ *     inlineBelowBytes = 4096           // default: smaller constants are inline, the rest external
+ *     packedConstants = 'FAIL'          // or 'DEQUANTIZE'
+ *     maxHeapSize = '2g'                // heap of the export JVM
+ * }
+ * </pre>
+ */
+public class TapeoutExtension {
+    private final Property<String> model;
+    private final Property<String> moduleName;
+    private final Property<File> outputDir;
+    private final Property<String> scope;
+    private final Property<Long> inlineBelowBytes;
+    private final Property<String> packedConstants;
+    private final Property<String> maxHeapSize;
+
+    public TapeoutExtension(Project project) {
+        model = project.getObjects().property(String.class);
+        moduleName = project.getObjects().property(String.class);
+        moduleName.set(project.getName().replaceAll("[^A-Za-z0-9_.-]", "_"));
+        outputDir = project.getObjects().property(File.class);
+        outputDir.set(KotlinPlugin.buildDir(project, "tapeout"));
+        scope = project.getObjects().property(String.class);
+        scope.set("model");
+        inlineBelowBytes = project.getObjects().property(Long.class);
+        inlineBelowBytes.set(4096L);
+        packedConstants = project.getObjects().property(String.class);
+        packedConstants.set("FAIL");
+        maxHeapSize = project.getObjects().property(String.class);
+        maxHeapSize.set("2g");
+    }
+
+    public Property<String> getModel() { return model; }
+    public Property<String> getModuleName() { return moduleName; }
+    public Property<File> getOutputDir() { return outputDir; }
+    public Property<String> getScope() { return scope; }
+    public Property<Long> getInlineBelowBytes() { return inlineBelowBytes; }
+    public Property<String> getPackedConstants() { return packedConstants; }
+    public Property<String> getMaxHeapSize() { return maxHeapSize; }
+
+    // Groovy `prop = value` assignments on Gradle versions without property assignment support.
+    public void setModel(String v) { model.set(v); }
+    public void setModuleName(String v) { moduleName.set(v); }
+    public void setOutputDir(File v) { outputDir.set(v); }
+    public void setScope(String v) { scope.set(v); }
+    public void setInlineBelowBytes(long v) { inlineBelowBytes.set(v); }
+    public void setPackedConstants(String v) { packedConstants.set(v); }
+    public void setMaxHeapSize(String v) { maxHeapSize.set(v); }
+}

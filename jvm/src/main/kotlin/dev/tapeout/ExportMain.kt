@@ -1,0 +1,46 @@
+package dev.tapeout
+
+import java.io.File
+import kotlin.system.exitProcess
+
+/** Builds a model's tape: the class the Gradle `tapeout { model = "…" }` setting names implements this. */
+interface ModelProvider {
+    fun buildTape(): ExecutionTape
+}
+
+/**
+ * The entry point the Gradle `exportIrpa` task runs in a forked JVM:
+ * `ExportMain <model class> <output dir> <module name> <scope> <inline below bytes> <FAIL|DEQUANTIZE>`.
+ * Prints what it does on stdout; a failure is one line `tapeout: error: <message>` on stderr and exit code 1.
+ */
+object ExportMain {
+    @JvmStatic
+    fun main(args: Array<String>) {
+        if (args.size != 6) {
+            System.err.println("usage: ExportMain <model class> <output dir> <module name> <scope> <inline below bytes> <FAIL|DEQUANTIZE>")
+            exitProcess(2)
+        }
+        val (modelClass, outDir, name, scope) = args
+        try {
+            val provider = Class.forName(modelClass).getDeclaredConstructor().newInstance() as? ModelProvider
+                ?: throw TapeoutException("$modelClass does not implement dev.tapeout.ModelProvider")
+            val packed = PackedConstantHandling.valueOf(args[5].uppercase())
+            val t0 = System.nanoTime()
+            val tape = provider.buildTape()
+            val graph = tape.toComputeGraph(packedConstants = packed)
+            val total = graph.constants.sumOf { it.bytes }
+            println("tapeout: ${tape.ops.size} ops, ${graph.inputs.size} inputs, ${graph.constants.size} constants (${total} bytes)")
+            val policy = MaterializationPolicy.SizeThreshold(args[4].toLong(), scope)
+            val r = graph.export(File(outDir), name, policy)
+            val secs = (System.nanoTime() - t0) / 1e9
+            println("tapeout: wrote ${r.irpa} (${r.externals} parameters, ${r.irpaBytes} bytes) in %.2f s".format(secs))
+            println("tapeout: wrote ${r.mlir} (${r.mlirBytes} bytes)")
+        } catch (e: ClassNotFoundException) {
+            System.err.println("tapeout: error: model class $modelClass not found on the runtime classpath")
+            exitProcess(1)
+        } catch (e: Exception) {
+            System.err.println("tapeout: error: ${e.message ?: e.toString()}")
+            exitProcess(1)
+        }
+    }
+}

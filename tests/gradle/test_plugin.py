@@ -1,0 +1,101 @@
+"""Functional tests of the Gradle plugin dev.tapeout: real Gradle (Debian's 4.4.1) on temporary projects that
+apply the plugin from its built jar, with a small Kotlin model. Covers configuration, export, UP-TO-DATE,
+FAIL vs DEQUANTIZE and the error message."""
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+from harness import ROOT
+
+GRADLE = shutil.which("gradle")
+pytestmark = pytest.mark.skipif(GRADLE is None, reason="gradle is installed by scripts/setup")
+
+MODEL = '''
+package demo
+
+import dev.tapeout.*
+
+class Model : ModelProvider {
+    override fun buildTape(): ExecutionTape {
+        val t = ExecutionTape()
+        val x = t.input("x", longArrayOf(2, 32))
+        val w = t.weight("model.fc.weight", FloatArray(32 * 4) { it * 0.01f }, 32, 4)
+        // one packed Q8_0 weight: [4, 32], scale 1/64 (f16 0x2400), codes 0..31
+        val block = ByteArray(34) { if (it == 1) 0x24 else if (it >= 2) (it - 2).toByte() else 0 }
+        val q = t.packedWeight("model.q.weight", ByteArray(34 * 4) { block[it % 34] }, "Q8_0", 4, 32)
+        t.output(t.add(t.matmul(x, w), t.matmul(x, t.transpose(q))))
+        return t
+    }
+}
+'''
+
+
+def build_file(extra):
+    return f"""
+buildscript {{
+    dependencies {{ classpath files('{ROOT}/buildSrc/build/libs/buildSrc.jar') }}
+}}
+apply plugin: 'dev.tapeout.kotlin'
+apply plugin: 'dev.tapeout'
+dependencies {{
+    implementation files('{ROOT}/jvm/build/libs/jvm-0.1.0.jar', "${{kotlinHomeDir}}/lib/kotlin-stdlib.jar")
+}}
+{extra}
+"""
+
+
+@pytest.fixture(scope="module")
+def built_jars():
+    subprocess.run([GRADLE, "-c", "settings-gradle4.gradle", "--offline", "--no-daemon", "--quiet", ":jvm:jar"],
+                   cwd=ROOT, check=True, capture_output=True)
+    assert (ROOT / "buildSrc/build/libs/buildSrc.jar").is_file()
+
+
+def project(tmp_path, tapeout_block):
+    (tmp_path / "settings.gradle").write_text("rootProject.name = 'demo'\n")
+    (tmp_path / "gradle.properties").write_text(
+        "systemProp.gradle-debian-helper.hook.enabled=false\n"
+        f"kotlinHome={ROOT}/jvm/tools/node_modules/kotlin-compiler\n")
+    (tmp_path / "build.gradle").write_text(build_file(tapeout_block))
+    src = tmp_path / "src/main/kotlin/demo"
+    src.mkdir(parents=True, exist_ok=True)
+    (src / "Model.kt").write_text(MODEL)
+    return tmp_path
+
+
+def gradle(path, *args):
+    return subprocess.run([GRADLE, "--offline", "--no-daemon", "--console=plain", *args], cwd=path,
+                          capture_output=True, text=True)
+
+
+def test_missing_model_is_a_clear_configuration_error(built_jars, tmp_path):
+    r = gradle(project(tmp_path, ""), "exportIrpa")
+    assert r.returncode != 0
+    assert "tapeout { model = '…' } is not set" in r.stdout + r.stderr
+
+
+def test_export_up_to_date_and_rerun_on_change(built_jars, tmp_path):
+    block = "tapeout { model = 'demo.Model'; moduleName = 'demo_model'; packedConstants = 'DEQUANTIZE'; inlineBelowBytes = %d }"
+    p = project(tmp_path, block % 64)
+    r = gradle(p, "exportIrpa")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = p / "build/tapeout"
+    assert (out / "demo_model.mlir").is_file() and (out / "demo_model.irpa").is_file()
+    assert "wrote" in r.stdout and "demo_model.irpa" in r.stdout
+    r = gradle(p, "exportIrpa")
+    assert ":exportIrpa UP-TO-DATE" in r.stdout, r.stdout
+    (p / "build.gradle").write_text(build_file(block % 1_000_000))
+    r = gradle(p, "exportIrpa")
+    assert r.returncode == 0 and ":exportIrpa UP-TO-DATE" not in r.stdout, r.stdout
+    assert "#flow.parameter.named" not in (out / "demo_model.mlir").read_text(), "everything inline now"
+
+
+def test_packed_weight_fails_with_the_remedy_not_a_stack_trace(built_jars, tmp_path):
+    p = project(tmp_path, "tapeout { model = 'demo.Model' }")
+    r = gradle(p, "exportIrpa")
+    assert r.returncode != 0
+    text = r.stdout + r.stderr
+    assert "model.q.weight" in text and "Q8_0" in text and "DEQUANTIZE" in text, text
+    assert "\tat dev.tapeout" not in text and "Exception in thread" not in text
