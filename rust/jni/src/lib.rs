@@ -18,6 +18,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use jni::errors::ErrorPolicy;
 use jni::objects::{JByteArray, JClass, JFloatArray, JIntArray, JLongArray, JObject, JObjectArray, JString};
@@ -31,6 +32,12 @@ use tapeout_graph::{
 };
 use tapeout_hlo::{EmitOptions, HloError, MaterializationPolicy};
 use tapeout_irpa::IrpaError;
+
+/// Progress of the export in flight: payload bytes written and in total. Updated by the archive writer
+/// (no JNI call); read by `NativeBridge.progressWritten/progressTotal` from another Kotlin thread, which is
+/// allowed while the exporting thread holds a pin (those calls allocate nothing).
+static PROGRESS_WRITTEN: AtomicU64 = AtomicU64::new(0);
+static PROGRESS_TOTAL: AtomicU64 = AtomicU64::new(0);
 
 /// Elements lent per pin: 64 MiB of f32, or 64 MiB of bytes.
 const PIN_BYTES: u64 = 64 << 20;
@@ -559,7 +566,12 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_export<'l>(
                 let graph = extract(&req, &weights, &kinds, &encs, &lenders)?;
                 let opts =
                     EmitOptions { module_name: name, function: "main".into(), policy: policy(scope, inline_below) };
-                let s = tapeout_hlo::export(&graph, &opts, Path::new(&out_dir), &mut |_| {})?;
+                PROGRESS_WRITTEN.store(0, Ordering::Relaxed);
+                PROGRESS_TOTAL.store(0, Ordering::Relaxed);
+                let s = tapeout_hlo::export(&graph, &opts, Path::new(&out_dir), &mut |p| {
+                    PROGRESS_TOTAL.store(p.total, Ordering::Relaxed);
+                    PROGRESS_WRITTEN.store(p.written, Ordering::Relaxed);
+                })?;
                 let mut v = summary(&graph, &stats);
                 v["mlir"] = s.mlir.display().to_string().into();
                 v["mlir_bytes"] = s.mlir_bytes.into();
@@ -637,6 +649,24 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_archiveEntry<'l>(
             Ok(out)
         })
         .resolve::<ThrowMapped>()
+}
+
+/// `NativeBridge.progressWritten(): Long` — archive bytes written so far by the export in flight.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_dev_tapeout_NativeBridge_progressWritten<'l>(
+    _env: EnvUnowned<'l>,
+    _class: JClass<'l>,
+) -> jlong {
+    i64::try_from(PROGRESS_WRITTEN.load(Ordering::Relaxed)).unwrap_or(i64::MAX)
+}
+
+/// `NativeBridge.progressTotal(): Long` — archive bytes the export in flight will write (0 before it starts).
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_dev_tapeout_NativeBridge_progressTotal<'l>(
+    _env: EnvUnowned<'l>,
+    _class: JClass<'l>,
+) -> jlong {
+    i64::try_from(PROGRESS_TOTAL.load(Ordering::Relaxed)).unwrap_or(i64::MAX)
 }
 
 /// `NativeBridge.panicForTest(message)` — panics, so tests can check that a native panic becomes

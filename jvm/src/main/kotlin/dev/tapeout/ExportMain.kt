@@ -31,7 +31,18 @@ object ExportMain {
             val total = graph.constants.sumOf { it.bytes }
             println("tapeout: ${tape.ops.size} ops, ${graph.inputs.size} inputs, ${graph.constants.size} constants (${total} bytes)")
             val policy = MaterializationPolicy.SizeThreshold(args[4].toLong(), scope)
-            val r = graph.export(File(outDir), name, policy)
+            // Progress from a second thread: the exporting thread makes no JVM calls while an array is pinned.
+            val reporter = Thread {
+                try {
+                    while (true) {
+                        Thread.sleep(1000)
+                        val total = NativeBridge.progressTotal()
+                        if (total > 0) println("tapeout: written ${NativeBridge.progressWritten() shr 20} / ${total shr 20} MiB")
+                    }
+                } catch (_: InterruptedException) {
+                }
+            }.apply { isDaemon = true; start() }
+            val r = try { graph.export(File(outDir), name, policy) } finally { reporter.interrupt() }
             val secs = (System.nanoTime() - t0) / 1e9
             println("tapeout: wrote ${r.irpa} (${r.externals} parameters, ${r.irpaBytes} bytes) in %.2f s".format(secs))
             println("tapeout: wrote ${r.mlir} (${r.mlirBytes} bytes)")

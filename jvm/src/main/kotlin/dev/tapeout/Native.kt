@@ -96,5 +96,11 @@ internal object NativeBridge {
 
     @JvmStatic external fun panicForTest(message: String)
 
+    /** Archive bytes written so far by the export in flight (callable from another thread). */
+    @JvmStatic external fun progressWritten(): Long
+
+    /** Archive bytes the export in flight will write; 0 before it has started. */
+    @JvmStatic external fun progressTotal(): Long
+
     @JvmStatic external fun pinInfo(array: FloatArray): LongArray
 }

@@ -39,8 +39,21 @@ class LargeArrayTest {
         val dir = tempDir("tapeout-big")
         try {
             val hwmBefore = maxOf(procStatus("VmHWM"), procStatus("VmRSS"))
-            val r = graph.export(dir, "big", MaterializationPolicy.ExternalAlways())
+            // Another thread polls the export's progress: it must see it advance, and keep running meanwhile.
+            val samples = java.util.concurrent.ConcurrentLinkedQueue<LongArray>()
+            val poller = Thread {
+                while (!Thread.currentThread().isInterrupted) {
+                    samples.add(longArrayOf(System.nanoTime(), NativeBridge.progressWritten(), NativeBridge.progressTotal()))
+                    try { Thread.sleep(10) } catch (_: InterruptedException) { break }
+                }
+            }.apply { isDaemon = true; start() }
+            val r = try { graph.export(dir, "big", MaterializationPolicy.ExternalAlways()) } finally { poller.interrupt(); poller.join() }
             val grew = procStatus("VmHWM") - hwmBefore
+            val s = samples.toList()
+            assertTrue(s.any { it[2] == (1L shl 31) && it[1] > 0 && it[1] < it[2] }, "progress was seen mid-export")
+            val longestPauseMs = s.zipWithNext { a, b -> (b[0] - a[0]) / 1_000_000 }.maxOrNull() ?: 0
+            println("2^31-byte export: ${s.size} progress samples, longest pause of the polling thread $longestPauseMs ms")
+            assertTrue(longestPauseMs < 2000, "another thread was stalled for $longestPauseMs ms")
             assertEquals(0L, r.copies)
             assertTrue(r.pins >= 32, "one pin per 64 MiB chunk: ${r.pins}")
             assertTrue(grew <= 128L shl 20, "peak RSS grew by ${grew shr 20} MiB during the export")
