@@ -238,6 +238,20 @@ pub enum FormatProblem {
         /// Storage segment length.
         segment_len: u64,
     },
+    /// Two DATA entries share storage bytes.
+    #[error(
+        "entries {first} and {second} overlap in the storage segment ({first_end} > {second_start}); every DATA entry needs its own bytes"
+    )]
+    OverlappingEntries {
+        /// Index of the entry that starts first.
+        first: u64,
+        /// Index of the entry that starts inside it.
+        second: u64,
+        /// End of the first entry's range (relative to the file).
+        first_end: u64,
+        /// Start of the second entry's range.
+        second_start: u64,
+    },
     /// A key is not valid UTF-8.
     #[error("entry {index}: key is not valid UTF-8 (tapeout keys are text, as in MLIR and IREE's Python API)")]
     KeyNotUtf8 {

@@ -228,6 +228,22 @@ pub fn parse_index(bytes: &[u8]) -> Result<Index, FormatProblem> {
         keys.insert(key_bytes, index);
         entries.push(IndexEntry { key, metadata, kind });
     }
+    // Every DATA entry owns its bytes (as in safetensors; IREE itself does not check).
+    let mut data: Vec<(u64, u64, u64)> = entries
+        .iter()
+        .zip(0u64..)
+        .filter_map(|(e, i)| match e.kind {
+            IndexKind::Data(r) if r.length > 0 => Some((r.offset, r.offset + r.length, i)),
+            _ => None,
+        })
+        .collect();
+    data.sort_unstable();
+    for w in data.windows(2) {
+        let ((_, first_end, first), (second_start, _, second)) = (w[0], w[1]);
+        if second_start < first_end {
+            return Err(FormatProblem::OverlappingEntries { first, second, first_end, second_start });
+        }
+    }
     // IREE's builder ends the segment at the last entry; allow only alignment padding after it.
     if table_end.saturating_sub(pos) >= ENTRY_ALIGNMENT {
         return Err(mismatch(declared, "would start in the unused bytes left at the end of the table"));
@@ -467,6 +483,25 @@ mod tests {
         assert!(matches!(parse_mutated(|b| put_u64(b, 32, 2)), Err(FormatProblem::EntryTableMismatch { .. })));
         let r = parse_mutated(|b| put_u64(b, 32, u64::MAX));
         assert!(matches!(r, Err(FormatProblem::EntryTableMismatch { .. })), "{r:?}");
+    }
+
+    #[test]
+    fn overlapping_data_entries_are_refused() {
+        // entry 2 (DATA "bias", storage@272+60=332) pointed at entry 0's bytes.
+        let r = parse_mutated(|b| put_u64(b, 332, 16));
+        assert!(matches!(r, Err(FormatProblem::OverlappingEntries { first: 0, second: 2, .. })), "{r:?}");
+    }
+
+    #[test]
+    fn zero_length_entries_are_valid() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("z.irpa");
+        let mut w = ArchiveWriter::new();
+        w.add_data("empty", BytesSource(&[])).expect("add");
+        w.add_data("one", BytesSource(&[1])).expect("add");
+        w.write(&path).expect("write");
+        let a = Archive::open(&path).expect("open");
+        assert_eq!(a.get("empty").expect("empty").byte_len(), 0);
     }
 
     #[test]
