@@ -57,67 +57,20 @@ impl SafeTensors {
     /// every byte length equal to shape × dtype width.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, IoError> {
         let path = path.as_ref().to_path_buf();
-        let bad = |detail: String| IoError::Format { path: path.clone(), format: "safetensors", detail };
         let file = File::open(&path).map_err(|source| IoError::Io { path: path.clone(), source })?;
         let size = file.metadata().map_err(|source| IoError::Io { path: path.clone(), source })?.len();
-        if size < 8 {
-            return Err(bad(format!("file is {size} bytes; a safetensors file starts with an 8-byte header length")));
-        }
-        // SAFETY: read-only mapping; the file must not be truncated while open (documented on `SafeTensors`).
-        let map = unsafe { Mmap::map(&file) }.map_err(|source| IoError::Io { path: path.clone(), source })?;
-        let header_len = u64::from_le_bytes(map[..8].try_into().unwrap_or([0; 8]));
-        if header_len > MAX_HEADER_BYTES {
-            return Err(bad(format!("header claims {header_len} bytes, more than the {MAX_HEADER_BYTES}-byte limit")));
-        }
-        let data_start = 8 + header_len;
-        if data_start > size {
-            return Err(bad(format!("header claims {header_len} bytes but the file has {}", size - 8)));
-        }
-        let header = &map[8..usize::try_from(data_start).map_err(|_| bad("header too large".into()))?];
-        let json: serde_json::Value =
-            serde_json::from_slice(header).map_err(|e| bad(format!("header is not valid JSON: {e}")))?;
-        let obj = json.as_object().ok_or_else(|| bad("header is not a JSON object".into()))?;
-        let data_len = size - data_start;
-        let mut tensors = HashMap::with_capacity(obj.len());
-        let mut order = Vec::with_capacity(obj.len());
-        for (name, info) in obj {
-            if name == "__metadata__" {
-                continue;
-            }
-            let field = |k: &str| info.get(k).ok_or_else(|| bad(format!("tensor {name:?} has no {k:?}")));
-            let dtype_name = field("dtype")?.as_str().unwrap_or_default();
-            let dtype = dtype_of(dtype_name)
-                .ok_or_else(|| bad(format!("tensor {name:?}: unsupported dtype {dtype_name:?}")))?;
-            let shape: Vec<u64> = field("shape")?
-                .as_array()
-                .and_then(|a| a.iter().map(serde_json::Value::as_u64).collect())
-                .ok_or_else(|| bad(format!("tensor {name:?}: shape is not a list of sizes")))?;
-            let offsets: Vec<u64> = field("data_offsets")?
-                .as_array()
-                .and_then(|a| a.iter().map(serde_json::Value::as_u64).collect())
-                .filter(|v: &Vec<u64>| v.len() == 2)
-                .ok_or_else(|| bad(format!("tensor {name:?}: data_offsets is not [begin, end]")))?;
-            let (begin, end) = (offsets[0], offsets[1]);
-            if begin > end || end > data_len {
-                return Err(bad(format!(
-                    "tensor {name:?}: data_offsets [{begin}, {end}] outside the {data_len}-byte data"
-                )));
-            }
-            let want = shape
-                .iter()
-                .try_fold(dtype.byte_width(), |acc, &d| acc.checked_mul(d))
-                .ok_or_else(|| bad(format!("tensor {name:?}: shape {shape:?} overflows 64 bits")))?;
-            if want != end - begin {
-                return Err(bad(format!(
-                    "tensor {name:?}: {} bytes for shape {shape:?} of {dtype} ({want} expected)",
-                    end - begin
-                )));
-            }
-            order.push(name.clone());
-            tensors.insert(name.clone(), SafeTensor { dtype, shape, start: data_start + begin, end: data_start + end });
-        }
-        order.sort_by_key(|n| tensors.get(n).map_or(0, |t| t.start));
-        Ok(Self { path, map: Some(map), tensors, order })
+        let map = if size == 0 {
+            None
+        } else {
+            // SAFETY: read-only mapping; the file must not be truncated while open (documented on `SafeTensors`).
+            Some(unsafe { Mmap::map(&file) }.map_err(|source| IoError::Io { path: path.clone(), source })?)
+        };
+        let (tensors, order) = parse(map.as_deref().unwrap_or(&[])).map_err(|detail| IoError::Format {
+            path: path.clone(),
+            format: "safetensors",
+            detail,
+        })?;
+        Ok(Self { path, map, tensors, order })
     }
 
     /// The file's path.
@@ -150,6 +103,67 @@ impl SafeTensors {
         let (Ok(s), Ok(e)) = (usize::try_from(tensor.start), usize::try_from(tensor.end)) else { return &[] };
         self.map.as_deref().and_then(|m| m.get(s..e)).unwrap_or(&[])
     }
+}
+
+/// Tensors by name, and names in file order.
+type Parsed = (HashMap<String, SafeTensor>, Vec<String>);
+
+/// Parses and validates a safetensors file held in `bytes`. Pure, so it can be fuzzed.
+pub fn parse(bytes: &[u8]) -> Result<Parsed, String> {
+    let size = bytes.len() as u64;
+    if size < 8 {
+        return Err(format!("file is {size} bytes; a safetensors file starts with an 8-byte header length"));
+    }
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap_or([0; 8]));
+    if header_len > MAX_HEADER_BYTES {
+        return Err(format!("header claims {header_len} bytes, more than the {MAX_HEADER_BYTES}-byte limit"));
+    }
+    let data_start = 8 + header_len;
+    if data_start > size {
+        return Err(format!("header claims {header_len} bytes but the file has {}", size - 8));
+    }
+    let header = &bytes[8..usize::try_from(data_start).map_err(|_| "header too large".to_string())?];
+    let json: serde_json::Value =
+        serde_json::from_slice(header).map_err(|e| format!("header is not valid JSON: {e}"))?;
+    let obj = json.as_object().ok_or_else(|| "header is not a JSON object".to_string())?;
+    let data_len = size - data_start;
+    let mut tensors = HashMap::with_capacity(obj.len());
+    let mut order = Vec::with_capacity(obj.len());
+    for (name, info) in obj {
+        if name == "__metadata__" {
+            continue;
+        }
+        let field = |k: &str| info.get(k).ok_or_else(|| format!("tensor {name:?} has no {k:?}"));
+        let dtype_name = field("dtype")?.as_str().unwrap_or_default();
+        let dtype = dtype_of(dtype_name).ok_or_else(|| format!("tensor {name:?}: unsupported dtype {dtype_name:?}"))?;
+        let shape: Vec<u64> = field("shape")?
+            .as_array()
+            .and_then(|a| a.iter().map(serde_json::Value::as_u64).collect())
+            .ok_or_else(|| format!("tensor {name:?}: shape is not a list of sizes"))?;
+        let offsets: Vec<u64> = field("data_offsets")?
+            .as_array()
+            .and_then(|a| a.iter().map(serde_json::Value::as_u64).collect())
+            .filter(|v: &Vec<u64>| v.len() == 2)
+            .ok_or_else(|| format!("tensor {name:?}: data_offsets is not [begin, end]"))?;
+        let (begin, end) = (offsets[0], offsets[1]);
+        if begin > end || end > data_len {
+            return Err(format!("tensor {name:?}: data_offsets [{begin}, {end}] outside the {data_len}-byte data"));
+        }
+        let want = shape
+            .iter()
+            .try_fold(dtype.byte_width(), |acc, &d| acc.checked_mul(d))
+            .ok_or_else(|| format!("tensor {name:?}: shape {shape:?} overflows 64 bits"))?;
+        if want != end - begin {
+            return Err(format!(
+                "tensor {name:?}: {} bytes for shape {shape:?} of {dtype} ({want} expected)",
+                end - begin
+            ));
+        }
+        order.push(name.clone());
+        tensors.insert(name.clone(), SafeTensor { dtype, shape, start: data_start + begin, end: data_start + end });
+    }
+    order.sort_by_key(|n| tensors.get(n).map_or(0, |t| t.start));
+    Ok((tensors, order))
 }
 
 #[cfg(test)]

@@ -1,0 +1,12 @@
+//! The safetensors reader: any bytes give tensors inside the input, or a typed error.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok((tensors, order)) = tapeout_graph::io::safetensors::parse(data) {
+        assert_eq!(tensors.len(), order.len());
+        for t in tensors.values() {
+            assert!(t.start <= t.end && t.end <= data.len() as u64);
+        }
+    }
+});
