@@ -180,8 +180,6 @@ enum Kind {
     F32,
     /// `ByteArray` of f16/bf16, row-major.
     Half,
-    /// `ByteArray` of f16/bf16, rank 2 column-major.
-    HalfColumnMajor,
     /// `ByteArray` of packed blocks (encoding in `encodings[i]`).
     Packed,
     /// `ByteArray` of another dtype.
@@ -194,7 +192,6 @@ impl Kind {
             0 => Kind::None,
             1 => Kind::F32,
             2 => Kind::Half,
-            3 => Kind::HalfColumnMajor,
             4 => Kind::Packed,
             5 => Kind::Dense,
             _ => return None,
@@ -442,16 +439,35 @@ fn extract<'a>(
     Ok(tapeout_graph::finalize(&trace, &opts)?)
 }
 
-/// Column-major f16/bf16 must be addressable as a whole; copy it into Rust memory (documented:
-/// this one layout is the exception to zero copy, and it is only produced by small legacy models).
-fn column_major_unsupported(kinds: &[i32]) -> Result<(), Failure> {
-    if kinds.iter().any(|&k| Kind::from_code(k) == Some(Kind::HalfColumnMajor)) {
-        return Err(Failure::Tapeout {
-            class: VALIDATION,
-            message: "column-major f16/bf16 data cannot be lent chunk by chunk; store it row-major".into(),
-        });
-    }
-    Ok(())
+/// The tape as the Kotlin side passes it: graph JSON, the JVM arrays, their kind codes and encodings.
+struct TapeArgs<'a, 'l> {
+    graph_json: &'a JString<'l>,
+    data: &'a JObjectArray<'l>,
+    kinds: &'a JIntArray<'l>,
+    encodings: &'a JObjectArray<'l>,
+    dequantize: jboolean,
+    forced: &'a JIntArray<'l>,
+}
+
+/// Parses the tape, lends its arrays, extracts the graph and runs `f` on it; `f`'s text is returned as a
+/// Java string. `f` cannot call into the JVM: the env is lent to the arrays while it runs.
+fn with_graph<'l>(
+    env: &mut Env<'l>,
+    tape: &TapeArgs<'_, 'l>,
+    f: impl FnOnce(&ComputeGraph<'_>, &Pins) -> Result<String, Failure>,
+) -> Result<JObject<'l>, Failure> {
+    let req = parse(env, tape.graph_json, tape.dequantize, tape.forced)?;
+    let kinds = ints(env, tape.kinds)?;
+    let encs = encodings(env, tape.encodings)?;
+    let weights = WeightSet::open(&req.graph, None)?;
+    let text = {
+        let cell = RefCell::new(&mut *env);
+        let stats = Pins::default();
+        let lenders = lenders(&cell, tape.data, &kinds, &stats)?;
+        let graph = extract(&req, &weights, &kinds, &encs, &lenders)?;
+        f(&graph, &stats)?
+    };
+    Ok(env.new_string(text)?.into())
 }
 
 fn encodings(env: &mut Env<'_>, a: &JObjectArray<'_>) -> Result<Vec<Option<String>>, Failure> {
@@ -517,18 +533,15 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_finalize<'l>(
 ) -> JObject<'l> {
     unowned
         .with_env(|env| -> Result<JObject<'l>, Failure> {
-            let req = parse(env, &graph_json, dequantize, &forced)?;
-            let kinds = ints(env, &kinds)?;
-            let encs = encodings(env, &encodings_arr)?;
-            let weights = WeightSet::open(&req.graph, None)?;
-            let text = {
-                let cell = RefCell::new(&mut *env);
-                let stats = Pins::default();
-                let lenders = lenders(&cell, &data, &kinds, &stats)?;
-                let graph = extract(&req, &weights, &kinds, &encs, &lenders)?;
-                summary(&graph, &stats).to_string()
+            let tape = TapeArgs {
+                graph_json: &graph_json,
+                data: &data,
+                kinds: &kinds,
+                encodings: &encodings_arr,
+                dequantize,
+                forced: &forced,
             };
-            Ok(env.new_string(text)?.into())
+            with_graph(env, &tape, |graph, stats| Ok(summary(graph, stats).to_string()))
         })
         .resolve::<ThrowMapped>()
 }
@@ -553,26 +566,25 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_export<'l>(
 ) -> JObject<'l> {
     unowned
         .with_env(|env| -> Result<JObject<'l>, Failure> {
-            let req = parse(env, &graph_json, dequantize, &forced)?;
-            let kinds = ints(env, &kinds)?;
-            column_major_unsupported(&kinds)?;
-            let encs = encodings(env, &encodings_arr)?;
             let (out_dir, name, scope) = (string(env, &out_dir)?, string(env, &name)?, string(env, &scope)?);
-            let weights = WeightSet::open(&req.graph, None)?;
-            let text = {
-                let cell = RefCell::new(&mut *env);
-                let stats = Pins::default();
-                let lenders = lenders(&cell, &data, &kinds, &stats)?;
-                let graph = extract(&req, &weights, &kinds, &encs, &lenders)?;
+            let tape = TapeArgs {
+                graph_json: &graph_json,
+                data: &data,
+                kinds: &kinds,
+                encodings: &encodings_arr,
+                dequantize,
+                forced: &forced,
+            };
+            with_graph(env, &tape, |graph, stats| {
                 let opts =
                     EmitOptions { module_name: name, function: "main".into(), policy: policy(scope, inline_below) };
                 PROGRESS_WRITTEN.store(0, Ordering::Relaxed);
                 PROGRESS_TOTAL.store(0, Ordering::Relaxed);
-                let s = tapeout_hlo::export(&graph, &opts, Path::new(&out_dir), &mut |p| {
+                let s = tapeout_hlo::export(graph, &opts, Path::new(&out_dir), &mut |p| {
                     PROGRESS_TOTAL.store(p.total, Ordering::Relaxed);
                     PROGRESS_WRITTEN.store(p.written, Ordering::Relaxed);
                 })?;
-                let mut v = summary(&graph, &stats);
+                let mut v = summary(graph, stats);
                 v["mlir"] = s.mlir.display().to_string().into();
                 v["mlir_bytes"] = s.mlir_bytes.into();
                 v["irpa"] = s.irpa.path.display().to_string().into();
@@ -580,9 +592,8 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_export<'l>(
                 v["externals"] = s.externals.into();
                 v["pins"] = stats.pins.get().into();
                 v["copies"] = stats.copies.get().into();
-                v.to_string()
-            };
-            Ok(env.new_string(text)?.into())
+                Ok(v.to_string())
+            })
         })
         .resolve::<ThrowMapped>()
 }
@@ -605,22 +616,20 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_toStableHlo<'l>(
 ) -> JObject<'l> {
     unowned
         .with_env(|env| -> Result<JObject<'l>, Failure> {
-            let req = parse(env, &graph_json, dequantize, &forced)?;
-            let kinds = ints(env, &kinds)?;
-            column_major_unsupported(&kinds)?;
-            let encs = encodings(env, &encodings_arr)?;
             let (name, scope) = (string(env, &name)?, string(env, &scope)?);
-            let weights = WeightSet::open(&req.graph, None)?;
-            let text = {
-                let cell = RefCell::new(&mut *env);
-                let stats = Pins::default();
-                let lenders = lenders(&cell, &data, &kinds, &stats)?;
-                let graph = extract(&req, &weights, &kinds, &encs, &lenders)?;
+            let tape = TapeArgs {
+                graph_json: &graph_json,
+                data: &data,
+                kinds: &kinds,
+                encodings: &encodings_arr,
+                dequantize,
+                forced: &forced,
+            };
+            with_graph(env, &tape, |graph, _| {
                 let opts =
                     EmitOptions { module_name: name, function: "main".into(), policy: policy(scope, inline_below) };
-                tapeout_hlo::emit(&graph, &opts)?.text
-            };
-            Ok(env.new_string(text)?.into())
+                Ok(tapeout_hlo::emit(graph, &opts)?.text)
+            })
         })
         .resolve::<ThrowMapped>()
 }

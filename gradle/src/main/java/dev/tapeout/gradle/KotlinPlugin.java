@@ -63,7 +63,8 @@ public class KotlinPlugin implements Plugin<Project> {
         return project.getLayout().getBuildDirectory().dir(path).get().getAsFile();
     }
 
-    private static SourceSetContainer sourceSets(Project project) {
+    /** The sourceSets container; Gradle 9 has no conventions, 4.4.1 only has the JavaPluginConvention. */
+    static SourceSetContainer sourceSets(Project project) {
         SourceSetContainer ext = project.getExtensions().findByType(SourceSetContainer.class);
         return ext != null ? ext : Legacy.sourceSets(project);
     }

@@ -3,8 +3,6 @@ package dev.tapeout.gradle;
 import org.gradle.api.Plugin;
 import org.gradle.api.Project;
 import org.gradle.api.tasks.SourceSet;
-import org.gradle.api.tasks.SourceSetContainer;
-import org.gradle.api.plugins.JavaPluginConvention;
 
 /** {@code dev.tapeout}: the {@code tapeout { }} extension and the {@code exportIrpa} task. */
 public class TapeoutPlugin implements Plugin<Project> {
@@ -22,21 +20,9 @@ public class TapeoutPlugin implements Plugin<Project> {
         task.getPackedConstantsProperty().set(ext.getPackedConstants());
         task.getMaxHeapSizeProperty().set(ext.getMaxHeapSize());
         project.getPluginManager().withPlugin("java", applied -> {
-            SourceSet main = sourceSets(project).getByName("main");
+            SourceSet main = KotlinPlugin.sourceSets(project).getByName("main");
             task.setClasspath(main.getRuntimeClasspath());
             task.dependsOn(main.getRuntimeClasspath());
         });
-    }
-
-    private static SourceSetContainer sourceSets(Project project) {
-        SourceSetContainer ext = project.getExtensions().findByType(SourceSetContainer.class);
-        return ext != null ? ext : Legacy.sourceSets(project);
-    }
-
-    /** Loaded only on old Gradle: JavaPluginConvention is gone in Gradle 9. */
-    private static final class Legacy {
-        static SourceSetContainer sourceSets(Project project) {
-            return project.getConvention().getPlugin(JavaPluginConvention.class).getSourceSets();
-        }
     }
 }
