@@ -35,6 +35,15 @@ object NativeLoader {
         return "$os-$arch"
     }
 
+    /** Copies a library into a temporary file (folder: `tapeout.native.tmpdir`), deleted when the JVM exits. */
+    private fun tempCopy(from: java.io.InputStream): String {
+        val dir = System.getProperty("tapeout.native.tmpdir")?.let { File(it).toPath() }
+        val tmp = if (dir != null) Files.createTempFile(dir, LIB, ".so") else Files.createTempFile(LIB, ".so")
+        from.use { Files.copy(it, tmp, StandardCopyOption.REPLACE_EXISTING) }
+        tmp.toFile().deleteOnExit()
+        return tmp.toAbsolutePath().toString()
+    }
+
     @Synchronized
     fun load(): String {
         loadedFrom?.let { return it }
@@ -45,18 +54,21 @@ object NativeLoader {
                 System.load(File(explicit).absolutePath)
                 return "path:$explicit".also { loadedFrom = it }
             } catch (e: UnsatisfiedLinkError) {
+                // The JVM binds a library file to one class loader; another loader gets its own copy.
+                if (e.message?.contains("already loaded in another classloader") == true) {
+                    val copy = tempCopy(File(explicit).inputStream())
+                    System.load(copy)
+                    return "path:$explicit (copy for this class loader)".also { loadedFrom = it }
+                }
                 tried += "tapeout.native.path=$explicit: ${e.message}"
             }
         }
         val resource = "/native/${platform()}/${System.mapLibraryName(LIB)}"
         val stream = NativeLoader::class.java.getResourceAsStream(resource)
         if (stream != null) {
-            val dir = System.getProperty("tapeout.native.tmpdir")?.let { File(it).toPath() }
-            val tmp = if (dir != null) Files.createTempFile(dir, LIB, ".so") else Files.createTempFile(LIB, ".so")
-            stream.use { Files.copy(it, tmp, StandardCopyOption.REPLACE_EXISTING) }
-            tmp.toFile().deleteOnExit()
+            val tmp = tempCopy(stream)
             try {
-                System.load(tmp.toAbsolutePath().toString())
+                System.load(tmp)
                 return "resource:$resource".also { loadedFrom = it }
             } catch (e: UnsatisfiedLinkError) {
                 tried += "jar resource $resource: ${e.message}"
