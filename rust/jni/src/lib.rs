@@ -590,8 +590,6 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_export<'l>(
                 v["irpa"] = s.irpa.path.display().to_string().into();
                 v["irpa_bytes"] = s.irpa.file_size.into();
                 v["externals"] = s.externals.into();
-                v["pins"] = stats.pins.get().into();
-                v["copies"] = stats.copies.get().into();
                 Ok(v.to_string())
             })
         })
