@@ -24,12 +24,23 @@ pub struct ExportSummary {
     pub inline_constants: usize,
 }
 
-/// The file stem for a module name: letters, digits, `.`, `-` and `_` kept, the rest `_`.
+/// Longest file stem written: file names are limited to 255 bytes, and the writer adds a temp suffix.
+const MAX_STEM: usize = 96;
+
+/// The file stem for a module name: letters, digits, `.`, `-` and `_` kept, the rest `_`; at most 96
+/// bytes, a longer name cut and given a hash of the whole name, so distinct names stay distinct.
 #[must_use]
 pub fn file_stem(module_name: &str) -> String {
     let stem: String =
         module_name.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect();
-    if stem.is_empty() || stem.starts_with('.') { format!("model{stem}") } else { stem }
+    let stem = if stem.is_empty() || stem.starts_with('.') { format!("model{stem}") } else { stem };
+    if stem.len() <= MAX_STEM {
+        return stem;
+    }
+    // FNV-1a of the full module name: stable across runs and platforms.
+    let hash =
+        module_name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    format!("{}-{hash:016x}", &stem[..MAX_STEM - 17])
 }
 
 /// The metadata blob stored with each archive entry: dtype, shape, and the stored form it was
@@ -94,4 +105,19 @@ pub fn export(
         externals: externals.len(),
         inline_constants: graph.constants.len() - externals.len(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::file_stem;
+
+    #[test]
+    fn stems_are_safe_short_and_distinct() {
+        assert_eq!(file_stem("tiny_llm"), "tiny_llm");
+        assert_eq!(file_stem("odd \"module\"/names"), "odd__module__names");
+        assert_eq!(file_stem(".hidden"), "model.hidden");
+        let (a, b) = (file_stem(&"x".repeat(1000)), file_stem(&format!("{}y", "x".repeat(999))));
+        assert_eq!(a.len(), 96);
+        assert_ne!(a, b, "long names that differ only at the end stay distinct");
+    }
 }

@@ -362,8 +362,17 @@ struct TempFile {
 
 const TEMP_SUFFIX: &str = ".tapeout-tmp";
 
+/// `.<file name>.` — with the name cut to 100 bytes (at a character boundary), so that the temp name stays
+/// under the 255-byte file name limit whatever the destination is called.
 fn temp_prefix(dest: &Path) -> Option<String> {
-    dest.file_name().map(|n| format!(".{}.", n.to_string_lossy()))
+    dest.file_name().map(|n| {
+        let name = n.to_string_lossy();
+        let mut end = name.len().min(100);
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!(".{}.", &name[..end])
+    })
 }
 
 impl TempFile {
@@ -603,6 +612,16 @@ mod tests {
         let last = seen.last().expect("progress reported");
         assert_eq!(last.written, last.total);
         assert_eq!(last.total, (3 << 20) + 10);
+        Ok(())
+    }
+
+    #[test]
+    fn a_destination_name_of_250_bytes_is_written() -> Result<()> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let name = format!("{}.irpa", "é".repeat(122)); // 244 + 5 bytes, multi-byte characters
+        ArchiveWriter::new().write(dir.path().join(&name))?;
+        assert!(dir.path().join(&name).exists());
+        assert!(temps_in(dir.path()).is_empty());
         Ok(())
     }
 
