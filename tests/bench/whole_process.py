@@ -1,0 +1,131 @@
+"""Whole-process measurements for scripts/bench, each a ratio against a baseline in the same run.
+
+    python tests/bench/whole_process.py iree-builder BYTES   # tapeout pack vs IREE's Python builder
+    python tests/bench/whole_process.py convert-memory BYTES # tapeout convert: peak anonymous memory vs file size
+    python tests/bench/whole_process.py mlir-size            # module size with 1x and 100x the weight bytes
+
+Prints one JSON object per measurement on stdout.
+"""
+import json
+import os
+import pathlib
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+TAPEOUT = ROOT / "target/release/tapeout"
+WORK = pathlib.Path(os.environ.get("TAPEOUT_BENCH_DIR", ROOT / "target/bench-tmp"))
+
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
+def iree_builder(nbytes, rounds=5):
+    """Same input file, same output bytes: `tapeout pack` against ParameterIndex.add_buffer(np.memmap) +
+    create_archive_file, alternating, medians; both outputs are compared byte for byte."""
+    import iree.runtime as rt
+    WORK.mkdir(parents=True, exist_ok=True)
+    src = WORK / "payload.bin"
+    rng = np.random.default_rng(1)
+    with open(src, "wb") as f:
+        for _ in range(nbytes // (64 << 20)):
+            f.write(rng.integers(0, 256, 64 << 20, dtype=np.uint8).tobytes())
+    ours_t, iree_t = [], []
+    for _ in range(rounds):
+        for out in (WORK / "ours.irpa", WORK / "iree.irpa"):
+            out.unlink(missing_ok=True)
+        t = time.perf_counter()
+        subprocess.run([TAPEOUT, "pack", "-o", WORK / "ours.irpa", f"weight={src}"], check=True, capture_output=True)
+        ours_t.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        idx = rt.ParameterIndex()
+        idx.add_buffer("weight", np.memmap(src, dtype=np.uint8, mode="r"))
+        idx.create_archive_file(str(WORK / "iree.irpa"))
+        del idx
+        iree_t.append(time.perf_counter() - t)
+    same = subprocess.run(["cmp", "-s", WORK / "ours.irpa", WORK / "iree.irpa"]).returncode == 0
+    for p in (src, WORK / "ours.irpa", WORK / "iree.irpa"):
+        p.unlink(missing_ok=True)
+    return {"figure": "irpa_vs_iree_builder", "bytes": nbytes, "tapeout_s": median(ours_t), "iree_s": median(iree_t),
+            "ratio": median(iree_t) / median(ours_t), "byte_identical": same}
+
+
+def peak_anon_kib(cmd):
+    """Runs cmd, polling /proc/<pid>/status every 5 ms; returns the peak RssAnon (anonymous memory) in KiB."""
+    p = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak = 0
+    while p.poll() is None:
+        try:
+            for line in open(f"/proc/{p.pid}/status"):
+                if line.startswith("RssAnon:"):
+                    peak = max(peak, int(line.split()[1]))
+        except (FileNotFoundError, ProcessLookupError):
+            break
+        time.sleep(0.005)
+    assert p.wait() == 0, p.stderr.read()
+    return peak
+
+
+def convert_memory(nbytes):
+    """An f16 safetensors file of `nbytes`: converted as stored, and widened to f32 (--dequantize)."""
+    WORK.mkdir(parents=True, exist_ok=True)
+    st = WORK / "big.safetensors"
+    n = nbytes // 2
+    header = json.dumps({"w": {"dtype": "F16", "shape": [n], "data_offsets": [0, n * 2]}}).encode()
+    header += b" " * ((-len(header)) % 8)
+    rng = np.random.default_rng(2)
+    with open(st, "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+        for _ in range(nbytes // (64 << 20)):
+            f.write(rng.standard_normal(32 << 20).astype("<f2").tobytes())
+    rows = []
+    for extra in ([], ["--dequantize"]):
+        out = WORK / "conv.irpa"
+        kib = peak_anon_kib([TAPEOUT, "convert", st, "-o", out, *extra])
+        rows.append({"figure": "convert_peak_anon_memory" + ("_dequantize" if extra else ""), "file_bytes": st.stat().st_size,
+                     "output_bytes": out.stat().st_size, "peak_anon_mib": kib / 1024})
+        out.unlink()
+    st.unlink()
+    return rows
+
+
+def mlir_size():
+    """The same graph with 1x and 100x the weight bytes, external: the module text does not grow."""
+    sizes = {}
+    with tempfile.TemporaryDirectory(dir=WORK if WORK.exists() else None) as d:
+        d = pathlib.Path(d)
+        for scale, rows in (("1x", 1024), ("100x", 102400)):
+            w = d / f"w{scale}.bin"
+            with open(w, "wb") as f:
+                f.truncate(rows * 1024 * 4)  # zeros; a hole on disk
+            g = {"name": "m", "tensors": [{"name": "x", "shape": [2, rows], "dtype": "f32"},
+                                          {"name": "w", "shape": [rows, 1024], "dtype": "f32", "path": "model.w",
+                                           "data": {"file": w.name}},
+                                          {"name": "y", "shape": [2, 1024], "dtype": "f32"}],
+                 "nodes": [{"op": "matmul", "inputs": ["x", "w"], "outputs": ["y"]}], "outputs": ["y"]}
+            (d / f"g{scale}.json").write_text(json.dumps(g))
+            subprocess.run([TAPEOUT, "export", d / f"g{scale}.json", "-o", d / scale, "--inline-below", "0"], check=True,
+                           capture_output=True)
+            sizes[scale] = ((d / scale / "m.mlir").stat().st_size, (d / scale / "m.irpa").stat().st_size)
+    return {"figure": "mlir_size_external", "mlir_1x": sizes["1x"][0], "mlir_100x": sizes["100x"][0],
+            "irpa_1x": sizes["1x"][1], "irpa_100x": sizes["100x"][1], "ratio": sizes["100x"][0] / sizes["1x"][0]}
+
+
+if __name__ == "__main__":
+    what = sys.argv[1]
+    if what == "iree-builder":
+        print(json.dumps(iree_builder(int(sys.argv[2]))))
+    elif what == "convert-memory":
+        for row in convert_memory(int(sys.argv[2])):
+            print(json.dumps(row))
+    elif what == "mlir-size":
+        print(json.dumps(mlir_size()))
+    else:
+        raise SystemExit(__doc__)
