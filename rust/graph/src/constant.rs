@@ -197,14 +197,9 @@ impl ConstantData<'_> {
             }
         }
     }
-
-    /// A [`ByteSource`] for the archive writer.
-    #[must_use]
-    pub fn source(&self) -> ConstantSource<'_, '_> {
-        ConstantSource(self)
-    }
 }
 
+/// A constant is a payload of the archive writer, owned (convert) or borrowed (export).
 impl ByteSource for ConstantData<'_> {
     fn byte_len(&self) -> u64 {
         ConstantData::byte_len(self)
@@ -214,14 +209,11 @@ impl ByteSource for ConstantData<'_> {
     }
 }
 
-/// A constant (borrowed) as a payload of the archive writer.
-pub struct ConstantSource<'c, 'a>(&'c ConstantData<'a>);
-
-impl ByteSource for ConstantSource<'_, '_> {
+impl ByteSource for &ConstantData<'_> {
     fn byte_len(&self) -> u64 {
-        self.0.byte_len()
+        ConstantData::byte_len(self)
     }
     fn write_into(&mut self, sink: &mut ChunkSink<'_>) -> Result<(), IrpaError> {
-        self.0.stream(sink)
+        self.stream(sink)
     }
 }

@@ -21,7 +21,7 @@ mod shape;
 mod tensor;
 mod trace;
 
-pub use constant::{ByteSink, CHUNK_VALUES, ConstantData, ConstantSource, PASSTHROUGH_VALUES};
+pub use constant::{ByteSink, CHUNK_VALUES, ConstantData, PASSTHROUGH_VALUES};
 pub use dtype::DType;
 pub use error::{GraphError, Result};
 pub use graph::{ComputeGraph, Constant, ExtractOptions, KeyCollision, PackedConstantHandling, finalize};

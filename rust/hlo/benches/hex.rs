@@ -49,6 +49,17 @@ fn bench(c: &mut Criterion) {
             out.flush().unwrap_or_else(|e| panic!("{e}"));
         });
     });
+    // The conversion alone, into a buffer whose pages are already mapped (a fresh 128 MiB String costs
+    // about 5x this in first-touch page faults, which is why export streams the module to its file).
+    let bytes: &[u8] = bytemuck::cast_slice(&values);
+    let mut warm = String::with_capacity(bytes.len() * 2);
+    group.bench_function("push_hex_warm_buffer/64MiB", |b| {
+        b.iter(|| {
+            warm.clear();
+            push_hex(&mut warm, black_box(bytes));
+            black_box(warm.len())
+        });
+    });
     group.finish();
     let _ = std::fs::remove_file(module_path);
     let _ = std::fs::remove_file(plain_path);

@@ -90,11 +90,7 @@ pub fn export(
             op: String::new(),
             detail: format!("external parameter {:?} has no constant", ext.key),
         })?;
-        writer.add_data_with_metadata(
-            ext.key.clone(),
-            metadata(graph, &constant.data, ext.tensor),
-            constant.data.source(),
-        )?;
+        writer.add_data_with_metadata(ext.key.clone(), metadata(graph, &constant.data, ext.tensor), &constant.data)?;
     }
     let irpa = writer.write_with_progress(out_dir.join(format!("{stem}.irpa")), progress)?;
     module_file.commit()?;

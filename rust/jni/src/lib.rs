@@ -39,9 +39,6 @@ use tapeout_irpa::IrpaError;
 static PROGRESS_WRITTEN: AtomicU64 = AtomicU64::new(0);
 static PROGRESS_TOTAL: AtomicU64 = AtomicU64::new(0);
 
-/// Elements lent per pin: 64 MiB of f32, or 64 MiB of bytes.
-const PIN_BYTES: u64 = 64 << 20;
-
 /// A failure to report to Kotlin: the exception class and its message.
 #[derive(Debug)]
 pub enum Failure {
@@ -714,10 +711,4 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_pinInfo<'l>(
             Ok(out)
         })
         .resolve::<ThrowMapped>()
-}
-
-/// Bytes lent per pin, for documentation and tests.
-#[must_use]
-pub const fn pin_bytes() -> u64 {
-    PIN_BYTES
 }

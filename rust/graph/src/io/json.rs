@@ -325,8 +325,7 @@ impl GraphFile {
         if dtype != spec.dtype {
             return Err(bad(format!("it is declared {} but its stored data is {dtype}", spec.dtype)));
         }
-        let t = super::weights::StoredTensor { name: "", shape: Vec::new(), stored, bytes };
-        Ok(t.storage(layout))
+        Ok(super::weights::storage_of(&stored, bytes, layout))
     }
 }
 

@@ -41,21 +41,27 @@ impl<'a> StoredTensor<'a> {
         }
     }
 
-    /// Graph storage that borrows these bytes: f32 as a slice (or raw bytes when the mapping is
-    /// not 4-byte aligned), f16/bf16 for lazy widening, packed blocks with their encoding.
+    /// Graph storage that borrows these bytes (see [`storage_of`]).
     #[must_use]
     pub fn storage(&self, layout: HalfLayout) -> Storage<'a> {
-        match &self.stored {
-            Stored::Packed(e) => {
-                Storage::Packed { encoding: e.clone(), order: BlockOrder::RowMajor, bytes: Lent::Slice(self.bytes) }
-            }
-            Stored::Dense(DType::F32) if cfg!(target_endian = "little") => match bytemuck::try_cast_slice(self.bytes) {
-                Ok(values) => Storage::F32(Lent::Slice(values)),
-                Err(_) => Storage::Dense(Lent::Slice(self.bytes)),
-            },
-            Stored::Dense(DType::F16 | DType::BF16) => Storage::Half { bytes: Lent::Slice(self.bytes), layout },
-            Stored::Dense(_) => Storage::Dense(Lent::Slice(self.bytes)),
+        storage_of(&self.stored, self.bytes, layout)
+    }
+}
+
+/// Graph storage borrowing `bytes` stored as `stored`: f32 as a slice (or raw bytes when the memory is not
+/// 4-byte aligned), f16/bf16 for lazy widening, packed blocks with their encoding, other dtypes as bytes.
+#[must_use]
+pub fn storage_of<'a>(stored: &Stored, bytes: &'a [u8], layout: HalfLayout) -> Storage<'a> {
+    match stored {
+        Stored::Packed(e) => {
+            Storage::Packed { encoding: e.clone(), order: BlockOrder::RowMajor, bytes: Lent::Slice(bytes) }
         }
+        Stored::Dense(DType::F32) if cfg!(target_endian = "little") => match bytemuck::try_cast_slice(bytes) {
+            Ok(values) => Storage::F32(Lent::Slice(values)),
+            Err(_) => Storage::Dense(Lent::Slice(bytes)),
+        },
+        Stored::Dense(DType::F16 | DType::BF16) => Storage::Half { bytes: Lent::Slice(bytes), layout },
+        Stored::Dense(_) => Storage::Dense(Lent::Slice(bytes)),
     }
 }
 
