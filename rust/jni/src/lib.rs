@@ -1,7 +1,7 @@
 //! JNI entry points of tapeout for the Kotlin library `dev.tapeout` (object `NativeBridge`).
 //!
 //! A Kotlin `ExecutionTape` reaches Rust as graph JSON (`tapeout-graph/1`, without data) plus an
-//! `Object[]` holding, per tensor, the JVM array with its values (`FloatArray` or `ByteArray`) and
+//! `Object[]` holding, per tensor, the JVM array with its values (`FloatArray`, `ShortArray` or `ByteArray`) and
 //! an `int[]` saying what kind of data each array is.
 //!
 //! **No weight is copied.** Arrays are lent to the exporter through [`JvmArray`], which pins the
@@ -21,7 +21,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use jni::errors::ErrorPolicy;
-use jni::objects::{JByteArray, JClass, JFloatArray, JIntArray, JLongArray, JObject, JObjectArray, JString};
+use jni::objects::{
+    JByteArray, JClass, JFloatArray, JIntArray, JLongArray, JObject, JObjectArray, JShortArray, JString,
+};
 use jni::strings::JNIString;
 use jni::sys::{jboolean, jlong};
 use jni::{Env, EnvUnowned};
@@ -177,6 +179,8 @@ enum Kind {
     F32,
     /// `ByteArray` of f16/bf16, row-major.
     Half,
+    /// `ShortArray` of f16/bf16 bit patterns, row-major (up to 2^31 - 1 elements, 4 GiB).
+    HalfShorts,
     /// `ByteArray` of packed blocks (encoding in `encodings[i]`).
     Packed,
     /// `ByteArray` of another dtype.
@@ -189,6 +193,7 @@ impl Kind {
             0 => Kind::None,
             1 => Kind::F32,
             2 => Kind::Half,
+            3 => Kind::HalfShorts,
             4 => Kind::Packed,
             5 => Kind::Dense,
             _ => return None,
@@ -325,17 +330,39 @@ impl<'e, 'l> JvmBytes<'e, 'l> {
     }
 }
 
+/// `ShortArray` lender: 16-bit patterns lent as their little-endian bytes (the host's order; see below).
+struct JvmShorts<'e, 'l>(JvmArray<'e, 'l>);
+
+impl<'e, 'l> JvmShorts<'e, 'l> {
+    fn array(&self) -> &JvmArray<'e, 'l> {
+        &self.0
+    }
+}
+
 lender!(JvmArray<'_, '_>, f32, JFloatArray, |a: &[f32]| a);
 lender!(JvmBytes<'_, '_>, u8, JByteArray, bytemuck_i8);
+lender!(JvmShorts<'_, '_>, u8, JShortArray, shorts_as_le_bytes);
 
 fn bytemuck_i8(a: &[i8]) -> &[u8] {
     // SAFETY: i8 and u8 have the same size and alignment, and every bit pattern is valid for both.
     unsafe { std::slice::from_raw_parts(a.as_ptr().cast::<u8>(), a.len()) }
 }
 
+// A pinned `short[]` holds host-order values; lending them as bytes without a copy is only the little-endian
+// encoding the archive needs on a little-endian host.
+#[cfg(not(target_endian = "little"))]
+compile_error!("tapeout-jni lends ShortArray weights as little-endian bytes; big-endian hosts need a swapping lender");
+
+fn shorts_as_le_bytes(a: &[i16]) -> &[u8] {
+    // SAFETY: `a` covers `2 * a.len()` initialised bytes, u8 has alignment 1, and on a little-endian host
+    // (checked above) each short's bytes are its little-endian encoding.
+    unsafe { std::slice::from_raw_parts(a.as_ptr().cast::<u8>(), a.len() * 2) }
+}
+
 enum Lender<'e, 'l> {
     Floats(JvmArray<'e, 'l>),
     Bytes(JvmBytes<'e, 'l>),
+    Shorts(JvmShorts<'e, 'l>),
 }
 
 /// Everything the entry points share: parse the graph, lend the arrays, extract.
@@ -393,10 +420,11 @@ fn lenders<'e, 'l>(
             let e = env.borrow();
             e.with_local_frame(2, |e| -> Result<u64, jni::errors::Error> {
                 let obj = data.get_element(e, slot)?;
-                Ok(if kind == Kind::F32 {
-                    JFloatArray::cast_local(e, obj)?.len(e)? as u64
-                } else {
-                    JByteArray::cast_local(e, obj)?.len(e)? as u64
+                Ok(match kind {
+                    Kind::F32 => JFloatArray::cast_local(e, obj)?.len(e)? as u64,
+                    // Lent as bytes: two per element.
+                    Kind::HalfShorts => JShortArray::cast_local(e, obj)?.len(e)? as u64 * 2,
+                    _ => JByteArray::cast_local(e, obj)?.len(e)? as u64,
                 })
             })
         }
@@ -405,7 +433,11 @@ fn lenders<'e, 'l>(
             message: format!("tensor #{slot}: its data is not the JVM array its kind needs ({err})"),
         })?;
         let array = JvmArray { env, data, slot, len, stats };
-        out.push(Some(if kind == Kind::F32 { Lender::Floats(array) } else { Lender::Bytes(JvmBytes(array)) }));
+        out.push(Some(match kind {
+            Kind::F32 => Lender::Floats(array),
+            Kind::HalfShorts => Lender::Shorts(JvmShorts(array)),
+            _ => Lender::Bytes(JvmBytes(array)),
+        }));
     }
     Ok(out)
 }
@@ -422,6 +454,7 @@ fn extract<'a>(
         let kind = kinds.get(i).copied().and_then(Kind::from_code)?;
         Some(match (lender, kind) {
             (Lender::Floats(a), _) => Storage::F32(Lent::Chunked(a)),
+            (Lender::Shorts(h), _) => Storage::Half { bytes: Lent::Chunked(h), layout: HalfLayout::RowMajor },
             (Lender::Bytes(b), Kind::Half) => Storage::Half { bytes: Lent::Chunked(b), layout: HalfLayout::RowMajor },
             (Lender::Bytes(b), Kind::Packed) => Storage::Packed {
                 encoding: Encoding::parse(encodings.get(i).cloned().flatten().as_deref().unwrap_or("")),

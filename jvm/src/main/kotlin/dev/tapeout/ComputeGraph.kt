@@ -78,6 +78,7 @@ internal class Marshalled(tape: ExecutionTape) {
             when (val d = t.data) {
                 is FloatArrayTensorData -> { data[t.id] = d.values; kinds[t.id] = 1 }
                 is HalfTensorData -> { data[t.id] = d.bytes; kinds[t.id] = 2 }
+                is HalfBitsTensorData -> { data[t.id] = d.bits; kinds[t.id] = 3 }
                 is PackedTensorData -> { data[t.id] = d.bytes; kinds[t.id] = 4; encodings[t.id] = d.encoding }
                 is DenseBytesTensorData -> { data[t.id] = d.bytes; kinds[t.id] = 5 }
                 is MappedTensorData, ShapeOnly -> {}

@@ -50,6 +50,13 @@ class ExecutionTape {
         return newTensor(null, shape, dtype, path, HalfTensorData(bytes))
     }
 
+    /** A frozen bf16 or f16 weight given as 16-bit patterns (`bits[i]` is element i), widened to f32 chunk by chunk when exported. */
+    fun halfWeight(path: String, bits: ShortArray, dtype: DType, vararg shape: Long): Tensor {
+        require(dtype == DType.BF16 || dtype == DType.F16) { "halfWeight takes BF16 or F16, not $dtype" }
+        require(shape.fold(1L) { a, d -> a * d } == bits.size.toLong()) { "weight '$path': ${bits.size} values for shape ${shape.toList()}" }
+        return newTensor(null, shape, dtype, path, HalfBitsTensorData(bits))
+    }
+
     /** A frozen packed weight (logical dtype f32), refused or dequantized according to [PackedConstantHandling]. */
     fun packedWeight(path: String, bytes: ByteArray, encoding: String, vararg shape: Long): Tensor =
         newTensor(null, shape, DType.F32, path, PackedTensorData(bytes, encoding))
@@ -76,6 +83,13 @@ class ExecutionTape {
 
     // --- elementwise --------------------------------------------------------------------------------
 
+    /**
+     * The element type ops see: a frozen bf16/f16 weight is widened to f32 when exported, so the ops that use it
+     * compute in f32 (the tensor keeps its stored dtype).
+     */
+    private val Tensor.valueType: DType
+        get() = if (data is HalfTensorData || data is HalfBitsTensorData) DType.F32 else dtype
+
     private fun broadcastShape(a: LongArray, b: LongArray): LongArray {
         val r = maxOf(a.size, b.size)
         return LongArray(r) { i ->
@@ -93,8 +107,8 @@ class ExecutionTape {
     }
 
     private fun binary(op: String, a: Tensor, b: Tensor): Tensor {
-        if (a.dtype != b.dtype) throw GraphValidationException("$op: dtypes ${a.dtype} and ${b.dtype} differ; insert convert")
-        return record(op, listOf(a, b), broadcastShape(a.shape, b.shape), a.dtype)
+        if (a.valueType != b.valueType) throw GraphValidationException("$op: dtypes ${a.valueType} and ${b.valueType} differ; insert convert")
+        return record(op, listOf(a, b), broadcastShape(a.shape, b.shape), a.valueType)
     }
 
     fun add(a: Tensor, b: Tensor) = binary("add", a, b)
@@ -105,7 +119,7 @@ class ExecutionTape {
     fun max(a: Tensor, b: Tensor) = binary("max", a, b)
     fun min(a: Tensor, b: Tensor) = binary("min", a, b)
 
-    private fun unary(op: String, x: Tensor) = record(op, listOf(x), x.shape, x.dtype)
+    private fun unary(op: String, x: Tensor) = record(op, listOf(x), x.shape, x.valueType)
     fun neg(x: Tensor) = unary("neg", x)
     fun abs(x: Tensor) = unary("abs", x)
     fun exp(x: Tensor) = unary("exp", x)
@@ -119,11 +133,11 @@ class ExecutionTape {
     fun silu(x: Tensor) = unary("silu", x)
     fun sin(x: Tensor) = unary("sin", x)
     fun cos(x: Tensor) = unary("cos", x)
-    fun softmax(x: Tensor, axis: Int = -1) = record("softmax", listOf(x), x.shape, x.dtype, mapOf("axis" to axis))
+    fun softmax(x: Tensor, axis: Int = -1) = record("softmax", listOf(x), x.shape, x.valueType, mapOf("axis" to axis))
     fun causalMask(scores: Tensor) = unary("causal_mask", scores)
     fun convert(x: Tensor, to: DType) = record("convert", listOf(x), x.shape, to)
-    fun clamp(x: Tensor, min: Double, max: Double) = record("clamp", listOf(x), x.shape, x.dtype, mapOf("min" to min, "max" to max))
-    fun select(pred: Tensor, a: Tensor, b: Tensor) = record("select", listOf(pred, a, b), a.shape, a.dtype)
+    fun clamp(x: Tensor, min: Double, max: Double) = record("clamp", listOf(x), x.shape, x.valueType, mapOf("min" to min, "max" to max))
+    fun select(pred: Tensor, a: Tensor, b: Tensor) = record("select", listOf(pred, a, b), a.shape, a.valueType)
     fun compare(a: Tensor, b: Tensor, direction: String) =
         record("compare", listOf(a, b), broadcastShape(a.shape, b.shape), DType.BOOL, mapOf("direction" to direction))
     fun iota(shape: LongArray, dim: Int, dtype: DType = DType.I32) = record("iota", emptyList(), shape, dtype, mapOf("dim" to dim))
@@ -136,31 +150,31 @@ class ExecutionTape {
         return r
     }
 
-    fun reshape(x: Tensor, vararg shape: Long) = record("reshape", listOf(x), shape, x.dtype)
-    fun broadcast(x: Tensor, vararg shape: Long) = record("broadcast", listOf(x), shape, x.dtype)
+    fun reshape(x: Tensor, vararg shape: Long) = record("reshape", listOf(x), shape, x.valueType)
+    fun broadcast(x: Tensor, vararg shape: Long) = record("broadcast", listOf(x), shape, x.valueType)
 
     fun transpose(x: Tensor, vararg perm: Int): Tensor {
         val p = if (perm.isEmpty()) IntArray(x.rank) { x.rank - 1 - it } else perm
-        return record("transpose", listOf(x), LongArray(x.rank) { x.shape[p[it]] }, x.dtype, mapOf("perm" to p.toList()))
+        return record("transpose", listOf(x), LongArray(x.rank) { x.shape[p[it]] }, x.valueType, mapOf("perm" to p.toList()))
     }
 
     fun concat(parts: List<Tensor>, axis: Int = 0): Tensor {
         val a = axis(axis, parts[0].rank)
         val shape = parts[0].shape.copyOf()
         shape[a] = parts.sumOf { it.shape[a] }
-        return record("concat", parts, shape, parts[0].dtype, mapOf("axis" to a))
+        return record("concat", parts, shape, parts[0].valueType, mapOf("axis" to a))
     }
 
     fun slice(x: Tensor, start: LongArray, limit: LongArray, stride: LongArray = LongArray(x.rank) { 1 }): Tensor {
         val shape = LongArray(x.rank) { (limit[it] - start[it] + stride[it] - 1) / stride[it] }
-        return record("slice", listOf(x), shape, x.dtype, mapOf("start" to start.toList(), "limit" to limit.toList(), "stride" to stride.toList()))
+        return record("slice", listOf(x), shape, x.valueType, mapOf("start" to start.toList(), "limit" to limit.toList(), "stride" to stride.toList()))
     }
 
     /** `table[indices]` along [axis] (an embedding lookup for axis 0). */
     fun gather(table: Tensor, indices: Tensor, axis: Int = 0): Tensor {
         val a = axis(axis, table.rank)
         val shape = table.shape.sliceArray(0 until a) + indices.shape + table.shape.sliceArray(a + 1 until table.rank)
-        return record("gather", listOf(table, indices), shape, table.dtype, mapOf("axis" to a))
+        return record("gather", listOf(table, indices), shape, table.valueType, mapOf("axis" to a))
     }
 
     /** `[.., K] x [K, N]`, or batched `[B.., M, K] x [B.., K, N]`. */
@@ -170,7 +184,7 @@ class ExecutionTape {
         if (a.shape.last() != b.shape[b.rank - 2] && a.shape.last() != DYNAMIC) {
             throw GraphValidationException("matmul: ${a.shape.toList()} x ${b.shape.toList()} do not contract")
         }
-        return record("matmul", listOf(a, b), shape, a.dtype)
+        return record("matmul", listOf(a, b), shape, a.valueType)
     }
 
     private fun window(size: Long, k: Long, s: Long, d: Long, p0: Long, p1: Long) = (size + p0 + p1 - (d * (k - 1) + 1)) / s + 1
@@ -181,14 +195,14 @@ class ExecutionTape {
         val h = window(x.shape[2], w.shape[2], stride[0].toLong(), dilation[0].toLong(), padding[0].toLong(), padding[1].toLong())
         val wd = window(x.shape[3], w.shape[3], stride[1].toLong(), dilation[1].toLong(), padding[2].toLong(), padding[3].toLong())
         val ins = listOfNotNull(x, w, bias)
-        return record("conv2d", ins, longArrayOf(x.shape[0], w.shape[0], h, wd), x.dtype,
+        return record("conv2d", ins, longArrayOf(x.shape[0], w.shape[0], h, wd), x.valueType,
             mapOf("stride" to stride.toList(), "padding" to padding.toList(), "dilation" to dilation.toList(), "groups" to groups))
     }
 
     private fun pool(op: String, x: Tensor, kernel: IntArray, stride: IntArray, padding: IntArray): Tensor {
         val h = window(x.shape[2], kernel[0].toLong(), stride[0].toLong(), 1, padding[0].toLong(), padding[1].toLong())
         val w = window(x.shape[3], kernel[1].toLong(), stride[1].toLong(), 1, padding[2].toLong(), padding[3].toLong())
-        return record(op, listOf(x), longArrayOf(x.shape[0], x.shape[1], h, w), x.dtype,
+        return record(op, listOf(x), longArrayOf(x.shape[0], x.shape[1], h, w), x.valueType,
             mapOf("kernel" to kernel.toList(), "stride" to stride.toList(), "padding" to padding.toList()))
     }
 
@@ -199,7 +213,7 @@ class ExecutionTape {
         val ax = (if (axes.isEmpty()) IntArray(x.rank) { it } else axes).map { axis(it, x.rank) }.toSet()
         val shape = if (keepDims) LongArray(x.rank) { if (it in ax) 1L else x.shape[it] }
         else x.shape.filterIndexed { i, _ -> i !in ax }.toLongArray()
-        return record(op, listOf(x), shape, x.dtype, mapOf("axes" to ax.sorted(), "keepdims" to keepDims))
+        return record(op, listOf(x), shape, x.valueType, mapOf("axes" to ax.sorted(), "keepdims" to keepDims))
     }
 
     fun reduceSum(x: Tensor, vararg axes: Int, keepDims: Boolean = false) = reduce("reduce_sum", x, axes, keepDims)
@@ -207,20 +221,20 @@ class ExecutionTape {
     fun reduceMax(x: Tensor, vararg axes: Int, keepDims: Boolean = false) = reduce("reduce_max", x, axes, keepDims)
 
     fun layerNorm(x: Tensor, gamma: Tensor? = null, beta: Tensor? = null, eps: Double = 1e-5) =
-        record("layer_norm", listOfNotNull(x, gamma, beta), x.shape, x.dtype, mapOf("eps" to eps))
+        record("layer_norm", listOfNotNull(x, gamma, beta), x.shape, x.valueType, mapOf("eps" to eps))
 
     fun rmsNorm(x: Tensor, gamma: Tensor? = null, eps: Double = 1e-6) =
-        record("rms_norm", listOfNotNull(x, gamma), x.shape, x.dtype, mapOf("eps" to eps))
+        record("rms_norm", listOfNotNull(x, gamma), x.shape, x.valueType, mapOf("eps" to eps))
 
     /** Rotary position embedding: `x·cos + rotate_half(x)·sin`, cos/sin broadcastable to `x` `[.., S, D]`. */
-    fun rope(x: Tensor, cos: Tensor, sin: Tensor) = record("rope", listOf(x, cos, sin), x.shape, x.dtype)
+    fun rope(x: Tensor, cos: Tensor, sin: Tensor) = record("rope", listOf(x, cos, sin), x.shape, x.valueType)
 
     /** Scaled dot-product attention: q `[.., S, D]`, k `[.., T, D]`, v `[.., T, Dv]`. */
     fun sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor? = null, causal: Boolean = false, scale: Double? = null): Tensor {
         val shape = q.shape.copyOf().also { it[it.size - 1] = v.shape.last() }
         val attrs = mutableMapOf<String, Any>("causal" to causal)
         if (scale != null) attrs["scale"] = scale
-        return record("sdpa", listOfNotNull(q, k, v, mask), shape, q.dtype, attrs)
+        return record("sdpa", listOfNotNull(q, k, v, mask), shape, q.valueType, attrs)
     }
 
     // --- serialisation ------------------------------------------------------------------------------

@@ -17,6 +17,13 @@ class FloatArrayTensorData(val values: FloatArray) : TensorData
 /** Dense f16 or bf16 values (the tensor's dtype says which), little-endian, 2 bytes each. */
 class HalfTensorData(val bytes: ByteArray) : TensorData
 
+/**
+ * Dense f16 or bf16 values (the tensor's dtype says which) as their 16-bit patterns, one `Short` each: up to
+ * 2^31 − 1 elements (4 GiB), twice what a `ByteArray` can hold, e.g. a 262144 × 7680 bf16 table. Widened to f32
+ * chunk by chunk when exported, pinned one 64 MiB chunk at a time; never copied.
+ */
+class HalfBitsTensorData(val bits: ShortArray) : TensorData
+
 /** Packed GGML blocks (`Q8_0`, `Q4_0`, `Q5_0`, `Q5_1`, `Q4_K`, `Q5_K`, `Q6_K`, or any other name). */
 class PackedTensorData(val bytes: ByteArray, val encoding: String) : TensorData
 

@@ -81,6 +81,40 @@ class ExtractionContractTest {
     }
 
     @Test
+    fun `BF16 and F16 bits in a ShortArray widen exactly, across chunks, without a copy`() {
+        // 40 Mi shorts = 80 MiB of bf16, widened to 160 MiB of f32: more than one 64 MiB chunk on each side.
+        val n = 40 shl 20
+        val bits = ShortArray(n) { (0x3E00 + (it * 7919 and 0x1FF) or (if (it and 1 == 1) 0x8000 else 0)).toShort() }
+        val tape = ExecutionTape()
+        val ids = tape.input("ids", longArrayOf(2), DType.I32)
+        val table = tape.halfWeight("model.embed.weight", bits, DType.BF16, (n / 64).toLong(), 64)
+        val specials = intArrayOf(0x3C00, 0xC000, 0x7C00, 0xFC00, 0x8000, 0x0001, 0x7BFF, 0x3555)
+        val h = tape.halfWeight("model.h.weight", ShortArray(8) { specials[it].toShort() }, DType.F16, 8)
+        tape.output(tape.gather(table, ids), tape.add(tape.gather(h, ids), tape.gather(h, ids)))
+        val graph = tape.toComputeGraph()
+        assertEquals(listOf("widened", "widened"), graph.constants.map { it.kind })
+        assertEquals(n * 4L, graph.constants.first { it.key == "model.embed.weight" }.bytes)
+        val dir = tempDir("tapeout-shorts")
+        val r = graph.export(dir, "shorts", MaterializationPolicy.ExternalAlways())
+        assertEquals(0L, r.copies)
+        assertTrue(r.pins >= 2, "re-pinned per chunk: ${r.pins} pins")
+        for (first in longArrayOf(0, n / 2L - 3, n - 16L)) {
+            val got = readF32(r.irpa, "model.embed.weight", first, 16)
+            for (i in 0 until 16) assertEquals((bits[(first + i).toInt()].toInt() and 0xFFFF) shl 16, got[i].toRawBits(), "element ${first + i}")
+        }
+        val f16 = readF32(r.irpa, "model.h.weight", 0, 8)
+        val want = floatArrayOf(1f, -2f, Float.POSITIVE_INFINITY, Float.NEGATIVE_INFINITY, -0f, 5.9604645e-8f, 65504f, 0.33325195f)
+        for (i in want.indices) assertEquals(want[i].toRawBits(), f16[i].toRawBits(), "f16 element $i")
+        dir.deleteRecursively()
+    }
+
+    @Test
+    fun `a ShortArray whose length does not match the shape is refused`() {
+        val e = assertThrows<IllegalArgumentException> { ExecutionTape().halfWeight("w", ShortArray(5), DType.BF16, 2, 3) }
+        assertTrue(e.message!!.contains("5 values"), e.message)
+    }
+
+    @Test
     fun `a forced input stays an input, even with data`() {
         val (tape, w) = linear({ it.weight("model.w", FloatArray(12), 4, 3) })
         val graph = tape.toComputeGraph(inputTensorIds = setOf(w.id))
