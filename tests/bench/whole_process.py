@@ -2,6 +2,7 @@
 
     python tests/bench/whole_process.py iree-builder BYTES   # tapeout pack vs IREE's Python builder
     python tests/bench/whole_process.py convert-memory BYTES # tapeout convert: peak anonymous memory vs file size
+    python tests/bench/whole_process.py export-memory BYTES  # tapeout export from safetensors / GGUF weights: the same
     python tests/bench/whole_process.py mlir-size            # module size with 1x and 100x the weight bytes
 
 Prints one JSON object per measurement on stdout.
@@ -96,6 +97,54 @@ def convert_memory(nbytes):
     return rows
 
 
+def export_memory(nbytes):
+    """`tapeout export` of a graph whose one weight (about `nbytes`) is in a file: an f16 safetensors tensor
+    (widened to f32) and a GGUF Q8_0 tensor (dequantized to f32). Peak anonymous memory against the file size."""
+    from gguf import GGUFWriter, GGMLQuantizationType
+    WORK.mkdir(parents=True, exist_ok=True)
+    cols = 4096
+    rng = np.random.default_rng(3)
+    rows_f16 = nbytes // (cols * 2)
+    st = WORK / "w.safetensors"
+    header = json.dumps({"w": {"dtype": "F16", "shape": [rows_f16, cols], "data_offsets": [0, rows_f16 * cols * 2]}}).encode()
+    header += b" " * ((-len(header)) % 8)
+    with open(st, "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+        step = (64 << 20) // (cols * 2)
+        for r in range(0, rows_f16, step):
+            f.write(rng.standard_normal((min(step, rows_f16 - r), cols)).astype("<f2").tobytes())
+    rows_q8 = nbytes // (cols // 32 * 34)
+    blocks = np.empty((rows_q8 * cols // 32, 34), dtype=np.uint8)
+    blocks[:, 0], blocks[:, 1] = 0x00, 0x24  # f16 scale 1/64
+    blocks[:, 2:] = rng.integers(0, 256, (blocks.shape[0], 32), dtype=np.uint8)
+    gg = WORK / "w.gguf"
+    w = GGUFWriter(str(gg), "llama")
+    w.add_tensor("blk.0.ffn_up.weight", blocks.reshape(rows_q8, cols // 32 * 34), raw_dtype=GGMLQuantizationType.Q8_0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    del blocks
+    rows = []
+    for label, weights, rows_n, dtype, tensor, extra in (
+            ("safetensors_f16_widened", st, rows_f16, "f16", "w", []),
+            ("gguf_q8_0_dequantized", gg, rows_q8, "f32", "blk.0.ffn_up.weight", ["--packed", "dequantize"])):
+        g = {"format": "tapeout-graph/1", "name": "m",
+             "tensors": [{"name": "x", "shape": [2, rows_n], "dtype": "f32"},
+                         {"name": "w", "shape": [rows_n, cols], "dtype": dtype, "path": "model.w", "data": {"tensor": tensor}},
+                         {"name": "y", "shape": [2, cols], "dtype": "f32"}],
+             "nodes": [{"op": "matmul", "inputs": ["x", "w"], "outputs": ["y"]}], "outputs": ["y"]}
+        (WORK / "g.json").write_text(json.dumps(g))
+        out = WORK / "export-out"
+        kib = peak_anon_kib([TAPEOUT, "export", WORK / "g.json", "--weights", weights, "-o", out, "--inline-below", "0", *extra])
+        rows.append({"figure": f"export_peak_anon_memory_{label}", "file_bytes": weights.stat().st_size,
+                     "output_bytes": (out / "m.irpa").stat().st_size, "peak_anon_mib": kib / 1024})
+        (out / "m.irpa").unlink()
+    st.unlink()
+    gg.unlink()
+    return rows
+
+
 def mlir_size():
     """The same graph with 1x and 100x the weight bytes, external: the module text does not grow."""
     sizes = {}
@@ -124,6 +173,9 @@ if __name__ == "__main__":
         print(json.dumps(iree_builder(int(sys.argv[2]))))
     elif what == "convert-memory":
         for row in convert_memory(int(sys.argv[2])):
+            print(json.dumps(row))
+    elif what == "export-memory":
+        for row in export_memory(int(sys.argv[2])):
             print(json.dumps(row))
     elif what == "mlir-size":
         print(json.dumps(mlir_size()))

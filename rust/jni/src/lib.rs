@@ -706,6 +706,79 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_progressTotal<'l>(
     i64::try_from(PROGRESS_TOTAL.load(Ordering::Relaxed)).unwrap_or(i64::MAX)
 }
 
+/// `NativeBridge.benchExport(graphJson, data, kinds, outDir, name, owned): LongArray` — the JNI-overhead
+/// benchmark: `[export ns, archive bytes, pins, copies]` of one `tapeout_hlo::export` (all constants external),
+/// timed around the export alone. With `owned`, every `FloatArray` is first copied into a Rust `Vec` (not
+/// timed) and exported from there, the baseline; without, the arrays are lent as in `export`. Only f32 data.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_dev_tapeout_NativeBridge_benchExport<'l>(
+    mut unowned: EnvUnowned<'l>,
+    _class: JClass<'l>,
+    graph_json: JString<'l>,
+    data: JObjectArray<'l>,
+    kinds: JIntArray<'l>,
+    out_dir: JString<'l>,
+    name: JString<'l>,
+    owned: jboolean,
+) -> JLongArray<'l> {
+    unowned
+        .with_env(|env| -> Result<JLongArray<'l>, Failure> {
+            let (out_dir, name) = (string(env, &out_dir)?, string(env, &name)?);
+            let req = parse(env, &graph_json, false, &JIntArray::null())?;
+            let kinds = ints(env, &kinds)?;
+            if let Some(slot) = kinds.iter().position(|&k| k != 0 && k != 1) {
+                return Err(Failure::Tapeout {
+                    class: VALIDATION,
+                    message: format!("benchExport takes f32 arrays only; tensor #{slot} has kind {}", kinds[slot]),
+                });
+            }
+            let weights = WeightSet::open(&req.graph, None)?;
+            // The baseline's Rust-owned copies, made before anything is timed.
+            let mut copies: Vec<Option<Vec<f32>>> = Vec::with_capacity(kinds.len());
+            for (slot, &kind) in kinds.iter().enumerate() {
+                copies.push(if owned && kind == 1 {
+                    Some(env.with_local_frame(2, |env| -> Result<Vec<f32>, jni::errors::Error> {
+                        let obj = data.get_element(env, slot)?;
+                        let array = JFloatArray::cast_local(env, obj)?;
+                        let mut v = vec![0f32; array.len(env)?];
+                        array.get_region(env, 0, &mut v)?;
+                        Ok(v)
+                    })?)
+                } else {
+                    None
+                });
+            }
+            let opts = EmitOptions {
+                module_name: name,
+                function: "main".into(),
+                policy: MaterializationPolicy::SizeThreshold { bytes: 0, scope: "model".into() },
+            };
+            let timed = |graph: &ComputeGraph<'_>| -> Result<(u64, u64), Failure> {
+                let t = std::time::Instant::now();
+                let s = tapeout_hlo::export(graph, &opts, Path::new(&out_dir), &mut |_| {})?;
+                Ok((u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX), s.irpa.file_size))
+            };
+            let stats = Pins::default();
+            let (ns, bytes) = if owned {
+                let trace = req
+                    .graph
+                    .to_trace_with(&weights, |i, _| copies.get(i)?.as_deref().map(|v| Storage::F32(Lent::Slice(v))))?;
+                let opts =
+                    ExtractOptions { forced_inputs: Default::default(), packed: req.packed, no_constants: false };
+                timed(&tapeout_graph::finalize(&trace, &opts)?)?
+            } else {
+                let cell = RefCell::new(&mut *env);
+                let lenders = lenders(&cell, &data, &kinds, &stats)?;
+                timed(&extract(&req, &weights, &kinds, &[], &lenders)?)?
+            };
+            let out = env.new_long_array(4)?;
+            let v = [ns, bytes, stats.pins.get(), stats.copies.get()].map(|x| i64::try_from(x).unwrap_or(i64::MAX));
+            out.set_region(env, 0, &v)?;
+            Ok(out)
+        })
+        .resolve::<ThrowMapped>()
+}
+
 /// `NativeBridge.panicForTest(message)` — panics, so tests can check that a native panic becomes
 /// a Kotlin exception and the JVM keeps running.
 #[unsafe(no_mangle)]

@@ -115,4 +115,8 @@ internal object NativeBridge {
     @JvmStatic external fun progressTotal(): Long
 
     @JvmStatic external fun pinInfo(array: FloatArray): LongArray
+
+    /** The JNI-overhead benchmark: `[export ns, archive bytes, pins, copies]`; [owned] exports Rust copies instead. */
+    @JvmStatic external fun benchExport(graphJson: String, data: Array<Any?>, kinds: IntArray, outDir: String, name: String,
+                                        owned: Boolean): LongArray
 }

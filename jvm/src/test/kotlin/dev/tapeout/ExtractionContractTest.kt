@@ -7,6 +7,7 @@ import org.junit.jupiter.api.Assertions.assertArrayEquals
 import org.junit.jupiter.api.Assertions.assertEquals
 import org.junit.jupiter.api.Assertions.assertTrue
 import org.junit.jupiter.api.Test
+import java.io.File
 
 /** The reference implementation's extraction contract, through the Kotlin API and JNI. */
 class ExtractionContractTest {
@@ -112,6 +113,22 @@ class ExtractionContractTest {
     fun `a ShortArray whose length does not match the shape is refused`() {
         val e = assertThrows<IllegalArgumentException> { ExecutionTape().halfWeight("w", ShortArray(5), DType.BF16, 2, 3) }
         assertTrue(e.message!!.contains("5 values"), e.message)
+    }
+
+    @Test
+    fun `the JNI benchmark's two variants write the same archive`() {
+        val values = FloatArray(3 shl 20) { it * 0.5f } // 12 MiB
+        val (tape, _) = linear({ it.weight("model.w", values, 4, (values.size / 4).toLong()) })
+        val m = Marshalled(tape)
+        val dir = tempDir("tapeout-benchexport")
+        val lent = NativeBridge.benchExport(tape.toGraphJson("b"), m.data, m.kinds, File(dir, "lent").path, "b", false)
+        val owned = NativeBridge.benchExport(tape.toGraphJson("b"), m.data, m.kinds, File(dir, "owned").path, "b", true)
+        assertTrue(lent[0] > 0 && owned[0] > 0)
+        assertEquals(lent[1], owned[1])
+        assertEquals(1L, lent[2], "the lent variant pins the array")
+        assertEquals(0L, owned[2], "the owned variant does not touch the JVM array while timed")
+        assertArrayEquals(File(dir, "lent/b.irpa").readBytes(), File(dir, "owned/b.irpa").readBytes())
+        dir.deleteRecursively()
     }
 
     @Test
