@@ -706,10 +706,11 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_progressTotal<'l>(
     i64::try_from(PROGRESS_TOTAL.load(Ordering::Relaxed)).unwrap_or(i64::MAX)
 }
 
-/// `NativeBridge.benchExport(graphJson, data, kinds, outDir, name, owned): LongArray` — the JNI-overhead
-/// benchmark: `[export ns, archive bytes, pins, copies]` of one `tapeout_hlo::export` (all constants external),
-/// timed around the export alone. With `owned`, every `FloatArray` is first copied into a Rust `Vec` (not
-/// timed) and exported from there, the baseline; without, the arrays are lent as in `export`. Only f32 data.
+/// `NativeBridge.benchExport(graphJson, data, kinds, lentDir, ownedDir, rounds): LongArray` — the JNI-overhead
+/// benchmark. Exports the tape `rounds` times each way, alternating which goes first: from the `FloatArray`s
+/// lent as `export` lends them (pinned one chunk at a time), and from Rust-owned copies of them (the baseline,
+/// copied once before the first round). Only `tapeout_hlo::export` is timed. Returns `[lent ns × rounds,
+/// owned ns × rounds, archive bytes, pins, copies]` (pins and copies of the lent exports). Only f32 data.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_dev_tapeout_NativeBridge_benchExport<'l>(
     mut unowned: EnvUnowned<'l>,
@@ -717,13 +718,14 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_benchExport<'l>(
     graph_json: JString<'l>,
     data: JObjectArray<'l>,
     kinds: JIntArray<'l>,
-    out_dir: JString<'l>,
-    name: JString<'l>,
-    owned: jboolean,
+    lent_dir: JString<'l>,
+    owned_dir: JString<'l>,
+    rounds: jni::sys::jint,
 ) -> JLongArray<'l> {
     unowned
         .with_env(|env| -> Result<JLongArray<'l>, Failure> {
-            let (out_dir, name) = (string(env, &out_dir)?, string(env, &name)?);
+            let (lent_dir, owned_dir) = (string(env, &lent_dir)?, string(env, &owned_dir)?);
+            let rounds = usize::try_from(rounds).unwrap_or(0);
             let req = parse(env, &graph_json, false, &JIntArray::null())?;
             let kinds = ints(env, &kinds)?;
             if let Some(slot) = kinds.iter().position(|&k| k != 0 && k != 1) {
@@ -733,10 +735,10 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_benchExport<'l>(
                 });
             }
             let weights = WeightSet::open(&req.graph, None)?;
-            // The baseline's Rust-owned copies, made before anything is timed.
+            // The baseline's Rust-owned copies, made once, before anything is timed.
             let mut copies: Vec<Option<Vec<f32>>> = Vec::with_capacity(kinds.len());
             for (slot, &kind) in kinds.iter().enumerate() {
-                copies.push(if owned && kind == 1 {
+                copies.push(if kind == 1 {
                     Some(env.with_local_frame(2, |env| -> Result<Vec<f32>, jni::errors::Error> {
                         let obj = data.get_element(env, slot)?;
                         let array = JFloatArray::cast_local(env, obj)?;
@@ -749,30 +751,49 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_benchExport<'l>(
                 });
             }
             let opts = EmitOptions {
-                module_name: name,
+                module_name: "bench".into(),
                 function: "main".into(),
                 policy: MaterializationPolicy::SizeThreshold { bytes: 0, scope: "model".into() },
             };
-            let timed = |graph: &ComputeGraph<'_>| -> Result<(u64, u64), Failure> {
+            let timed = |graph: &ComputeGraph<'_>, dir: &str| -> Result<(u64, u64), Failure> {
                 let t = std::time::Instant::now();
-                let s = tapeout_hlo::export(graph, &opts, Path::new(&out_dir), &mut |_| {})?;
+                let s = tapeout_hlo::export(graph, &opts, Path::new(dir), &mut |_| {})?;
                 Ok((u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX), s.irpa.file_size))
             };
+            let owned_trace = req
+                .graph
+                .to_trace_with(&weights, |i, _| copies.get(i)?.as_deref().map(|v| Storage::F32(Lent::Slice(v))))?;
+            let extract_opts =
+                ExtractOptions { forced_inputs: Default::default(), packed: req.packed, no_constants: false };
+            let owned_graph = tapeout_graph::finalize(&owned_trace, &extract_opts)?;
             let stats = Pins::default();
-            let (ns, bytes) = if owned {
-                let trace = req
-                    .graph
-                    .to_trace_with(&weights, |i, _| copies.get(i)?.as_deref().map(|v| Storage::F32(Lent::Slice(v))))?;
-                let opts =
-                    ExtractOptions { forced_inputs: Default::default(), packed: req.packed, no_constants: false };
-                timed(&tapeout_graph::finalize(&trace, &opts)?)?
-            } else {
+            let (mut lent_ns, mut owned_ns, mut bytes) = (Vec::new(), Vec::new(), 0);
+            {
                 let cell = RefCell::new(&mut *env);
                 let lenders = lenders(&cell, &data, &kinds, &stats)?;
-                timed(&extract(&req, &weights, &kinds, &[], &lenders)?)?
-            };
-            let out = env.new_long_array(4)?;
-            let v = [ns, bytes, stats.pins.get(), stats.copies.get()].map(|x| i64::try_from(x).unwrap_or(i64::MAX));
+                let lent_graph = extract(&req, &weights, &kinds, &[], &lenders)?;
+                for round in 0..rounds {
+                    for owned in if round % 2 == 0 { [false, true] } else { [true, false] } {
+                        if owned {
+                            let (ns, _) = timed(&owned_graph, &owned_dir)?;
+                            owned_ns.push(ns);
+                        } else {
+                            stats.pins.set(0);
+                            stats.copies.set(0);
+                            let (ns, b) = timed(&lent_graph, &lent_dir)?;
+                            lent_ns.push(ns);
+                            bytes = b;
+                        }
+                    }
+                }
+            }
+            let v: Vec<i64> = lent_ns
+                .into_iter()
+                .chain(owned_ns)
+                .chain([bytes, stats.pins.get(), stats.copies.get()])
+                .map(|x| i64::try_from(x).unwrap_or(i64::MAX))
+                .collect();
+            let out = env.new_long_array(v.len())?;
             out.set_region(env, 0, &v)?;
             Ok(out)
         })

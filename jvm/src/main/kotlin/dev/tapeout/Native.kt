@@ -116,7 +116,7 @@ internal object NativeBridge {
 
     @JvmStatic external fun pinInfo(array: FloatArray): LongArray
 
-    /** The JNI-overhead benchmark: `[export ns, archive bytes, pins, copies]`; [owned] exports Rust copies instead. */
-    @JvmStatic external fun benchExport(graphJson: String, data: Array<Any?>, kinds: IntArray, outDir: String, name: String,
-                                        owned: Boolean): LongArray
+    /** The JNI-overhead benchmark: lent and Rust-owned exports, alternating; see rust/jni. */
+    @JvmStatic external fun benchExport(graphJson: String, data: Array<Any?>, kinds: IntArray, lentDir: String, ownedDir: String,
+                                        rounds: Int): LongArray
 }

@@ -121,13 +121,13 @@ class ExtractionContractTest {
         val (tape, _) = linear({ it.weight("model.w", values, 4, (values.size / 4).toLong()) })
         val m = Marshalled(tape)
         val dir = tempDir("tapeout-benchexport")
-        val lent = NativeBridge.benchExport(tape.toGraphJson("b"), m.data, m.kinds, File(dir, "lent").path, "b", false)
-        val owned = NativeBridge.benchExport(tape.toGraphJson("b"), m.data, m.kinds, File(dir, "owned").path, "b", true)
-        assertTrue(lent[0] > 0 && owned[0] > 0)
-        assertEquals(lent[1], owned[1])
-        assertEquals(1L, lent[2], "the lent variant pins the array")
-        assertEquals(0L, owned[2], "the owned variant does not touch the JVM array while timed")
-        assertArrayEquals(File(dir, "lent/b.irpa").readBytes(), File(dir, "owned/b.irpa").readBytes())
+        val v = NativeBridge.benchExport(tape.toGraphJson("b"), m.data, m.kinds, File(dir, "lent").path, File(dir, "owned").path, 2)
+        assertEquals(7, v.size) // 2 lent times, 2 owned times, bytes, pins, copies
+        assertTrue(v.take(4).all { it > 0 }, v.toList().toString())
+        assertEquals(12L shl 20, v[4] - 4096, "one 12 MiB entry after the 4 KiB header")
+        assertEquals(1L, v[5], "one lent export pins the 12 MiB array once")
+        assertEquals(0L, v[6])
+        assertArrayEquals(File(dir, "lent/bench.irpa").readBytes(), File(dir, "owned/bench.irpa").readBytes())
         dir.deleteRecursively()
     }
 

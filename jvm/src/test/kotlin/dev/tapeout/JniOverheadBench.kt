@@ -5,13 +5,30 @@ import kotlin.system.exitProcess
 
 /**
  * `JniOverheadBench <bytes> <rounds> <dir>...`: the JNI figure of docs/performance.md. Exports one model whose
- * f32 weights total `bytes` (4 FloatArrays, each re-pinned per 64 MiB chunk) to each `dir`, alternating two variants every round: the arrays
- * lent through JNI as `export` does (pinned one 64 MiB chunk at a time), and the same export from Rust-owned
- * copies (the baseline; copied before the clock starts). Only `tapeout_hlo::export` is timed, inside Rust. The
- * two archives are compared byte for byte. Prints one JSON object per directory.
+ * f32 weights total `bytes` (4 FloatArrays) to each `dir`, alternating two variants every round: the arrays lent
+ * through JNI as `export` does (pinned one 64 MiB chunk at a time), and the same export from Rust-owned copies
+ * (the baseline; copied once, before the first round). Only `tapeout_hlo::export` is timed, inside Rust. The two
+ * archives are compared byte for byte. Prints one JSON object per directory.
  */
 object JniOverheadBench {
     private fun median(v: List<Long>) = v.sorted()[v.size / 2]
+
+    private fun sameBytes(a: File, b: File): Boolean {
+        if (a.length() != b.length()) return false
+        val (x, y) = ByteArray(1 shl 20) to ByteArray(1 shl 20)
+        java.io.DataInputStream(a.inputStream()).use { ia ->
+            java.io.DataInputStream(b.inputStream()).use { ib ->
+                var left = a.length()
+                while (left > 0) {
+                    val n = minOf(left, x.size.toLong()).toInt()
+                    ia.readFully(x, 0, n); ib.readFully(y, 0, n)
+                    if (!java.util.Arrays.equals(x, 0, n, y, 0, n)) return false
+                    left -= n
+                }
+            }
+        }
+        return true
+    }
 
     @JvmStatic
     fun main(args: Array<String>) {
@@ -33,25 +50,15 @@ object JniOverheadBench {
         val json = tape.toGraphJson("bench")
         for (path in args.drop(2)) {
             val base = File(path)
-            val dirs = mapOf(false to File(base, "lent"), true to File(base, "owned"))
-            dirs.values.forEach { it.mkdirs() }
-            val times = mapOf(false to ArrayList<Long>(), true to ArrayList())
-            var pins = 0L; var copies = 0L
-            for (r in 0 until rounds) {
-                for (owned in if (r % 2 == 0) listOf(false, true) else listOf(true, false)) {
-                    val v = NativeBridge.benchExport(json, m.data, m.kinds, dirs.getValue(owned).path, "bench", owned)
-                    times.getValue(owned).add(v[0])
-                    if (!owned) { pins = v[2]; copies = v[3] }
-                }
-            }
-            val a = File(dirs.getValue(false), "bench.irpa"); val b = File(dirs.getValue(true), "bench.irpa")
-            val identical = a.length() == b.length() && a.inputStream().buffered().use { ia ->
-                b.inputStream().buffered().use { ib -> generateSequence { ia.read() }.takeWhile { it >= 0 }.all { it == ib.read() } }
-            }
-            val lent = median(times.getValue(false)); val owned = median(times.getValue(true))
-            println("""{"figure":"jni_vs_rust_owned","dir":"${Json.quote(path).trim('"')}","bytes":${a.length()},"rounds":$rounds,""" +
+            val lentDir = File(base, "lent").apply { mkdirs() }; val ownedDir = File(base, "owned").apply { mkdirs() }
+            val v = NativeBridge.benchExport(json, m.data, m.kinds, lentDir.path, ownedDir.path, rounds)
+            val lentAll = v.slice(0 until rounds); val ownedAll = v.slice(rounds until 2 * rounds)
+            val (size, pins, copies) = Triple(v[2 * rounds], v[2 * rounds + 1], v[2 * rounds + 2])
+            val identical = sameBytes(File(lentDir, "bench.irpa"), File(ownedDir, "bench.irpa"))
+            val lent = median(lentAll); val owned = median(ownedAll)
+            println("""{"figure":"jni_vs_rust_owned","dir":${Json.quote(path)},"bytes":$size,"rounds":$rounds,""" +
                 """"lent_ms":${lent / 1e6},"owned_ms":${owned / 1e6},"ratio":${lent.toDouble() / owned},"pins":$pins,"copies":$copies,""" +
-                """"identical":$identical,"lent_all_ms":${times.getValue(false).map { it / 1e6 }},"owned_all_ms":${times.getValue(true).map { it / 1e6 }}}""")
+                """"identical":$identical,"lent_all_ms":${lentAll.map { it / 1e6 }},"owned_all_ms":${ownedAll.map { it / 1e6 }}}""")
             base.deleteRecursively()
         }
     }
