@@ -4,6 +4,7 @@
     python tests/bench/whole_process.py convert-memory BYTES # tapeout convert: peak anonymous memory vs file size
     python tests/bench/whole_process.py export-memory BYTES  # tapeout export from safetensors / GGUF weights: the same
     python tests/bench/whole_process.py mlir-size            # module size with 1x and 100x the weight bytes
+    python tests/bench/whole_process.py vs-iree-convert BYTES # tapeout convert vs iree-convert-parameters, same file
 
 Prints one JSON object per measurement on stdout.
 """
@@ -145,6 +146,49 @@ def export_memory(nbytes):
     return rows
 
 
+def vs_iree_convert(nbytes, rounds=5):
+    """A safetensors file of f32 tensors (8 of nbytes / 8) converted to IRPA by `tapeout convert` and by IREE's
+    `iree-convert-parameters`, alternating, medians; the entries' bytes are compared."""
+    import iree.runtime as rt
+    WORK.mkdir(parents=True, exist_ok=True)
+    st = WORK / "conv.safetensors"
+    per = nbytes // 8
+    header, off = {}, 0
+    for i in range(8):
+        header[f"model.layers.{i}.weight"] = {"dtype": "F32", "shape": [per // 4], "data_offsets": [off, off + per]}
+        off += per
+    h = json.dumps(header).encode()
+    h += b" " * ((-len(h)) % 8)
+    rng = np.random.default_rng(4)
+    with open(st, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for _ in range(8):
+            for _ in range(per // (64 << 20)):
+                f.write(rng.standard_normal(16 << 20).astype("<f4").tobytes())
+    iree_convert = pathlib.Path(sys.executable).parent / "iree-convert-parameters"
+    ours_t, iree_t = [], []
+    for _ in range(rounds):
+        for out in (WORK / "ours.irpa", WORK / "iree.irpa"):
+            out.unlink(missing_ok=True)
+        t = time.perf_counter()
+        subprocess.run([TAPEOUT, "convert", st, "-o", WORK / "ours.irpa"], check=True, capture_output=True)
+        ours_t.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        subprocess.run([iree_convert, f"--parameters={st}", f"--output={WORK / 'iree.irpa'}"], check=True,
+                       capture_output=True)
+        iree_t.append(time.perf_counter() - t)
+
+    def entries(path):
+        idx = rt.ParameterIndex()
+        idx.load(str(path))
+        return {k: bytes(e.file_view) for k, e in idx.items()}
+    same = entries(WORK / "ours.irpa") == entries(WORK / "iree.irpa")
+    for p in (st, WORK / "ours.irpa", WORK / "iree.irpa"):
+        p.unlink(missing_ok=True)
+    return {"figure": "convert_vs_iree_convert_parameters", "bytes": nbytes, "tapeout_s": median(ours_t),
+            "iree_s": median(iree_t), "ratio": median(iree_t) / median(ours_t), "same_entries": same}
+
+
 def mlir_size():
     """The same graph with 1x and 100x the weight bytes, external: the module text does not grow."""
     sizes = {}
@@ -177,6 +221,8 @@ if __name__ == "__main__":
     elif what == "export-memory":
         for row in export_memory(int(sys.argv[2])):
             print(json.dumps(row))
+    elif what == "vs-iree-convert":
+        print(json.dumps(vs_iree_convert(int(sys.argv[2]))))
     elif what == "mlir-size":
         print(json.dumps(mlir_size()))
     else:
