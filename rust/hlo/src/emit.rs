@@ -174,13 +174,31 @@ struct Window {
 }
 
 /// Text is written to the output whenever this much is pending.
-const SPILL_BYTES: usize = 1 << 20;
+pub(crate) const SPILL_BYTES: usize = 1 << 20;
+
+/// Where the emitter's pending text goes. `take` consumes `text` and leaves it empty: a writer copies it
+/// out; the export's pipeline swaps the whole buffer for an empty one and hands it to its writer thread.
+pub(crate) trait TextOut {
+    /// Takes the pending text.
+    fn take(&mut self, text: &mut String) -> std::io::Result<()>;
+}
+
+/// [`TextOut`] for any [`Write`]: writes the text and clears it.
+struct WriteOut<'w>(&'w mut dyn Write);
+
+impl TextOut for WriteOut<'_> {
+    fn take(&mut self, text: &mut String) -> std::io::Result<()> {
+        self.0.write_all(text.as_bytes())?;
+        text.clear();
+        Ok(())
+    }
+}
 
 struct Emitter<'g, 'a, 'w> {
     g: &'g ComputeGraph<'a>,
     /// Pending text, written to `out` in pieces of about [`SPILL_BYTES`].
     body: String,
-    out: &'w mut dyn Write,
+    out: &'w mut dyn TextOut,
     next: usize,
     vals: HashMap<TensorId, Val>,
     node: Option<&'g Node>,
@@ -1175,6 +1193,15 @@ pub fn emit(graph: &ComputeGraph<'_>, opts: &EmitOptions) -> Result<Module> {
 /// from the specs), constants (hex streamed in 1 MiB pieces), then the ops. Memory stays bounded
 /// however large the inline constants are.
 pub fn emit_to(graph: &ComputeGraph<'_>, opts: &EmitOptions, out: &mut dyn Write) -> Result<Vec<ExternalParameter>> {
+    emit_into(graph, opts, &mut WriteOut(out))
+}
+
+/// [`emit_to`] into any [`TextOut`].
+pub(crate) fn emit_into(
+    graph: &ComputeGraph<'_>,
+    opts: &EmitOptions,
+    out: &mut dyn TextOut,
+) -> Result<Vec<ExternalParameter>> {
     let func_symbol = symbol(&opts.function);
     let mut text = String::new();
     let _ = writeln!(text, "module {} {{", symbol(&opts.module_name));
@@ -1264,10 +1291,9 @@ pub fn emit_to(graph: &ComputeGraph<'_>, opts: &EmitOptions, out: &mut dyn Write
     Ok(externals)
 }
 
-fn spill(text: &mut String, out: &mut dyn Write, force: bool) -> Result<()> {
+fn spill(text: &mut String, out: &mut dyn TextOut, force: bool) -> Result<()> {
     if force || text.len() >= SPILL_BYTES {
-        out.write_all(text.as_bytes()).map_err(HloError::Output)?;
-        text.clear();
+        out.take(text).map_err(HloError::Output)?;
     }
     Ok(())
 }
@@ -1275,7 +1301,7 @@ fn spill(text: &mut String, out: &mut dyn Write, force: bool) -> Result<()> {
 /// Streams constant bytes into hex text, writing it out in 1 MiB pieces.
 struct HexSink<'s> {
     text: &'s mut String,
-    out: &'s mut dyn Write,
+    out: &'s mut dyn TextOut,
 }
 
 impl tapeout_graph::ByteSink for HexSink<'_> {

@@ -17,4 +17,4 @@ pub use emit::{
     EmitOptions, ExternalParameter, INLINE_CEILING, KNOWN_OPS, MaterializationPolicy, Module, emit, emit_to,
 };
 pub use error::{HloError, Result};
-pub use export::{ExportSummary, export, file_stem};
+pub use export::{ExportSummary, emit_pipelined, export, file_stem};
