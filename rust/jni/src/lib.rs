@@ -442,6 +442,18 @@ fn lenders<'e, 'l>(
     Ok(out)
 }
 
+/// The request's graph with the storage `provide` gives each tensor, extracted.
+fn finalize_with<'a>(
+    req: &Request,
+    weights: &'a WeightSet,
+    mut provide: impl FnMut(usize) -> Option<Storage<'a>>,
+) -> Result<ComputeGraph<'a>, Failure> {
+    let trace = req.graph.to_trace_with(weights, |i, _spec| provide(i))?;
+    let forced_inputs = req.forced.iter().map(|&i| TensorId(i)).collect();
+    let opts = ExtractOptions { forced_inputs, packed: req.packed, no_constants: false };
+    Ok(tapeout_graph::finalize(&trace, &opts)?)
+}
+
 fn extract<'a>(
     req: &Request,
     weights: &'a WeightSet,
@@ -449,7 +461,7 @@ fn extract<'a>(
     encodings: &[Option<String>],
     lenders: &'a [Option<Lender<'_, '_>>],
 ) -> Result<ComputeGraph<'a>, Failure> {
-    let trace = req.graph.to_trace_with(weights, |i, _spec| {
+    finalize_with(req, weights, |i| {
         let lender = lenders.get(i)?.as_ref()?;
         let kind = kinds.get(i).copied().and_then(Kind::from_code)?;
         Some(match (lender, kind) {
@@ -463,10 +475,7 @@ fn extract<'a>(
             },
             (Lender::Bytes(b), _) => Storage::Dense(Lent::Chunked(b)),
         })
-    })?;
-    let forced_inputs = req.forced.iter().map(|&i| TensorId(i)).collect();
-    let opts = ExtractOptions { forced_inputs, packed: req.packed, no_constants: false };
-    Ok(tapeout_graph::finalize(&trace, &opts)?)
+    })
 }
 
 /// The tape as the Kotlin side passes it: graph JSON, the JVM arrays, their kind codes and encodings.
@@ -520,11 +529,14 @@ fn encodings(env: &mut Env<'_>, a: &JObjectArray<'_>) -> Result<Vec<Option<Strin
     Ok(out)
 }
 
-fn policy(scope: String, inline_below: jlong) -> MaterializationPolicy {
-    match u64::try_from(inline_below) {
+/// Emission options for function `main` of module `name`: constants of at least `inline_below` bytes external
+/// in `scope`, or all inline when `inline_below < 0`.
+fn emit_options(name: String, scope: String, inline_below: jlong) -> EmitOptions {
+    let policy = match u64::try_from(inline_below) {
         Ok(bytes) => MaterializationPolicy::SizeThreshold { bytes, scope },
         Err(_) => MaterializationPolicy::InlineAlways,
-    }
+    };
+    EmitOptions { module_name: name, function: "main".into(), policy }
 }
 
 fn summary(graph: &ComputeGraph<'_>, stats: &Pins) -> serde_json::Value {
@@ -606,8 +618,7 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_export<'l>(
                 forced: &forced,
             };
             with_graph(env, &tape, |graph, stats| {
-                let opts =
-                    EmitOptions { module_name: name, function: "main".into(), policy: policy(scope, inline_below) };
+                let opts = emit_options(name, scope, inline_below);
                 PROGRESS_WRITTEN.store(0, Ordering::Relaxed);
                 PROGRESS_TOTAL.store(0, Ordering::Relaxed);
                 let s = tapeout_hlo::export(graph, &opts, Path::new(&out_dir), &mut |p| {
@@ -654,8 +665,7 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_toStableHlo<'l>(
                 forced: &forced,
             };
             with_graph(env, &tape, |graph, _| {
-                let opts =
-                    EmitOptions { module_name: name, function: "main".into(), policy: policy(scope, inline_below) };
+                let opts = emit_options(name, scope, inline_below);
                 Ok(tapeout_hlo::emit(graph, &opts)?.text)
             })
         })
@@ -750,22 +760,14 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_benchExport<'l>(
                     None
                 });
             }
-            let opts = EmitOptions {
-                module_name: "bench".into(),
-                function: "main".into(),
-                policy: MaterializationPolicy::SizeThreshold { bytes: 0, scope: "model".into() },
-            };
+            let opts = emit_options("bench".into(), "model".into(), 0);
             let timed = |graph: &ComputeGraph<'_>, dir: &str| -> Result<(u64, u64), Failure> {
                 let t = std::time::Instant::now();
                 let s = tapeout_hlo::export(graph, &opts, Path::new(dir), &mut |_| {})?;
                 Ok((u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX), s.irpa.file_size))
             };
-            let owned_trace = req
-                .graph
-                .to_trace_with(&weights, |i, _| copies.get(i)?.as_deref().map(|v| Storage::F32(Lent::Slice(v))))?;
-            let extract_opts =
-                ExtractOptions { forced_inputs: Default::default(), packed: req.packed, no_constants: false };
-            let owned_graph = tapeout_graph::finalize(&owned_trace, &extract_opts)?;
+            let owned_graph =
+                finalize_with(&req, &weights, |i| copies.get(i)?.as_deref().map(|v| Storage::F32(Lent::Slice(v))))?;
             let stats = Pins::default();
             let (mut lent_ns, mut owned_ns, mut bytes) = (Vec::new(), Vec::new(), 0);
             {
