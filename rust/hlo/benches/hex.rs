@@ -33,49 +33,33 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("hex");
     group.throughput(Throughput::Bytes((n * 4) as u64));
     group.sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(5));
-    // Both variants write a new file; the previous iteration's file is removed before the clock starts
+    // Every variant writes a new file; the previous iteration's file is removed before the clock starts
     // (truncating it inside the timed region waits for its writeback, which is the disk, not the emitter).
-    group.bench_function("plain_write_of_hex_text/64MiB", |b| {
-        b.iter_batched(
-            || {
-                let _ = std::fs::remove_file(&plain_path);
-            },
-            |()| {
-                let mut f = File::create(&plain_path).unwrap_or_else(|e| panic!("{e}"));
-                for chunk in hex.as_bytes().chunks(1 << 20) {
-                    f.write_all(chunk).unwrap_or_else(|e| panic!("{e}"));
-                }
-            },
-            BatchSize::PerIteration,
-        );
+    let mut to_new_file = |name: &str, path: &Path, write: &mut dyn FnMut(File)| {
+        group.bench_function(name, |b| {
+            b.iter_batched(
+                || {
+                    let _ = std::fs::remove_file(path);
+                },
+                |()| write(File::create(path).unwrap_or_else(|e| panic!("{e}"))),
+                BatchSize::PerIteration,
+            );
+        });
+    };
+    to_new_file("plain_write_of_hex_text/64MiB", &plain_path, &mut |mut f| {
+        for chunk in hex.as_bytes().chunks(1 << 20) {
+            f.write_all(chunk).unwrap_or_else(|e| panic!("{e}"));
+        }
     });
     // What export does: conversion on this thread, writes on a second one.
-    group.bench_function("emit_to_file/64MiB", |b| {
-        b.iter_batched(
-            || {
-                let _ = std::fs::remove_file(&module_path);
-            },
-            |()| {
-                let f = File::create(&module_path).unwrap_or_else(|e| panic!("{e}"));
-                black_box(emit_pipelined(&graph, &opts, f).unwrap_or_else(|e| panic!("{e}")));
-            },
-            BatchSize::PerIteration,
-        );
+    to_new_file("emit_to_file/64MiB", &module_path, &mut |f| {
+        black_box(emit_pipelined(&graph, &opts, f).unwrap_or_else(|e| panic!("{e}")));
     });
     // The same, converting and writing one after the other on one thread (for comparison).
-    group.bench_function("serial_emit_to_file/64MiB", |b| {
-        b.iter_batched(
-            || {
-                let _ = std::fs::remove_file(&module_path);
-            },
-            |()| {
-                let f = File::create(&module_path).unwrap_or_else(|e| panic!("{e}"));
-                let mut out = BufWriter::with_capacity(1 << 20, f);
-                black_box(emit_to(&graph, &opts, &mut out).unwrap_or_else(|e| panic!("{e}")));
-                out.flush().unwrap_or_else(|e| panic!("{e}"));
-            },
-            BatchSize::PerIteration,
-        );
+    to_new_file("serial_emit_to_file/64MiB", &module_path, &mut |f| {
+        let mut out = BufWriter::with_capacity(1 << 20, f);
+        black_box(emit_to(&graph, &opts, &mut out).unwrap_or_else(|e| panic!("{e}")));
+        out.flush().unwrap_or_else(|e| panic!("{e}"));
     });
     // The conversion alone, into a buffer whose pages are already mapped (a fresh 128 MiB String costs
     // about 5x this in first-touch page faults, which is why export streams the module to its file).
