@@ -75,18 +75,30 @@ def peak_anon_kib(cmd):
     return peak
 
 
+def write_safetensors(path, tensors, chunks):
+    """A safetensors file: `tensors` is [(name, dtype, shape)] laid out in order, `chunks` yields their data."""
+    width = {"F16": 2, "F32": 4}
+    header, off = {}, 0
+    for name, dtype, shape in tensors:
+        size = int(np.prod(shape)) * width[dtype]
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + size]}
+        off += size
+    h = json.dumps(header).encode()
+    h += b" " * ((-len(h)) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for chunk in chunks:
+            f.write(chunk)
+    assert path.stat().st_size == 8 + len(h) + off, "chunks do not match the declared tensors"
+
+
 def convert_memory(nbytes):
     """An f16 safetensors file of `nbytes`: converted as stored, and widened to f32 (--dequantize)."""
     WORK.mkdir(parents=True, exist_ok=True)
     st = WORK / "big.safetensors"
-    n = nbytes // 2
-    header = json.dumps({"w": {"dtype": "F16", "shape": [n], "data_offsets": [0, n * 2]}}).encode()
-    header += b" " * ((-len(header)) % 8)
     rng = np.random.default_rng(2)
-    with open(st, "wb") as f:
-        f.write(struct.pack("<Q", len(header)) + header)
-        for _ in range(nbytes // (64 << 20)):
-            f.write(rng.standard_normal(32 << 20).astype("<f2").tobytes())
+    write_safetensors(st, [("w", "F16", [nbytes // 2])],
+                      (rng.standard_normal(32 << 20).astype("<f2").tobytes() for _ in range(nbytes // (64 << 20))))
     rows = []
     for extra in ([], ["--dequantize"]):
         out = WORK / "conv.irpa"
@@ -107,13 +119,10 @@ def export_memory(nbytes):
     rng = np.random.default_rng(3)
     rows_f16 = nbytes // (cols * 2)
     st = WORK / "w.safetensors"
-    header = json.dumps({"w": {"dtype": "F16", "shape": [rows_f16, cols], "data_offsets": [0, rows_f16 * cols * 2]}}).encode()
-    header += b" " * ((-len(header)) % 8)
-    with open(st, "wb") as f:
-        f.write(struct.pack("<Q", len(header)) + header)
-        step = (64 << 20) // (cols * 2)
-        for r in range(0, rows_f16, step):
-            f.write(rng.standard_normal((min(step, rows_f16 - r), cols)).astype("<f2").tobytes())
+    step = (64 << 20) // (cols * 2)
+    write_safetensors(st, [("w", "F16", [rows_f16, cols])],
+                      (rng.standard_normal((min(step, rows_f16 - r), cols)).astype("<f2").tobytes()
+                       for r in range(0, rows_f16, step)))
     rows_q8 = nbytes // (cols // 32 * 34)
     blocks = np.empty((rows_q8 * cols // 32, 34), dtype=np.uint8)
     blocks[:, 0], blocks[:, 1] = 0x00, 0x24  # f16 scale 1/64
@@ -153,18 +162,9 @@ def vs_iree_convert(nbytes, rounds=5):
     WORK.mkdir(parents=True, exist_ok=True)
     st = WORK / "conv.safetensors"
     per = nbytes // 8
-    header, off = {}, 0
-    for i in range(8):
-        header[f"model.layers.{i}.weight"] = {"dtype": "F32", "shape": [per // 4], "data_offsets": [off, off + per]}
-        off += per
-    h = json.dumps(header).encode()
-    h += b" " * ((-len(h)) % 8)
     rng = np.random.default_rng(4)
-    with open(st, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h)
-        for _ in range(8):
-            for _ in range(per // (64 << 20)):
-                f.write(rng.standard_normal(16 << 20).astype("<f4").tobytes())
+    write_safetensors(st, [(f"model.layers.{i}.weight", "F32", [per // 4]) for i in range(8)],
+                      (rng.standard_normal(16 << 20).astype("<f4").tobytes() for _ in range(nbytes // (64 << 20))))
     iree_convert = pathlib.Path(sys.executable).parent / "iree-convert-parameters"
     ours_t, iree_t = [], []
     for _ in range(rounds):
