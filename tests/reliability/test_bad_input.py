@@ -100,17 +100,6 @@ GGUF_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(GGUF_CASES))
-def test_gguf_bad_input(case, tapeout, tmp_path):
-    data, needle = GGUF_CASES[case]
-    f = tmp_path / "bad.gguf"
-    f.write_bytes(data)
-    r = limited(tapeout, "convert", f, "-o", tmp_path / "out.irpa")
-    assert r.returncode == 1, (r.returncode, r.stderr)
-    assert needle in r.stderr, r.stderr
-    assert not (tmp_path / "out.irpa").exists()
-
-
 def safetensors(header: bytes, claimed_len=None, data=b""):
     return struct.pack("<Q", claimed_len if claimed_len is not None else len(header)) + header + data
 
@@ -125,11 +114,13 @@ ST_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(ST_CASES))
-def test_safetensors_bad_input(case, tapeout, tmp_path):
-    data, needle = ST_CASES[case]
-    f = tmp_path / "bad.safetensors"
+@pytest.mark.parametrize("suffix, case", [(".gguf", c) for c in sorted(GGUF_CASES)] +
+                         [(".safetensors", c) for c in sorted(ST_CASES)])
+def test_importer_bad_input(suffix, case, tapeout, tmp_path):
+    data, needle = (GGUF_CASES if suffix == ".gguf" else ST_CASES)[case]
+    f = tmp_path / f"bad{suffix}"
     f.write_bytes(data)
     r = limited(tapeout, "convert", f, "-o", tmp_path / "out.irpa")
     assert r.returncode == 1, (r.returncode, r.stderr)
     assert needle in r.stderr, r.stderr
+    assert not (tmp_path / "out.irpa").exists()
