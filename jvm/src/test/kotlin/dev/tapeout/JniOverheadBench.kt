@@ -1,6 +1,7 @@
 package dev.tapeout
 
 import java.io.File
+import java.nio.file.Files
 import kotlin.system.exitProcess
 
 /**
@@ -12,23 +13,6 @@ import kotlin.system.exitProcess
  */
 object JniOverheadBench {
     private fun median(v: List<Long>) = v.sorted()[v.size / 2]
-
-    private fun sameBytes(a: File, b: File): Boolean {
-        if (a.length() != b.length()) return false
-        val (x, y) = ByteArray(1 shl 20) to ByteArray(1 shl 20)
-        java.io.DataInputStream(a.inputStream()).use { ia ->
-            java.io.DataInputStream(b.inputStream()).use { ib ->
-                var left = a.length()
-                while (left > 0) {
-                    val n = minOf(left, x.size.toLong()).toInt()
-                    ia.readFully(x, 0, n); ib.readFully(y, 0, n)
-                    if (!java.util.Arrays.equals(x, 0, n, y, 0, n)) return false
-                    left -= n
-                }
-            }
-        }
-        return true
-    }
 
     @JvmStatic
     fun main(args: Array<String>) {
@@ -54,7 +38,7 @@ object JniOverheadBench {
             val v = NativeBridge.benchExport(json, m.data, m.kinds, lentDir.path, ownedDir.path, rounds)
             val lentAll = v.slice(0 until rounds); val ownedAll = v.slice(rounds until 2 * rounds)
             val (size, pins, copies) = Triple(v[2 * rounds], v[2 * rounds + 1], v[2 * rounds + 2])
-            val identical = sameBytes(File(lentDir, "bench.irpa"), File(ownedDir, "bench.irpa"))
+            val identical = Files.mismatch(File(lentDir, "bench.irpa").toPath(), File(ownedDir, "bench.irpa").toPath()) == -1L
             val lent = median(lentAll); val owned = median(ownedAll)
             println("""{"figure":"jni_vs_rust_owned","dir":${Json.quote(path)},"bytes":$size,"rounds":$rounds,""" +
                 """"lent_ms":${lent / 1e6},"owned_ms":${owned / 1e6},"ratio":${lent.toDouble() / owned},"pins":$pins,"copies":$copies,""" +
