@@ -8,7 +8,10 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
-use tapeout_irpa::{Archive, ArchiveWriter, FileRegionSource, IrpaError, Payload, Progress};
+use tapeout::graph::PackedConstantHandling;
+use tapeout::hlo::MaterializationPolicy;
+use tapeout::irpa::{self, Archive, ArchiveWriter, FileRegionSource, IrpaError, Payload, Progress};
+use tapeout::{GraphFileExport, Remedy};
 
 mod splat;
 
@@ -129,6 +132,21 @@ impl From<IrpaError> for Failure {
     }
 }
 
+/// A pipeline error in the CLI's words: the library's message, and its remedy as the flag to pass.
+impl From<tapeout::Error> for Failure {
+    fn from(e: tapeout::Error) -> Self {
+        let remedy = match e.remedy() {
+            Some(Remedy::Dequantize) => "; to dequantize, pass --packed dequantize".to_owned(),
+            Some(Remedy::ExternalAtOrBelow { bytes }) => {
+                format!("; pass --inline-below {bytes} or less (without --inline-all)")
+            }
+            Some(Remedy::DeclareOutputs) => "; list them in the graph's \"outputs\"".to_owned(),
+            _ => String::new(),
+        };
+        Failure(format!("{e}{remedy}"))
+    }
+}
+
 fn main() -> ExitCode {
     let matches = Cli::command().get_matches();
     let cli = match Cli::from_arg_matches(&matches) {
@@ -143,15 +161,16 @@ fn main() -> ExitCode {
         Command::Dump { file, json } => dump(&file, json),
         Command::Export { graph, weights, output, scope, inline_below, inline_all, packed, name } => {
             let policy = if inline_all {
-                tapeout_hlo::MaterializationPolicy::InlineAlways
+                MaterializationPolicy::InlineAlways
             } else {
-                tapeout_hlo::MaterializationPolicy::SizeThreshold { bytes: inline_below, scope }
+                MaterializationPolicy::SizeThreshold { bytes: inline_below, scope }
             };
             let packed = match packed {
-                PackedArg::Fail => tapeout_graph::PackedConstantHandling::Fail,
-                PackedArg::Dequantize => tapeout_graph::PackedConstantHandling::Dequantize,
+                PackedArg::Fail => PackedConstantHandling::Fail,
+                PackedArg::Dequantize => PackedConstantHandling::Dequantize,
             };
-            export(&graph, weights.as_deref(), &output, policy, packed, name)
+            let opts = GraphFileExport { weights: weights.as_deref(), packed, policy, module_name: name };
+            export(&graph, &opts, &output)
         }
         Command::Convert { input, output, dequantize, keep_dtype, include, exclude, rename } => {
             convert(&input, &output, dequantize, keep_dtype, include, exclude, &rename)
@@ -226,8 +245,7 @@ fn pack(
         return Err(Failure(format!("--meta names key {key:?}, which is not packed; add KEY=FILE or --splat for it")));
     }
 
-    let total = writer.layout()?.storage_segment.length;
-    let mut meter = ProgressMeter::new(total);
+    let mut meter = ProgressMeter::new();
     let summary = writer.write_with_progress(output, &mut |p| meter.update(p))?;
     meter.finish();
     println!(
@@ -243,6 +261,7 @@ fn pack(
 /// A `\r` progress line on stderr, shown only for large payloads on a terminal.
 struct ProgressMeter {
     enabled: bool,
+    shown: bool,
     start: Instant,
     last: Instant,
 }
@@ -250,15 +269,17 @@ struct ProgressMeter {
 impl ProgressMeter {
     const THRESHOLD: u64 = 256 << 20;
 
-    fn new(total: u64) -> Self {
+    fn new() -> Self {
         let now = Instant::now();
-        Self { enabled: total > Self::THRESHOLD && std::io::stderr().is_terminal(), start: now, last: now }
+        Self { enabled: std::io::stderr().is_terminal(), shown: false, start: now, last: now }
     }
 
     fn update(&mut self, p: Progress) {
-        if !self.enabled || (self.last.elapsed().as_millis() < 200 && p.written < p.total) {
+        if !self.enabled || p.total <= Self::THRESHOLD || (self.last.elapsed().as_millis() < 200 && p.written < p.total)
+        {
             return;
         }
+        self.shown = true;
         self.last = Instant::now();
         let secs = self.start.elapsed().as_secs_f64().max(1e-6);
         #[allow(clippy::cast_precision_loss)] // display only
@@ -270,42 +291,22 @@ impl ProgressMeter {
     }
 
     fn finish(&self) {
-        if self.enabled {
+        if self.shown {
             eprintln!();
         }
     }
 }
 
-fn export(
-    graph_path: &Path,
-    weights: Option<&Path>,
-    out_dir: &Path,
-    policy: tapeout_hlo::MaterializationPolicy,
-    packed: tapeout_graph::PackedConstantHandling,
-    name: Option<String>,
-) -> Result<(), Failure> {
-    use tapeout_graph::io::{GraphFile, WeightSet};
-    let fail = |e: &dyn std::fmt::Display| Failure(e.to_string());
-    let file = GraphFile::load(graph_path).map_err(|e| fail(&e))?;
-    let weight_set = WeightSet::open(&file, weights).map_err(|e| fail(&e))?;
-    let trace = file.to_trace(&weight_set).map_err(|e| fail(&e))?;
-    let opts = tapeout_graph::ExtractOptions { forced_inputs: file.forced_inputs(), packed, no_constants: false };
-    let graph = tapeout_graph::finalize(&trace, &opts).map_err(|e| fail(&e))?;
-    for c in &graph.key_collisions {
+fn export(graph: &Path, opts: &GraphFileExport<'_>, out_dir: &Path) -> Result<(), Failure> {
+    let mut meter = ProgressMeter::new();
+    let s = tapeout::export_graph_file(graph, opts, out_dir, &mut |p| meter.update(p))?;
+    meter.finish();
+    for c in &s.key_collisions {
         eprintln!(
             "tapeout: warning: tensor '{}' wanted key {:?}, which is taken; it is stored as {:?}",
             c.tensor, c.wanted, c.assigned
         );
     }
-    let emit = tapeout_hlo::EmitOptions {
-        module_name: name.unwrap_or_else(|| file.name.clone()),
-        function: "main".into(),
-        policy,
-    };
-    let total: u64 = graph.constants.iter().map(|c| c.data.byte_len()).sum();
-    let mut meter = ProgressMeter::new(total);
-    let s = tapeout_hlo::export(&graph, &emit, out_dir, &mut |p| meter.update(p)).map_err(|e| fail(&e))?;
-    meter.finish();
     println!("wrote {} ({} bytes; {} inline constants)", s.mlir.display(), s.mlir_bytes, s.inline_constants);
     println!("wrote {} ({} external parameters, {} bytes)", s.irpa.path.display(), s.externals, s.irpa.file_size);
     Ok(())
@@ -324,12 +325,10 @@ fn convert(
         .iter()
         .map(|r| split_kv(r, "--rename").map(|(a, b)| (a.to_owned(), b.to_owned())))
         .collect::<Result<Vec<_>, _>>()?;
-    let file = tapeout_graph::io::WeightFile::open(input).map_err(|e| Failure(e.to_string()))?;
-    let opts = tapeout_graph::io::ConvertOptions { dequantize, keep_dtype, include, exclude, rename };
-    let total: u64 = file.tensors().iter().map(|t| t.bytes.len() as u64).sum();
-    let mut meter = ProgressMeter::new(total);
-    let s = tapeout_graph::io::convert(&file, &opts, output, &mut |p| meter.update(p))
-        .map_err(|e| Failure(e.to_string()))?;
+    let file = tapeout::graph::io::WeightFile::open(input).map_err(tapeout::Error::from)?;
+    let opts = tapeout::ConvertOptions { dequantize, keep_dtype, include, exclude, rename };
+    let mut meter = ProgressMeter::new();
+    let s = tapeout::convert(&file, &opts, output, &mut |p| meter.update(p))?;
     meter.finish();
     println!(
         "wrote {} ({} entries, {} payload bytes; {} decoded to f32, {} left out)",
@@ -359,7 +358,7 @@ fn dump(path: &Path, json: bool) -> Result<(), Failure> {
             });
             match e.payload {
                 Payload::Data(_) => {
-                    let tapeout_irpa::IndexKind::Data(r) = e.location.kind else { continue };
+                    let irpa::IndexKind::Data(r) = e.location.kind else { continue };
                     obj["type"] = "data".into();
                     obj["start"] = r.offset.into();
                     obj["end"] = (r.offset + r.length).into();
@@ -385,8 +384,8 @@ fn dump(path: &Path, json: bool) -> Result<(), Failure> {
     w(writeln!(out, "{:>14} | {:>14} | {:>14} | {:<5} | {:>8} | Key", "Start", "End", "Length", "Type", "Metadata"))?;
     for e in archive.entries() {
         let (start, end, ty) = match e.location.kind {
-            tapeout_irpa::IndexKind::Data(r) => (r.offset.to_string(), (r.offset + r.length).to_string(), "data"),
-            tapeout_irpa::IndexKind::Splat { .. } => ("-".into(), "-".into(), "splat"),
+            irpa::IndexKind::Data(r) => (r.offset.to_string(), (r.offset + r.length).to_string(), "data"),
+            irpa::IndexKind::Splat { .. } => ("-".into(), "-".into(), "splat"),
         };
         w(writeln!(
             out,
@@ -409,11 +408,11 @@ fn verify(path: &Path) -> Result<(), Failure> {
 fn extract(path: &Path, key: &str, output: &Path) -> Result<(), Failure> {
     let archive = Archive::open(path)?;
     let entry = archive.get(key)?;
-    tapeout_irpa::write_atomically(output, |file| {
+    irpa::write_atomically(output, |file| {
         let mut buf = std::io::BufWriter::with_capacity(1 << 20, file);
         match entry.payload {
             Payload::Data(bytes) => {
-                for chunk in bytes.chunks(tapeout_irpa::MAX_CHUNK_BYTES) {
+                for chunk in bytes.chunks(irpa::MAX_CHUNK_BYTES) {
                     buf.write_all(chunk)?;
                 }
             }

@@ -22,7 +22,7 @@ fn pack_keeps_argument_order_across_data_and_splats() {
         dir.path(),
     );
     assert!(o.status.success(), "{}", stderr(&o));
-    let a = tapeout_irpa::Archive::open(dir.path().join("p.irpa")).unwrap();
+    let a = tapeout::irpa::Archive::open(dir.path().join("p.irpa")).unwrap();
     let keys: Vec<_> = a.entries().map(|e| e.key.to_owned()).collect();
     assert_eq!(keys, ["s0", "a", "s1", "b"]);
 }
@@ -94,7 +94,7 @@ fn export_refuses_packed_weights_with_the_remedy_and_dequantizes_on_request() {
 
     let o = run(args(&["--packed", "dequantize"]));
     assert!(o.status.success(), "{}", stderr(&o));
-    let a = tapeout_irpa::Archive::open(dir.path().join("out/mlp.irpa")).unwrap();
+    let a = tapeout::irpa::Archive::open(dir.path().join("out/mlp.irpa")).unwrap();
     let fc1 = a.get("model.fc1.weight").unwrap();
     assert_eq!(fc1.byte_len(), 16 * 64 * 4, "dequantized to f32");
     assert!(std::str::from_utf8(fc1.metadata).unwrap().contains("\"from\":\"Q8_0\""));

@@ -66,12 +66,9 @@ fn bench(c: &mut Criterion) {
 struct NullSink(u64);
 
 impl tapeout_graph::ByteSink for NullSink {
-    fn put(&mut self, bytes: &[u8]) -> Result<(), tapeout_irpa::IrpaError> {
+    fn put(&mut self, bytes: &[u8]) -> Result<(), tapeout_graph::StreamError> {
         self.0 += u64::from(bytes.first().copied().unwrap_or(0)) + bytes.len() as u64;
         Ok(())
-    }
-    fn lend_failed(&self, error: tapeout_graph::LendError) -> tapeout_irpa::IrpaError {
-        tapeout_irpa::IrpaError::Source { key: String::new(), source: error }
     }
 }
 

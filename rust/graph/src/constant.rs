@@ -1,17 +1,18 @@
 //! Constant values produced lazily, chunk by chunk, from the storage they borrow.
 
-use tapeout_irpa::{ByteSource, ChunkSink, IrpaError};
-
 use crate::dtype::DType;
 use crate::packed::{self, Encoding};
-use crate::tensor::{HalfLayout, LendError, Lent};
+use crate::tensor::{HalfLayout, Lent, StreamError};
 
 /// Values produced per chunk when widening or dequantizing: 1 Mi f32 = 4 MiB, the only buffer
 /// these paths allocate.
 pub const CHUNK_VALUES: u64 = 1 << 20;
 
+/// The most bytes lent per chunk when passing stored bytes through: 64 MiB (one pin of a JVM array).
+pub const MAX_LEND_BYTES: u64 = 64 << 20;
+
 /// Elements of an f32 tensor lent per chunk when passing it through: 64 MiB.
-pub const PASSTHROUGH_VALUES: u64 = (tapeout_irpa::MAX_CHUNK_BYTES / 4) as u64;
+pub const PASSTHROUGH_VALUES: u64 = MAX_LEND_BYTES / 4;
 
 /// The values of an extracted constant. Nothing here owns or copies a whole tensor.
 #[derive(Debug, Clone)]
@@ -47,35 +48,21 @@ pub enum ConstantData<'a> {
     },
 }
 
-/// Where a constant's bytes go: the archive writer's sink, or any buffer.
+/// Where a constant's bytes go: an archive entry, the hex text of a module, any buffer.
 pub trait ByteSink {
-    /// Appends bytes.
-    fn put(&mut self, bytes: &[u8]) -> Result<(), IrpaError>;
-    /// Turns a lender's failure into an error for this sink.
-    fn lend_failed(&self, error: LendError) -> IrpaError;
-}
-
-impl ByteSink for ChunkSink<'_> {
-    fn put(&mut self, bytes: &[u8]) -> Result<(), IrpaError> {
-        self.write(bytes)
-    }
-    fn lend_failed(&self, error: LendError) -> IrpaError {
-        self.fail(error)
-    }
+    /// Appends bytes; the sink's own failure is [`StreamError::Sink`].
+    fn put(&mut self, bytes: &[u8]) -> Result<(), StreamError>;
 }
 
 impl ByteSink for Vec<u8> {
-    fn put(&mut self, bytes: &[u8]) -> Result<(), IrpaError> {
+    fn put(&mut self, bytes: &[u8]) -> Result<(), StreamError> {
         self.extend_from_slice(bytes);
         Ok(())
-    }
-    fn lend_failed(&self, error: LendError) -> IrpaError {
-        IrpaError::Source { key: String::new(), source: error }
     }
 }
 
 /// Appends f32 values as little-endian bytes (no copy on little-endian hosts).
-fn put_f32(out: &mut dyn ByteSink, values: &[f32]) -> Result<(), IrpaError> {
+fn put_f32(out: &mut dyn ByteSink, values: &[f32]) -> Result<(), StreamError> {
     if cfg!(target_endian = "little") {
         out.put(bytemuck::cast_slice(values))
     } else {
@@ -84,14 +71,11 @@ fn put_f32(out: &mut dyn ByteSink, values: &[f32]) -> Result<(), IrpaError> {
     }
 }
 
-fn lend<T, F>(out: &mut dyn ByteSink, lent: &Lent<'_, T>, max: u64, mut f: F) -> Result<(), IrpaError>
+fn lend<T, F>(out: &mut dyn ByteSink, lent: &Lent<'_, T>, max: u64, mut f: F) -> Result<(), StreamError>
 where
-    F: FnMut(&mut dyn ByteSink, &[T]) -> Result<(), IrpaError>,
+    F: FnMut(&mut dyn ByteSink, &[T]) -> Result<(), StreamError>,
 {
-    match lent.for_each_chunk(max, &mut |chunk| f(&mut *out, chunk)) {
-        Ok(inner) => inner,
-        Err(e) => Err(out.lend_failed(e)),
-    }
+    lent.for_each_chunk(max, &mut |chunk| f(&mut *out, chunk))
 }
 
 fn widen_into(from: DType, src: &[u8], dst: &mut [f32]) {
@@ -141,14 +125,18 @@ impl ConstantData<'_> {
     }
 
     /// Writes every byte to `out`, holding at most one chunk ([`CHUNK_VALUES`] f32) of extra memory.
-    pub fn stream(&self, out: &mut dyn ByteSink) -> Result<(), IrpaError> {
+    ///
+    /// # Errors
+    /// The lender's failure ([`StreamError::Lend`]), a block the decoder rejects ([`StreamError::Decode`]),
+    /// or the sink's own error, passed through.
+    pub fn stream(&self, out: &mut dyn ByteSink) -> Result<(), StreamError> {
         match self {
             ConstantData::F32(values) => match values.as_slice() {
                 Some(slice) => put_f32(out, slice),
                 None => lend(out, values, PASSTHROUGH_VALUES, |o: &mut dyn ByteSink, chunk: &[_]| put_f32(o, chunk)),
             },
             ConstantData::Raw { bytes, .. } => {
-                lend(out, bytes, tapeout_irpa::MAX_CHUNK_BYTES as u64, |o: &mut dyn ByteSink, chunk: &[_]| o.put(chunk))
+                lend(out, bytes, MAX_LEND_BYTES, |o: &mut dyn ByteSink, chunk: &[_]| o.put(chunk))
             }
             ConstantData::Widen { from, bytes, layout: HalfLayout::RowMajor, .. } => {
                 let mut buf = buffer(bytes.len() / 2);
@@ -162,7 +150,7 @@ impl ConstantData<'_> {
                 // Decoding in row-major order reads with a stride, which a chunked lender cannot
                 // serve one chunk at a time; extraction only builds this from addressable memory.
                 let src = bytes.as_slice().ok_or_else(|| {
-                    out.lend_failed("column-major half-precision data must be addressable memory".into())
+                    StreamError::Lend("column-major half-precision data must be addressable memory".into())
                 })?;
                 let (rows, cols) = (usize::try_from(*rows).unwrap_or(0), usize::try_from(*cols).unwrap_or(0));
                 let mut buf = buffer(bytes.len() / 2);
@@ -185,35 +173,17 @@ impl ConstantData<'_> {
             }
             ConstantData::Dequantize { encoding, bytes, elements } => {
                 let Some((block_elems, block_bytes)) = encoding.block_geometry() else {
-                    return Err(out.lend_failed(format!("encoding {encoding} cannot be decoded").into()));
+                    return Err(StreamError::Decode(format!("encoding {encoding} cannot be decoded")));
                 };
                 let blocks_per_chunk = (CHUNK_VALUES / block_elems).max(1);
                 let mut buf = buffer((*elements).max(block_elems));
                 lend(out, bytes, blocks_per_chunk * block_bytes, |o: &mut dyn ByteSink, chunk: &[_]| {
                     let n = usize::try_from(chunk.len() as u64 / block_bytes * block_elems).unwrap_or(0);
-                    packed::dequantize(encoding, chunk, &mut buf[..n]).map_err(|e| o.lend_failed(e.into()))?;
+                    packed::dequantize(encoding, chunk, &mut buf[..n])
+                        .map_err(|e| StreamError::Decode(e.to_string()))?;
                     put_f32(o, &buf[..n])
                 })
             }
         }
-    }
-}
-
-/// A constant is a payload of the archive writer, owned (convert) or borrowed (export).
-impl ByteSource for ConstantData<'_> {
-    fn byte_len(&self) -> u64 {
-        ConstantData::byte_len(self)
-    }
-    fn write_into(&mut self, sink: &mut ChunkSink<'_>) -> Result<(), IrpaError> {
-        self.stream(sink)
-    }
-}
-
-impl ByteSource for &ConstantData<'_> {
-    fn byte_len(&self) -> u64 {
-        ConstantData::byte_len(self)
-    }
-    fn write_into(&mut self, sink: &mut ChunkSink<'_>) -> Result<(), IrpaError> {
-        self.stream(sink)
     }
 }

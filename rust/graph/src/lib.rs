@@ -21,11 +21,11 @@ mod shape;
 mod tensor;
 mod trace;
 
-pub use constant::{ByteSink, CHUNK_VALUES, ConstantData, PASSTHROUGH_VALUES};
+pub use constant::{ByteSink, CHUNK_VALUES, ConstantData, MAX_LEND_BYTES, PASSTHROUGH_VALUES};
 pub use dtype::DType;
 pub use error::{GraphError, Result};
 pub use graph::{ComputeGraph, Constant, ExtractOptions, KeyCollision, PackedConstantHandling, finalize};
 pub use packed::{BlockOrder, Encoding};
 pub use shape::{Dim, Shape};
-pub use tensor::{ChunkLender, HalfLayout, LendError, Lent, Storage, Tensor, TensorSpec};
+pub use tensor::{ChunkLender, HalfLayout, LendError, Lent, Storage, StreamError, Tensor, TensorSpec};
 pub use trace::{Attr, Attrs, Op, TensorId, Trace};

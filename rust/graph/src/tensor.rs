@@ -6,8 +6,27 @@ use crate::dtype::DType;
 use crate::packed::{BlockOrder, Encoding};
 use crate::shape::Shape;
 
-/// Failure reported by a [`ChunkLender`] (for example a JVM error while pinning an array).
+/// Failure reported by a [`ChunkLender`] (for example a JVM error while pinning an array), or by a
+/// [`crate::ByteSink`] refusing bytes.
 pub type LendError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Why streaming a constant's values stopped. The graph layer knows nothing of where the bytes go:
+/// a sink's own error travels as [`StreamError::Sink`] and the caller that chose the sink takes it back
+/// (downcast) to report it in its own terms.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StreamError {
+    /// The memory holding the values could not be lent (a JVM error while pinning an array, an array
+    /// shorter than its tensor).
+    #[error("its values could not be read: {0}")]
+    Lend(#[source] LendError),
+    /// The stored values cannot be decoded (a packed block the decoder rejects).
+    #[error("its values cannot be decoded: {0}")]
+    Decode(String),
+    /// The destination refused the bytes (a write error of the archive or module being written).
+    #[error("{0}")]
+    Sink(#[source] LendError),
+}
 
 /// Memory that can only be reached one bounded chunk at a time.
 ///
@@ -22,14 +41,14 @@ pub trait ChunkLender<T> {
         self.len() == 0
     }
 
-    /// Lends elements `start .. start + len` to `f` and returns what `f` returned, or the lender's
-    /// own failure in the outer `Err`.
+    /// Lends elements `start .. start + len` to `f` and returns what `f` returned; the lender's own
+    /// failure is [`StreamError::Lend`].
     fn with_chunk(
         &self,
         start: u64,
         len: u64,
-        f: &mut dyn FnMut(&[T]) -> Result<(), tapeout_irpa::IrpaError>,
-    ) -> Result<Result<(), tapeout_irpa::IrpaError>, LendError>;
+        f: &mut dyn FnMut(&[T]) -> Result<(), StreamError>,
+    ) -> Result<(), StreamError>;
 }
 
 /// Memory lent to tapeout for the lifetime `'a`: never copied as a whole.
@@ -86,22 +105,20 @@ impl<'a, T> Lent<'a, T> {
     pub fn for_each_chunk(
         &self,
         max: u64,
-        f: &mut dyn FnMut(&[T]) -> Result<(), tapeout_irpa::IrpaError>,
-    ) -> Result<Result<(), tapeout_irpa::IrpaError>, LendError> {
+        f: &mut dyn FnMut(&[T]) -> Result<(), StreamError>,
+    ) -> Result<(), StreamError> {
         let max = max.max(1);
         match self {
-            Lent::Slice(s) => Ok(s.chunks(usize::try_from(max).unwrap_or(usize::MAX)).try_for_each(f)),
+            Lent::Slice(s) => s.chunks(usize::try_from(max).unwrap_or(usize::MAX)).try_for_each(f),
             Lent::Chunked(c) => {
                 let total = c.len();
                 let mut start = 0;
                 while start < total {
                     let n = max.min(total - start);
-                    if let Err(e) = c.with_chunk(start, n, f)? {
-                        return Ok(Err(e));
-                    }
+                    c.with_chunk(start, n, f)?;
                     start += n;
                 }
-                Ok(Ok(()))
+                Ok(())
             }
         }
     }
@@ -249,7 +266,6 @@ mod tests {
                 seen.push(c.to_vec());
                 Ok(())
             })
-            .unwrap()
             .unwrap();
         assert_eq!(seen, vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7], vec![8, 9]]);
     }

@@ -8,10 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tapeout_graph::{
     Attrs, BlockOrder, ByteSink, ChunkLender, ConstantData, DType, Dim, Encoding, ExtractOptions, GraphError,
-    HalfLayout, LendError, Lent, PackedConstantHandling, Shape, Storage, Tensor, TensorId, TensorSpec, Trace, finalize,
-    packed,
+    HalfLayout, Lent, PackedConstantHandling, Shape, Storage, StreamError, Tensor, TensorId, TensorSpec, Trace,
+    finalize, packed,
 };
-use tapeout_irpa::IrpaError;
 
 // --- allocation accounting --------------------------------------------------------------------
 
@@ -53,7 +52,7 @@ struct Probe {
 }
 
 impl ByteSink for Probe {
-    fn put(&mut self, bytes: &[u8]) -> Result<(), IrpaError> {
+    fn put(&mut self, bytes: &[u8]) -> Result<(), StreamError> {
         for &at in &self.want {
             if at >= self.len && at < self.len + bytes.len() as u64 {
                 self.samples.push((at, bytes[usize::try_from(at - self.len).unwrap()]));
@@ -61,9 +60,6 @@ impl ByteSink for Probe {
         }
         self.len += bytes.len() as u64;
         Ok(())
-    }
-    fn lend_failed(&self, error: LendError) -> IrpaError {
-        IrpaError::Source { key: "probe".into(), source: error }
     }
 }
 
@@ -403,13 +399,13 @@ impl ChunkLender<u8> for SyntheticBf16 {
         &self,
         start: u64,
         len: u64,
-        f: &mut dyn FnMut(&[u8]) -> Result<(), IrpaError>,
-    ) -> Result<Result<(), IrpaError>, LendError> {
-        self.max_lent.fetch_max(usize::try_from(len)?, Ordering::SeqCst);
+        f: &mut dyn FnMut(&[u8]) -> Result<(), StreamError>,
+    ) -> Result<(), StreamError> {
+        self.max_lent.fetch_max(usize::try_from(len).map_err(|e| StreamError::Lend(e.into()))?, Ordering::SeqCst);
         let chunk: Vec<u8> = (start / 2..(start + len) / 2)
             .flat_map(|i| half::bf16::from_f32((i % 1024) as f32).to_bits().to_le_bytes())
             .collect();
-        Ok(f(&chunk))
+        f(&chunk)
     }
 }
 

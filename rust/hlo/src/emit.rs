@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Write;
 
-use tapeout_graph::{Attr, ComputeGraph, ConstantData, DType, Dim, Op as Node, Shape, TensorId};
+use tapeout_graph::{Attr, ComputeGraph, ConstantData, DType, Dim, Op as Node, Shape, StreamError, TensorId};
 
 use crate::error::{HloError, Result};
 use crate::text::{push_hex, string_literal, symbol};
@@ -1126,7 +1126,7 @@ fn is_external(policy: &MaterializationPolicy, data: &ConstantData<'_>, shape: &
 }
 
 /// Checks whether every element of `data` equals the first (a splat), streaming.
-fn splat_element(data: &ConstantData<'_>) -> Result<Option<Vec<u8>>> {
+fn splat_element(data: &ConstantData<'_>) -> Result<Option<Vec<u8>>, StreamError> {
     struct Probe {
         width: usize,
         first: Vec<u8>,
@@ -1145,7 +1145,7 @@ fn splat_element(data: &ConstantData<'_>) -> Result<Option<Vec<u8>>> {
         }
     }
     impl tapeout_graph::ByteSink for Probe {
-        fn put(&mut self, mut bytes: &[u8]) -> Result<(), tapeout_irpa::IrpaError> {
+        fn put(&mut self, mut bytes: &[u8]) -> Result<(), StreamError> {
             if !self.uniform {
                 return Ok(());
             }
@@ -1168,9 +1168,6 @@ fn splat_element(data: &ConstantData<'_>) -> Result<Option<Vec<u8>>> {
             }
             self.carry.extend_from_slice(&bytes[whole..]);
             Ok(())
-        }
-        fn lend_failed(&self, error: tapeout_graph::LendError) -> tapeout_irpa::IrpaError {
-            tapeout_irpa::IrpaError::Source { key: String::new(), source: error }
         }
     }
     let width = usize::try_from(data.dtype().byte_width()).unwrap_or(4);
@@ -1263,13 +1260,14 @@ pub(crate) fn emit_into(
             None => {
                 let name = e.fresh();
                 let _ = write!(e.body, "    {name} = stablehlo.constant dense<\"0x");
-                match splat_element(&c.data)? {
-                    Some(one) => push_hex(&mut e.body, &one),
-                    None => {
-                        let mut sink = HexSink { text: &mut e.body, out: &mut *e.out };
-                        c.data.stream(&mut sink)?;
+                let streamed = splat_element(&c.data).and_then(|splat| match splat {
+                    Some(one) => {
+                        push_hex(&mut e.body, &one);
+                        Ok(())
                     }
-                }
+                    None => c.data.stream(&mut HexSink { text: &mut e.body, out: &mut *e.out }),
+                });
+                streamed.map_err(|err| constant_failed(&spec.name, err))?;
                 let _ = writeln!(e.body, "\"> : {t}");
                 e.spill(false)?;
                 Val { name, shape: spec.shape.clone(), dtype: spec.dtype }
@@ -1305,16 +1303,26 @@ struct HexSink<'s> {
 }
 
 impl tapeout_graph::ByteSink for HexSink<'_> {
-    fn put(&mut self, bytes: &[u8]) -> Result<(), tapeout_irpa::IrpaError> {
+    fn put(&mut self, bytes: &[u8]) -> Result<(), StreamError> {
         for piece in bytes.chunks(SPILL_BYTES / 2) {
             push_hex(self.text, piece);
-            spill(self.text, &mut *self.out, false)
-                .map_err(|e| tapeout_irpa::IrpaError::Source { key: String::new(), source: Box::new(e) })?;
+            if self.text.len() >= SPILL_BYTES {
+                self.out.take(self.text).map_err(|e| StreamError::Sink(Box::new(e)))?;
+            }
         }
         Ok(())
     }
-    fn lend_failed(&self, error: tapeout_graph::LendError) -> tapeout_irpa::IrpaError {
-        tapeout_irpa::IrpaError::Source { key: String::new(), source: error }
+}
+
+/// A failure while writing an inline constant's hex: the module's own write error is [`HloError::Output`];
+/// anything else is the constant's ([`HloError::ConstantValues`]).
+fn constant_failed(tensor: &str, err: StreamError) -> HloError {
+    match err {
+        StreamError::Sink(e) => match e.downcast::<std::io::Error>() {
+            Ok(io) => HloError::Output(*io),
+            Err(other) => HloError::ConstantValues { tensor: tensor.to_owned(), source: StreamError::Sink(other) },
+        },
+        other => HloError::ConstantValues { tensor: tensor.to_owned(), source: other },
     }
 }
 
@@ -1345,10 +1353,11 @@ mod tests {
             &self,
             start: u64,
             len: u64,
-            f: &mut dyn FnMut(&[u8]) -> Result<(), tapeout_irpa::IrpaError>,
-        ) -> Result<Result<(), tapeout_irpa::IrpaError>, tapeout_graph::LendError> {
-            let (s, e) = (usize::try_from(start)?, usize::try_from(start + len)?);
-            Ok(self.0[s..e].chunks(3).try_for_each(f))
+            f: &mut dyn FnMut(&[u8]) -> Result<(), StreamError>,
+        ) -> Result<(), StreamError> {
+            let s = usize::try_from(start).map_err(|e| StreamError::Lend(e.into()))?;
+            let e = usize::try_from(start + len).map_err(|e| StreamError::Lend(e.into()))?;
+            self.0[s..e].chunks(3).try_for_each(f)
         }
     }
 

@@ -1,19 +1,9 @@
 //! The one error type of this crate.
 
-use std::path::PathBuf;
-
 /// Everything that can go wrong while emitting or exporting a module.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum HloError {
-    /// The graph itself is invalid (or extraction refused a weight).
-    #[error(transparent)]
-    Graph(#[from] tapeout_graph::GraphError),
-
-    /// Writing the parameter archive failed.
-    #[error(transparent)]
-    Irpa(#[from] tapeout_irpa::IrpaError),
-
     /// A node uses an op the emitter does not know.
     #[error("node {node}: unknown op '{op}'. Known ops: {known}")]
     UnknownOp {
@@ -64,19 +54,20 @@ pub enum HloError {
         ceiling: u64,
     },
 
-    /// Writing the module text failed.
+    /// An inline constant's values could not be produced (its memory could not be lent, or its blocks
+    /// cannot be decoded).
+    #[error("constant '{tensor}': {source}")]
+    ConstantValues {
+        /// The tensor.
+        tensor: String,
+        /// What stopped the stream.
+        #[source]
+        source: tapeout_graph::StreamError,
+    },
+
+    /// Writing the module text failed (the sink's own error; the caller knows which file it is).
     #[error("cannot write the module text: {0}")]
     Output(#[source] std::io::Error),
-
-    /// Writing an output file failed.
-    #[error("cannot write {path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The operating system's error.
-        #[source]
-        source: std::io::Error,
-    },
 }
 
 /// Shorthand for results of this crate.

@@ -4,17 +4,17 @@
 //! only the `stablehlo`, `func` and `util` dialects, real `stablehlo.reduce` for every reduction,
 //! bit-exact hex constants, and external parameters as
 //! `util.global private @k = #flow.parameter.named<"scope"::"key">`. Any tensor name or key is
-//! quoted and escaped so it stays valid MLIR. [`export`] writes the module and streams the external
-//! constants into an `.irpa` archive in one pass.
+//! quoted and escaped so it stays valid MLIR. [`emit_pipelined`] writes the text on a second thread while
+//! the constants are converted. This crate writes text only: archives are the pipeline's (`tapeout`).
 #![deny(missing_docs)]
 
 mod emit;
 mod error;
-mod export;
+mod pipe;
 pub mod text;
 
 pub use emit::{
     EmitOptions, ExternalParameter, INLINE_CEILING, KNOWN_OPS, MaterializationPolicy, Module, emit, emit_to,
 };
 pub use error::{HloError, Result};
-pub use export::{ExportSummary, emit_pipelined, export, file_stem};
+pub use pipe::emit_pipelined;

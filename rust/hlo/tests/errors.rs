@@ -15,7 +15,7 @@ fn one_op(op: &str, attrs: Attrs, in_dims: &[&[u64]], out_dims: &[u64]) -> Resul
     let y = t.add_placeholder(spec("y", out_dims));
     t.record(op, attrs, &ins, &[y]);
     t.set_outputs(&[y]);
-    let g = finalize(&t, &ExtractOptions::default())?;
+    let g = finalize(&t, &ExtractOptions::default()).unwrap_or_else(|e| panic!("finalize: {e}"));
     emit(&g, &EmitOptions::default()).map(|m| m.text)
 }
 
@@ -79,16 +79,4 @@ fn an_inline_constant_above_2_gib_is_an_error_not_a_fallback() {
     let m = emit(&g, &opts).unwrap();
     assert_eq!(m.externals.len(), 1);
     assert!(m.text.len() < 1024, "{}", m.text.len());
-}
-
-#[test]
-fn graph_errors_pass_through_typed() {
-    let mut t = Trace::new();
-    let a = t.add_placeholder(spec("a", &[2, 3]));
-    let b = t.add_placeholder(spec("b", &[4]));
-    let y = t.add_placeholder(spec("y", &[2, 3]));
-    t.record("add", Attrs::new(), &[a, b], &[y]);
-    t.set_outputs(&[y]);
-    let e = finalize(&t, &ExtractOptions::default()).map_err(HloError::from).unwrap_err();
-    assert!(matches!(e, HloError::Graph(tapeout_graph::GraphError::TypeMismatch { .. })), "{e}");
 }

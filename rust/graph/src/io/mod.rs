@@ -1,7 +1,6 @@
 //! Reading graphs and weights from files: the JSON graph format (`docs/graph-format.md`) and
 //! safetensors. Weights are memory-mapped and borrowed, never copied.
 
-mod convert;
 pub mod gguf;
 mod json;
 pub mod safetensors;
@@ -9,7 +8,6 @@ mod weights;
 
 use std::path::PathBuf;
 
-pub use convert::{ConvertOptions, ConvertSummary, convert, glob_match};
 pub use json::{GraphFile, WeightSet};
 pub use weights::{Stored, StoredTensor, WeightFile};
 

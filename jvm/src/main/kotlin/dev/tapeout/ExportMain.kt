@@ -46,6 +46,9 @@ object ExportMain {
             val secs = (System.nanoTime() - t0) / 1e9
             println("tapeout: wrote ${r.irpa} (${r.externals} parameters, ${r.irpaBytes} bytes) in %.2f s".format(secs))
             println("tapeout: wrote ${r.mlir} (${r.mlirBytes} bytes)")
+        } catch (e: TapeoutException) {
+            System.err.println("tapeout: error: ${e.describe(::gradleWording)}")
+            exitProcess(1)
         } catch (e: ClassNotFoundException) {
             System.err.println("tapeout: error: model class $modelClass not found on the runtime classpath")
             exitProcess(1)
@@ -54,4 +57,11 @@ object ExportMain {
             exitProcess(1)
         }
     }
+}
+
+/** A remedy in the terms of the Gradle `tapeout { … }` extension, whose task runs [ExportMain]. */
+internal fun gradleWording(remedy: Remedy, bytes: Long): String = when (remedy) {
+    Remedy.DEQUANTIZE -> "; to dequantize, set tapeout { packedConstants = 'DEQUANTIZE' }"
+    Remedy.EXTERNAL_PARAMETER -> "; set tapeout { inlineBelowBytes = $bytes } or less"
+    Remedy.DECLARE_OUTPUTS -> "; mark the tensors the model returns with tape.output(…) in buildTape()"
 }

@@ -106,17 +106,9 @@ internal object NativeBridge {
 
     @JvmStatic external fun archiveEntry(path: String, key: String): LongArray
 
-    @JvmStatic external fun panicForTest(message: String)
-
     /** Archive bytes written so far by the export in flight (callable from another thread). */
     @JvmStatic external fun progressWritten(): Long
 
     /** Archive bytes the export in flight will write; 0 before it has started. */
     @JvmStatic external fun progressTotal(): Long
-
-    @JvmStatic external fun pinInfo(array: FloatArray): LongArray
-
-    /** The JNI-overhead benchmark: lent and Rust-owned exports, alternating; see rust/jni. */
-    @JvmStatic external fun benchExport(graphJson: String, data: Array<Any?>, kinds: IntArray, lentDir: String, ownedDir: String,
-                                        rounds: Int): LongArray
 }

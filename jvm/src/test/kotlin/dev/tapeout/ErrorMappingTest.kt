@@ -45,7 +45,7 @@ class ErrorMappingTest {
 
     @Test
     fun `a native panic is a RuntimeException with its message, and the JVM keeps running`() {
-        val e = assertThrows<RuntimeException> { NativeBridge.panicForTest("deliberate test panic 42") }
+        val e = assertThrows<RuntimeException> { NativeTestHooks.panicForTest("deliberate test panic 42") }
         assertTrue(e.message!!.contains("deliberate test panic 42"), e.message)
         // The library still works afterwards.
         val tape = ExecutionTape()

@@ -24,7 +24,7 @@ class ExtractionContractTest {
         val n = 64 shl 20 // 64 Mi floats = 256 MiB
         val values = FloatArray(n) { (it % 4093).toFloat() }
         val (tape, w) = linear({ it.weight("model.embed.weight", values, 4, (n / 4).toLong()) })
-        val pin = NativeBridge.pinInfo(values)
+        val pin = NativeTestHooks.pinInfo(values)
         assertEquals(0L, pin[0], "GetPrimitiveArrayCritical returned a copy")
         assertEquals(n.toLong(), pin[1])
 
@@ -121,7 +121,7 @@ class ExtractionContractTest {
         val (tape, _) = linear({ it.weight("model.w", values, 4, (values.size / 4).toLong()) })
         val m = Marshalled(tape)
         val dir = tempDir("tapeout-benchexport")
-        val v = NativeBridge.benchExport(tape.toGraphJson("b"), m.data, m.kinds, File(dir, "lent").path, File(dir, "owned").path, 2)
+        val v = NativeTestHooks.benchExport(tape.toGraphJson("b"), m.data, m.kinds, File(dir, "lent").path, File(dir, "owned").path, 2)
         assertEquals(7, v.size) // 2 lent times, 2 owned times, bytes, pins, copies
         assertTrue(v.take(4).all { it > 0 }, v.toList().toString())
         assertEquals(12L shl 20, v[4] - 4096, "one 12 MiB entry after the 4 KiB header")

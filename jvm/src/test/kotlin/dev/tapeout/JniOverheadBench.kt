@@ -35,7 +35,7 @@ object JniOverheadBench {
         for (path in args.drop(2)) {
             val base = File(path)
             val lentDir = File(base, "lent").apply { mkdirs() }; val ownedDir = File(base, "owned").apply { mkdirs() }
-            val v = NativeBridge.benchExport(json, m.data, m.kinds, lentDir.path, ownedDir.path, rounds)
+            val v = NativeTestHooks.benchExport(json, m.data, m.kinds, lentDir.path, ownedDir.path, rounds)
             val lentAll = v.slice(0 until rounds); val ownedAll = v.slice(rounds until 2 * rounds)
             val (size, pins, copies) = Triple(v[2 * rounds], v[2 * rounds + 1], v[2 * rounds + 2])
             val identical = Files.mismatch(File(lentDir, "bench.irpa").toPath(), File(ownedDir, "bench.irpa").toPath()) == -1L

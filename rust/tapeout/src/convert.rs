@@ -3,13 +3,12 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
+use tapeout_graph::io::{Stored, WeightFile};
+use tapeout_graph::{ConstantData, DType, HalfLayout, Lent};
 use tapeout_irpa::{ArchiveWriter, BytesSource, Progress, WriteSummary};
 
-use crate::constant::ConstantData;
-use crate::dtype::DType;
-use crate::io::IoError;
-use crate::io::weights::{Stored, WeightFile};
-use crate::tensor::{HalfLayout, Lent};
+use crate::archive::ConstantPayload;
+use crate::error::{Error, Result};
 
 /// What to convert and how.
 #[derive(Debug, Clone, Default)]
@@ -79,8 +78,8 @@ pub fn convert(
     opts: &ConvertOptions,
     out: &Path,
     progress: &mut dyn FnMut(Progress),
-) -> Result<ConvertSummary, IoError> {
-    let usage = |detail: String| IoError::Convert { path: file.path().to_path_buf(), detail };
+) -> Result<ConvertSummary> {
+    let usage = |detail: String| Error::Convert { path: file.path().to_path_buf(), detail };
     let renames: HashMap<&str, &str> = opts.rename.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
     let tensors = file.tensors();
     let names: HashSet<&str> = tensors.iter().map(|t| t.name).collect();
@@ -108,24 +107,35 @@ pub fn convert(
             )),
             _ => None,
         };
-        let map_err = |e: tapeout_irpa::IrpaError| usage(e.to_string());
         match decode {
             Some((data, from)) => {
                 converted += 1;
                 let md = metadata("f32", &t.shape, None, Some(&from));
-                writer.add_data_with_metadata(key, md, data).map_err(map_err)?;
+                writer.add_data_with_metadata(key, md, Owned(data))?;
             }
             None => {
                 let md = match &t.stored {
                     Stored::Packed(e) => metadata("f32", &t.shape, Some(e.name()), None),
                     Stored::Dense(d) => metadata(d.name(), &t.shape, None, None),
                 };
-                writer.add_data_with_metadata(key, md, BytesSource(t.bytes)).map_err(map_err)?;
+                writer.add_data_with_metadata(key, md, BytesSource(t.bytes))?;
             }
         }
     }
-    let archive = writer.write_with_progress(out, progress).map_err(|e| usage(e.to_string()))?;
+    let archive = writer.write_with_progress(out, progress)?;
     Ok(ConvertSummary { archive, skipped, converted })
+}
+
+/// A decoded constant owned by the writer's entry list (it borrows only the mapping).
+struct Owned<'a>(ConstantData<'a>);
+
+impl tapeout_irpa::ByteSource for Owned<'_> {
+    fn byte_len(&self) -> u64 {
+        self.0.byte_len()
+    }
+    fn write_into(&mut self, sink: &mut tapeout_irpa::ChunkSink<'_>) -> tapeout_irpa::Result<()> {
+        ConstantPayload(&self.0).write_into(sink)
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,243 @@
+//! From the Kotlin tape's arguments to a compute graph: the graph JSON, the JVM arrays with their kind
+//! codes and encodings, lent (never copied) to extraction.
+
+use std::cell::RefCell;
+use std::path::Path;
+
+use jni::Env;
+use jni::objects::{JByteArray, JFloatArray, JIntArray, JObject, JObjectArray, JShortArray, JString};
+use jni::sys::{jboolean, jlong};
+use tapeout::graph::io::{GraphFile, WeightSet};
+use tapeout::graph::{
+    BlockOrder, ComputeGraph, Encoding, ExtractOptions, HalfLayout, Lent, PackedConstantHandling, Storage, TensorId,
+};
+use tapeout::hlo::{EmitOptions, MaterializationPolicy};
+
+use crate::error::Failure;
+use crate::pin::{JvmArray, JvmBytes, JvmShorts, Lender, Pins};
+
+/// What kind of JVM array a tensor's data is (the `kinds[i]` argument).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// No JVM data: shape only, or data described in the graph JSON (mapped files).
+    None,
+    /// `FloatArray`, borrowed.
+    F32,
+    /// `ByteArray` of f16/bf16, row-major.
+    Half,
+    /// `ShortArray` of f16/bf16 bit patterns, row-major (up to 2^31 - 1 elements, 4 GiB).
+    HalfShorts,
+    /// `ByteArray` of packed blocks (encoding in `encodings[i]`).
+    Packed,
+    /// `ByteArray` of another dtype.
+    Dense,
+}
+
+impl Kind {
+    pub(crate) fn from_code(code: i32) -> Option<Kind> {
+        Some(match code {
+            0 => Kind::None,
+            1 => Kind::F32,
+            2 => Kind::Half,
+            3 => Kind::HalfShorts,
+            4 => Kind::Packed,
+            5 => Kind::Dense,
+            _ => return None,
+        })
+    }
+}
+
+/// Everything the entry points share: parse the graph, lend the arrays, extract.
+pub(crate) struct Request {
+    pub(crate) graph: GraphFile,
+    pub(crate) packed: PackedConstantHandling,
+    pub(crate) forced: Vec<usize>,
+}
+
+pub(crate) fn string(env: &Env<'_>, s: &JString<'_>) -> Result<String, Failure> {
+    Ok(s.try_to_string(env)?)
+}
+
+pub(crate) fn ints(env: &Env<'_>, a: &JIntArray<'_>) -> Result<Vec<i32>, Failure> {
+    if a.is_null() {
+        return Ok(Vec::new());
+    }
+    let mut v = vec![0i32; a.len(env)?];
+    a.get_region(env, 0, &mut v)?;
+    Ok(v)
+}
+
+pub(crate) fn parse(
+    env: &Env<'_>,
+    graph_json: &JString<'_>,
+    packed: jboolean,
+    forced: &JIntArray<'_>,
+) -> Result<Request, Failure> {
+    let text = string(env, graph_json)?;
+    let graph = GraphFile::parse(&text, Path::new("<kotlin tape>"))?;
+    let forced = ints(env, forced)?
+        .into_iter()
+        .map(|i| usize::try_from(i).map_err(|_| Failure::invalid(format!("forced input index {i} is negative"))))
+        .collect::<Result<_, _>>()?;
+    let packed = if packed { PackedConstantHandling::Dequantize } else { PackedConstantHandling::Fail };
+    Ok(Request { graph, packed, forced })
+}
+
+/// Builds the lenders for every tensor with JVM data (`kinds[i] != 0`).
+pub(crate) fn lenders<'e, 'l>(
+    env: &'e RefCell<&'e mut Env<'l>>,
+    data: &'e JObjectArray<'l>,
+    kinds: &[i32],
+    stats: &'e Pins,
+) -> Result<Vec<Option<Lender<'e, 'l>>>, Failure> {
+    let mut out = Vec::with_capacity(kinds.len());
+    for (slot, &code) in kinds.iter().enumerate() {
+        let kind = Kind::from_code(code)
+            .ok_or_else(|| Failure::invalid(format!("tensor #{slot}: unknown data kind {code}")))?;
+        if kind == Kind::None {
+            out.push(None);
+            continue;
+        }
+        // Length of the array, and a type check: one short local frame, no pin.
+        let len = {
+            let e = env.borrow();
+            e.with_local_frame(2, |e| -> Result<u64, jni::errors::Error> {
+                let obj = data.get_element(e, slot)?;
+                Ok(match kind {
+                    Kind::F32 => JFloatArray::cast_local(e, obj)?.len(e)? as u64,
+                    // Lent as bytes: two per element.
+                    Kind::HalfShorts => JShortArray::cast_local(e, obj)?.len(e)? as u64 * 2,
+                    _ => JByteArray::cast_local(e, obj)?.len(e)? as u64,
+                })
+            })
+        }
+        .map_err(|err| {
+            Failure::invalid(format!("tensor #{slot}: its data is not the JVM array its kind needs ({err})"))
+        })?;
+        let array = JvmArray { env, data, slot, len, stats };
+        out.push(Some(match kind {
+            Kind::F32 => Lender::Floats(array),
+            Kind::HalfShorts => Lender::Shorts(JvmShorts(array)),
+            _ => Lender::Bytes(JvmBytes(array)),
+        }));
+    }
+    Ok(out)
+}
+
+/// The request's graph with the storage `provide` gives each tensor, extracted.
+pub(crate) fn finalize_with<'a>(
+    req: &Request,
+    weights: &'a WeightSet,
+    mut provide: impl FnMut(usize) -> Option<Storage<'a>>,
+) -> Result<ComputeGraph<'a>, Failure> {
+    let trace = req.graph.to_trace_with(weights, |i, _spec| provide(i))?;
+    let forced_inputs = req.forced.iter().map(|&i| TensorId(i)).collect();
+    let opts = ExtractOptions { forced_inputs, packed: req.packed, no_constants: false };
+    Ok(tapeout::finalize(&trace, &opts)?)
+}
+
+pub(crate) fn extract<'a>(
+    req: &Request,
+    weights: &'a WeightSet,
+    kinds: &[i32],
+    encodings: &[Option<String>],
+    lenders: &'a [Option<Lender<'_, '_>>],
+) -> Result<ComputeGraph<'a>, Failure> {
+    finalize_with(req, weights, |i| {
+        let lender = lenders.get(i)?.as_ref()?;
+        let kind = kinds.get(i).copied().and_then(Kind::from_code)?;
+        Some(match (lender, kind) {
+            (Lender::Floats(a), _) => Storage::F32(Lent::Chunked(a)),
+            (Lender::Shorts(h), _) => Storage::Half { bytes: Lent::Chunked(h), layout: HalfLayout::RowMajor },
+            (Lender::Bytes(b), Kind::Half) => Storage::Half { bytes: Lent::Chunked(b), layout: HalfLayout::RowMajor },
+            (Lender::Bytes(b), Kind::Packed) => Storage::Packed {
+                encoding: Encoding::parse(encodings.get(i).cloned().flatten().as_deref().unwrap_or("")),
+                order: BlockOrder::RowMajor,
+                bytes: Lent::Chunked(b),
+            },
+            (Lender::Bytes(b), _) => Storage::Dense(Lent::Chunked(b)),
+        })
+    })
+}
+
+/// The tape as the Kotlin side passes it: graph JSON, the JVM arrays, their kind codes and encodings.
+pub(crate) struct TapeArgs<'a, 'l> {
+    pub(crate) graph_json: &'a JString<'l>,
+    pub(crate) data: &'a JObjectArray<'l>,
+    pub(crate) kinds: &'a JIntArray<'l>,
+    pub(crate) encodings: &'a JObjectArray<'l>,
+    pub(crate) dequantize: jboolean,
+    pub(crate) forced: &'a JIntArray<'l>,
+}
+
+/// Parses the tape, lends its arrays, extracts the graph and runs `f` on it; `f`'s text is returned as a
+/// Java string. `f` cannot call into the JVM: the env is lent to the arrays while it runs.
+pub(crate) fn with_graph<'l>(
+    env: &mut Env<'l>,
+    tape: &TapeArgs<'_, 'l>,
+    f: impl FnOnce(&ComputeGraph<'_>, &Pins) -> Result<String, Failure>,
+) -> Result<JObject<'l>, Failure> {
+    let req = parse(env, tape.graph_json, tape.dequantize, tape.forced)?;
+    let kinds = ints(env, tape.kinds)?;
+    let encs = encodings(env, tape.encodings)?;
+    let weights = WeightSet::open(&req.graph, None)?;
+    let text = {
+        let cell = RefCell::new(&mut *env);
+        let stats = Pins::default();
+        let lenders = lenders(&cell, tape.data, &kinds, &stats)?;
+        let graph = extract(&req, &weights, &kinds, &encs, &lenders)?;
+        f(&graph, &stats)?
+    };
+    Ok(env.new_string(text)?.into())
+}
+
+fn encodings(env: &mut Env<'_>, a: &JObjectArray<'_>) -> Result<Vec<Option<String>>, Failure> {
+    if a.is_null() {
+        return Ok(Vec::new());
+    }
+    let n = a.len(env)?;
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let s = env.with_local_frame(2, |env| -> Result<Option<String>, jni::errors::Error> {
+            let obj = a.get_element(env, i)?;
+            if obj.is_null() {
+                return Ok(None);
+            }
+            let s = env.cast_local::<JString>(obj)?;
+            Ok(Some(s.try_to_string(env)?))
+        })?;
+        out.push(s);
+    }
+    Ok(out)
+}
+
+/// Emission options for function `main` of module `name`: constants of at least `inline_below` bytes external
+/// in `scope`, or all inline when `inline_below < 0`.
+pub(crate) fn emit_options(name: String, scope: String, inline_below: jlong) -> EmitOptions {
+    let policy = match u64::try_from(inline_below) {
+        Ok(bytes) => MaterializationPolicy::SizeThreshold { bytes, scope },
+        Err(_) => MaterializationPolicy::InlineAlways,
+    };
+    EmitOptions { module_name: name, function: "main".into(), policy }
+}
+
+pub(crate) fn summary(graph: &ComputeGraph<'_>, stats: &Pins) -> serde_json::Value {
+    let name = |t: TensorId| graph.spec(t).name.clone();
+    serde_json::json!({
+        "inputs": graph.inputs.iter().map(|&t| name(t)).collect::<Vec<_>>(),
+        "constants": graph.constants.iter().map(|c| serde_json::json!({
+            "name": name(c.tensor),
+            "key": c.key,
+            "bytes": c.data.byte_len(),
+            "kind": match &c.data {
+                tapeout::graph::ConstantData::F32(_) => "borrowed_f32",
+                tapeout::graph::ConstantData::Widen { .. } => "widened",
+                tapeout::graph::ConstantData::Dequantize { .. } => "dequantized",
+                tapeout::graph::ConstantData::Raw { .. } => "raw",
+            },
+        })).collect::<Vec<_>>(),
+        "key_collisions": graph.key_collisions.iter().map(|k| serde_json::json!({"tensor": k.tensor, "wanted": k.wanted, "assigned": k.assigned})).collect::<Vec<_>>(),
+        "pins": stats.pins.get(),
+        "copies": stats.copies.get(),
+    })
+}

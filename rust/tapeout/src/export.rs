@@ -1,0 +1,174 @@
+//! Export in one pass: the module text, and every external constant streamed into the archive.
+
+use std::path::{Path, PathBuf};
+
+use tapeout_graph::io::{GraphFile, WeightSet};
+use tapeout_graph::{ComputeGraph, ConstantData, ExtractOptions, KeyCollision, PackedConstantHandling, Trace};
+use tapeout_hlo::{EmitOptions, HloError, MaterializationPolicy};
+use tapeout_irpa::{ArchiveWriter, AtomicFile, Progress, WriteSummary};
+
+use crate::archive::ConstantPayload;
+use crate::error::{Error, Result};
+
+/// What [`export`] wrote.
+#[derive(Debug, Clone)]
+pub struct ExportSummary {
+    /// The module file (`<dir>/<name>.mlir`).
+    pub mlir: PathBuf,
+    /// Its size in bytes.
+    pub mlir_bytes: u64,
+    /// The parameter archive (`<dir>/<name>.irpa`).
+    pub irpa: WriteSummary,
+    /// Number of external parameters.
+    pub externals: usize,
+    /// Number of constants written inline.
+    pub inline_constants: usize,
+    /// Keys changed to keep them unique, for the user to see.
+    pub key_collisions: Vec<KeyCollision>,
+}
+
+/// Longest file stem written: file names are limited to 255 bytes, and the writer adds a temp suffix.
+const MAX_STEM: usize = 96;
+
+/// The file stem for a module name: letters, digits, `.`, `-` and `_` kept, the rest `_`; at most 96
+/// bytes, a longer name cut and given a hash of the whole name, so distinct names stay distinct.
+#[must_use]
+pub fn file_stem(module_name: &str) -> String {
+    let stem: String =
+        module_name.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect();
+    let stem = if stem.is_empty() || stem.starts_with('.') { format!("model{stem}") } else { stem };
+    if stem.len() <= MAX_STEM {
+        return stem;
+    }
+    // FNV-1a of the full module name: stable across runs and platforms.
+    let hash =
+        module_name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    format!("{}-{hash:016x}", &stem[..MAX_STEM - 17])
+}
+
+/// The metadata blob stored with each archive entry: dtype, shape, and the stored form it was
+/// converted from (so the archive describes itself; IREE ignores it).
+fn metadata(graph: &ComputeGraph<'_>, data: &ConstantData<'_>, tensor: tapeout_graph::TensorId) -> Vec<u8> {
+    let spec = graph.spec(tensor);
+    let mut m = serde_json::json!({
+        "dtype": data.dtype().name(),
+        "shape": spec.shape.static_dims().unwrap_or_default(),
+    });
+    match data {
+        ConstantData::Widen { from, .. } => m["from"] = from.name().into(),
+        ConstantData::Dequantize { encoding, .. } => m["from"] = encoding.name().into(),
+        _ => {}
+    }
+    format!("TENSORv0:{m}").into_bytes()
+}
+
+/// Writes `<out_dir>/<name>.mlir` and `<out_dir>/<name>.irpa` for `graph`.
+///
+/// External constants are streamed from their sources (borrowed f32, lazily widened or
+/// dequantized) through the archive writer: peak extra memory is one chunk. Both files are written
+/// atomically: the module is emitted first into its temporary file (so an emission error stops the
+/// export before any archive work), then the archive is written, then the module is committed.
+pub fn export(
+    graph: &ComputeGraph<'_>,
+    opts: &EmitOptions,
+    out_dir: &Path,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<ExportSummary> {
+    std::fs::create_dir_all(out_dir).map_err(|source| Error::Write { path: out_dir.to_path_buf(), source })?;
+    let stem = file_stem(&opts.module_name);
+    let mlir = out_dir.join(format!("{stem}.mlir"));
+
+    // The module first, uncommitted: an emission error stops the export before any archive work.
+    let mut module_file = AtomicFile::create(&mlir)?;
+    let externals = tapeout_hlo::emit_pipelined(graph, opts, module_file.file()).map_err(|e| match e {
+        HloError::Output(source) => Error::Write { path: mlir.clone(), source },
+        other => Error::Emit(other),
+    })?;
+    let mlir_bytes = module_file.file().metadata().map_err(|source| Error::Write { path: mlir.clone(), source })?.len();
+
+    let mut writer = ArchiveWriter::new();
+    for ext in &externals {
+        // Every external parameter the emitter declares is one of the graph's constants.
+        let Some(constant) = graph.constant(ext.tensor) else { continue };
+        let md = metadata(graph, &constant.data, ext.tensor);
+        writer.add_data_with_metadata(ext.key.clone(), md, ConstantPayload(&constant.data))?;
+    }
+    let irpa = writer.write_with_progress(out_dir.join(format!("{stem}.irpa")), progress)?;
+    module_file.commit()?;
+    Ok(ExportSummary {
+        mlir,
+        mlir_bytes,
+        irpa,
+        externals: externals.len(),
+        inline_constants: graph.constants.len() - externals.len(),
+        key_collisions: graph.key_collisions.clone(),
+    })
+}
+
+/// Validates `trace` and extracts its constants: [`tapeout_graph::finalize`], in the pipeline's error.
+///
+/// # Errors
+/// [`Error::Graph`] naming the tensor or node.
+pub fn finalize<'a>(trace: &Trace<'a>, opts: &ExtractOptions) -> Result<ComputeGraph<'a>> {
+    Ok(tapeout_graph::finalize(trace, opts)?)
+}
+
+/// The module text of `graph`, for callers that want it in memory (the whole text is one string).
+///
+/// # Errors
+/// [`Error::Emit`] naming the node.
+pub fn module_text(graph: &ComputeGraph<'_>, opts: &EmitOptions) -> Result<String> {
+    Ok(tapeout_hlo::emit(graph, opts)?.text)
+}
+
+/// How to export a graph file ([`export_graph_file`]).
+#[derive(Debug, Clone)]
+pub struct GraphFileExport<'p> {
+    /// The weight file (GGUF or safetensors) the graph's tensors name, if any.
+    pub weights: Option<&'p Path>,
+    /// Packed weights: fail (default) or dequantize.
+    pub packed: PackedConstantHandling,
+    /// Inline or external constants.
+    pub policy: MaterializationPolicy,
+    /// Module name; the graph's own name when `None`.
+    pub module_name: Option<String>,
+}
+
+/// Exports a JSON graph file (`docs/graph-format.md`) with its weights to `<out_dir>/<name>.mlir` and
+/// `<out_dir>/<name>.irpa`: read, trace, finalize, emit and archive, as [`export`].
+///
+/// # Errors
+/// The first step's error; nothing is left under either final name.
+pub fn export_graph_file(
+    graph_path: &Path,
+    opts: &GraphFileExport<'_>,
+    out_dir: &Path,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<ExportSummary> {
+    let file = GraphFile::load(graph_path)?;
+    let weights = WeightSet::open(&file, opts.weights)?;
+    let trace = file.to_trace(&weights)?;
+    let extract = ExtractOptions { forced_inputs: file.forced_inputs(), packed: opts.packed, no_constants: false };
+    let graph = finalize(&trace, &extract)?;
+    let emit = EmitOptions {
+        module_name: opts.module_name.clone().unwrap_or_else(|| file.name.clone()),
+        function: "main".into(),
+        policy: opts.policy.clone(),
+    };
+    export(&graph, &emit, out_dir, progress)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::file_stem;
+
+    #[test]
+    fn stems_are_safe_short_and_distinct() {
+        assert_eq!(file_stem("tiny_llm"), "tiny_llm");
+        assert_eq!(file_stem("odd \"module\"/names"), "odd__module__names");
+        assert_eq!(file_stem(".hidden"), "model.hidden");
+        let (a, b) = (file_stem(&"x".repeat(1000)), file_stem(&format!("{}y", "x".repeat(999))));
+        assert_eq!(a.len(), 96);
+        assert_ne!(a, b, "long names that differ only at the end stay distinct");
+    }
+}
