@@ -97,5 +97,8 @@ def test_packed_weight_fails_with_the_remedy_not_a_stack_trace(built_jars, tmp_p
     r = gradle(p, "exportIrpa")
     assert r.returncode != 0
     text = r.stdout + r.stderr
-    assert "model.q.weight" in text and "Q8_0" in text and "DEQUANTIZE" in text, text
+    assert "model.q.weight" in text and "Q8_0" in text, text
+    # The remedy in the Gradle extension's own terms, not the Kotlin API's or the CLI's.
+    assert "tapeout { packedConstants = 'DEQUANTIZE' }" in text, text
+    assert "PackedConstantHandling" not in text and "--packed" not in text, text
     assert "\tat dev.tapeout" not in text and "Exception in thread" not in text

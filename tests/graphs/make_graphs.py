@@ -19,20 +19,24 @@ ST_DTYPE = {"float32": "F32", "float16": "F16", "int32": "I32", "int64": "I64", 
 
 
 def write_safetensors(path, tensors):
-    header, blobs, offset = {}, [], 0
+    """A valid safetensors file: the tensors back to back with no holes (the format forbids them), ordered by
+    element size, largest first, as the safetensors writer does, so that each f32 tensor stays 4-byte aligned
+    and is borrowed in place."""
+    items = []
     for name, arr in tensors.items():
         if isinstance(arr, tuple):  # (bf16 bits as uint16, "BF16")
             data, dtype = arr[0].astype("<u2").tobytes(), arr[1]
-            shape = list(arr[0].shape)
+            shape, width = list(arr[0].shape), 2
         else:
             data, dtype, shape = np.ascontiguousarray(arr).tobytes(), ST_DTYPE[str(arr.dtype)], list(arr.shape)
+            width = arr.dtype.itemsize
+        items.append((width, name, dtype, shape, data))
+    items.sort(key=lambda t: -t[0])  # stable: equal widths keep their order
+    header, blobs, offset = {}, [], 0
+    for _, name, dtype, shape, data in items:
         header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(data)]}
         blobs.append(data)
         offset += len(data)
-        pad = (-offset) % 8  # keep every tensor 8-byte aligned so f32 data can be borrowed in place
-        if pad:
-            blobs.append(b"\0" * pad)
-            offset += pad
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * ((-len(text)) % 8)
     path.write_bytes(struct.pack("<Q", len(text)) + text + b"".join(blobs))

@@ -105,12 +105,13 @@ def safetensors(header: bytes, claimed_len=None, data=b""):
 
 
 ST_CASES = {
-    "2^40-byte header claim": (safetensors(b"{}", claimed_len=2**40), "more than the 104857600-byte limit"),
-    "header past the end": (safetensors(b"{}", claimed_len=4096), "header claims 4096 bytes but the file has 2"),
-    "not JSON": (safetensors(b"{nope"), "header is not valid JSON"),
-    "offsets past the data": (safetensors(json.dumps({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}).encode(), data=b"\0" * 8), "outside the 8-byte data"),
-    "size disagrees with shape": (safetensors(json.dumps({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 16]}}).encode(), data=b"\0" * 16), "16 bytes for shape [3]"),
-    "shape overflows": (safetensors(json.dumps({"a": {"dtype": "F32", "shape": [2**32, 2**32], "data_offsets": [0, 0]}}).encode()), "overflows 64 bits"),
+    "2^40-byte header claim": (safetensors(b"{}", claimed_len=2**40), "header too large"),
+    "header past the end": (safetensors(b"{}", claimed_len=4096), "invalid header length"),
+    "not JSON": (safetensors(b"{nope"), "invalid JSON in header"),
+    "offsets past the data": (safetensors(json.dumps({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}).encode(), data=b"\0" * 8), "not fully covered"),
+    "size disagrees with shape": (safetensors(json.dumps({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 16]}}).encode(), data=b"\0" * 16), "invalid shape, data type, or offset"),
+    "shape overflows": (safetensors(json.dumps({"a": {"dtype": "F32", "shape": [2**32, 2**32], "data_offsets": [0, 0]}}).encode()), "overflow computing buffer size"),
+    "two tensors over the same bytes": (safetensors(json.dumps({"a": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]}, "b": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]}}).encode(), data=b"\0" * 4), "invalid offset for tensor"),
 }
 
 

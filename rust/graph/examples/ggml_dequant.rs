@@ -5,7 +5,7 @@
 use std::io::Write;
 
 use tapeout_graph::{
-    Attrs, BlockOrder, DType, Encoding, ExtractOptions, Lent, PackedConstantHandling, Shape, Storage, Tensor,
+    Attrs, BlockOrder, DType, Encoding, ExtractOptions, Lent, OpKind, PackedConstantHandling, Shape, Storage, Tensor,
     TensorSpec, Trace, finalize,
 };
 
@@ -26,7 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         storage: Storage::Packed { encoding, order: BlockOrder::RowMajor, bytes: Lent::Slice(&bytes) },
     });
     let y = trace.add_placeholder(TensorSpec::new("y", Shape::of(&[blocks, block_elems]), DType::F32));
-    trace.record("neg", Attrs::new(), &[w], &[y]);
+    trace.record(OpKind::Neg, Attrs::new(), &[w], &[y]);
     trace.set_outputs(&[y]);
     let opts = ExtractOptions { packed: PackedConstantHandling::Dequantize, ..ExtractOptions::default() };
     let graph = finalize(&trace, &opts)?;

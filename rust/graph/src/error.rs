@@ -16,8 +16,8 @@ pub enum GraphError {
     #[error(
         "frozen parameter '{tensor}'{} has packed storage{} and cannot be embedded as a float graph constant. \
          tapeout refuses to turn it into a function-argument placeholder instead: a module whose weights are \
-         arguments cannot be served with a parameter archive. Either load this weight dense, or pass \
-         PackedConstantHandling::Dequantize (DEQUANTIZE), which decodes it to f32 chunk by chunk while exporting",
+         arguments cannot be served with a parameter archive. Either load this weight dense, or have it \
+         dequantized, which decodes it to f32 chunk by chunk while exporting",
         path_part(.path),
         encoding_part(.encoding)
     )]
@@ -51,12 +51,12 @@ pub enum GraphError {
     },
 
     /// A node refers to a tensor that does not exist.
-    #[error("node {node} (op '{op}'): {port} {index} refers to tensor #{tensor}, which the trace does not contain")]
+    #[error("{node}: {port} {index} refers to tensor #{tensor}, which the trace does not contain")]
     DanglingReference {
-        /// Node id.
+        /// The node, as [`crate::Op::describe`] names it.
         node: String,
         /// Op name.
-        op: String,
+        op: &'static str,
         /// "input" or "output".
         port: &'static str,
         /// Port index.
@@ -77,19 +77,19 @@ pub enum GraphError {
     },
 
     /// The nodes form a cycle.
-    #[error("the graph has a cycle through nodes {}; a traced graph must be acyclic", .nodes.join(", "))]
+    #[error("the graph has a cycle: {}, back to the first; a traced graph must be acyclic", .nodes.join(" -> "))]
     Cycle {
-        /// Nodes on or behind the cycle.
+        /// The nodes on one cycle, in data-flow order (nothing downstream of it).
         nodes: Vec<String>,
     },
 
     /// A node has the wrong number of inputs or outputs for its op.
-    #[error("node {node} (op '{op}'): expected {expected} {port}s, got {found}")]
+    #[error("{node}: expected {expected} {port}s, got {found}")]
     Arity {
-        /// Node id.
+        /// The node, as [`crate::Op::describe`] names it.
         node: String,
         /// Op name.
-        op: String,
+        op: &'static str,
         /// "input" or "output".
         port: &'static str,
         /// What the op takes.
@@ -99,12 +99,12 @@ pub enum GraphError {
     },
 
     /// A node's operand or result types do not fit its op.
-    #[error("node {node} (op '{op}'): {detail}")]
+    #[error("{node}: {detail}")]
     TypeMismatch {
-        /// Node id.
+        /// The node, as [`crate::Op::describe`] names it.
         node: String,
         /// Op name.
-        op: String,
+        op: &'static str,
         /// What does not fit.
         detail: String,
     },
@@ -119,7 +119,7 @@ pub enum GraphError {
     },
 
     /// The graph declares no outputs: the module would compute nothing.
-    #[error("the graph has no outputs; mark the tensors the model returns with Trace::set_outputs")]
+    #[error("the graph has no outputs: it would compute nothing")]
     NoOutputs,
 }
 

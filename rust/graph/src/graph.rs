@@ -1,6 +1,6 @@
 //! The compute graph and constant extraction (`finalize`).
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::constant::ConstantData;
 use crate::dtype::DType;
@@ -54,68 +54,112 @@ pub struct KeyCollision {
     pub assigned: String,
 }
 
-/// A validated graph: inputs, constants, nodes in topological order, explicit outputs.
+/// A validated graph: inputs, constants, nodes in topological order, explicit outputs. Only
+/// [`finalize`] makes one, so its invariants hold: nodes in topological order, one producer per tensor,
+/// unique constant keys.
 #[derive(Debug)]
 pub struct ComputeGraph<'a> {
-    /// Specs of every tensor, indexed by [`TensorId`] (a dequantized weight's spec says f32).
-    pub tensors: Vec<TensorSpec>,
-    /// Runtime inputs (function arguments), in first-use order.
-    pub inputs: Vec<TensorId>,
-    /// Frozen values, in first-use order, one per tensor however many nodes use it.
-    pub constants: Vec<Constant<'a>>,
-    /// Nodes (the trace's ops) in topological order.
-    pub nodes: Vec<Op>,
-    /// The model's results.
-    pub outputs: Vec<TensorId>,
-    /// Keys changed to keep them unique, for the user to see.
-    pub key_collisions: Vec<KeyCollision>,
+    tensors: Vec<TensorSpec>,
+    inputs: Vec<TensorId>,
+    constants: Vec<Constant<'a>>,
+    constant_of: HashMap<TensorId, usize>,
+    nodes: Vec<Op>,
+    outputs: Vec<TensorId>,
+    key_collisions: Vec<KeyCollision>,
 }
 
-impl ComputeGraph<'_> {
-    /// The spec of `id`.
+impl<'a> ComputeGraph<'a> {
+    /// The spec of `id` (a dequantized or widened weight's spec says f32).
+    ///
+    /// # Panics
+    /// When `id` is not a tensor of the trace this graph was made from.
     #[must_use]
     pub fn spec(&self, id: TensorId) -> &TensorSpec {
-        &self.tensors[id.0]
+        &self.tensors[id.index()]
+    }
+
+    /// Specs of every tensor, indexed by [`TensorId::index`].
+    #[must_use]
+    pub fn tensors(&self) -> &[TensorSpec] {
+        &self.tensors
+    }
+
+    /// Runtime inputs (function arguments), in first-use order.
+    #[must_use]
+    pub fn inputs(&self) -> &[TensorId] {
+        &self.inputs
+    }
+
+    /// Frozen values, in first-use order, one per tensor however many nodes use it.
+    #[must_use]
+    pub fn constants(&self) -> &[Constant<'a>] {
+        &self.constants
     }
 
     /// The constant providing `id`, if any.
     #[must_use]
-    pub fn constant(&self, id: TensorId) -> Option<&Constant<'_>> {
-        self.constants.iter().find(|c| c.tensor == id)
+    pub fn constant(&self, id: TensorId) -> Option<&Constant<'a>> {
+        self.constant_of.get(&id).map(|&i| &self.constants[i])
+    }
+
+    /// Nodes (the trace's ops) in topological order.
+    #[must_use]
+    pub fn nodes(&self) -> &[Op] {
+        &self.nodes
+    }
+
+    /// The model's results.
+    #[must_use]
+    pub fn outputs(&self) -> &[TensorId] {
+        &self.outputs
+    }
+
+    /// Keys changed to keep them unique, for the user to see.
+    #[must_use]
+    pub fn key_collisions(&self) -> &[KeyCollision] {
+        &self.key_collisions
+    }
+
+    /// How messages name `node` (see [`Op::describe`]).
+    #[must_use]
+    pub fn describe(&self, node: &Op) -> String {
+        node.describe(|t| self.tensors.get(t.index()))
     }
 }
 
 /// Checks references, producers and outputs; returns the producer of every produced tensor.
 fn check_structure(trace: &Trace<'_>) -> Result<Vec<Option<usize>>> {
-    let n = trace.tensors.len();
+    let tensors = trace.tensors();
+    let n = tensors.len();
+    let describe = |op: &Op| op.describe(|t| tensors.get(t.index()).map(|x| &x.spec));
     let mut producer: Vec<Option<usize>> = vec![None; n];
-    for (i, op) in trace.ops.iter().enumerate() {
+    for (i, op) in trace.ops().iter().enumerate() {
         let dangling = |port, index, t: TensorId| GraphError::DanglingReference {
-            node: op.id.clone(),
-            op: op.op.clone(),
+            node: describe(op),
+            op: op.op.name(),
             port,
             index,
-            tensor: t.0,
+            tensor: t.index(),
         };
-        if let Some((index, t)) = op.inputs.iter().enumerate().find(|(_, t)| t.0 >= n) {
+        if let Some((index, t)) = op.inputs.iter().enumerate().find(|(_, t)| t.index() >= n) {
             return Err(dangling("input", index, *t));
         }
         for (index, t) in op.outputs.iter().enumerate() {
-            let slot = producer.get_mut(t.0).ok_or_else(|| dangling("output", index, *t))?;
+            let slot = producer.get_mut(t.index()).ok_or_else(|| dangling("output", index, *t))?;
             if let Some(first) = slot.replace(i) {
                 return Err(GraphError::DuplicateProducer {
-                    tensor: trace.tensors[t.0].spec.name.clone(),
-                    first: trace.ops[first].id.clone(),
-                    second: op.id.clone(),
+                    tensor: tensors[t.index()].spec.label().to_owned(),
+                    first: describe(&trace.ops()[first]),
+                    second: describe(op),
                 });
             }
         }
     }
-    if trace.outputs.is_empty() {
+    if trace.outputs().is_empty() {
         return Err(GraphError::NoOutputs);
     }
-    if let Some((index, t)) = trace.outputs.iter().enumerate().find(|(_, t)| t.0 >= n) {
-        return Err(GraphError::BadOutput { index, tensor: t.0 });
+    if let Some((index, t)) = trace.outputs().iter().enumerate().find(|(_, t)| t.index() >= n) {
+        return Err(GraphError::BadOutput { index, tensor: t.index() });
     }
     Ok(producer)
 }
@@ -123,27 +167,28 @@ fn check_structure(trace: &Trace<'_>) -> Result<Vec<Option<usize>>> {
 /// Topological order of the ops in O(N + E): the recording order when it is already valid,
 /// otherwise Kahn's algorithm (deterministic: ties broken by recording order of readiness).
 fn topological_order(trace: &Trace<'_>, producer: &[Option<usize>]) -> Result<Vec<usize>> {
-    let mut seen = vec![false; trace.ops.len()];
-    let in_order = trace.ops.iter().enumerate().all(|(i, op)| {
-        let ok = op.inputs.iter().all(|t| producer[t.0].is_none_or(|p| seen[p]));
+    let ops = trace.ops();
+    let mut seen = vec![false; ops.len()];
+    let in_order = ops.iter().enumerate().all(|(i, op)| {
+        let ok = op.inputs.iter().all(|t| producer[t.index()].is_none_or(|p| seen[p]));
         seen[i] = true;
         ok
     });
     if in_order {
-        return Ok((0..trace.ops.len()).collect());
+        return Ok((0..ops.len()).collect());
     }
-    let mut pending = vec![0usize; trace.ops.len()];
-    let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); trace.ops.len()];
-    for (i, op) in trace.ops.iter().enumerate() {
+    let mut pending = vec![0usize; ops.len()];
+    let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); ops.len()];
+    for (i, op) in ops.iter().enumerate() {
         for t in &op.inputs {
-            if let Some(p) = producer[t.0] {
+            if let Some(p) = producer[t.index()] {
                 pending[i] += 1;
                 consumers[p].push(i);
             }
         }
     }
-    let mut ready: VecDeque<usize> = (0..trace.ops.len()).filter(|&i| pending[i] == 0).collect();
-    let mut order = Vec::with_capacity(trace.ops.len());
+    let mut ready: VecDeque<usize> = (0..ops.len()).filter(|&i| pending[i] == 0).collect();
+    let mut order = Vec::with_capacity(ops.len());
     while let Some(i) = ready.pop_front() {
         order.push(i);
         for &c in &consumers[i] {
@@ -153,36 +198,69 @@ fn topological_order(trace: &Trace<'_>, producer: &[Option<usize>]) -> Result<Ve
             }
         }
     }
-    if order.len() < trace.ops.len() {
-        let nodes = (0..trace.ops.len()).filter(|&i| pending[i] > 0).map(|i| trace.ops[i].id.clone()).collect();
+    if order.len() < ops.len() {
+        let tensors = trace.tensors();
+        let nodes = one_cycle(trace, producer, &pending)
+            .into_iter()
+            .map(|i| ops[i].describe(|t| tensors.get(t.index()).map(|x| &x.spec)))
+            .collect();
         return Err(GraphError::Cycle { nodes });
     }
     Ok(order)
 }
 
+/// One cycle among the ops Kahn's algorithm could not order (`pending[i] > 0`), in data-flow order.
+///
+/// Every such op has an unordered producer among its inputs, so walking from one to such a producer
+/// must revisit an op: the ops between the two visits are a cycle, and nothing downstream of it is named.
+fn one_cycle(trace: &Trace<'_>, producer: &[Option<usize>], pending: &[usize]) -> Vec<usize> {
+    let ops = trace.ops();
+    let Some(start) = (0..ops.len()).find(|&i| pending[i] > 0) else { return Vec::new() };
+    let mut visited_at: HashMap<usize, usize> = HashMap::new();
+    let mut walk = Vec::new();
+    let mut at = start;
+    loop {
+        if let Some(&first) = visited_at.get(&at) {
+            let mut cycle = walk[first..].to_vec();
+            cycle.reverse(); // the walk went against the data flow
+            return cycle;
+        }
+        visited_at.insert(at, walk.len());
+        walk.push(at);
+        let next = ops[at].inputs.iter().filter_map(|t| producer[t.index()]).find(|&p| pending[p] > 0);
+        match next {
+            Some(p) => at = p,
+            None => return walk, // cannot happen for an unordered op; name what was seen
+        }
+    }
+}
+
 fn check_signature(op: &Op, specs: &[TensorSpec]) -> Result<()> {
-    let Some(sig) = ops::signature(&op.op) else { return Ok(()) };
+    let sig = op.op.signature();
+    let describe = || op.describe(|t| specs.get(t.index()));
     for (port, arity, found) in [("input", sig.inputs, op.inputs.len()), ("output", sig.outputs, op.outputs.len())] {
         if !arity.accepts(found) {
             return Err(GraphError::Arity {
-                node: op.id.clone(),
-                op: op.op.clone(),
+                node: describe(),
+                op: op.op.name(),
                 port,
                 expected: arity.to_string(),
                 found,
             });
         }
     }
-    let view = |ids: &[TensorId]| -> Vec<_> { ids.iter().map(|t| (&specs[t.0].shape, specs[t.0].dtype)).collect() };
+    let view = |ids: &[TensorId]| -> Vec<_> {
+        ids.iter().map(|t| (&specs[t.index()].shape, specs[t.index()].dtype)).collect()
+    };
     ops::check_types(sig.rule, &view(&op.inputs), &view(&op.outputs)).map_err(|detail| GraphError::TypeMismatch {
-        node: op.id.clone(),
-        op: op.op.clone(),
+        node: describe(),
+        op: op.op.name(),
         detail,
     })
 }
 
 fn mismatch(spec: &TensorSpec, storage: &'static str, detail: String) -> GraphError {
-    GraphError::StorageMismatch { tensor: spec.name.clone(), storage, detail }
+    GraphError::StorageMismatch { tensor: spec.label().to_owned(), storage, detail }
 }
 
 /// Applies the decision table to one unresolved tensor: `None` means "graph input".
@@ -254,7 +332,7 @@ fn classify<'a>(
                     encoding: name,
                 });
             }
-            let cannot = |detail: String| GraphError::CannotDecode { tensor: spec.name.clone(), detail };
+            let cannot = |detail: String| GraphError::CannotDecode { tensor: spec.label().to_owned(), detail };
             if encoding.block_geometry().is_none() {
                 return Err(cannot(format!(
                     "encoding {encoding} is not one tapeout decodes (Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K); load it dense"
@@ -304,7 +382,7 @@ fn assign_keys(constants: &mut [Constant<'_>], specs: &[TensorSpec]) -> Vec<KeyC
     let mut taken: HashSet<String> = HashSet::with_capacity(constants.len());
     let mut collisions = Vec::new();
     for (n, c) in constants.iter_mut().enumerate() {
-        let spec = &specs[c.tensor.0];
+        let spec = &specs[c.tensor.index()];
         let wanted = match (&spec.path, spec.name.is_empty()) {
             (Some(path), _) if !path.is_empty() => path.clone(),
             (_, false) => spec.name.clone(),
@@ -335,26 +413,36 @@ fn assign_keys(constants: &mut [Constant<'_>], specs: &[TensorSpec]) -> Vec<KeyC
 pub fn finalize<'a>(trace: &Trace<'a>, opts: &ExtractOptions) -> Result<ComputeGraph<'a>> {
     let producer = check_structure(trace)?;
     let order = topological_order(trace, &producer)?;
-    let mut specs: Vec<TensorSpec> = trace.tensors.iter().map(|t| t.spec.clone()).collect();
+    let (tensors, ops) = (trace.tensors(), trace.ops());
+    let mut specs: Vec<TensorSpec> = tensors.iter().map(|t| t.spec.clone()).collect();
 
     let mut inputs = Vec::new();
     let mut constants = Vec::new();
     let mut resolved: HashSet<TensorId> = HashSet::new();
-    let first_uses = order.iter().flat_map(|&i| trace.ops[i].inputs.iter()).chain(&trace.outputs);
+    let first_uses = order.iter().flat_map(|&i| ops[i].inputs.iter()).chain(trace.outputs());
     for &id in first_uses {
-        if producer[id.0].is_some() || !resolved.insert(id) {
+        if producer[id.index()].is_some() || !resolved.insert(id) {
             continue;
         }
-        match classify(id, &mut specs[id.0], &trace.tensors[id.0].storage, opts)? {
+        match classify(id, &mut specs[id.index()], &tensors[id.index()].storage, opts)? {
             Some(data) => constants.push(Constant { tensor: id, key: String::new(), data }),
             None => inputs.push(id),
         }
     }
     // Types are checked as the program will see them: widened and dequantized weights are f32.
     for &i in &order {
-        check_signature(&trace.ops[i], &specs)?;
+        check_signature(&ops[i], &specs)?;
     }
     let key_collisions = assign_keys(&mut constants, &specs);
-    let nodes = order.into_iter().map(|i| trace.ops[i].clone()).collect();
-    Ok(ComputeGraph { tensors: specs, inputs, constants, nodes, outputs: trace.outputs.clone(), key_collisions })
+    let constant_of = constants.iter().enumerate().map(|(i, c)| (c.tensor, i)).collect();
+    let nodes = order.into_iter().map(|i| ops[i].clone()).collect();
+    Ok(ComputeGraph {
+        tensors: specs,
+        inputs,
+        constants,
+        constant_of,
+        nodes,
+        outputs: trace.outputs().to_vec(),
+        key_collisions,
+    })
 }

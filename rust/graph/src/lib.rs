@@ -25,6 +25,7 @@ pub use constant::{ByteSink, CHUNK_VALUES, ConstantData, MAX_LEND_BYTES, PASSTHR
 pub use dtype::DType;
 pub use error::{GraphError, Result};
 pub use graph::{ComputeGraph, Constant, ExtractOptions, KeyCollision, PackedConstantHandling, finalize};
+pub use ops::OpKind;
 pub use packed::{BlockOrder, Encoding};
 pub use shape::{Dim, Shape};
 pub use tensor::{ChunkLender, HalfLayout, LendError, Lent, Storage, StreamError, Tensor, TensorSpec};

@@ -1,5 +1,5 @@
-//! What the graph layer knows about op signatures: arity, and dtype/shape rules for the
-//! elementwise families. Ops not listed here are checked by the emitter.
+//! The op table ([`OpKind`]): every op's name and signature (arity, and dtype/shape rules for the
+//! elementwise families; ops with a `Free` rule have their types checked by the emitter).
 
 use crate::dtype::DType;
 use crate::shape::{Dim, Shape};
@@ -63,30 +63,153 @@ pub struct Signature {
     pub rule: Rule,
 }
 
-/// The signature of `op`, when the graph layer knows it.
-#[must_use]
-pub fn signature(op: &str) -> Option<Signature> {
-    use Arity::{AtLeast, Between, Exactly};
-    let sig = |inputs, outputs, rule| Some(Signature { inputs, outputs, rule });
-    match op {
-        "add" | "sub" | "mul" | "div" | "pow" | "max" | "min" => sig(Exactly(2), Exactly(1), Rule::ElementwiseBinary),
-        "neg" | "abs" | "exp" | "log" | "sqrt" | "rsqrt" | "tanh" | "sigmoid" | "relu" | "gelu" | "silu" | "sin"
-        | "cos" => sig(Exactly(1), Exactly(1), Rule::ElementwiseUnary),
-        "matmul" => sig(Exactly(2), Exactly(1), Rule::SameDType),
-        "convert" | "reshape" | "transpose" | "broadcast" | "slice" | "reduce_sum" | "reduce_mean" | "reduce_max"
-        | "softmax" => sig(Exactly(1), Exactly(1), Rule::Free),
-        "concat" => sig(AtLeast(1), Exactly(1), Rule::SameDType),
-        "gather" | "compare" => sig(Exactly(2), Exactly(1), Rule::Free),
-        "select" => sig(Exactly(3), Exactly(1), Rule::Free),
-        "clamp" => sig(Between(1, 3), Exactly(1), Rule::Free),
-        "layer_norm" | "rms_norm" => sig(Between(1, 3), Exactly(1), Rule::SameDType),
-        "conv2d" => sig(Between(2, 3), Exactly(1), Rule::SameDType),
-        "max_pool2d" | "avg_pool2d" | "causal_mask" => sig(Exactly(1), Exactly(1), Rule::ElementwiseUnaryDType),
-        "rope" => sig(Exactly(3), Exactly(1), Rule::SameDType),
-        "iota" => sig(Exactly(0), Exactly(1), Rule::Free),
-        "sdpa" => sig(Between(3, 4), Exactly(1), Rule::SameDType),
-        _ => None,
+/// Declares the op table: each op's variant, name and signature, once.
+macro_rules! op_table {
+    ($($(#[$doc:meta])* $variant:ident = $name:literal: $inputs:expr, $outputs:expr, $rule:ident;)*) => {
+        /// Every op a trace can record, a graph file can name and the emitter lowers: the one table that
+        /// validation, lowering dispatch and the graph format's "unknown op" list all read. Deliberately
+        /// exhaustive: a new op does not compile until every `match` over the table (the emitter's
+        /// dispatch among them) handles it.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum OpKind {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl OpKind {
+            /// Every op, sorted by name.
+            pub const ALL: &'static [OpKind] = &[$(OpKind::$variant,)*];
+
+            /// The op's name in traces and graph files (`add`, `rms_norm`, …).
+            #[must_use]
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(OpKind::$variant => $name,)*
+                }
+            }
+
+            /// The op called `name`, if there is one.
+            #[must_use]
+            pub fn from_name(name: &str) -> Option<OpKind> {
+                match name {
+                    $($name => Some(OpKind::$variant),)*
+                    _ => None,
+                }
+            }
+
+            /// Its arity and type rule.
+            #[must_use]
+            pub fn signature(self) -> Signature {
+                #[allow(unused_imports)]
+                use Arity::{AtLeast, Between, Exactly};
+                match self {
+                    $(OpKind::$variant => Signature { inputs: $inputs, outputs: $outputs, rule: Rule::$rule },)*
+                }
+            }
+        }
+    };
+}
+
+op_table! {
+    /// `|x|`.
+    Abs = "abs": Exactly(1), Exactly(1), ElementwiseUnary;
+    /// `a + b`, broadcast.
+    Add = "add": Exactly(2), Exactly(1), ElementwiseBinary;
+    /// 2-D average pooling (NCHW).
+    AvgPool2d = "avg_pool2d": Exactly(1), Exactly(1), ElementwiseUnaryDType;
+    /// Broadcast to the result shape (`dims` maps operand dimensions).
+    Broadcast = "broadcast": Exactly(1), Exactly(1), Free;
+    /// Mask the scores above the diagonal with -inf.
+    CausalMask = "causal_mask": Exactly(1), Exactly(1), ElementwiseUnaryDType;
+    /// `min(max(x, lo), hi)`.
+    Clamp = "clamp": Between(1, 3), Exactly(1), Free;
+    /// Elementwise comparison (`direction`), a bool result.
+    Compare = "compare": Exactly(2), Exactly(1), Free;
+    /// Concatenation along `axis`.
+    Concat = "concat": AtLeast(1), Exactly(1), SameDType;
+    /// 2-D convolution (NCHW input, OIHW weight, optional bias).
+    Conv2d = "conv2d": Between(2, 3), Exactly(1), SameDType;
+    /// Element type conversion.
+    Convert = "convert": Exactly(1), Exactly(1), Free;
+    /// `cos x`.
+    Cos = "cos": Exactly(1), Exactly(1), ElementwiseUnary;
+    /// `a / b`, broadcast.
+    Div = "div": Exactly(2), Exactly(1), ElementwiseBinary;
+    /// `e^x`.
+    Exp = "exp": Exactly(1), Exactly(1), ElementwiseUnary;
+    /// Rows of a table by index along `axis`.
+    Gather = "gather": Exactly(2), Exactly(1), Free;
+    /// GELU (tanh approximation).
+    Gelu = "gelu": Exactly(1), Exactly(1), ElementwiseUnary;
+    /// Indices along `dim`.
+    Iota = "iota": Exactly(0), Exactly(1), Free;
+    /// Layer normalization over the last axis (optional gamma, beta).
+    LayerNorm = "layer_norm": Between(1, 3), Exactly(1), SameDType;
+    /// `ln x`.
+    Log = "log": Exactly(1), Exactly(1), ElementwiseUnary;
+    /// Matrix product (batched over leading dimensions).
+    Matmul = "matmul": Exactly(2), Exactly(1), SameDType;
+    /// `max(a, b)`, broadcast.
+    Max = "max": Exactly(2), Exactly(1), ElementwiseBinary;
+    /// 2-D max pooling (NCHW).
+    MaxPool2d = "max_pool2d": Exactly(1), Exactly(1), ElementwiseUnaryDType;
+    /// `min(a, b)`, broadcast.
+    Min = "min": Exactly(2), Exactly(1), ElementwiseBinary;
+    /// `a * b`, broadcast.
+    Mul = "mul": Exactly(2), Exactly(1), ElementwiseBinary;
+    /// `-x`.
+    Neg = "neg": Exactly(1), Exactly(1), ElementwiseUnary;
+    /// `a ^ b`, broadcast.
+    Pow = "pow": Exactly(2), Exactly(1), ElementwiseBinary;
+    /// Maximum over `axes`.
+    ReduceMax = "reduce_max": Exactly(1), Exactly(1), Free;
+    /// Mean over `axes`.
+    ReduceMean = "reduce_mean": Exactly(1), Exactly(1), Free;
+    /// Sum over `axes`.
+    ReduceSum = "reduce_sum": Exactly(1), Exactly(1), Free;
+    /// `max(x, 0)`.
+    Relu = "relu": Exactly(1), Exactly(1), ElementwiseUnary;
+    /// Same elements, another shape.
+    Reshape = "reshape": Exactly(1), Exactly(1), Free;
+    /// RMS normalization over the last axis (optional gamma).
+    RmsNorm = "rms_norm": Between(1, 3), Exactly(1), SameDType;
+    /// Rotary position embedding (x, cos, sin).
+    Rope = "rope": Exactly(3), Exactly(1), SameDType;
+    /// `1 / sqrt x`.
+    Rsqrt = "rsqrt": Exactly(1), Exactly(1), ElementwiseUnary;
+    /// Scaled dot-product attention (q, k, v, optional mask).
+    Sdpa = "sdpa": Between(3, 4), Exactly(1), SameDType;
+    /// `pred ? a : b`.
+    Select = "select": Exactly(3), Exactly(1), Free;
+    /// `1 / (1 + e^-x)`.
+    Sigmoid = "sigmoid": Exactly(1), Exactly(1), ElementwiseUnary;
+    /// `x · sigmoid(x)`.
+    Silu = "silu": Exactly(1), Exactly(1), ElementwiseUnary;
+    /// `sin x`.
+    Sin = "sin": Exactly(1), Exactly(1), ElementwiseUnary;
+    /// A strided static slice.
+    Slice = "slice": Exactly(1), Exactly(1), Free;
+    /// Softmax along `axis`.
+    Softmax = "softmax": Exactly(1), Exactly(1), Free;
+    /// `sqrt x`.
+    Sqrt = "sqrt": Exactly(1), Exactly(1), ElementwiseUnary;
+    /// `a - b`, broadcast.
+    Sub = "sub": Exactly(2), Exactly(1), ElementwiseBinary;
+    /// `tanh x`.
+    Tanh = "tanh": Exactly(1), Exactly(1), ElementwiseUnary;
+    /// Permutation of the dimensions (`perm`, reversed by default).
+    Transpose = "transpose": Exactly(1), Exactly(1), Free;
+}
+
+impl std::fmt::Display for OpKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
+}
+
+/// The names of every op, comma-separated (for "unknown op" messages).
+#[must_use]
+pub fn known_op_names() -> String {
+    OpKind::ALL.iter().map(|o| o.name()).collect::<Vec<_>>().join(", ")
 }
 
 /// NumPy broadcast of two shapes (right-aligned), or `None` when they are incompatible.
@@ -166,6 +289,20 @@ pub(crate) fn check_types(rule: Rule, ins: &[(&Shape, DType)], outs: &[(&Shape, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_table_is_sorted_and_names_round_trip() {
+        let names: Vec<&str> = OpKind::ALL.iter().map(|o| o.name()).collect();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(names, sorted, "OpKind::ALL is sorted by name, each name once");
+        for &op in OpKind::ALL {
+            assert_eq!(OpKind::from_name(op.name()), Some(op));
+        }
+        assert_eq!(OpKind::from_name("frobnicate"), None);
+        assert!(known_op_names().starts_with("abs, add, avg_pool2d"));
+    }
 
     #[test]
     fn numpy_broadcasting() {

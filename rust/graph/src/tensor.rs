@@ -213,6 +213,12 @@ impl TensorSpec {
         self
     }
 
+    /// How messages name it: the module path when it has one, else its name.
+    #[must_use]
+    pub fn label(&self) -> &str {
+        self.path.as_deref().filter(|p| !p.is_empty()).unwrap_or(&self.name)
+    }
+
     /// The MLIR tensor type, e.g. `tensor<4x3xf32>`, `tensor<?x8xbf16>`, `tensor<i1>`.
     #[must_use]
     pub fn mlir_type(&self) -> String {

@@ -2,11 +2,26 @@
 
 use std::collections::BTreeMap;
 
+use crate::ops::OpKind;
 use crate::tensor::{Tensor, TensorSpec};
 
-/// Index of a tensor in a [`Trace`] (and in the [`crate::ComputeGraph`] made from it).
+/// A tensor of a [`Trace`] (and of the [`crate::ComputeGraph`] made from it). Only a trace hands them
+/// out, so an id always names a tensor of the trace that made it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TensorId(pub usize);
+pub struct TensorId(usize);
+
+impl TensorId {
+    /// Its position in the trace's tensor list.
+    #[must_use]
+    pub fn index(self) -> usize {
+        self.0
+    }
+
+    /// The id at `index` (crate-internal: the trace checks the range).
+    pub(crate) fn at(index: usize) -> Self {
+        TensorId(index)
+    }
+}
 
 /// A typed op attribute.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,10 +46,10 @@ pub type Attrs = BTreeMap<String, Attr>;
 /// One recorded operation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Op {
-    /// Deterministic id: `n<seq>_<op>`.
-    pub id: String,
-    /// The op name (`add`, `matmul`, `rms_norm`, …).
-    pub op: String,
+    /// Its position in recording order (the node's index in a graph file).
+    pub index: usize,
+    /// The op.
+    pub op: OpKind,
     /// Attributes.
     pub attrs: Attrs,
     /// Operands, in order.
@@ -43,16 +58,23 @@ pub struct Op {
     pub outputs: Vec<TensorId>,
 }
 
+impl Op {
+    /// How messages name this node: its position, op and first result by module path or name, e.g.
+    /// `node 3 (reshape -> 'model.h')`. `spec` looks up a tensor's spec.
+    pub fn describe<'s>(&self, spec: impl Fn(TensorId) -> Option<&'s TensorSpec>) -> String {
+        match self.outputs.first().and_then(|&t| spec(t)) {
+            Some(s) => format!("node {} ({} -> '{}')", self.index, self.op, s.label()),
+            None => format!("node {} ({})", self.index, self.op),
+        }
+    }
+}
+
 /// A recorded execution: the input to [`crate::finalize`].
 #[derive(Debug, Default)]
 pub struct Trace<'a> {
-    /// Every tensor, indexed by [`TensorId`].
-    pub tensors: Vec<Tensor<'a>>,
-    /// Ops in recording order.
-    pub ops: Vec<Op>,
-    /// The tensors the model returns, in order. A tensor nobody consumes is not an output unless
-    /// it is listed here.
-    pub outputs: Vec<TensorId>,
+    tensors: Vec<Tensor<'a>>,
+    ops: Vec<Op>,
+    outputs: Vec<TensorId>,
 }
 
 impl<'a> Trace<'a> {
@@ -73,15 +95,15 @@ impl<'a> Trace<'a> {
         self.add_tensor(Tensor::placeholder(spec))
     }
 
-    /// Records an op and returns its id.
-    pub fn record(&mut self, op: &str, attrs: Attrs, inputs: &[TensorId], outputs: &[TensorId]) -> &Op {
-        let id = format!("n{}_{op}", self.ops.len());
-        self.ops.push(Op { id, op: op.to_owned(), attrs, inputs: inputs.to_vec(), outputs: outputs.to_vec() });
-        let last = self.ops.len() - 1;
-        &self.ops[last]
+    /// Records an op.
+    pub fn record(&mut self, op: OpKind, attrs: Attrs, inputs: &[TensorId], outputs: &[TensorId]) -> &Op {
+        let index = self.ops.len();
+        self.ops.push(Op { index, op, attrs, inputs: inputs.to_vec(), outputs: outputs.to_vec() });
+        &self.ops[index]
     }
 
-    /// Declares the model's results.
+    /// Declares the model's results, in order. A tensor nobody consumes is not an output unless it is
+    /// listed here.
     pub fn set_outputs(&mut self, outputs: &[TensorId]) {
         self.outputs = outputs.to_vec();
     }
@@ -90,5 +112,29 @@ impl<'a> Trace<'a> {
     #[must_use]
     pub fn tensor(&self, id: TensorId) -> Option<&Tensor<'a>> {
         self.tensors.get(id.0)
+    }
+
+    /// The id of the tensor at `index`, if there is one.
+    #[must_use]
+    pub fn id(&self, index: usize) -> Option<TensorId> {
+        (index < self.tensors.len()).then_some(TensorId(index))
+    }
+
+    /// Every tensor, indexed by [`TensorId::index`].
+    #[must_use]
+    pub fn tensors(&self) -> &[Tensor<'a>] {
+        &self.tensors
+    }
+
+    /// The ops in recording order.
+    #[must_use]
+    pub fn ops(&self) -> &[Op] {
+        &self.ops
+    }
+
+    /// The declared results.
+    #[must_use]
+    pub fn outputs(&self) -> &[TensorId] {
+        &self.outputs
     }
 }

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use tapeout_graph::{Attrs, DType, ExtractOptions, Shape, Tensor, TensorSpec, Trace, finalize};
+use tapeout_graph::{Attrs, DType, ExtractOptions, OpKind, Shape, Tensor, TensorSpec, Trace, finalize};
 use tapeout_hlo::{EmitOptions, MaterializationPolicy, emit_pipelined, emit_to, text::push_hex};
 
 fn bench(c: &mut Criterion) {
@@ -20,7 +20,7 @@ fn bench(c: &mut Criterion) {
     let mut t = Trace::new();
     let w = t.add_tensor(Tensor::f32(TensorSpec::new("w", Shape::of(&[n as u64]), DType::F32), &values));
     let y = t.add_placeholder(TensorSpec::new("y", Shape::of(&[n as u64]), DType::F32));
-    t.record("neg", Attrs::new(), &[w], &[y]);
+    t.record(OpKind::Neg, Attrs::new(), &[w], &[y]);
     t.set_outputs(&[y]);
     let graph = finalize(&t, &ExtractOptions::default()).unwrap_or_else(|e| panic!("{e}"));
     let opts = EmitOptions { policy: MaterializationPolicy::InlineAlways, ..EmitOptions::default() };

@@ -4,24 +4,13 @@
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum HloError {
-    /// A node uses an op the emitter does not know.
-    #[error("node {node}: unknown op '{op}'. Known ops: {known}")]
-    UnknownOp {
-        /// Node id.
-        node: String,
-        /// The op name.
-        op: String,
-        /// The sorted list of known ops.
-        known: String,
-    },
-
     /// A node's attribute is missing or malformed.
-    #[error("node {node} (op '{op}'): attribute '{attr}' {detail}")]
+    #[error("{node}: attribute '{attr}' {detail}")]
     BadAttribute {
-        /// Node id.
+        /// The node, as `ComputeGraph::describe` names it.
         node: String,
         /// Op name.
-        op: String,
+        op: &'static str,
         /// Attribute name.
         attr: String,
         /// What is wrong.
@@ -30,12 +19,12 @@ pub enum HloError {
 
     /// A node is valid but cannot be lowered as given (shape, rank or dtype outside what the
     /// lowering supports).
-    #[error("node {node} (op '{op}'): {detail}")]
+    #[error("{node}: {detail}")]
     Unsupported {
-        /// Node id.
+        /// The node, as `ComputeGraph::describe` names it.
         node: String,
         /// Op name.
-        op: String,
+        op: &'static str,
         /// What is not supported, and what to do.
         detail: String,
     },
@@ -43,7 +32,7 @@ pub enum HloError {
     /// A constant is too large to be written inline as text.
     #[error(
         "constant '{tensor}' is {bytes} bytes, above the {ceiling}-byte ceiling for an inline constant (one 2 GiB buffer); \
-         make it an external parameter: use MaterializationPolicy::ExternalAlways or a SizeThreshold at or below {bytes} bytes"
+         make it an external parameter (a size threshold at or below {bytes} bytes)"
     )]
     ConstantTooLarge {
         /// The tensor.

@@ -13,8 +13,6 @@ mod error;
 mod pipe;
 pub mod text;
 
-pub use emit::{
-    EmitOptions, ExternalParameter, INLINE_CEILING, KNOWN_OPS, MaterializationPolicy, Module, emit, emit_to,
-};
+pub use emit::{EmitOptions, ExternalParameter, INLINE_CEILING, MaterializationPolicy, Module, emit, emit_to};
 pub use error::{HloError, Result};
 pub use pipe::emit_pipelined;

@@ -1,7 +1,7 @@
 //! Byte layout of an IRPA v0 archive, reproducing IREE 3.13's builder byte for byte.
 //!
-//! Every record is serialised field by field in little-endian. A naturally aligned `#[repr(C)]`
-//! entry would be 80 bytes instead of 76: exactly the SKaiNET writer's bug that IREE rejects.
+//! The records themselves are the plain-old-data structs of `records` (packed, little-endian, their sizes
+//! checked at compile time); this module places them.
 
 use crate::error::{IrpaError, Result};
 
@@ -156,51 +156,22 @@ where
     Ok(Layout { entry_segment, metadata_segment, storage_segment, entries: placements, file_size })
 }
 
-/// Little-endian field-by-field encoder for the fixed-size records.
-pub(crate) struct RecordWriter<'a> {
-    buf: &'a mut Vec<u8>,
-}
-
-impl<'a> RecordWriter<'a> {
-    pub(crate) fn new(buf: &'a mut Vec<u8>) -> Self {
-        Self { buf }
-    }
-    pub(crate) fn u8(&mut self, v: u8) {
-        self.buf.push(v);
-    }
-    pub(crate) fn u16(&mut self, v: u16) {
-        self.buf.extend_from_slice(&v.to_le_bytes());
-    }
-    pub(crate) fn u32(&mut self, v: u32) {
-        self.buf.extend_from_slice(&v.to_le_bytes());
-    }
-    pub(crate) fn u64(&mut self, v: u64) {
-        self.buf.extend_from_slice(&v.to_le_bytes());
-    }
-    pub(crate) fn range(&mut self, r: Range) {
-        self.u64(r.offset);
-        self.u64(r.length);
-    }
-    pub(crate) fn bytes(&mut self, b: &[u8]) {
-        self.buf.extend_from_slice(b);
-    }
-}
-
 /// Serialises the 88-byte header.
 pub(crate) fn encode_header(layout: &Layout, entry_count: u64, out: &mut Vec<u8>) {
-    let start = out.len();
-    let mut w = RecordWriter::new(out);
-    w.u32(MAGIC);
-    w.u16(0);
-    w.u16(0);
-    w.u64(HEADER_SIZE);
-    w.u64(0); // next_header_offset: chains are broken in IREE 3.13
-    w.u64(0); // flags
-    w.u64(entry_count);
-    w.range(layout.entry_segment);
-    w.range(layout.metadata_segment);
-    w.range(layout.storage_segment);
-    debug_assert_eq!(out.len() - start, 88);
+    use crate::records::{Header, U16Le, U32Le, U64Le};
+    let header = Header {
+        magic: U32Le::new(MAGIC),
+        version_major: U16Le::new(0),
+        version_minor: U16Le::new(0),
+        header_size: U64Le::new(HEADER_SIZE),
+        next_header_offset: U64Le::new(0), // chains are broken in IREE 3.13
+        flags: U64Le::new(0),
+        entry_count: U64Le::new(entry_count),
+        entry_segment: layout.entry_segment.into(),
+        metadata_segment: layout.metadata_segment.into(),
+        storage_segment: layout.storage_segment.into(),
+    };
+    out.extend_from_slice(bytemuck::bytes_of(&header));
 }
 
 #[cfg(test)]

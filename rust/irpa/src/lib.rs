@@ -12,6 +12,7 @@
 mod error;
 pub mod layout;
 mod reader;
+mod records;
 mod source;
 mod writer;
 

@@ -14,6 +14,7 @@ use crate::error::{FormatProblem, IrpaError, Result};
 use crate::layout::{
     DATA_ENTRY_SIZE, ENTRY_ALIGNMENT, ENTRY_COMMON_SIZE, HEADER_SIZE, MAGIC, Range, SPLAT_ENTRY_SIZE, entry_type,
 };
+use crate::records::{self, DataEntry, EntryCommon, Header, SplatEntry};
 
 /// One entry's location in the archive, as validated offsets (no borrowed data).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,32 +56,6 @@ pub struct Index {
     pub entries: Vec<IndexEntry>,
 }
 
-struct Cursor<'a> {
-    bytes: &'a [u8],
-}
-
-impl Cursor<'_> {
-    fn u8(&self, at: usize) -> u8 {
-        self.bytes[at]
-    }
-    fn u16(&self, at: usize) -> u16 {
-        u16::from_le_bytes([self.bytes[at], self.bytes[at + 1]])
-    }
-    fn u32(&self, at: usize) -> u32 {
-        let mut b = [0u8; 4];
-        b.copy_from_slice(&self.bytes[at..at + 4]);
-        u32::from_le_bytes(b)
-    }
-    fn u64(&self, at: usize) -> u64 {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&self.bytes[at..at + 8]);
-        u64::from_le_bytes(b)
-    }
-    fn range(&self, at: usize) -> Range {
-        Range { offset: self.u64(at), length: self.u64(at + 8) }
-    }
-}
-
 fn check_segment(name: &'static str, seg: Range, file_size: u64) -> Result<(), FormatProblem> {
     match seg.end() {
         Some(end) if end <= file_size => Ok(()),
@@ -108,27 +83,29 @@ pub fn parse_index(bytes: &[u8]) -> Result<Index, FormatProblem> {
     if file_size < HEADER_SIZE {
         return Err(FormatProblem::TooShort { size: file_size });
     }
-    let c = Cursor { bytes };
-    let magic = c.u32(0);
+    let Some(header) = records::read::<Header>(bytes, 0) else {
+        return Err(FormatProblem::TooShort { size: file_size });
+    };
+    let magic = header.magic.get();
     if magic != MAGIC {
         return Err(FormatProblem::BadMagic { found: magic });
     }
-    let (major, minor) = (c.u16(4), c.u16(6));
+    let (major, minor) = (header.version_major.get(), header.version_minor.get());
     if (major, minor) != (0, 0) {
         return Err(FormatProblem::UnsupportedVersion { major, minor });
     }
-    let header_size = c.u64(8);
+    let header_size = header.header_size.get();
     if header_size != HEADER_SIZE {
         return Err(FormatProblem::BadHeaderSize { found: header_size });
     }
-    let next = c.u64(16);
+    let next = header.next_header_offset.get();
     if next != 0 {
         return Err(FormatProblem::ChainedArchive { found: next });
     }
-    let declared = c.u64(32);
-    let entry_segment = c.range(40);
-    let metadata_segment = c.range(56);
-    let storage_segment = c.range(72);
+    let declared = header.entry_count.get();
+    let entry_segment = Range::from(header.entry_segment);
+    let metadata_segment = Range::from(header.metadata_segment);
+    let storage_segment = Range::from(header.storage_segment);
     check_segment("entry", entry_segment, file_size)?;
     check_segment("metadata", metadata_segment, file_size)?;
     check_segment("storage", storage_segment, file_size)?;
@@ -156,9 +133,11 @@ pub fn parse_index(bytes: &[u8]) -> Result<Index, FormatProblem> {
         if pos.checked_add(ENTRY_COMMON_SIZE).is_none_or(|end| end > table_end) {
             return Err(mismatch(index, "lies past the end of the table"));
         }
-        let at = usize::try_from(pos).map_err(|_| mismatch(index, "lies past the end of the table"))?;
-        let entry_size = c.u64(at);
-        let ty = c.u32(at + 8);
+        let past = || mismatch(index, "lies past the end of the table");
+        let at = usize::try_from(pos).map_err(|_| past())?;
+        let common = records::read::<EntryCommon>(bytes, at).ok_or_else(past)?;
+        let entry_size = common.entry_size.get();
+        let ty = common.entry_type.get();
         let (kind_name, min_size) = match ty {
             entry_type::SKIP => ("SKIP", ENTRY_COMMON_SIZE),
             entry_type::SPLAT => ("SPLAT", SPLAT_ENTRY_SIZE),
@@ -175,8 +154,8 @@ pub fn parse_index(bytes: &[u8]) -> Result<Index, FormatProblem> {
             continue;
         }
 
-        let name_rel = c.range(at + 20);
-        let meta_rel = c.range(at + 36);
+        let name_rel = Range::from(common.name);
+        let meta_rel = Range::from(common.metadata);
         let out_of_meta = |what: &'static str, r: Range| FormatProblem::MetadataRefOutOfRange {
             index,
             what,
@@ -192,8 +171,9 @@ pub fn parse_index(bytes: &[u8]) -> Result<Index, FormatProblem> {
             within(metadata_segment, meta_rel).ok_or_else(|| out_of_meta("metadata", meta_rel))?
         };
 
+        // The entry's size was checked against its type and the table above, so its record is in bounds.
         let kind = if ty == entry_type::DATA {
-            let rel = c.range(at + 60);
+            let rel = Range::from(records::read::<DataEntry>(bytes, at).ok_or_else(past)?.storage);
             let abs = within(storage_segment, rel).ok_or(FormatProblem::StorageRefOutOfRange {
                 index,
                 offset: rel.offset,
@@ -203,10 +183,8 @@ pub fn parse_index(bytes: &[u8]) -> Result<Index, FormatProblem> {
             })?;
             IndexKind::Data(abs)
         } else {
-            let length = c.u64(at + 60);
-            let mut pattern = [0u8; 16];
-            pattern.copy_from_slice(&bytes[at + 68..at + 84]);
-            let pattern_len = c.u8(at + 84);
+            let splat = records::read::<SplatEntry>(bytes, at).ok_or_else(past)?;
+            let (length, pattern, pattern_len) = (splat.length.get(), splat.pattern, splat.pattern_length);
             if !matches!(pattern_len, 1 | 2 | 4 | 8 | 16) || length % u64::from(pattern_len) != 0 {
                 return Err(FormatProblem::BadSplat { index, pattern_len, length });
             }

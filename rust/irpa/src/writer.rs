@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{IrpaError, Result};
-use crate::layout::{self, EntryShape, Layout, RecordWriter, entry_type};
+use crate::layout::{self, EntryShape, Layout, entry_type};
+use crate::records::{DataEntry, EntryCommon, SplatEntry, U32Le, U64Le};
 use crate::source::{ByteSource, ChunkSink, SinkTarget};
 
 enum Payload<'a> {
@@ -228,23 +229,26 @@ impl<'a> ArchiveWriter<'a> {
         layout::encode_header(layout, self.entries.len() as u64, &mut buf);
         for (entry, placement) in self.entries.iter().zip(&layout.entries) {
             buf.resize(usize::try_from(placement.record_offset).unwrap_or(buf.len()), 0);
-            let mut w = RecordWriter::new(&mut buf);
-            let (ty, size, alignment) = match entry.payload {
-                Payload::Data(_) => (entry_type::DATA, layout::DATA_ENTRY_SIZE, layout::DATA_ALIGNMENT),
-                Payload::Splat { .. } => (entry_type::SPLAT, layout::SPLAT_ENTRY_SIZE, 0),
+            let common = |entry_type: u32, size: u64, alignment: u64| EntryCommon {
+                entry_size: U64Le::new(size),
+                entry_type: U32Le::new(entry_type),
+                flags: U64Le::default(),
+                name: placement.name.into(),
+                metadata: placement.metadata.into(),
+                minimum_alignment: U64Le::new(alignment),
             };
-            w.u64(size);
-            w.u32(ty);
-            w.u64(0); // flags
-            w.range(placement.name);
-            w.range(placement.metadata);
-            w.u64(alignment);
             match &entry.payload {
-                Payload::Data(_) => w.range(placement.storage.unwrap_or_default()),
+                Payload::Data(_) => buf.extend_from_slice(bytemuck::bytes_of(&DataEntry {
+                    common: common(entry_type::DATA, layout::DATA_ENTRY_SIZE, layout::DATA_ALIGNMENT),
+                    storage: placement.storage.unwrap_or_default().into(),
+                })),
                 Payload::Splat { pattern, pattern_len, length } => {
-                    w.u64(*length);
-                    w.bytes(pattern);
-                    w.u8(*pattern_len);
+                    buf.extend_from_slice(bytemuck::bytes_of(&SplatEntry {
+                        common: common(entry_type::SPLAT, layout::SPLAT_ENTRY_SIZE, 0),
+                        length: U64Le::new(*length),
+                        pattern: *pattern,
+                        pattern_length: *pattern_len,
+                    }))
                 }
             }
         }

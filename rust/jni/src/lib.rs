@@ -197,3 +197,17 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_progressTotal<'l>(
 ) -> jlong {
     i64::try_from(PROGRESS_TOTAL.load(Ordering::Relaxed)).unwrap_or(i64::MAX)
 }
+
+/// `NativeBridge.knownOps(): String` — the names of every op of the native op table, comma-separated (the
+/// Kotlin test suite checks that every op the tracing API records is one of them).
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_dev_tapeout_NativeBridge_knownOps<'l>(
+    mut unowned: EnvUnowned<'l>,
+    _class: JClass<'l>,
+) -> JObject<'l> {
+    unowned
+        .with_env(|env| -> Result<JObject<'l>, Failure> {
+            Ok(env.new_string(tapeout::graph::ops::known_op_names())?.into())
+        })
+        .resolve::<ThrowMapped>()
+}

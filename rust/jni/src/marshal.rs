@@ -131,7 +131,18 @@ pub(crate) fn finalize_with<'a>(
     mut provide: impl FnMut(usize) -> Option<Storage<'a>>,
 ) -> Result<ComputeGraph<'a>, Failure> {
     let trace = req.graph.to_trace_with(weights, |i, _spec| provide(i))?;
-    let forced_inputs = req.forced.iter().map(|&i| TensorId(i)).collect();
+    let forced_inputs = req
+        .forced
+        .iter()
+        .map(|&i| {
+            trace.id(i).ok_or_else(|| {
+                Failure::invalid(format!(
+                    "forced input #{i} is not a tensor of the tape ({} tensors)",
+                    trace.tensors().len()
+                ))
+            })
+        })
+        .collect::<Result<_, _>>()?;
     let opts = ExtractOptions { forced_inputs, packed: req.packed, no_constants: false };
     Ok(tapeout::finalize(&trace, &opts)?)
 }
@@ -224,8 +235,8 @@ pub(crate) fn emit_options(name: String, scope: String, inline_below: jlong) -> 
 pub(crate) fn summary(graph: &ComputeGraph<'_>, stats: &Pins) -> serde_json::Value {
     let name = |t: TensorId| graph.spec(t).name.clone();
     serde_json::json!({
-        "inputs": graph.inputs.iter().map(|&t| name(t)).collect::<Vec<_>>(),
-        "constants": graph.constants.iter().map(|c| serde_json::json!({
+        "inputs": graph.inputs().iter().map(|&t| name(t)).collect::<Vec<_>>(),
+        "constants": graph.constants().iter().map(|c| serde_json::json!({
             "name": name(c.tensor),
             "key": c.key,
             "bytes": c.data.byte_len(),
@@ -236,7 +247,7 @@ pub(crate) fn summary(graph: &ComputeGraph<'_>, stats: &Pins) -> serde_json::Val
                 tapeout::graph::ConstantData::Raw { .. } => "raw",
             },
         })).collect::<Vec<_>>(),
-        "key_collisions": graph.key_collisions.iter().map(|k| serde_json::json!({"tensor": k.tensor, "wanted": k.wanted, "assigned": k.assigned})).collect::<Vec<_>>(),
+        "key_collisions": graph.key_collisions().iter().map(|k| serde_json::json!({"tensor": k.tensor, "wanted": k.wanted, "assigned": k.assigned})).collect::<Vec<_>>(),
         "pins": stats.pins.get(),
         "copies": stats.copies.get(),
     })

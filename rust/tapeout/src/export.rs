@@ -100,8 +100,8 @@ pub fn export(
         mlir_bytes,
         irpa,
         externals: externals.len(),
-        inline_constants: graph.constants.len() - externals.len(),
-        key_collisions: graph.key_collisions.clone(),
+        inline_constants: graph.constants().len() - externals.len(),
+        key_collisions: graph.key_collisions().to_vec(),
     })
 }
 

@@ -10,6 +10,7 @@ use serde::Deserialize;
 use super::IoError;
 use super::weights::{Stored, WeightFile};
 use crate::dtype::DType;
+use crate::ops::{OpKind, known_op_names};
 use crate::packed::Encoding;
 use crate::shape::{Dim, Shape};
 use crate::tensor::{HalfLayout, Storage, Tensor, TensorSpec};
@@ -92,7 +93,7 @@ pub struct GraphFile {
     specs: Vec<TensorSpec>,
     weights: Vec<Option<WeightRef>>,
     index: HashMap<String, usize>,
-    nodes: Vec<(String, Attrs, Vec<usize>, Vec<usize>)>,
+    nodes: Vec<(OpKind, Attrs, Vec<usize>, Vec<usize>)>,
     outputs: Vec<usize>,
     forced: Vec<usize>,
 }
@@ -103,20 +104,33 @@ pub struct WeightSet {
     files: HashMap<PathBuf, Mmap>,
 }
 
-fn attr(v: &serde_json::Value) -> Option<Attr> {
+/// An attribute value: integers stay integers (one above `i64::MAX` is an error, not a lossy float), any
+/// other number is a float.
+fn attr(v: &serde_json::Value) -> Result<Attr, &'static str> {
     use serde_json::Value;
-    Some(match v {
+    let too_big = "is an integer above 9223372036854775807 (i64::MAX)";
+    let float = |n: &serde_json::Number| -> Result<f64, &'static str> {
+        if n.is_u64() && n.as_i64().is_none() {
+            return Err(too_big);
+        }
+        n.as_f64().ok_or("is not a finite number")
+    };
+    Ok(match v {
         Value::Bool(b) => Attr::Bool(*b),
         Value::String(s) => Attr::Str(s.clone()),
-        Value::Number(n) => n.as_i64().map_or_else(|| Attr::Float(n.as_f64().unwrap_or(f64::NAN)), Attr::Int),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => Attr::Int(i),
+            None => Attr::Float(float(n)?),
+        },
         Value::Array(items) => {
             if let Some(ints) = items.iter().map(Value::as_i64).collect::<Option<Vec<_>>>() {
                 Attr::Ints(ints)
             } else {
-                Attr::Floats(items.iter().map(Value::as_f64).collect::<Option<Vec<_>>>()?)
+                let num = |v: &Value| v.as_number().ok_or("has an element that is not a number").and_then(float);
+                Attr::Floats(items.iter().map(num).collect::<Result<Vec<_>, _>>()?)
             }
         }
-        Value::Null | Value::Object(_) => return None,
+        Value::Null | Value::Object(_) => return Err("has an unsupported value (null or an object)"),
     })
 }
 
@@ -189,16 +203,15 @@ impl GraphFile {
         let mut nodes = Vec::with_capacity(raw.nodes.len());
         for (n, node) in raw.nodes.iter().enumerate() {
             let what = format!("node {n} (op '{}')", node.op);
+            let op = OpKind::from_name(&node.op)
+                .ok_or_else(|| bad(format!("{what}: unknown op '{}'. Known ops: {}", node.op, known_op_names())))?;
             let ins = node.inputs.iter().map(|s| lookup(s, &what)).collect::<Result<Vec<_>, _>>()?;
             let outs = node.outputs.iter().map(|s| lookup(s, &what)).collect::<Result<Vec<_>, _>>()?;
             let mut attrs = Attrs::new();
             for (k, v) in &node.attrs {
-                attrs.insert(
-                    k.clone(),
-                    attr(v).ok_or_else(|| bad(format!("{what}: attribute {k:?} has an unsupported value")))?,
-                );
+                attrs.insert(k.clone(), attr(v).map_err(|why| bad(format!("{what}: attribute {k:?} {why}")))?);
             }
-            nodes.push((node.op.clone(), attrs, ins, outs));
+            nodes.push((op, attrs, ins, outs));
         }
         let outputs = raw.outputs.iter().map(|s| lookup(s, "outputs")).collect::<Result<Vec<_>, _>>()?;
         let forced = raw.inputs.iter().map(|s| lookup(s, "inputs")).collect::<Result<Vec<_>, _>>()?;
@@ -208,13 +221,13 @@ impl GraphFile {
     /// The tensor ids listed under `"inputs"` (forced graph inputs).
     #[must_use]
     pub fn forced_inputs(&self) -> HashSet<TensorId> {
-        self.forced.iter().map(|&i| TensorId(i)).collect()
+        self.forced.iter().map(|&i| TensorId::at(i)).collect()
     }
 
     /// The id of the tensor called `name`.
     #[must_use]
     pub fn tensor_id(&self, name: &str) -> Option<TensorId> {
-        self.index.get(name).map(|&i| TensorId(i))
+        self.index.get(name).map(|&i| TensorId::at(i))
     }
 
     /// Builds the trace, borrowing every weight from `weights`.
@@ -239,11 +252,11 @@ impl GraphFile {
             trace.add_tensor(Tensor { spec: spec.clone(), storage });
         }
         for (op, attrs, ins, outs) in &self.nodes {
-            let ins: Vec<_> = ins.iter().map(|&i| TensorId(i)).collect();
-            let outs: Vec<_> = outs.iter().map(|&i| TensorId(i)).collect();
-            trace.record(op, attrs.clone(), &ins, &outs);
+            let ins: Vec<_> = ins.iter().map(|&i| TensorId::at(i)).collect();
+            let outs: Vec<_> = outs.iter().map(|&i| TensorId::at(i)).collect();
+            trace.record(*op, attrs.clone(), &ins, &outs);
         }
-        trace.set_outputs(&self.outputs.iter().map(|&i| TensorId(i)).collect::<Vec<_>>());
+        trace.set_outputs(&self.outputs.iter().map(|&i| TensorId::at(i)).collect::<Vec<_>>());
         Ok(trace)
     }
 }
@@ -260,7 +273,13 @@ impl GraphFile {
         let count = spec.shape.element_count();
         // A mapped region is read by the program at run time: its file is not opened here.
         if let (true, Source::File(path, offset)) = (w.mapped, &w.source) {
-            let len = count.and_then(|n| n.checked_mul(spec.dtype.byte_width())).unwrap_or(0);
+            let len = count.filter(|_| !spec.shape.is_dynamic()).and_then(|n| n.checked_mul(spec.dtype.byte_width()));
+            let len = len.ok_or_else(|| {
+                bad(format!(
+                    "a mapped file region needs a static shape whose byte size fits 64 bits, not [{}]",
+                    spec.shape
+                ))
+            })?;
             return Ok(Storage::Mapped { path: path.clone(), offset: *offset, len });
         }
         let (bytes, stored) = match &w.source {

@@ -106,6 +106,9 @@ internal object NativeBridge {
 
     @JvmStatic external fun archiveEntry(path: String, key: String): LongArray
 
+    /** The names of every op of the native op table, comma-separated. */
+    @JvmStatic external fun knownOps(): String
+
     /** Archive bytes written so far by the export in flight (callable from another thread). */
     @JvmStatic external fun progressWritten(): Long
 

@@ -47,8 +47,8 @@ class ConcurrencyTest {
                 val instance = loaderClass.getField("INSTANCE").get(null)
                 val from = loaderClass.getMethod("load").invoke(instance) as String
                 // A native call through the isolated copy works.
-                val bridge = loader.loadClass("dev.tapeout.NativeBridge")
-                val info = bridge.getMethod("pinInfo", FloatArray::class.java).invoke(null, FloatArray(3)) as LongArray
+                val hooks = loader.loadClass("dev.tapeout.NativeTestHooks")
+                val info = hooks.getMethod("pinInfo", FloatArray::class.java).invoke(null, FloatArray(3)) as LongArray
                 assertEquals(3L, info[1], "loaded from $from")
             }
         }

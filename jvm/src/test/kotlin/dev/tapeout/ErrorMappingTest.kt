@@ -16,7 +16,7 @@ class ErrorMappingTest {
         val b = tape.input("b", longArrayOf(4))
         tape.output(tape.record("add", listOf(a, b), longArrayOf(2, 3), DType.F32))
         val e = assertThrows<GraphValidationException> { tape.toComputeGraph() }
-        assertTrue(e.message!!.contains("n0_add") && e.message!!.contains("do not broadcast"), e.message)
+        assertTrue(e.message!!.contains("node 0 (add -> '") && e.message!!.contains("do not broadcast"), e.message)
 
         val t2 = ExecutionTape()
         t2.output(t2.record("warp", listOf(t2.input("x", longArrayOf(2))), longArrayOf(2), DType.F32))

@@ -5,8 +5,8 @@ import org.junit.jupiter.api.Test
 
 /** Every tracing function: the shapes Kotlin infers must be the ones the native emitter computes. */
 class TracingApiTest {
-    @Test
-    fun `the whole op set traces and emits`() {
+    /** A tape that calls every tracing function of [ExecutionTape] at least once. */
+    private fun wholeOpSet(): ExecutionTape {
         val t = ExecutionTape()
         val x = t.input("x", longArrayOf(2, 8))
         val w = t.weight("model.w", FloatArray(8 * 8) { it * 0.01f }, 8, 8)
@@ -41,11 +41,33 @@ class TracingApiTest {
         val io = t.iota(longArrayOf(3, 8), 1)
         val sel = t.select(t.compare(g, bc, "GT"), g, t.convert(io, DType.F32))
         t.output(h, red, mx, att, masked, mp, ap, sel)
-        val text = t.toComputeGraph().toStableHlo()
+        return t
+    }
+
+    @Test
+    fun `the whole op set traces and emits`() {
+        val text = wholeOpSet().toComputeGraph().toStableHlo()
         for (op in listOf("stablehlo.convolution", "stablehlo.reduce_window", "stablehlo.gather", "stablehlo.dot_general",
                           "stablehlo.logistic", "stablehlo.iota", "stablehlo.select", "stablehlo.clamp", "stablehlo.reduce(")) {
             assertTrue(text.contains(op), "$op missing")
         }
         assertTrue(!text.contains("custom_call"))
+    }
+
+    @Test
+    fun `every op the tracing API records is in the native op table`() {
+        val native = NativeBridge.knownOps().split(", ").toSet()
+        val recorded = wholeOpSet().ops.map { it.op }.toSet()
+        assertTrue(native.containsAll(recorded), "recorded ops missing from the native table: ${recorded - native}")
+        // Every public tracing function is exercised above (so a new one fails here until it is added there).
+        val leaves = setOf("input", "weight", "halfWeight", "packedWeight", "denseWeight", "mapped", "record")
+        val tracing = ExecutionTape::class.java.methods
+            .filter { it.returnType == Tensor::class.java && it.declaringClass == ExecutionTape::class.java }
+            .map { it.name.substringBefore('$') }
+            .filter { it !in leaves }
+            .toSet()
+        val snake = { name: String -> name.replace(Regex("([a-z0-9])([A-Z])"), "$1_$2").lowercase() }
+        val missing = tracing.filter { snake(it) !in recorded }
+        assertTrue(missing.isEmpty(), "tracing functions not exercised by wholeOpSet(): $missing")
     }
 }

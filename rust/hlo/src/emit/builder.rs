@@ -1,0 +1,470 @@
+//! The emitter's state, its SSA values, and the StableHLO primitives every lowering builds on.
+
+use std::collections::HashMap;
+
+use tapeout_graph::{Attr, ComputeGraph, DType, Dim, Op as Node, Shape, TensorId};
+
+use super::{TextOut, spill};
+use crate::error::{HloError, Result};
+
+/// An SSA value with its type.
+#[derive(Debug, Clone)]
+pub(crate) struct Val {
+    pub(crate) name: String,
+    pub(crate) shape: Shape,
+    pub(crate) dtype: DType,
+}
+
+pub(crate) fn ty(shape: &Shape, dtype: DType) -> String {
+    if shape.rank() == 0 {
+        format!("tensor<{}>", dtype.mlir_name())
+    } else {
+        format!("tensor<{shape}x{}>", dtype.mlir_name())
+    }
+}
+
+impl Val {
+    pub(crate) fn ty(&self) -> String {
+        ty(&self.shape, self.dtype)
+    }
+    pub(crate) fn rank(&self) -> usize {
+        self.shape.rank()
+    }
+}
+
+pub(crate) fn list<T: std::fmt::Display>(items: impl IntoIterator<Item = T>) -> String {
+    items.into_iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+/// One element of `dtype` holding `value`, as the text inside `dense<…>`.
+pub(crate) fn scalar_literal(value: f64, dtype: DType) -> String {
+    #[allow(clippy::cast_possible_truncation)] // narrowing a literal to the tensor's own dtype is the point
+    match dtype {
+        DType::F32 => format!("0x{:08X}", (value as f32).to_bits()),
+        DType::F64 => format!("0x{:016X}", value.to_bits()),
+        DType::F16 => format!("0x{:04X}", half::f16::from_f64(value).to_bits()),
+        DType::BF16 => format!("0x{:04X}", half::bf16::from_f64(value).to_bits()),
+        DType::Bool => (if value != 0.0 { "true" } else { "false" }).to_string(),
+        _ => format!("{}", value as i64),
+    }
+}
+
+/// Geometry of a 2-D window (convolution or pooling) over an NCHW tensor.
+pub(crate) struct Window {
+    pub(crate) kernel: [u64; 2],
+    pub(crate) stride: [u64; 2],
+    pub(crate) dilation: [u64; 2],
+    /// top, bottom, left, right
+    pub(crate) pad: [u64; 4],
+}
+
+pub(crate) struct Emitter<'g, 'a, 'w> {
+    pub(crate) g: &'g ComputeGraph<'a>,
+    /// Pending text, written to `out` in pieces of about [`SPILL_BYTES`].
+    pub(crate) body: String,
+    pub(crate) out: &'w mut dyn TextOut,
+    pub(crate) next: usize,
+    pub(crate) vals: HashMap<TensorId, Val>,
+    pub(crate) node: Option<&'g Node>,
+}
+
+impl<'g, 'a> Emitter<'g, 'a, '_> {
+    pub(crate) fn fresh(&mut self) -> String {
+        self.next += 1;
+        format!("%v{}", self.next - 1)
+    }
+
+    pub(crate) fn line(&mut self, text: &str) {
+        self.body.push_str("    ");
+        self.body.push_str(text);
+        self.body.push('\n');
+    }
+
+    /// Writes the pending text out when enough has accumulated (or always, with `force`).
+    pub(crate) fn spill(&mut self, force: bool) -> Result<()> {
+        spill(&mut self.body, &mut *self.out, force)
+    }
+
+    /// `%v = <rhs>` returning the new value.
+    pub(crate) fn assign(&mut self, rhs: &str, shape: Shape, dtype: DType) -> Val {
+        let name = self.fresh();
+        self.line(&format!("{name} = {rhs}"));
+        Val { name, shape, dtype }
+    }
+
+    /// The node being lowered, as messages name it, and its op.
+    fn current(&self) -> (String, &'static str) {
+        self.node.map_or_else(|| ("the module".to_owned(), ""), |n| (self.g.describe(n), n.op.name()))
+    }
+
+    pub(crate) fn err(&self, detail: impl Into<String>) -> HloError {
+        let (node, op) = self.current();
+        HloError::Unsupported { node, op, detail: detail.into() }
+    }
+
+    pub(crate) fn attr_err(&self, attr: &str, detail: impl Into<String>) -> HloError {
+        let (node, op) = self.current();
+        HloError::BadAttribute { node, op, attr: attr.into(), detail: detail.into() }
+    }
+
+    pub(crate) fn attr(&self, name: &str) -> Option<&'g Attr> {
+        self.node.and_then(|n| n.attrs.get(name))
+    }
+
+    pub(crate) fn attr_int(&self, name: &str, default: i64) -> Result<i64> {
+        match self.attr(name) {
+            None => Ok(default),
+            Some(Attr::Int(v)) => Ok(*v),
+            Some(other) => Err(self.attr_err(name, format!("must be an integer, got {other:?}"))),
+        }
+    }
+
+    pub(crate) fn attr_f64(&self, name: &str, default: f64) -> Result<f64> {
+        match self.attr(name) {
+            None => Ok(default),
+            Some(Attr::Float(v)) => Ok(*v),
+            #[allow(clippy::cast_precision_loss)] // an integer literal for a float attribute
+            Some(Attr::Int(v)) => Ok(*v as f64),
+            Some(other) => Err(self.attr_err(name, format!("must be a number, got {other:?}"))),
+        }
+    }
+
+    pub(crate) fn attr_bool(&self, name: &str, default: bool) -> Result<bool> {
+        match self.attr(name) {
+            None => Ok(default),
+            Some(Attr::Bool(v)) => Ok(*v),
+            Some(other) => Err(self.attr_err(name, format!("must be true or false, got {other:?}"))),
+        }
+    }
+
+    pub(crate) fn attr_ints(&self, name: &str) -> Result<Option<Vec<i64>>> {
+        match self.attr(name) {
+            None => Ok(None),
+            Some(Attr::Ints(v)) => Ok(Some(v.clone())),
+            Some(other) => Err(self.attr_err(name, format!("must be a list of integers, got {other:?}"))),
+        }
+    }
+
+    /// Normalises a possibly negative axis for a tensor of `rank`.
+    pub(crate) fn axis(&self, name: &str, axis: i64, rank: usize) -> Result<usize> {
+        let r = i64::try_from(rank).unwrap_or(i64::MAX);
+        let a = if axis < 0 { axis + r } else { axis };
+        usize::try_from(a)
+            .ok()
+            .filter(|&a| a < rank)
+            .ok_or_else(|| self.attr_err(name, format!("{axis} is out of range for rank {rank}")))
+    }
+
+    pub(crate) fn static_dims(&self, v: &Val) -> Result<Vec<u64>> {
+        v.shape.static_dims().ok_or_else(|| self.err(format!("needs a static shape, got [{}]", v.shape)))
+    }
+
+    // --- primitives ---------------------------------------------------------------------
+
+    pub(crate) fn unary(&mut self, op: &str, x: &Val) -> Val {
+        let t = x.ty();
+        self.assign(&format!("stablehlo.{op} {} : {t}", x.name), x.shape.clone(), x.dtype)
+    }
+
+    pub(crate) fn binary_same(&mut self, op: &str, a: &Val, b: &Val) -> Val {
+        let t = a.ty();
+        self.assign(&format!("stablehlo.{op} {}, {} : {t}", a.name, b.name), a.shape.clone(), a.dtype)
+    }
+
+    /// A constant of `shape` filled with `value` (static shapes only).
+    pub(crate) fn splat(&mut self, value: f64, shape: &Shape, dtype: DType) -> Val {
+        let lit = scalar_literal(value, dtype);
+        self.assign(&format!("stablehlo.constant dense<{lit}> : {}", ty(shape, dtype)), shape.clone(), dtype)
+    }
+
+    /// `value` broadcast to the shape of `like` (which may be dynamic).
+    pub(crate) fn fill_like(&mut self, value: f64, like: &Val, dtype: DType) -> Val {
+        if like.shape.is_dynamic() {
+            let s = self.splat(value, &Shape::scalar(), dtype);
+            self.broadcast_to(&s, &[], &like.shape, Some(like))
+        } else {
+            self.splat(value, &like.shape, dtype)
+        }
+    }
+
+    /// A 1-D i32 tensor holding the run-time shape of `like`.
+    pub(crate) fn shape_tensor(&mut self, like: &Val) -> Val {
+        let mut parts = Vec::new();
+        for (i, d) in like.shape.0.clone().iter().enumerate() {
+            let part = match d {
+                Dim::Static(n) => self.splat(u32::try_from(*n).map_or(0.0, f64::from), &Shape::of(&[1]), DType::I32),
+                Dim::Dynamic => {
+                    let s = self.assign(
+                        &format!(
+                            "stablehlo.get_dimension_size {}, dim = {i} : ({}) -> tensor<i32>",
+                            like.name,
+                            like.ty()
+                        ),
+                        Shape::scalar(),
+                        DType::I32,
+                    );
+                    self.assign(
+                        &format!("stablehlo.reshape {} : (tensor<i32>) -> tensor<1xi32>", s.name),
+                        Shape::of(&[1]),
+                        DType::I32,
+                    )
+                }
+            };
+            parts.push(part);
+        }
+        let rank = parts.len() as u64;
+        if parts.len() == 1 {
+            return parts.remove(0);
+        }
+        let names = list(parts.iter().map(|p| p.name.clone()));
+        let tys = list(parts.iter().map(Val::ty));
+        self.assign(
+            &format!("stablehlo.concatenate {names}, dim = 0 : ({tys}) -> tensor<{rank}xi32>"),
+            Shape::of(&[rank]),
+            DType::I32,
+        )
+    }
+
+    /// `broadcast_in_dim` of `x` to `shape`, operand dim i going to result dim `dims[i]`. A dynamic
+    /// target shape is taken at run time from `like`.
+    pub(crate) fn broadcast_to(&mut self, x: &Val, dims: &[usize], shape: &Shape, like: Option<&Val>) -> Val {
+        let out = ty(shape, x.dtype);
+        if shape.is_dynamic() {
+            if let Some(like) = like {
+                let st = self.shape_tensor(like);
+                let rhs = format!(
+                    "stablehlo.dynamic_broadcast_in_dim {}, {}, dims = [{}] : ({}, {}) -> {out}",
+                    x.name,
+                    st.name,
+                    list(dims),
+                    x.ty(),
+                    st.ty()
+                );
+                return self.assign(&rhs, shape.clone(), x.dtype);
+            }
+        }
+        let rhs = format!("stablehlo.broadcast_in_dim {}, dims = [{}] : ({}) -> {out}", x.name, list(dims), x.ty());
+        self.assign(&rhs, shape.clone(), x.dtype)
+    }
+
+    /// NumPy broadcast of `x` to `like`'s shape (right-aligned); `x` itself when shapes agree.
+    pub(crate) fn numpy_broadcast(&mut self, x: &Val, like: &Val) -> Result<Val> {
+        if x.shape == like.shape {
+            return Ok(x.clone());
+        }
+        let offset = like.rank().checked_sub(x.rank()).ok_or_else(|| self.err("cannot broadcast to a lower rank"))?;
+        let dims: Vec<usize> = (offset..like.rank()).collect();
+        Ok(self.broadcast_to(x, &dims, &like.shape, Some(like)))
+    }
+
+    pub(crate) fn reshape(&mut self, x: &Val, shape: &Shape) -> Result<Val> {
+        if shape.is_dynamic() || x.shape.is_dynamic() {
+            return Err(self.err("reshape needs static shapes"));
+        }
+        if shape.element_count() != x.shape.element_count() {
+            return Err(self.err(format!("cannot reshape [{}] to [{shape}]: the element counts differ", x.shape)));
+        }
+        let rhs = format!("stablehlo.reshape {} : ({}) -> {}", x.name, x.ty(), ty(shape, x.dtype));
+        Ok(self.assign(&rhs, shape.clone(), x.dtype))
+    }
+
+    /// A real `stablehlo.reduce` over `axes` with `body` (add or maximum).
+    pub(crate) fn reduce(&mut self, x: &Val, axes: &[usize], body: &str) -> Val {
+        let init = match body {
+            "maximum" => self.splat(f64::NEG_INFINITY, &Shape::scalar(), x.dtype),
+            _ => self.splat(0.0, &Shape::scalar(), x.dtype),
+        };
+        let kept = Shape(x.shape.0.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, d)| *d).collect());
+        let rhs = format!(
+            "stablehlo.reduce({} init: {}) applies stablehlo.{body} across dimensions = [{}] : ({}, {}) -> {}",
+            x.name,
+            init.name,
+            list(axes),
+            x.ty(),
+            init.ty(),
+            ty(&kept, x.dtype)
+        );
+        self.assign(&rhs, kept, x.dtype)
+    }
+
+    /// Broadcasts a reduction result back over the reduced `axes` of `like`.
+    pub(crate) fn unreduce(&mut self, r: &Val, axes: &[usize], like: &Val) -> Val {
+        let dims: Vec<usize> = (0..like.rank()).filter(|i| !axes.contains(i)).collect();
+        self.broadcast_to(r, &dims, &like.shape, Some(like))
+    }
+
+    pub(crate) fn count_of(&self, x: &Val, axes: &[usize]) -> Result<f64> {
+        let mut n = 1u64;
+        for &a in axes {
+            match x.shape.0[a] {
+                Dim::Static(d) => n = n.saturating_mul(d),
+                Dim::Dynamic => return Err(self.err("a mean over a dynamic dimension is not supported")),
+            }
+        }
+        #[allow(clippy::cast_precision_loss)] // element counts of reduced axes are small
+        Ok(n as f64)
+    }
+
+    pub(crate) fn mean(&mut self, x: &Val, axes: &[usize]) -> Result<Val> {
+        let n = self.count_of(x, axes)?;
+        let s = self.reduce(x, axes, "add");
+        let c = self.fill_like(n, &s, s.dtype);
+        Ok(self.binary_same("divide", &s, &c))
+    }
+
+    pub(crate) fn softmax(&mut self, x: &Val, axis: usize) -> Val {
+        let m = self.reduce(x, &[axis], "maximum");
+        let mb = self.unreduce(&m, &[axis], x);
+        let shifted = self.binary_same("subtract", x, &mb);
+        let e = self.unary("exponential", &shifted);
+        let s = self.reduce(&e, &[axis], "add");
+        let sb = self.unreduce(&s, &[axis], x);
+        self.binary_same("divide", &e, &sb)
+    }
+
+    pub(crate) fn transpose(&mut self, x: &Val, perm: &[usize]) -> Val {
+        let shape = Shape(perm.iter().map(|&p| x.shape.0[p]).collect());
+        let rhs = format!(
+            "stablehlo.transpose {}, dims = [{}] : ({}) -> {}",
+            x.name,
+            list(perm),
+            x.ty(),
+            ty(&shape, x.dtype)
+        );
+        self.assign(&rhs, shape, x.dtype)
+    }
+
+    pub(crate) fn matmul(&mut self, a: &Val, b: &Val, out: &Shape) -> Result<Val> {
+        let (ra, rb) = (a.rank(), b.rank());
+        let (ad, bd) = (&a.shape.0, &b.shape.0);
+        let want = if rb == 2 && ra >= 1 {
+            let k_ok =
+                matches!((ad[ra - 1], bd[0]), (Dim::Static(x), Dim::Static(y)) if x == y) || ad[ra - 1] == Dim::Dynamic;
+            k_ok.then(|| Shape(ad[..ra - 1].iter().copied().chain([bd[1]]).collect()))
+        } else if ra == rb && ra >= 3 {
+            let k_ok = ad[ra - 1] == bd[rb - 2];
+            (k_ok && tapeout_graph::ops::shapes_agree(&Shape(ad[..ra - 2].to_vec()), &Shape(bd[..rb - 2].to_vec())))
+                .then(|| Shape(ad[..ra - 1].iter().copied().chain([bd[rb - 1]]).collect()))
+        } else {
+            None
+        };
+        match want {
+            Some(w) if tapeout_graph::ops::shapes_agree(&w, out) => {}
+            Some(w) => {
+                return Err(
+                    self.err(format!("[{}] x [{}] gives [{w}], but the node declares [{out}]", a.shape, b.shape))
+                );
+            }
+            None if ra == rb || rb == 2 => {
+                return Err(
+                    self.err(format!("[{}] x [{}]: the contracted (or batch) dimensions differ", a.shape, b.shape))
+                );
+            }
+            None => {}
+        }
+        let rhs = if rb == 2 && ra >= 1 {
+            format!("stablehlo.dot_general {}, {}, contracting_dims = [{}] x [0]", a.name, b.name, ra - 1)
+        } else if ra == rb && ra >= 3 {
+            let batch = list(0..ra - 2);
+            format!(
+                "stablehlo.dot_general {}, {}, batching_dims = [{batch}] x [{batch}], contracting_dims = [{}] x [{}]",
+                a.name,
+                b.name,
+                ra - 1,
+                rb - 2
+            )
+        } else {
+            return Err(self.err(format!(
+                "matmul of ranks {ra} and {rb}: supported are [.., K] x [K, N] and equal-rank batched [B.., M, K] x [B.., K, N]"
+            )));
+        };
+        Ok(self.assign(&format!("{rhs} : ({}, {}) -> {}", a.ty(), b.ty(), ty(out, a.dtype)), out.clone(), a.dtype))
+    }
+
+    pub(crate) fn slice(&mut self, x: &Val, ranges: &[(u64, u64, u64)]) -> Val {
+        let shape = Shape(ranges.iter().map(|&(s, l, st)| Dim::Static((l - s).div_ceil(st))).collect());
+        let spec =
+            list(ranges.iter().map(|&(s, l, st)| if st == 1 { format!("{s}:{l}") } else { format!("{s}:{l}:{st}") }));
+        let rhs = format!("stablehlo.slice {} [{spec}] : ({}) -> {}", x.name, x.ty(), ty(&shape, x.dtype));
+        self.assign(&rhs, shape, x.dtype)
+    }
+
+    pub(crate) fn concat(&mut self, parts: &[Val], axis: usize) -> Result<Val> {
+        let mut shape = parts[0].shape.clone();
+        let mut total = 0u64;
+        for p in parts {
+            match p.shape.0.get(axis) {
+                Some(Dim::Static(n)) => total += n,
+                _ => return Err(self.err("concatenation along a dynamic dimension is not supported")),
+            }
+        }
+        shape.0[axis] = Dim::Static(total);
+        let rhs = format!(
+            "stablehlo.concatenate {}, dim = {axis} : ({}) -> {}",
+            list(parts.iter().map(|p| p.name.clone())),
+            list(parts.iter().map(Val::ty)),
+            ty(&shape, parts[0].dtype)
+        );
+        Ok(self.assign(&rhs, shape, parts[0].dtype))
+    }
+
+    /// `select(pred, x, fill)` where `pred` is `[S, T]` i1 broadcast over `x`'s leading dims.
+    pub(crate) fn causal(&mut self, x: &Val) -> Result<Val> {
+        let dims = self.static_dims(x)?;
+        let r = dims.len();
+        if r < 2 {
+            return Err(self.err("a causal mask needs scores of rank >= 2 ([.., S, T])"));
+        }
+        let (s, t) = (dims[r - 2], dims[r - 1]);
+        let st = Shape::of(&[s, t]);
+        let row = self.assign(&format!("stablehlo.iota dim = 0 : {}", ty(&st, DType::I64)), st.clone(), DType::I64);
+        let col = self.assign(&format!("stablehlo.iota dim = 1 : {}", ty(&st, DType::I64)), st.clone(), DType::I64);
+        #[allow(clippy::cast_precision_loss)] // sequence lengths are far below 2^53
+        let offset = self.splat(t.saturating_sub(s) as f64, &st, DType::I64);
+        let shifted = self.binary_same("add", &row, &offset);
+        let keep = self.assign(
+            &format!(
+                "stablehlo.compare GE, {}, {}, SIGNED : ({}, {}) -> {}",
+                shifted.name,
+                col.name,
+                shifted.ty(),
+                col.ty(),
+                ty(&st, DType::Bool)
+            ),
+            st,
+            DType::Bool,
+        );
+        let keep = self.broadcast_to(&keep, &[r - 2, r - 1], &x.shape, None);
+        let fill = self.fill_like(f64::NEG_INFINITY, x, x.dtype);
+        Ok(self.assign(
+            &format!("stablehlo.select {}, {}, {} : {}, {}", keep.name, x.name, fill.name, keep.ty(), x.ty()),
+            x.shape.clone(),
+            x.dtype,
+        ))
+    }
+
+    pub(crate) fn val(&self, id: TensorId) -> Result<Val> {
+        self.vals
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| self.err(format!("operand '{}' has no value yet", self.g.spec(id).name)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scalar_literals_are_exact_bit_patterns() {
+        assert_eq!(scalar_literal(1.0, DType::F32), "0x3F800000");
+        assert_eq!(scalar_literal(f64::NEG_INFINITY, DType::F32), "0xFF800000");
+        assert_eq!(scalar_literal(f64::NAN, DType::F32), "0x7FC00000");
+        assert_eq!(scalar_literal(-0.0, DType::F32), "0x80000000");
+        assert_eq!(scalar_literal(1.0, DType::BF16), "0x3F80");
+        assert_eq!(scalar_literal(1.0, DType::F16), "0x3C00");
+        assert_eq!(scalar_literal(65520.0, DType::F16), "0x7C00");
+        assert_eq!(scalar_literal(5.0, DType::I32), "5");
+        assert_eq!(scalar_literal(1.0, DType::Bool), "true");
+    }
+}

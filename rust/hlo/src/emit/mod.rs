@@ -1,0 +1,227 @@
+//! Lowering a [`ComputeGraph`] to StableHLO text.
+//!
+//! `builder` holds the emitter's state and the StableHLO primitives, `lower` dispatches each node by its
+//! [`OpKind`](tapeout_graph::OpKind), `nn` lowers the neural-network ops (convolution, pooling, norms,
+//! attention, rope), `constants` places each constant (external parameter or inline hex).
+
+mod builder;
+mod constants;
+mod lower;
+mod nn;
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io::Write;
+
+use tapeout_graph::{ComputeGraph, TensorId};
+
+use crate::error::{HloError, Result};
+use crate::text::{push_hex, string_literal, symbol};
+use builder::{Emitter, Val, list};
+use constants::{HexSink, constant_failed, is_external, splat_element};
+
+/// The largest constant written inline: one buffer of 2 GiB − 1 bytes.
+pub const INLINE_CEILING: u64 = (1 << 31) - 1;
+
+/// Which constants become external parameters (`#flow.parameter.named`) and which are inline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MaterializationPolicy {
+    /// Every constant inline as `stablehlo.constant dense<"0x…">`.
+    InlineAlways,
+    /// Every constant external, in `scope` (scalars and booleans stay inline).
+    ExternalAlways {
+        /// Parameter scope (bound with `--parameters=SCOPE=file.irpa`).
+        scope: String,
+    },
+    /// External when the constant has at least `bytes` bytes.
+    SizeThreshold {
+        /// Threshold in bytes (inclusive).
+        bytes: u64,
+        /// Parameter scope.
+        scope: String,
+    },
+}
+
+impl Default for MaterializationPolicy {
+    fn default() -> Self {
+        MaterializationPolicy::SizeThreshold { bytes: 4096, scope: "model".into() }
+    }
+}
+
+/// Options of [`emit`].
+#[derive(Debug, Clone)]
+pub struct EmitOptions {
+    /// `module @<name>`.
+    pub module_name: String,
+    /// The function's name (`main`).
+    pub function: String,
+    /// Inline or external constants.
+    pub policy: MaterializationPolicy,
+}
+
+impl Default for EmitOptions {
+    fn default() -> Self {
+        Self { module_name: "model".into(), function: "main".into(), policy: MaterializationPolicy::default() }
+    }
+}
+
+/// A constant the module reads from a parameter archive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExternalParameter {
+    /// Its scope.
+    pub scope: String,
+    /// Its key (the archive entry name).
+    pub key: String,
+    /// The graph tensor it provides.
+    pub tensor: TensorId,
+}
+
+/// An emitted module.
+#[derive(Debug, Clone)]
+pub struct Module {
+    /// The MLIR text.
+    pub text: String,
+    /// The external parameters it declares, in declaration order.
+    pub externals: Vec<ExternalParameter>,
+}
+
+/// Text is written to the output whenever this much is pending.
+pub(crate) const SPILL_BYTES: usize = 1 << 20;
+
+/// Where the emitter's pending text goes. `take` consumes `text` and leaves it empty: a writer copies it
+/// out; the export's pipeline swaps the whole buffer for an empty one and hands it to its writer thread.
+pub(crate) trait TextOut {
+    /// Takes the pending text.
+    fn take(&mut self, text: &mut String) -> std::io::Result<()>;
+}
+
+/// [`TextOut`] for any [`Write`]: writes the text and clears it.
+pub(crate) struct WriteOut<'w>(&'w mut dyn Write);
+
+impl TextOut for WriteOut<'_> {
+    fn take(&mut self, text: &mut String) -> std::io::Result<()> {
+        self.0.write_all(text.as_bytes())?;
+        text.clear();
+        Ok(())
+    }
+}
+
+/// Emits the module for `graph` as a string.
+pub fn emit(graph: &ComputeGraph<'_>, opts: &EmitOptions) -> Result<Module> {
+    let mut out = Vec::new();
+    let externals = emit_to(graph, opts, &mut out)?;
+    let text = String::from_utf8(out).map_err(|e| HloError::Output(std::io::Error::other(e)))?;
+    Ok(Module { text, externals })
+}
+
+/// Emits the module for `graph` into `out`, returning its external parameters.
+///
+/// The text is written once, in order: globals, signature (argument and result types are known
+/// from the specs), constants (hex streamed in 1 MiB pieces), then the ops. Memory stays bounded
+/// however large the inline constants are.
+pub fn emit_to(graph: &ComputeGraph<'_>, opts: &EmitOptions, out: &mut dyn Write) -> Result<Vec<ExternalParameter>> {
+    emit_into(graph, opts, &mut WriteOut(out))
+}
+
+/// [`emit_to`] into any [`TextOut`].
+pub(crate) fn emit_into(
+    graph: &ComputeGraph<'_>,
+    opts: &EmitOptions,
+    out: &mut dyn TextOut,
+) -> Result<Vec<ExternalParameter>> {
+    let func_symbol = symbol(&opts.function);
+    let mut text = String::new();
+    let _ = writeln!(text, "module {} {{", symbol(&opts.module_name));
+
+    // Globals first: decide where every constant goes.
+    let mut externals = Vec::new();
+    let mut placement = Vec::with_capacity(graph.constants().len());
+    for c in graph.constants() {
+        let spec = graph.spec(c.tensor);
+        match is_external(&opts.policy, &c.data, &spec.shape) {
+            Some(scope) => {
+                let mut sym = symbol(&c.key);
+                if sym == func_symbol {
+                    sym = symbol(&format!("{}.global", c.key));
+                }
+                let _ = writeln!(
+                    text,
+                    "  util.global private {sym} = #flow.parameter.named<{}::{}> : {}",
+                    string_literal(&scope),
+                    string_literal(&c.key),
+                    spec.mlir_type()
+                );
+                externals.push(ExternalParameter { scope, key: c.key.clone(), tensor: c.tensor });
+                placement.push(Some(sym));
+            }
+            None => {
+                let bytes = c.data.byte_len();
+                if bytes > INLINE_CEILING {
+                    return Err(HloError::ConstantTooLarge {
+                        tensor: spec.name.clone(),
+                        bytes,
+                        ceiling: INLINE_CEILING,
+                    });
+                }
+                placement.push(None);
+            }
+        }
+    }
+
+    // Argument and result names travel as discardable `tapeout.name` attributes, so a caller can
+    // match tensors to positions (IREE ignores them).
+    let named = |id: TensorId| {
+        format!("{} {{tapeout.name = {}}}", graph.spec(id).mlir_type(), string_literal(&graph.spec(id).name))
+    };
+    let args = list(graph.inputs().iter().enumerate().map(|(i, &id)| format!("%arg{i}: {}", named(id))));
+    let result_decls = list(graph.outputs().iter().map(|&o| named(o)));
+    let _ = writeln!(text, "  func.func {func_symbol}({args}) -> ({result_decls}) {{");
+
+    let mut e = Emitter { g: graph, body: text, out, next: 0, vals: HashMap::new(), node: None };
+    for (i, &id) in graph.inputs().iter().enumerate() {
+        let s = graph.spec(id);
+        e.vals.insert(id, Val { name: format!("%arg{i}"), shape: s.shape.clone(), dtype: s.dtype });
+    }
+    for (c, place) in graph.constants().iter().zip(&placement) {
+        let spec = graph.spec(c.tensor);
+        let t = spec.mlir_type();
+        let v = match place {
+            Some(sym) => e.assign(&format!("util.global.load {sym} : {t}"), spec.shape.clone(), spec.dtype),
+            None => {
+                let name = e.fresh();
+                let _ = write!(e.body, "    {name} = stablehlo.constant dense<\"0x");
+                let streamed = splat_element(&c.data).and_then(|splat| match splat {
+                    Some(one) => {
+                        push_hex(&mut e.body, &one);
+                        Ok(())
+                    }
+                    None => c.data.stream(&mut HexSink { text: &mut e.body, out: &mut *e.out }),
+                });
+                streamed.map_err(|err| constant_failed(&spec.name, err))?;
+                let _ = writeln!(e.body, "\"> : {t}");
+                e.spill(false)?;
+                Val { name, shape: spec.shape.clone(), dtype: spec.dtype }
+            }
+        };
+        e.vals.insert(c.tensor, v);
+    }
+    for node in graph.nodes() {
+        e.lower(node)?;
+        e.spill(false)?;
+    }
+    e.node = None;
+
+    let results: Vec<Val> = graph.outputs().iter().map(|&o| e.val(o)).collect::<Result<_>>()?;
+    let result_types = list(results.iter().map(Val::ty));
+    let _ = writeln!(e.body, "    return {} : {result_types}", list(results.iter().map(|r| r.name.clone())));
+    e.body.push_str("  }\n}\n");
+    e.spill(true)?;
+    Ok(externals)
+}
+
+pub(crate) fn spill(text: &mut String, out: &mut dyn TextOut, force: bool) -> Result<()> {
+    if force || text.len() >= SPILL_BYTES {
+        out.take(text).map_err(HloError::Output)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,221 @@
+//! Neural-network ops: convolution, pooling, normalization, attention and rotary embedding.
+
+use tapeout_graph::Shape;
+
+use super::builder::{Emitter, Val, Window, ty};
+use crate::error::Result;
+
+impl Emitter<'_, '_, '_> {
+    pub(crate) fn window_attr(&self, name: &str, default: [u64; 2]) -> Result<[u64; 2]> {
+        match self.attr_ints(name)? {
+            None => Ok(default),
+            Some(v) => match v.as_slice() {
+                [a, b] => match (u64::try_from(*a), u64::try_from(*b)) {
+                    (Ok(a), Ok(b)) => Ok([a, b]),
+                    _ => Err(self.attr_err(name, "must not be negative")),
+                },
+                _ => Err(self.attr_err(name, "needs two entries (height, width)")),
+            },
+        }
+    }
+
+    /// `[top, bottom, left, right]` from `padding` given as 2 or 4 entries.
+    pub(crate) fn padding(&self) -> Result<[u64; 4]> {
+        match self.attr_ints("padding")? {
+            None => Ok([0; 4]),
+            Some(v) => {
+                let v: Vec<u64> = v
+                    .iter()
+                    .map(|&p| u64::try_from(p))
+                    .collect::<Result<_, _>>()
+                    .map_err(|_| self.attr_err("padding", "must not be negative"))?;
+                match v.as_slice() {
+                    [h, w] => Ok([*h, *h, *w, *w]),
+                    [t, b, l, r] => Ok([*t, *b, *l, *r]),
+                    _ => Err(self.attr_err("padding", "needs 2 (h, w) or 4 (top, bottom, left, right) entries")),
+                }
+            }
+        }
+    }
+
+    /// Checks a windowed op's declared `[N, C, H, W]` result against the window arithmetic.
+    pub(crate) fn check_window_output(&self, x: &[u64], channels: u64, w: &Window, out: &Shape) -> Result<()> {
+        let mut want = vec![x[0], channels];
+        for i in 0..2 {
+            let span = w.dilation[i].saturating_mul(w.kernel[i].saturating_sub(1)) + 1;
+            let padded = x[2 + i] + w.pad[2 * i] + w.pad[2 * i + 1];
+            if w.stride[i] == 0 || padded < span {
+                return Err(
+                    self.err(format!("the {}x{} window does not fit the padded input", w.kernel[0], w.kernel[1]))
+                );
+            }
+            want.push((padded - span) / w.stride[i] + 1);
+        }
+        let want = Shape::of(&want);
+        if &want != out {
+            return Err(self.err(format!("the result shape is [{want}] but the node declares [{out}]")));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn conv2d(&mut self, ins: &[Val], out_shape: &Shape) -> Result<Val> {
+        if !(2..=3).contains(&ins.len()) {
+            return Err(self.err("takes (input NCHW, weight OIHW, [bias O])"));
+        }
+        let (x, w) = (&ins[0], &ins[1]);
+        if x.rank() != 4 || w.rank() != 4 {
+            return Err(self.err("input and weight must be rank 4 (NCHW, OIHW)"));
+        }
+        let stride = self.window_attr("stride", [1, 1])?;
+        let dilation = self.window_attr("dilation", [1, 1])?;
+        let [t, b, l, r] = self.padding()?;
+        let groups = self.attr_int("groups", 1)?;
+        let (xd, wd) = (self.static_dims(x)?, self.static_dims(w)?);
+        let g = u64::try_from(groups).ok().filter(|&g| g > 0 && xd[1] % g == 0 && wd[0] % g == 0 && wd[1] * g == xd[1]);
+        if g.is_none() {
+            return Err(self.attr_err(
+                "groups",
+                format!("{groups} does not fit {} input channels and a [{}] weight", xd[1], w.shape),
+            ));
+        }
+        let window = Window { kernel: [wd[2], wd[3]], stride, dilation, pad: [t, b, l, r] };
+        self.check_window_output(&xd, wd[0], &window, out_shape)?;
+        let rhs = format!(
+            "stablehlo.convolution({}, {}) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {{stride = [{}, {}], pad = [[{t}, {b}], [{l}, {r}]], rhs_dilate = [{}, {}]}} {{batch_group_count = 1 : i64, feature_group_count = {groups} : i64}} : ({}, {}) -> {}",
+            x.name,
+            w.name,
+            stride[0],
+            stride[1],
+            dilation[0],
+            dilation[1],
+            x.ty(),
+            w.ty(),
+            ty(out_shape, x.dtype)
+        );
+        let y = self.assign(&rhs, out_shape.clone(), x.dtype);
+        match ins.get(2) {
+            Some(bias) => {
+                let bb = self.broadcast_to(bias, &[1], out_shape, Some(&y));
+                Ok(self.binary_same("add", &y, &bb))
+            }
+            None => Ok(y),
+        }
+    }
+
+    pub(crate) fn pool(&mut self, x: &Val, out_shape: &Shape, max: bool) -> Result<Val> {
+        if x.rank() != 4 {
+            return Err(self.err("pooling takes an NCHW tensor"));
+        }
+        let kernel = self.window_attr("kernel", [2, 2])?;
+        let stride = self.window_attr("stride", kernel)?;
+        let [t, b, l, r] = self.padding()?;
+        let xd = self.static_dims(x)?;
+        let window = Window { kernel, stride, dilation: [1, 1], pad: [t, b, l, r] };
+        self.check_window_output(&xd, xd[1], &window, out_shape)?;
+        let init = self.splat(if max { f64::NEG_INFINITY } else { 0.0 }, &Shape::scalar(), x.dtype);
+        let op = if max { "maximum" } else { "add" };
+        let e = x.dtype.mlir_name();
+        let rhs = format!(
+            "\"stablehlo.reduce_window\"({}, {}) ({{\n    ^bb0(%a: tensor<{e}>, %b: tensor<{e}>):\n      %r = stablehlo.{op} %a, %b : tensor<{e}>\n      stablehlo.return %r : tensor<{e}>\n    }}) {{window_dimensions = array<i64: 1, 1, {}, {}>, window_strides = array<i64: 1, 1, {}, {}>, padding = dense<[[0, 0], [0, 0], [{t}, {b}], [{l}, {r}]]> : tensor<4x2xi64>}} : ({}, {}) -> {}",
+            x.name,
+            init.name,
+            kernel[0],
+            kernel[1],
+            stride[0],
+            stride[1],
+            x.ty(),
+            init.ty(),
+            ty(out_shape, x.dtype)
+        );
+        let y = self.assign(&rhs, out_shape.clone(), x.dtype);
+        if max {
+            return Ok(y);
+        }
+        // Average over the full window (padding counts as zeros), like count_include_pad.
+        #[allow(clippy::cast_precision_loss)] // window sizes are small
+        let area = (kernel[0] * kernel[1]) as f64;
+        let d = self.fill_like(area, &y, y.dtype);
+        Ok(self.binary_same("divide", &y, &d))
+    }
+
+    pub(crate) fn norm(&mut self, ins: &[Val], rms: bool, eps: f64) -> Result<Val> {
+        let x = &ins[0];
+        let axis = x.rank().checked_sub(1).ok_or_else(|| self.err("normalisation needs rank >= 1"))?;
+        let centered = if rms {
+            x.clone()
+        } else {
+            let m = self.mean(x, &[axis])?;
+            let mb = self.unreduce(&m, &[axis], x);
+            self.binary_same("subtract", x, &mb)
+        };
+        let sq = self.binary_same("multiply", &centered, &centered);
+        let var = self.mean(&sq, &[axis])?;
+        let e = self.fill_like(eps, &var, var.dtype);
+        let ve = self.binary_same("add", &var, &e);
+        let inv = self.unary("rsqrt", &ve);
+        let invb = self.unreduce(&inv, &[axis], x);
+        let mut y = self.binary_same("multiply", &centered, &invb);
+        for (i, p) in ins.iter().enumerate().skip(1) {
+            let pb = self.numpy_broadcast(p, &y)?;
+            y = self.binary_same(if i == 1 { "multiply" } else { "add" }, &y, &pb);
+        }
+        Ok(y)
+    }
+
+    pub(crate) fn sdpa(&mut self, ins: &[Val], out_shape: &Shape) -> Result<Val> {
+        if !(3..=4).contains(&ins.len()) {
+            return Err(self.err("takes (q, k, v, [additive mask])"));
+        }
+        let (q, k, v) = (&ins[0], &ins[1], &ins[2]);
+        let r = q.rank();
+        if r < 2 || k.rank() != r || v.rank() != r {
+            return Err(self.err("q, k and v must have one rank >= 2 ([.., S, D], [.., T, D], [.., T, Dv])"));
+        }
+        let qd = self.static_dims(q)?;
+        let kd = self.static_dims(k)?;
+        #[allow(clippy::cast_precision_loss)] // head dims are small
+        let default_scale = 1.0 / (qd[r - 1] as f64).sqrt();
+        let scale = self.attr_f64("scale", default_scale)?;
+        let mut perm: Vec<usize> = (0..r).collect();
+        perm.swap(r - 1, r - 2);
+        let kt = self.transpose(k, &perm);
+        let mut sdims = qd.clone();
+        sdims[r - 1] = kd[r - 2];
+        let scores = self.matmul(q, &kt, &Shape::of(&sdims))?;
+        let sc = self.fill_like(scale, &scores, scores.dtype);
+        let mut s = self.binary_same("multiply", &scores, &sc);
+        if let Some(mask) = ins.get(3) {
+            let mb = self.numpy_broadcast(mask, &s)?;
+            s = self.binary_same("add", &s, &mb);
+        }
+        if self.attr_bool("causal", false)? {
+            s = self.causal(&s)?;
+        }
+        let p = self.softmax(&s, r - 1);
+        self.matmul(&p, v, out_shape)
+    }
+
+    pub(crate) fn rope(&mut self, ins: &[Val]) -> Result<Val> {
+        let (x, cos, sin) = (&ins[0], &ins[1], &ins[2]);
+        let dims = self.static_dims(x)?;
+        let d = *dims.last().ok_or_else(|| self.err("rope needs rank >= 1"))?;
+        if d % 2 != 0 {
+            return Err(self.err(format!("rope needs an even last dimension, got {d}")));
+        }
+        let full: Vec<(u64, u64, u64)> = dims.iter().map(|&n| (0, n, 1)).collect();
+        let mut lo = full.clone();
+        let mut hi = full;
+        let last = dims.len() - 1;
+        lo[last] = (0, d / 2, 1);
+        hi[last] = (d / 2, d, 1);
+        let x1 = self.slice(x, &lo);
+        let x2 = self.slice(x, &hi);
+        let nx2 = self.unary("negate", &x2);
+        let rot = self.concat(&[nx2, x1], last)?;
+        let cb = self.numpy_broadcast(cos, x)?;
+        let sb = self.numpy_broadcast(sin, x)?;
+        let a = self.binary_same("multiply", x, &cb);
+        let b = self.binary_same("multiply", &rot, &sb);
+        Ok(self.binary_same("add", &a, &b))
+    }
+}
