@@ -20,6 +20,128 @@ const MAX_DIMS: u32 = 4;
 /// Arrays nested inside arrays deeper than this are refused (GGUF never needs more than one level).
 const MAX_ARRAY_DEPTH: u32 = 2;
 
+/// Why a GGUF file is refused: what is wrong, where.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GgufError {
+    /// A field or blob runs past the end of the file.
+    #[error("{what} at offset {offset} needs {needed} bytes, but the file ends at {file_len}")]
+    Truncated {
+        /// The field.
+        what: String,
+        /// Where it starts.
+        offset: u64,
+        /// Bytes it needs.
+        needed: u64,
+        /// The file's length.
+        file_len: u64,
+    },
+    /// The file does not start with "GGUF".
+    #[error("magic is {found:02x?}, not \"GGUF\"")]
+    BadMagic {
+        /// The first four bytes.
+        found: [u8; 4],
+    },
+    /// A GGUF version other than 2 or 3.
+    #[error("version {found} is not supported (2 and 3 are)")]
+    UnsupportedVersion {
+        /// The version in the file.
+        found: u32,
+    },
+    /// A count larger than the rest of the file could hold.
+    #[error("{what} {count} is more than the file can hold")]
+    CountTooLarge {
+        /// `tensor count`, `metadata count`, or an array.
+        what: String,
+        /// The count in the file.
+        count: u64,
+    },
+    /// Arrays nested deeper than GGUF ever needs.
+    #[error("{what}: arrays nested deeper than {MAX_ARRAY_DEPTH} levels")]
+    NestedTooDeep {
+        /// The metadata value.
+        what: String,
+    },
+    /// A metadata value of an unknown type.
+    #[error("{what}: unknown value type {found}")]
+    UnknownValueType {
+        /// The metadata value.
+        what: String,
+        /// Its type id.
+        found: u32,
+    },
+    /// `general.alignment` is not a power of two.
+    #[error("general.alignment is {value}; it must be a power of two")]
+    BadAlignment {
+        /// The value, as read.
+        value: String,
+    },
+    /// A tensor of more dimensions than ggml allows.
+    #[error("tensor {tensor:?}: {dims} dimensions; ggml allows at most {MAX_DIMS}")]
+    TooManyDims {
+        /// The tensor.
+        tensor: String,
+        /// Its dimension count.
+        dims: u32,
+    },
+    /// Two tensors of one name.
+    #[error("tensor {tensor:?} appears twice")]
+    DuplicateTensor {
+        /// The name.
+        tensor: String,
+    },
+    /// A GGML type tapeout does not read.
+    #[error(
+        "tensor {tensor:?}: GGML type {found} is not supported (F32, F16, BF16, F64, I8-I64, Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K are)"
+    )]
+    UnsupportedType {
+        /// The tensor.
+        tensor: String,
+        /// Its GGML type id.
+        found: u32,
+    },
+    /// The element count or byte size overflows 64 bits.
+    #[error("tensor {tensor:?}: shape {dims:?} overflows 64 bits")]
+    ShapeOverflow {
+        /// The tensor.
+        tensor: String,
+        /// Its dims as stored (innermost first).
+        dims: Vec<u64>,
+    },
+    /// Rows that are not whole blocks.
+    #[error("tensor {tensor:?}: its rows of {row} values are not whole {block}-value blocks")]
+    PartialBlocks {
+        /// The tensor.
+        tensor: String,
+        /// Values per row.
+        row: u64,
+        /// Values per block.
+        block: u64,
+    },
+    /// An offset off the file's alignment.
+    #[error("tensor {tensor:?}: offset {offset} is not a multiple of the {alignment}-byte alignment")]
+    Misaligned {
+        /// The tensor.
+        tensor: String,
+        /// Its offset in the data section.
+        offset: u64,
+        /// The file's alignment.
+        alignment: u64,
+    },
+    /// Tensor data past the end of the file.
+    #[error("tensor {tensor:?}: its {size} bytes at offset {offset} run past the end of the {file_len}-byte file")]
+    OutOfFile {
+        /// The tensor.
+        tensor: String,
+        /// Its byte size.
+        size: u64,
+        /// Its offset in the data section.
+        offset: u64,
+        /// The file's length.
+        file_len: u64,
+    },
+}
+
 /// How a GGUF tensor's bytes are stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GgufStorage {
@@ -84,31 +206,30 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: u64, what: &str) -> Result<&'a [u8], String> {
-        let n = usize::try_from(n).map_err(|_| format!("{what}: length {n} does not fit in memory"))?;
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.bytes.len());
-        let Some(end) = end else {
-            return Err(format!(
-                "{what} at offset {} needs {n} bytes, but the file ends at {}",
-                self.pos,
-                self.bytes.len()
-            ));
+    fn take(&mut self, n: u64, what: &str) -> Result<&'a [u8], GgufError> {
+        let truncated = || GgufError::Truncated {
+            what: what.to_owned(),
+            offset: self.pos as u64,
+            needed: n,
+            file_len: self.bytes.len() as u64,
         };
+        let end = usize::try_from(n).ok().and_then(|n| self.pos.checked_add(n)).filter(|&e| e <= self.bytes.len());
+        let Some(end) = end else { return Err(truncated()) };
         let s = &self.bytes[self.pos..end];
         self.pos = end;
         Ok(s)
     }
-    fn u32(&mut self, what: &str) -> Result<u32, String> {
+    fn u32(&mut self, what: &str) -> Result<u32, GgufError> {
         let b = self.take(4, what)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
-    fn u64(&mut self, what: &str) -> Result<u64, String> {
+    fn u64(&mut self, what: &str) -> Result<u64, GgufError> {
         let b = self.take(8, what)?;
         let mut a = [0u8; 8];
         a.copy_from_slice(b);
         Ok(u64::from_le_bytes(a))
     }
-    fn string(&mut self, what: &str) -> Result<String, String> {
+    fn string(&mut self, what: &str) -> Result<String, GgufError> {
         let len = self.u64(what)?;
         let b = self.take(len, what)?;
         Ok(String::from_utf8_lossy(b).into_owned())
@@ -118,11 +239,12 @@ impl<'a> Reader<'a> {
     }
 
     /// Reads a value of `ty`; arrays are skipped (their size checked) at `depth`.
-    fn value(&mut self, ty: u32, depth: u32, what: &str) -> Result<GgufValue, String> {
+    fn value(&mut self, ty: u32, depth: u32, what: &str) -> Result<GgufValue, GgufError> {
         macro_rules! le {
             ($t:ty) => {{
-                let b = self.take(size_of::<$t>() as u64, what)?;
-                <$t>::from_le_bytes(b.try_into().map_err(|_| format!("{what}: short read"))?)
+                let mut a = [0u8; size_of::<$t>()];
+                a.copy_from_slice(self.take(size_of::<$t>() as u64, what)?);
+                <$t>::from_le_bytes(a)
             }};
         }
         Ok(match ty {
@@ -140,7 +262,7 @@ impl<'a> Reader<'a> {
             8 => GgufValue::Str(self.string(what)?),
             9 => {
                 if depth >= MAX_ARRAY_DEPTH {
-                    return Err(format!("{what}: arrays nested deeper than {MAX_ARRAY_DEPTH} levels"));
+                    return Err(GgufError::NestedTooDeep { what: what.to_owned() });
                 }
                 let elem_type = self.u32(what)?;
                 let len = self.u64(what)?;
@@ -153,14 +275,14 @@ impl<'a> Reader<'a> {
                 };
                 match width {
                     Some(w) => {
-                        let total =
-                            len.checked_mul(w).ok_or_else(|| format!("{what}: array of {len} elements overflows"))?;
+                        let too_many = || GgufError::CountTooLarge { what: format!("{what}: array"), count: len };
+                        let total = len.checked_mul(w).ok_or_else(too_many)?;
                         self.take(total, what)?;
                     }
                     None => {
                         // Strings or nested arrays: each takes at least 8 bytes, so the count is bounded.
                         if len > self.remaining() / 8 {
-                            return Err(format!("{what}: array claims {len} elements, more than the file can hold"));
+                            return Err(GgufError::CountTooLarge { what: format!("{what}: array"), count: len });
                         }
                         for _ in 0..len {
                             self.value(elem_type, depth + 1, what)?;
@@ -169,7 +291,7 @@ impl<'a> Reader<'a> {
                 }
                 GgufValue::Array { elem_type, len }
             }
-            other => return Err(format!("{what}: unknown value type {other}")),
+            other => return Err(GgufError::UnknownValueType { what: what.to_owned(), found: other }),
         })
     }
 }
@@ -202,7 +324,7 @@ impl GgufFile {
         let file = File::open(&path).map_err(io)?;
         // SAFETY: read-only mapping; the file must not be truncated while it is open.
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
-        let parsed = parse(&map).map_err(|detail| IoError::Format { path: path.clone(), format: "GGUF", detail })?;
+        let parsed = parse(&map).map_err(|source| IoError::Gguf { path: path.clone(), source })?;
         let (version, alignment, metadata, tensors) = parsed;
         Ok(Self { path, map, version, alignment, metadata, tensors })
     }
@@ -255,21 +377,25 @@ type Parsed = (u32, u64, Vec<(String, GgufValue)>, Vec<GgufTensor>);
 
 /// Parses the header, metadata and tensor infos of a GGUF file held in `bytes`. Pure, so it can be
 /// fuzzed.
-pub fn parse(bytes: &[u8]) -> Result<Parsed, String> {
+///
+/// # Errors
+/// [`GgufError`] naming the field or tensor.
+pub fn parse(bytes: &[u8]) -> Result<Parsed, GgufError> {
     let mut r = Reader { bytes, pos: 0 };
-    let magic = r.take(4, "magic")?;
+    let mut magic = [0u8; 4];
+    magic.copy_from_slice(r.take(4, "magic")?);
     if magic != MAGIC {
-        return Err(format!("magic is {magic:02x?}, not \"GGUF\""));
+        return Err(GgufError::BadMagic { found: magic });
     }
     let version = r.u32("version")?;
     if !(2..=3).contains(&version) {
-        return Err(format!("version {version} is not supported (2 and 3 are)"));
+        return Err(GgufError::UnsupportedVersion { found: version });
     }
     let tensor_count = r.u64("tensor count")?;
     let kv_count = r.u64("metadata count")?;
     // A metadata pair takes at least 12 bytes and a tensor info at least 24: bound the counts by the file.
     if kv_count > r.remaining() / 12 {
-        return Err(format!("metadata count {kv_count} is more than the file can hold"));
+        return Err(GgufError::CountTooLarge { what: "metadata count".into(), count: kv_count });
     }
     let mut metadata = Vec::new();
     let mut alignment = 32u64;
@@ -280,13 +406,13 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed, String> {
         if key == "general.alignment" {
             alignment = match value {
                 GgufValue::U64(a) if a > 0 && a.is_power_of_two() => a,
-                _ => return Err(format!("general.alignment is {value:?}; it must be a power of two")),
+                _ => return Err(GgufError::BadAlignment { value: format!("{value:?}") }),
             };
         }
         metadata.push((key, value));
     }
     if tensor_count > r.remaining() / 24 {
-        return Err(format!("tensor count {tensor_count} is more than the file can hold"));
+        return Err(GgufError::CountTooLarge { what: "tensor count".into(), count: tensor_count });
     }
     let mut infos = Vec::new();
     for i in 0..tensor_count {
@@ -294,7 +420,7 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed, String> {
         let what = format!("tensor {name:?}");
         let n_dims = r.u32(&what)?;
         if n_dims > MAX_DIMS {
-            return Err(format!("{what}: {n_dims} dimensions; ggml allows at most {MAX_DIMS}"));
+            return Err(GgufError::TooManyDims { tensor: name, dims: n_dims });
         }
         let mut dims = Vec::with_capacity(4);
         for _ in 0..n_dims {
@@ -309,28 +435,24 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed, String> {
     let mut tensors = Vec::with_capacity(infos.len());
     let mut seen = std::collections::HashSet::new();
     for (name, dims, ty, offset) in infos {
-        let what = format!("tensor {name:?}");
         if !seen.insert(name.clone()) {
-            return Err(format!("{what} appears twice"));
+            return Err(GgufError::DuplicateTensor { tensor: name });
         }
-        let (storage, per_block, block_bytes) = ggml_type(ty).ok_or_else(|| {
-            format!("{what}: GGML type {ty} is not supported (F32, F16, BF16, F64, I8-I64, Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K are)")
-        })?;
-        let count = dims
-            .iter()
-            .try_fold(1u64, |a, &d| a.checked_mul(d))
-            .ok_or_else(|| format!("{what}: shape {dims:?} overflows 64 bits"))?;
-        if dims.first().is_some_and(|&inner| inner % per_block != 0) {
-            return Err(format!("{what}: its rows of {} values are not whole {per_block}-value blocks", dims[0]));
+        let Some((storage, per_block, block_bytes)) = ggml_type(ty) else {
+            return Err(GgufError::UnsupportedType { tensor: name, found: ty });
+        };
+        let count = dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
+        let size = count.and_then(|c| (c / per_block).checked_mul(block_bytes));
+        let Some(size) = size else { return Err(GgufError::ShapeOverflow { tensor: name, dims }) };
+        if let Some(&row) = dims.first().filter(|&&inner| inner % per_block != 0) {
+            return Err(GgufError::PartialBlocks { tensor: name, row, block: per_block });
         }
-        let size = (count / per_block).checked_mul(block_bytes).ok_or_else(|| format!("{what}: size overflows"))?;
         if offset % alignment != 0 {
-            return Err(format!("{what}: offset {offset} is not a multiple of the {alignment}-byte alignment"));
+            return Err(GgufError::Misaligned { tensor: name, offset, alignment });
         }
-        let start = data_start.checked_add(offset).ok_or_else(|| format!("{what}: offset overflows"))?;
-        let end = start.checked_add(size).filter(|&e| e <= file_len).ok_or_else(|| {
-            format!("{what}: its {size} bytes at offset {offset} run past the end of the {file_len}-byte file")
-        })?;
+        let end = data_start.checked_add(offset).and_then(|s| s.checked_add(size)).filter(|&e| e <= file_len);
+        let Some(end) = end else { return Err(GgufError::OutOfFile { tensor: name, size, offset, file_len }) };
+        let start = end - size;
         let shape = dims.into_iter().rev().collect();
         tensors.push(GgufTensor { name, shape, ggml_type: ty, storage, start, end });
     }
@@ -405,7 +527,7 @@ mod tests {
             (file(&[("w", &[4], 0, 0), ("w", &[4], 0, 0)], &[0; 64]), "appears twice"),
         ];
         for (bytes, needle) in cases {
-            let e = parse(&bytes).err().unwrap_or_default();
+            let e = parse(&bytes).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(e.contains(needle), "{needle:?} not in {e:?}");
         }
     }
@@ -418,7 +540,7 @@ mod tests {
         v.extend(1u64.to_le_bytes());
         v.extend(u64::MAX.to_le_bytes()); // key length
         v.extend([0u8; 64]); // enough bytes for the count check, far too few for the key
-        let e = parse(&v).err().unwrap_or_default();
-        assert!(e.contains("does not fit") || e.contains("file ends"), "{e}");
+        let e = parse(&v).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("needs 18446744073709551615 bytes, but the file ends"), "{e}");
     }
 }

@@ -24,20 +24,30 @@ pub enum IoError {
         #[source]
         source: std::io::Error,
     },
-    /// A conversion could not be done as asked.
-    #[error("cannot convert {path}: {detail}")]
-    Convert {
-        /// The input file.
+    /// A GGUF file is invalid.
+    #[error("{path}: invalid GGUF file: {source}")]
+    Gguf {
+        /// The file.
         path: PathBuf,
-        /// What went wrong.
-        detail: String,
+        /// What is wrong, where.
+        #[source]
+        source: gguf::GgufError,
+    },
+    /// A safetensors file is invalid.
+    #[error("{path}: invalid safetensors file: {source}")]
+    Safetensors {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, where.
+        #[source]
+        source: safetensors::SafetensorsError,
     },
     /// The file is not valid in its format.
     #[error("{path}: invalid {format} file: {detail}")]
     Format {
         /// The file.
         path: PathBuf,
-        /// "safetensors", "graph JSON", …
+        /// The format ("graph JSON").
         format: &'static str,
         /// What is wrong.
         detail: String,

@@ -43,11 +43,8 @@ impl SafeTensors {
             // SAFETY: read-only mapping; the file must not be truncated while open (documented on `SafeTensors`).
             Some(unsafe { Mmap::map(&file) }.map_err(|source| IoError::Io { path: path.clone(), source })?)
         };
-        let (tensors, order) = parse(map.as_deref().unwrap_or(&[])).map_err(|e| IoError::Format {
-            path: path.clone(),
-            format: "safetensors",
-            detail: e.to_string(),
-        })?;
+        let (tensors, order) = parse(map.as_deref().unwrap_or(&[]))
+            .map_err(|source| IoError::Safetensors { path: path.clone(), source })?;
         Ok(Self { path, map, tensors, order })
     }
 
