@@ -1,10 +1,9 @@
 //! Streaming, atomic IRPA writer.
 
 use std::collections::HashSet;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{IrpaError, Result};
 use crate::layout::{self, EntryShape, Layout, entry_type};
@@ -167,7 +166,8 @@ impl<'a> ArchiveWriter<'a> {
         let path = path.as_ref();
         let layout = self.layout()?;
         let mut temp = TempFile::create_beside(path)?;
-        let data_bytes = self.write_body(&layout, &mut temp.file, &temp.path, progress)?;
+        let temp_path = temp.path().to_path_buf();
+        let data_bytes = self.write_body(&layout, temp.file(), &temp_path, progress)?;
         temp.commit(path)?;
         Ok(WriteSummary {
             path: path.to_path_buf(),
@@ -340,28 +340,28 @@ impl AtomicFile {
 
     /// The open temporary file.
     pub fn file(&mut self) -> &mut File {
-        &mut self.temp.file
+        self.temp.file()
     }
 
     /// Where the bytes go until commit.
     #[must_use]
     pub fn temp_path(&self) -> &Path {
-        &self.temp.path
+        self.temp.path()
     }
 
     /// Syncs the file and renames it over the destination.
-    pub fn commit(self) -> Result<()> {
-        let path = self.temp.path.clone();
-        self.temp.file.sync_all().map_err(|source| IrpaError::Io { action: "cannot sync", path, source })?;
+    pub fn commit(mut self) -> Result<()> {
+        let path = self.temp.path().to_path_buf();
+        self.temp.file().sync_all().map_err(|source| IrpaError::Io { action: "cannot sync", path, source })?;
         self.temp.commit(&self.dest)
     }
 }
 
-/// A temporary file beside the destination, removed on drop unless committed.
+/// A temporary file beside the destination (`tempfile`'s, so it is removed on drop unless committed),
+/// named `.<destination>.<pid>-<random>.tapeout-tmp` so that one left by a killed run can be recognised
+/// and removed.
 struct TempFile {
-    path: PathBuf,
-    file: File,
-    committed: bool,
+    inner: tempfile::NamedTempFile,
 }
 
 const TEMP_SUFFIX: &str = ".tapeout-tmp";
@@ -381,7 +381,6 @@ fn temp_prefix(dest: &Path) -> Option<String> {
 
 impl TempFile {
     fn create_beside(dest: &Path) -> Result<Self> {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
         let dir = parent_dir(dest);
         let prefix = temp_prefix(dest).ok_or_else(|| IrpaError::Io {
             action: "cannot write to",
@@ -389,41 +388,40 @@ impl TempFile {
             source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "the destination has no file name"),
         })?;
         remove_stale_temps(&dir, &prefix);
-        let pid = std::process::id();
-        loop {
-            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-            let path = dir.join(format!("{prefix}{pid}-{n}{TEMP_SUFFIX}"));
-            match OpenOptions::new().write(true).create_new(true).open(&path) {
-                Ok(file) => return Ok(Self { path, file, committed: false }),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(source) => {
-                    return Err(IrpaError::Io { action: "cannot create temporary file", path, source });
-                }
-            }
-        }
-    }
-
-    fn commit(mut self, dest: &Path) -> Result<()> {
-        std::fs::rename(&self.path, dest).map_err(|source| IrpaError::Io {
-            action: "cannot move the finished archive into place at",
-            path: dest.to_path_buf(),
+        let mut builder = tempfile::Builder::new();
+        let ours = format!("{prefix}{}-", std::process::id());
+        builder.prefix(&ours).suffix(TEMP_SUFFIX);
+        // An archive is an ordinary output file: the umask decides, not tempfile's private 0600.
+        #[cfg(unix)]
+        builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+        let inner = builder.tempfile_in(&dir).map_err(|source| IrpaError::Io {
+            action: "cannot create temporary file in",
+            path: dir.clone(),
             source,
         })?;
-        self.committed = true;
+        Ok(Self { inner })
+    }
+
+    fn path(&self) -> &Path {
+        self.inner.path()
+    }
+
+    fn file(&mut self) -> &mut File {
+        self.inner.as_file_mut()
+    }
+
+    fn commit(self, dest: &Path) -> Result<()> {
+        self.inner.persist(dest).map_err(|e| IrpaError::Io {
+            action: "cannot move the finished archive into place at",
+            path: dest.to_path_buf(),
+            source: e.error,
+        })?;
         // Make the rename durable. Failure here leaves a complete file; report it anyway.
         let dir = parent_dir(dest);
         if let Ok(d) = File::open(&dir) {
             d.sync_all().map_err(|source| IrpaError::Io { action: "cannot sync directory", path: dir, source })?;
         }
         Ok(())
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        if !self.committed {
-            let _ = std::fs::remove_file(&self.path);
-        }
     }
 }
 
@@ -434,7 +432,7 @@ fn parent_dir(dest: &Path) -> PathBuf {
     }
 }
 
-/// Removes `<prefix><pid>-<n>.tapeout-tmp` files left by processes that no longer run.
+/// Removes `<prefix><pid>-<random>.tapeout-tmp` files left by processes that no longer run.
 fn remove_stale_temps(dir: &Path, prefix: &str) {
     let Ok(read) = std::fs::read_dir(dir) else { return };
     for entry in read.flatten() {

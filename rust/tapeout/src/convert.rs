@@ -17,7 +17,7 @@ pub struct ConvertOptions {
     pub dequantize: bool,
     /// With `dequantize`: keep f16/bf16 tensors as stored, decode only packed ones.
     pub keep_dtype: bool,
-    /// Only tensors whose name matches one of these globs (`*`, `?`); all when empty.
+    /// Only tensors whose name matches one of these globs (`*`, `?`, `[…]`); all when empty.
     pub include: Vec<String>,
     /// Leave out tensors whose name matches one of these globs.
     pub exclude: Vec<String>,
@@ -36,28 +36,18 @@ pub struct ConvertSummary {
     pub converted: usize,
 }
 
-/// `*` matches any run of characters, `?` any one character.
-#[must_use]
-pub fn glob_match(pattern: &str, text: &str) -> bool {
-    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
-    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some(pi);
-            mark = ti;
-            pi += 1;
-        } else if let Some(s) = star {
-            pi = s + 1;
-            mark += 1;
-            ti = mark;
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|&c| c == '*')
+/// Compiles `--include`/`--exclude` globs (`glob` crate syntax: `*`, `?`, `[abc]`, `[!abc]`; `*` matches any
+/// run of characters, dots and slashes included).
+fn globs(patterns: &[String], flag: &str, path: &Path) -> Result<Vec<glob::Pattern>> {
+    patterns
+        .iter()
+        .map(|p| {
+            glob::Pattern::new(p).map_err(|e| Error::Convert {
+                path: path.to_path_buf(),
+                detail: format!("{flag} {p:?} is not a valid glob: {e}"),
+            })
+        })
+        .collect()
 }
 
 fn metadata(dtype: &str, shape: &[u64], encoding: Option<&str>, from: Option<&str>) -> Vec<u8> {
@@ -86,11 +76,13 @@ pub fn convert(
     if let Some((old, _)) = opts.rename.iter().find(|(old, _)| !names.contains(old.as_str())) {
         return Err(usage(format!("--rename names {old:?}, which is not a tensor of the file")));
     }
+    let include = globs(&opts.include, "--include", file.path())?;
+    let exclude = globs(&opts.exclude, "--exclude", file.path())?;
     let mut writer = ArchiveWriter::new();
     let (mut skipped, mut converted) = (0, 0);
     for t in &tensors {
-        let included = opts.include.is_empty() || opts.include.iter().any(|g| glob_match(g, t.name));
-        if !included || opts.exclude.iter().any(|g| glob_match(g, t.name)) {
+        let included = include.is_empty() || include.iter().any(|g| g.matches(t.name));
+        if !included || exclude.iter().any(|g| g.matches(t.name)) {
             skipped += 1;
             continue;
         }
@@ -140,10 +132,15 @@ impl tapeout_irpa::ByteSource for Owned<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::glob_match;
+    use super::globs;
+    use std::path::Path;
+
+    fn glob_match(pattern: &str, text: &str) -> bool {
+        globs(&[pattern.to_owned()], "--include", Path::new("x")).unwrap()[0].matches(text)
+    }
 
     #[test]
-    fn globs() {
+    fn globs_match_as_documented() {
         assert!(glob_match("blk.*.attn_q.weight", "blk.12.attn_q.weight"));
         assert!(glob_match("*", ""));
         assert!(glob_match("a?c", "abc"));
@@ -151,5 +148,13 @@ mod tests {
         assert!(glob_match("*.weight", "x.y.weight"));
         assert!(!glob_match("*.weight", "x.bias"));
         assert!(glob_match("*a*b", "xxaxxb"));
+        assert!(glob_match("blk.[01].*", "blk.1.w") && !glob_match("blk.[01].*", "blk.2.w"));
+        assert!(glob_match("a/*", "a/b/c"), "* crosses slashes: tensor names are not paths");
+    }
+
+    #[test]
+    fn a_bad_glob_is_an_error_naming_the_flag() {
+        let e = globs(&["blk.[".to_owned()], "--exclude", Path::new("m.gguf")).unwrap_err().to_string();
+        assert!(e.contains("--exclude \"blk.[\" is not a valid glob"), "{e}");
     }
 }

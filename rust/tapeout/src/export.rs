@@ -40,7 +40,8 @@ pub fn file_stem(module_name: &str) -> String {
     if stem.len() <= MAX_STEM {
         return stem;
     }
-    // FNV-1a of the full module name: stable across runs and platforms.
+    // FNV-1a of the full module name: stable across runs, platforms and versions (it names files). Written out
+    // rather than taken from a hashing crate, whose output carries no such promise across releases.
     let hash =
         module_name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
     format!("{}-{hash:016x}", &stem[..MAX_STEM - 17])

@@ -18,6 +18,6 @@ pub use tapeout_hlo as hlo;
 pub use tapeout_irpa as irpa;
 
 pub use archive::ConstantPayload;
-pub use convert::{ConvertOptions, ConvertSummary, convert, glob_match};
+pub use convert::{ConvertOptions, ConvertSummary, convert};
 pub use error::{Error, Remedy, Result};
 pub use export::{ExportSummary, GraphFileExport, export, export_graph_file, file_stem, finalize, module_text};
