@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -14,20 +15,33 @@ use tapeout_graph::{
 
 // --- allocation accounting --------------------------------------------------------------------
 
+// Counted per thread: tests run in parallel, and a process-wide counter would charge one test's
+// allocations to another's measurement. The code measured here allocates on the calling thread only.
 struct Counting;
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-/// Tests that measure allocations run one at a time.
+thread_local! {
+    // Const-initialised `Cell`s: reading them allocates nothing and registers no destructor, so the
+    // allocator may use them.
+    static LIVE: Cell<isize> = const { Cell::new(0) };
+    static PEAK: Cell<isize> = const { Cell::new(0) };
+}
+/// Tests that map gigabytes run one at a time (memory, not the counters, is what they share).
 static MEASURE: Mutex<()> = Mutex::new(());
+
+fn count(delta: isize) {
+    let _ = LIVE.try_with(|live| {
+        let now = live.get() + delta;
+        live.set(now);
+        let _ = PEAK.try_with(|peak| peak.set(peak.get().max(now)));
+    });
+}
 
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let now = LIVE.fetch_add(layout.size(), Ordering::SeqCst) + layout.size();
-        PEAK.fetch_max(now, Ordering::SeqCst);
+        count(isize::try_from(layout.size()).unwrap_or(isize::MAX));
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::SeqCst);
+        count(-isize::try_from(layout.size()).unwrap_or(isize::MAX));
         unsafe { System.dealloc(ptr, layout) }
     }
 }
@@ -35,30 +49,61 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// Runs `f` and returns the peak of bytes allocated during it above what was live before.
+/// Runs `f` and returns the peak of bytes this thread allocated during it above what it had live before.
 fn peak_extra_alloc<R>(f: impl FnOnce() -> R) -> (R, usize) {
-    let before = LIVE.load(Ordering::SeqCst);
-    PEAK.store(before, Ordering::SeqCst);
+    let before = LIVE.with(Cell::get);
+    PEAK.with(|p| p.set(before));
     let r = f();
-    (r, PEAK.load(Ordering::SeqCst) - before)
+    (r, usize::try_from(PEAK.with(Cell::get) - before).unwrap_or(0))
 }
 
-/// A sink that only counts and checks a few positions.
+#[test]
+fn the_counter_sees_this_threads_allocations_and_not_another_threads() {
+    let ((), mine) = peak_extra_alloc(|| drop(std::hint::black_box(vec![0u8; 1 << 20])));
+    assert!(mine >= 1 << 20, "{mine}");
+    let ((), theirs) = peak_extra_alloc(|| {
+        std::thread::scope(|s| {
+            s.spawn(|| drop(std::hint::black_box(vec![0u8; 8 << 20])));
+        });
+    });
+    assert!(theirs < 1 << 20, "another thread's 8 MiB was charged here: {theirs}");
+}
+
+/// A sink that counts bytes and keeps the whole f32 values at a few element indices (whose bytes may
+/// straddle chunks).
 #[derive(Default)]
 struct Probe {
     len: u64,
-    samples: Vec<(u64, u8)>,
+    /// Element indices to keep.
     want: Vec<u64>,
+    /// Their bytes, filled as they stream past.
+    bytes: Vec<[u8; 4]>,
+}
+
+impl Probe {
+    fn at(want: &[u64]) -> Self {
+        Probe { want: want.to_vec(), bytes: vec![[0; 4]; want.len()], len: 0 }
+    }
+
+    /// The value kept for element `index` (which must be one of `want`).
+    fn value(&self, index: u64) -> f32 {
+        let i = self.want.iter().position(|&w| w == index).unwrap();
+        f32::from_le_bytes(self.bytes[i])
+    }
 }
 
 impl ByteSink for Probe {
     fn put(&mut self, bytes: &[u8]) -> Result<(), StreamError> {
-        for &at in &self.want {
-            if at >= self.len && at < self.len + bytes.len() as u64 {
-                self.samples.push((at, bytes[usize::try_from(at - self.len).unwrap()]));
+        let (start, end) = (self.len, self.len + bytes.len() as u64);
+        for (w, slot) in self.want.iter().zip(&mut self.bytes) {
+            for b in 0..4 {
+                let at = 4 * w + b;
+                if (start..end).contains(&at) {
+                    slot[usize::try_from(b).unwrap()] = bytes[usize::try_from(at - start).unwrap()];
+                }
             }
         }
-        self.len += bytes.len() as u64;
+        self.len = end;
         Ok(())
     }
 }
@@ -107,11 +152,15 @@ fn fp32_constant_aliases_the_live_buffer_and_copies_nothing() {
     assert_eq!(s.as_ptr(), weights.as_ptr(), "the constant is the caller's buffer");
     assert_eq!(s.len(), weights.len());
 
-    let mut probe = Probe { want: vec![0, 4 * 12345, 16 * (1 << 20) - 1], ..Probe::default() };
+    let last = (4 << 20) - 1;
+    let mut probe = Probe::at(&[1, 12345, last]);
     let ((), extra) = peak_extra_alloc(|| c.data.stream(&mut probe).unwrap());
     assert!(extra < 64 << 10, "streaming an f32 constant allocated {extra} bytes");
     assert_eq!(probe.len, 16 << 20);
-    assert_eq!(probe.samples[1], (4 * 12345, 12345f32.to_le_bytes()[0]));
+    // Whole values (12345.0 is 00 e4 40 46: its low byte is 0, so a byte-0 check would pass on zeros).
+    assert_eq!(probe.value(1), 1.0);
+    assert_eq!(probe.value(12345), 12345.0);
+    assert_eq!(probe.value(last), last as f32);
 }
 
 #[test]
@@ -444,13 +493,17 @@ fn embedding_of_2_pow_31_bytes_needs_no_allocation_of_its_size() {
     let (trace, _, id) = matmul_trace(w);
     let g = finalize(&trace, &ExtractOptions::default()).unwrap();
     let data = &g.constant(id).unwrap().data;
-    let last = (1u64 << 31) - 4;
-    let mut probe = Probe { want: vec![4 * 1000, 4 * 1025, last], ..Probe::default() };
+    let last = (1u64 << 29) - 1;
+    let mut probe = Probe::at(&[1000, 1025, last]);
     let ((), extra) = peak_extra_alloc(|| data.stream(&mut probe).unwrap());
     assert_eq!(probe.len, 1 << 31);
     let chunk = usize::try_from(tapeout_graph::CHUNK_VALUES).unwrap();
     assert!(extra <= 4 * chunk + 2 * chunk + (64 << 10), "peak extra allocation {extra} bytes for a 2 GiB constant");
     assert_eq!(lender.max_lent.load(Ordering::SeqCst), 2 * chunk, "one chunk lent at a time");
-    assert_eq!(probe.samples[0], (4 * 1000, 1000f32.to_le_bytes()[0]));
-    assert_eq!(probe.samples[2], (last, ((((1u64 << 29) - 1) % 1024) as f32).to_le_bytes()[0]));
+    assert_eq!(probe.value(1000), 1000.0);
+    assert_eq!(probe.value(1025), 1.0, "1025 % 1024");
+    // The source holds bf16(i % 1024): 1023 is not representable and rounds to 1024.
+    let bf16 = |v: f32| half::bf16::from_f32(v).to_f32();
+    assert_eq!(probe.value(last), bf16((last % 1024) as f32));
+    assert_eq!(probe.value(last), 1024.0);
 }
