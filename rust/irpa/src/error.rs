@@ -76,7 +76,7 @@ pub enum IrpaError {
     },
 
     /// An I/O operation failed.
-    #[error("{action} {path}: {source}")]
+    #[error("{action} {path}: {source}{}", io_remedy(.source))]
     Io {
         /// What was being done ("cannot create temporary file in", "cannot read", …).
         action: &'static str,
@@ -268,6 +268,19 @@ pub enum FormatProblem {
         /// Index of the second entry.
         second: u64,
     },
+}
+
+/// What to do about the write faults a user can fix (a full file system, a file-size limit), as the end of a
+/// sentence; empty for any other error.
+#[must_use]
+pub fn io_remedy(e: &std::io::Error) -> &'static str {
+    match e.kind() {
+        std::io::ErrorKind::StorageFull => "; free space on that file system or write the output elsewhere",
+        std::io::ErrorKind::FileTooLarge => {
+            "; the file-size limit (ulimit -f) or the file system's largest file is below the output's size"
+        }
+        _ => "",
+    }
 }
 
 /// Shorthand for results of this crate.

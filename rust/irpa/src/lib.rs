@@ -16,7 +16,7 @@ mod records;
 mod source;
 mod writer;
 
-pub use error::{FormatProblem, IrpaError, Result};
+pub use error::{FormatProblem, IrpaError, Result, io_remedy};
 pub use reader::{Archive, Entry, Index, IndexEntry, IndexKind, Payload, parse_index};
 pub use source::{
     ByteSource, BytesSource, ChunkSink, F32Source, FileRegionSource, FnSource, MAX_CHUNK_BYTES, ZerosSource,

@@ -166,8 +166,8 @@ impl<'a> ArchiveWriter<'a> {
         let path = path.as_ref();
         let layout = self.layout()?;
         let mut temp = TempFile::create_beside(path)?;
-        let temp_path = temp.path().to_path_buf();
-        let data_bytes = self.write_body(&layout, temp.file(), &temp_path, progress)?;
+        // Errors name the destination: the temporary file is an implementation detail, removed on failure.
+        let data_bytes = self.write_body(&layout, temp.file(), path, progress)?;
         temp.commit(path)?;
         Ok(WriteSummary {
             path: path.to_path_buf(),
@@ -319,7 +319,7 @@ impl Target<'_, '_> {
 pub fn write_atomically(path: impl AsRef<Path>, write: impl FnOnce(&mut File) -> std::io::Result<()>) -> Result<()> {
     let mut file = AtomicFile::create(path)?;
     let result = write(file.file());
-    result.map_err(|source| IrpaError::Io { action: "cannot write", path: file.temp_path().to_path_buf(), source })?;
+    result.map_err(|source| IrpaError::Io { action: "cannot write", path: file.dest.clone(), source })?;
     file.commit()
 }
 
@@ -351,7 +351,7 @@ impl AtomicFile {
 
     /// Syncs the file and renames it over the destination.
     pub fn commit(mut self) -> Result<()> {
-        let path = self.temp.path().to_path_buf();
+        let path = self.dest.clone();
         self.temp.file().sync_all().map_err(|source| IrpaError::Io { action: "cannot sync", path, source })?;
         self.temp.commit(&self.dest)
     }

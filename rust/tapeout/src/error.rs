@@ -25,7 +25,7 @@ pub enum Error {
     #[error(transparent)]
     Read(#[from] IoError),
     /// Writing an output file failed (the module text, an output directory).
-    #[error("cannot write {path}: {source}")]
+    #[error("cannot write {path}: {source}{}", tapeout_irpa::io_remedy(.source))]
     Write {
         /// The file or directory.
         path: PathBuf,
