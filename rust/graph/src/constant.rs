@@ -152,7 +152,9 @@ impl ConstantData<'_> {
                 let src = bytes.as_slice().ok_or_else(|| {
                     StreamError::Lend("column-major half-precision data must be addressable memory".into())
                 })?;
-                let (rows, cols) = (usize::try_from(*rows).unwrap_or(0), usize::try_from(*cols).unwrap_or(0));
+                // The slice above is addressable, so both extents fit this host's usize.
+                let host = |n: u64| usize::try_from(n).map_err(|e| StreamError::Lend(e.into()));
+                let (rows, cols) = (host(*rows)?, host(*cols)?);
                 let mut buf = buffer(bytes.len() / 2);
                 let rows_per_chunk = (buf.len() / cols.max(1)).max(1);
                 let mut r0 = 0;

@@ -2,7 +2,7 @@
 //! turns an error into a comment or a partial module.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
-use tapeout_graph::{Attr, Attrs, DType, ExtractOptions, OpKind, Shape, Tensor, TensorSpec, Trace, finalize};
+use tapeout_graph::{Attr, Attrs, DType, Dim, ExtractOptions, OpKind, Shape, Tensor, TensorSpec, Trace, finalize};
 use tapeout_hlo::{EmitOptions, HloError, MaterializationPolicy, emit};
 
 fn spec(name: &str, dims: &[u64]) -> TensorSpec {
@@ -76,4 +76,17 @@ fn an_inline_constant_above_2_gib_is_an_error_not_a_fallback() {
     let m = emit(&g, &opts).unwrap();
     assert_eq!(m.externals.len(), 1);
     assert!(m.text.len() < 1024, "{}", m.text.len());
+}
+
+#[test]
+fn a_static_dimension_above_i32_in_a_dynamic_shape_is_an_error_not_zero() {
+    let mut t = Trace::new();
+    let x = t.add_placeholder(TensorSpec::new("x", Shape(vec![Dim::Dynamic, Dim::Static(3_000_000_000)]), DType::F32));
+    let b = t.add_placeholder(spec("b", &[3_000_000_000]));
+    let y = t.add_placeholder(TensorSpec::new("y", Shape(vec![Dim::Dynamic, Dim::Static(3_000_000_000)]), DType::F32));
+    t.record(OpKind::Add, Attrs::new(), &[x, b], &[y]);
+    t.set_outputs(&[y]);
+    let g = finalize(&t, &ExtractOptions::default()).unwrap();
+    let e = emit(&g, &EmitOptions::default()).unwrap_err().to_string();
+    assert!(e.contains("node 0 (add -> 'y')") && e.contains("dimension 1 of [?x3000000000] is 3000000000"), "{e}");
 }

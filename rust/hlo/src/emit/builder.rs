@@ -178,21 +178,31 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     }
 
     /// `value` broadcast to the shape of `like` (which may be dynamic).
-    pub(crate) fn fill_like(&mut self, value: f64, like: &Val, dtype: DType) -> Val {
+    pub(crate) fn fill_like(&mut self, value: f64, like: &Val, dtype: DType) -> Result<Val> {
         if like.shape.is_dynamic() {
             let s = self.splat(value, &Shape::scalar(), dtype);
             self.broadcast_to(&s, &[], &like.shape, Some(like))
         } else {
-            self.splat(value, &like.shape, dtype)
+            Ok(self.splat(value, &like.shape, dtype))
         }
     }
 
-    /// A 1-D i32 tensor holding the run-time shape of `like`.
-    pub(crate) fn shape_tensor(&mut self, like: &Val) -> Val {
+    /// A 1-D i32 tensor holding the run-time shape of `like`. A static dimension above `i32::MAX` cannot be
+    /// part of it: an error naming the dimension, never a wrapped or zero extent.
+    pub(crate) fn shape_tensor(&mut self, like: &Val) -> Result<Val> {
         let mut parts = Vec::new();
         for (i, d) in like.shape.0.clone().iter().enumerate() {
             let part = match d {
-                Dim::Static(n) => self.splat(u32::try_from(*n).map_or(0.0, f64::from), &Shape::of(&[1]), DType::I32),
+                Dim::Static(n) => {
+                    let n = i32::try_from(*n).map_err(|_| {
+                        self.err(format!(
+                            "dimension {i} of [{}] is {n}, above the i32 extent a shape with dynamic dimensions can \
+                             hold at run time",
+                            like.shape
+                        ))
+                    })?;
+                    self.splat(f64::from(n), &Shape::of(&[1]), DType::I32)
+                }
                 Dim::Dynamic => {
                     let s = self.assign(
                         &format!(
@@ -214,24 +224,24 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         }
         let rank = parts.len() as u64;
         if parts.len() == 1 {
-            return parts.remove(0);
+            return Ok(parts.remove(0));
         }
         let names = list(parts.iter().map(|p| p.name.clone()));
         let tys = list(parts.iter().map(Val::ty));
-        self.assign(
+        Ok(self.assign(
             &format!("stablehlo.concatenate {names}, dim = 0 : ({tys}) -> tensor<{rank}xi32>"),
             Shape::of(&[rank]),
             DType::I32,
-        )
+        ))
     }
 
     /// `broadcast_in_dim` of `x` to `shape`, operand dim i going to result dim `dims[i]`. A dynamic
     /// target shape is taken at run time from `like`.
-    pub(crate) fn broadcast_to(&mut self, x: &Val, dims: &[usize], shape: &Shape, like: Option<&Val>) -> Val {
+    pub(crate) fn broadcast_to(&mut self, x: &Val, dims: &[usize], shape: &Shape, like: Option<&Val>) -> Result<Val> {
         let out = ty(shape, x.dtype);
         if shape.is_dynamic() {
             if let Some(like) = like {
-                let st = self.shape_tensor(like);
+                let st = self.shape_tensor(like)?;
                 let rhs = format!(
                     "stablehlo.dynamic_broadcast_in_dim {}, {}, dims = [{}] : ({}, {}) -> {out}",
                     x.name,
@@ -240,11 +250,11 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
                     x.ty(),
                     st.ty()
                 );
-                return self.assign(&rhs, shape.clone(), x.dtype);
+                return Ok(self.assign(&rhs, shape.clone(), x.dtype));
             }
         }
         let rhs = format!("stablehlo.broadcast_in_dim {}, dims = [{}] : ({}) -> {out}", x.name, list(dims), x.ty());
-        self.assign(&rhs, shape.clone(), x.dtype)
+        Ok(self.assign(&rhs, shape.clone(), x.dtype))
     }
 
     /// NumPy broadcast of `x` to `like`'s shape (right-aligned); `x` itself when shapes agree.
@@ -254,7 +264,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         }
         let offset = like.rank().checked_sub(x.rank()).ok_or_else(|| self.err("cannot broadcast to a lower rank"))?;
         let dims: Vec<usize> = (offset..like.rank()).collect();
-        Ok(self.broadcast_to(x, &dims, &like.shape, Some(like)))
+        self.broadcast_to(x, &dims, &like.shape, Some(like))
     }
 
     pub(crate) fn reshape(&mut self, x: &Val, shape: &Shape) -> Result<Val> {
@@ -288,7 +298,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     }
 
     /// Broadcasts a reduction result back over the reduced `axes` of `like`.
-    pub(crate) fn unreduce(&mut self, r: &Val, axes: &[usize], like: &Val) -> Val {
+    pub(crate) fn unreduce(&mut self, r: &Val, axes: &[usize], like: &Val) -> Result<Val> {
         let dims: Vec<usize> = (0..like.rank()).filter(|i| !axes.contains(i)).collect();
         self.broadcast_to(r, &dims, &like.shape, Some(like))
     }
@@ -308,18 +318,18 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     pub(crate) fn mean(&mut self, x: &Val, axes: &[usize]) -> Result<Val> {
         let n = self.count_of(x, axes)?;
         let s = self.reduce(x, axes, "add");
-        let c = self.fill_like(n, &s, s.dtype);
+        let c = self.fill_like(n, &s, s.dtype)?;
         Ok(self.binary_same("divide", &s, &c))
     }
 
-    pub(crate) fn softmax(&mut self, x: &Val, axis: usize) -> Val {
+    pub(crate) fn softmax(&mut self, x: &Val, axis: usize) -> Result<Val> {
         let m = self.reduce(x, &[axis], "maximum");
-        let mb = self.unreduce(&m, &[axis], x);
+        let mb = self.unreduce(&m, &[axis], x)?;
         let shifted = self.binary_same("subtract", x, &mb);
         let e = self.unary("exponential", &shifted);
         let s = self.reduce(&e, &[axis], "add");
-        let sb = self.unreduce(&s, &[axis], x);
-        self.binary_same("divide", &e, &sb)
+        let sb = self.unreduce(&s, &[axis], x)?;
+        Ok(self.binary_same("divide", &e, &sb))
     }
 
     pub(crate) fn transpose(&mut self, x: &Val, perm: &[usize]) -> Val {
@@ -434,8 +444,8 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
             st,
             DType::Bool,
         );
-        let keep = self.broadcast_to(&keep, &[r - 2, r - 1], &x.shape, None);
-        let fill = self.fill_like(f64::NEG_INFINITY, x, x.dtype);
+        let keep = self.broadcast_to(&keep, &[r - 2, r - 1], &x.shape, None)?;
+        let fill = self.fill_like(f64::NEG_INFINITY, x, x.dtype)?;
         Ok(self.assign(
             &format!("stablehlo.select {}, {}, {} : {}, {}", keep.name, x.name, fill.name, keep.ty(), x.ty()),
             x.shape.clone(),

@@ -66,7 +66,7 @@ impl<'g> Emitter<'g, '_, '_> {
             }
             OpKind::Relu => {
                 arity(1, 1)?;
-                let zero = self.fill_like(0.0, &ins[0], ins[0].dtype);
+                let zero = self.fill_like(0.0, &ins[0], ins[0].dtype)?;
                 self.binary_same("maximum", &ins[0], &zero)
             }
             OpKind::Silu => {
@@ -80,15 +80,15 @@ impl<'g> Emitter<'g, '_, '_> {
                 let x = &ins[0];
                 let x2 = self.binary_same("multiply", x, x);
                 let x3 = self.binary_same("multiply", &x2, x);
-                let k = self.fill_like(0.044715, x, x.dtype);
+                let k = self.fill_like(0.044715, x, x.dtype)?;
                 let kx3 = self.binary_same("multiply", &k, &x3);
                 let inner = self.binary_same("add", x, &kx3);
-                let c = self.fill_like(0.797_884_560_802_865_4, x, x.dtype);
+                let c = self.fill_like(0.797_884_560_802_865_4, x, x.dtype)?;
                 let arg = self.binary_same("multiply", &c, &inner);
                 let t = self.unary("tanh", &arg);
-                let one = self.fill_like(1.0, x, x.dtype);
+                let one = self.fill_like(1.0, x, x.dtype)?;
                 let onept = self.binary_same("add", &one, &t);
-                let half = self.fill_like(0.5, x, x.dtype);
+                let half = self.fill_like(0.5, x, x.dtype)?;
                 let hx = self.binary_same("multiply", &half, x);
                 self.binary_same("multiply", &hx, &onept)
             }
@@ -109,7 +109,7 @@ impl<'g> Emitter<'g, '_, '_> {
                         self.err("broadcast to a dynamic shape needs a reference operand; use an elementwise op")
                     );
                 }
-                self.broadcast_to(&ins[0], &dims, &out_shape, None)
+                self.broadcast_to(&ins[0], &dims, &out_shape, None)?
             }
             OpKind::Reshape => {
                 arity(1, 1)?;
@@ -226,7 +226,7 @@ impl<'g> Emitter<'g, '_, '_> {
             OpKind::Softmax => {
                 arity(1, 1)?;
                 let axis = self.axis("axis", self.attr_int("axis", -1)?, ins[0].rank())?;
-                self.softmax(&ins[0], axis)
+                self.softmax(&ins[0], axis)?
             }
             OpKind::LayerNorm | OpKind::RmsNorm => {
                 let rms = node.op == OpKind::RmsNorm;

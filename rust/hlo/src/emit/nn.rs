@@ -95,7 +95,7 @@ impl Emitter<'_, '_, '_> {
         let y = self.assign(&rhs, out_shape.clone(), x.dtype);
         match ins.get(2) {
             Some(bias) => {
-                let bb = self.broadcast_to(bias, &[1], out_shape, Some(&y));
+                let bb = self.broadcast_to(bias, &[1], out_shape, Some(&y))?;
                 Ok(self.binary_same("add", &y, &bb))
             }
             None => Ok(y),
@@ -134,7 +134,7 @@ impl Emitter<'_, '_, '_> {
         // Average over the full window (padding counts as zeros), like count_include_pad.
         #[allow(clippy::cast_precision_loss)] // window sizes are small
         let area = (kernel[0] * kernel[1]) as f64;
-        let d = self.fill_like(area, &y, y.dtype);
+        let d = self.fill_like(area, &y, y.dtype)?;
         Ok(self.binary_same("divide", &y, &d))
     }
 
@@ -145,15 +145,15 @@ impl Emitter<'_, '_, '_> {
             x.clone()
         } else {
             let m = self.mean(x, &[axis])?;
-            let mb = self.unreduce(&m, &[axis], x);
+            let mb = self.unreduce(&m, &[axis], x)?;
             self.binary_same("subtract", x, &mb)
         };
         let sq = self.binary_same("multiply", &centered, &centered);
         let var = self.mean(&sq, &[axis])?;
-        let e = self.fill_like(eps, &var, var.dtype);
+        let e = self.fill_like(eps, &var, var.dtype)?;
         let ve = self.binary_same("add", &var, &e);
         let inv = self.unary("rsqrt", &ve);
-        let invb = self.unreduce(&inv, &[axis], x);
+        let invb = self.unreduce(&inv, &[axis], x)?;
         let mut y = self.binary_same("multiply", &centered, &invb);
         for (i, p) in ins.iter().enumerate().skip(1) {
             let pb = self.numpy_broadcast(p, &y)?;
@@ -182,7 +182,7 @@ impl Emitter<'_, '_, '_> {
         let mut sdims = qd.clone();
         sdims[r - 1] = kd[r - 2];
         let scores = self.matmul(q, &kt, &Shape::of(&sdims))?;
-        let sc = self.fill_like(scale, &scores, scores.dtype);
+        let sc = self.fill_like(scale, &scores, scores.dtype)?;
         let mut s = self.binary_same("multiply", &scores, &sc);
         if let Some(mask) = ins.get(3) {
             let mb = self.numpy_broadcast(mask, &s)?;
@@ -191,7 +191,7 @@ impl Emitter<'_, '_, '_> {
         if self.attr_bool("causal", false)? {
             s = self.causal(&s)?;
         }
-        let p = self.softmax(&s, r - 1);
+        let p = self.softmax(&s, r - 1)?;
         self.matmul(&p, v, out_shape)
     }
 
