@@ -89,7 +89,7 @@ fn export_refuses_packed_weights_with_the_remedy_and_dequantizes_on_request() {
     let o = run(args(&[]));
     assert_eq!(o.status.code(), Some(1));
     let e = stderr(&o);
-    assert!(e.contains("'fc1.w'") && e.contains("Q8_0") && e.contains("pass --packed dequantize"), "{e}");
+    assert!(e.contains("'model.fc1.weight'") && e.contains("Q8_0") && e.contains("pass --packed dequantize"), "{e}");
     assert!(!e.contains("PackedConstantHandling") && !e.contains("DEQUANTIZE"), "no other front end's wording: {e}");
     assert!(!dir.path().join("out/mlp.mlir").exists() && !dir.path().join("out/mlp.irpa").exists());
 

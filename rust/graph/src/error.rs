@@ -4,25 +4,20 @@ fn encoding_part(encoding: &Option<String>) -> String {
     encoding.as_ref().map(|e| format!(" (encoding {e})")).unwrap_or_default()
 }
 
-fn path_part(path: &Option<String>) -> String {
-    path.as_ref().map(|p| format!(" ({p})")).unwrap_or_default()
-}
-
 /// Everything that can go wrong while building, validating or extracting a graph.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum GraphError {
     /// A frozen weight is packed and the caller did not ask for dequantization.
     #[error(
-        "frozen parameter '{tensor}'{} has packed storage{} and cannot be embedded as a float graph constant. \
+        "frozen parameter '{tensor}' has packed storage{} and cannot be embedded as a float graph constant. \
          tapeout refuses to turn it into a function-argument placeholder instead: a module whose weights are \
          arguments cannot be served with a parameter archive. Either load this weight dense, or have it \
          dequantized, which decodes it to f32 chunk by chunk while exporting",
-        path_part(.path),
         encoding_part(.encoding)
     )]
     PackedConstant {
-        /// The tensor's name.
+        /// The tensor, by module path when it has one, else by name.
         tensor: String,
         /// Its module path, when it has one.
         path: Option<String>,

@@ -327,7 +327,7 @@ fn classify<'a>(
                     e => Some(e.name().to_owned()),
                 };
                 return Err(GraphError::PackedConstant {
-                    tensor: spec.name.clone(),
+                    tensor: spec.label().to_owned(),
                     path: spec.path.clone(),
                     encoding: name,
                 });

@@ -16,7 +16,7 @@
 //! `IrpaFormatException`, `java.io.IOException`) carrying the remedy as data, and a panic becomes a
 //! `RuntimeException` that carries the panic message. The JVM is never aborted.
 //!
-//! This crate marshals and words; the pipeline is the `tapeout` crate's. Modules: [`error`] (exception
+//! This crate marshals and words; the pipeline is the `tapeout` crate's. Modules: `error` (exception
 //! mapping), `pin` (critical pins and chunk lenders), `marshal` (tape arguments to a graph); the test and
 //! benchmark entry points are behind the `test-hooks` feature.
 
@@ -27,7 +27,7 @@ use jni::EnvUnowned;
 use jni::objects::{JClass, JIntArray, JLongArray, JObject, JObjectArray, JString};
 use jni::sys::{jboolean, jlong};
 
-pub mod error;
+mod error;
 #[cfg(feature = "test-hooks")]
 mod hooks;
 mod marshal;

@@ -457,7 +457,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         self.vals
             .get(&id)
             .cloned()
-            .ok_or_else(|| self.err(format!("operand '{}' has no value yet", self.g.spec(id).name)))
+            .ok_or_else(|| self.err(format!("operand '{}' has no value yet", self.g.spec(id).label())))
     }
 }
 

@@ -319,7 +319,7 @@ impl<'g> Emitter<'g, '_, '_> {
                 "computes {} but the node declares {} for '{}'",
                 result.ty(),
                 spec.mlir_type(),
-                spec.name
+                spec.label()
             )));
         }
         self.vals.insert(*out, Val { name: result.name, shape: spec.shape.clone(), dtype: spec.dtype });

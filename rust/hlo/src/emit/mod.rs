@@ -158,7 +158,7 @@ pub(crate) fn emit_into(
                 let bytes = c.data.byte_len();
                 if bytes > INLINE_CEILING {
                     return Err(HloError::ConstantTooLarge {
-                        tensor: spec.name.clone(),
+                        tensor: spec.label().to_owned(),
                         bytes,
                         ceiling: INLINE_CEILING,
                     });
@@ -197,7 +197,7 @@ pub(crate) fn emit_into(
                     }
                     None => c.data.stream(&mut HexSink { text: &mut e.body, out: &mut *e.out }),
                 });
-                streamed.map_err(|err| constant_failed(&spec.name, err))?;
+                streamed.map_err(|err| constant_failed(spec.label(), err))?;
                 let _ = writeln!(e.body, "\"> : {t}");
                 e.spill(false)?;
                 Val { name, shape: spec.shape.clone(), dtype: spec.dtype }

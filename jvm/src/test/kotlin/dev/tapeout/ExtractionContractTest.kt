@@ -47,12 +47,13 @@ class ExtractionContractTest {
         val (tape, w) = linear({ it.packedWeight("model.q.weight", ByteArray(34 * 3), "Q8_0", 4, 24) })
         val e = assertThrows<PackedConstantException> { tape.toComputeGraph() }
         val msg = e.message ?: ""
-        for (needle in listOf("'${w.name}'", "Q8_0", "packedConstants = PackedConstantHandling.DEQUANTIZE", "load this weight dense")) {
+        for (needle in listOf("'model.q.weight'", "Q8_0", "packedConstants = PackedConstantHandling.DEQUANTIZE", "load this weight dense")) {
             assertTrue(msg.contains(needle), "$needle missing from: $msg")
         }
         // The remedy travels as data; the message speaks Kotlin, not the CLI or Rust.
         assertEquals(Remedy.DEQUANTIZE, e.remedy)
         assertTrue("--packed" !in msg && "::" !in msg, msg)
+        assertTrue("'${w.name}'" !in msg, "the tensor is named by its module path, not the tape's generated name: $msg")
     }
 
     @Test
