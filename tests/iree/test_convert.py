@@ -152,7 +152,7 @@ def test_a_graph_takes_packed_weights_from_gguf_and_runs_in_iree(tapeout, gguf_f
     }
     (tmp_path / "g.json").write_text(json.dumps(graph))
     r = run(tapeout, "export", tmp_path / "g.json", "--weights", gguf_file, "-o", tmp_path / "out", check=False)
-    assert r.returncode == 1 and "Q8_0" in r.stderr and "DEQUANTIZE" in r.stderr, r.stderr
+    assert r.returncode == 1 and "Q8_0" in r.stderr and "pass --packed dequantize" in r.stderr, r.stderr
     run(tapeout, "export", tmp_path / "g.json", "--weights", gguf_file, "-o", tmp_path / "out", "--packed",
         "dequantize", "--inline-below", "0")
     run(iree_tool("iree-compile"), tmp_path / "out/gguf_proj.mlir", "--iree-hal-target-device=local",
