@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 use tapeout::graph::PackedConstantHandling;
+use tapeout::graph::io::FileAccess;
 use tapeout::hlo::MaterializationPolicy;
 use tapeout::irpa::{self, Archive, ArchiveWriter, FileRegionSource, IrpaError, Payload, Progress};
 use tapeout::{GraphFileExport, Remedy};
@@ -72,6 +73,10 @@ enum Command {
         /// Module name (default: the graph's own name).
         #[arg(long)]
         name: Option<String>,
+        /// Let the graph's data entries read files outside its own directory tree (absolute paths, `..`,
+        /// symlinks out). Only for graphs you trust: their bytes end up in the archive or module.
+        #[arg(long)]
+        allow_files_outside_graph_dir: bool,
     },
     /// Convert a GGUF or safetensors file to an .irpa archive (bytes kept as stored by default).
     Convert {
@@ -141,6 +146,11 @@ impl From<tapeout::Error> for Failure {
                 format!("; pass --inline-below {bytes} or less (without --inline-all)")
             }
             Some(Remedy::DeclareOutputs) => "; list them in the graph's \"outputs\"".to_owned(),
+            Some(Remedy::AllowFilesOutsideGraphDir) => {
+                "; move the file into the graph's directory, or pass --allow-files-outside-graph-dir if you trust \
+                 this graph with every file you can read"
+                    .to_owned()
+            }
             _ => String::new(),
         };
         Failure(format!("{e}{remedy}"))
@@ -159,7 +169,17 @@ fn main() -> ExitCode {
             pack(&output, &data, &splat, &meta, sub)
         }
         Command::Dump { file, json } => dump(&file, json),
-        Command::Export { graph, weights, output, scope, inline_below, inline_all, packed, name } => {
+        Command::Export {
+            graph,
+            weights,
+            output,
+            scope,
+            inline_below,
+            inline_all,
+            packed,
+            name,
+            allow_files_outside_graph_dir,
+        } => {
             let policy = if inline_all {
                 MaterializationPolicy::InlineAlways
             } else {
@@ -169,7 +189,9 @@ fn main() -> ExitCode {
                 PackedArg::Fail => PackedConstantHandling::Fail,
                 PackedArg::Dequantize => PackedConstantHandling::Dequantize,
             };
-            let opts = GraphFileExport { weights: weights.as_deref(), packed, policy, module_name: name };
+            let file_access =
+                if allow_files_outside_graph_dir { FileAccess::Anywhere } else { FileAccess::WithinGraphDir };
+            let opts = GraphFileExport { weights: weights.as_deref(), packed, policy, module_name: name, file_access };
             export(&graph, &opts, &output)
         }
         Command::Convert { input, output, dequantize, keep_dtype, include, exclude, rename } => {

@@ -115,3 +115,35 @@ fn export_reports_bad_graphs_as_one_sentence() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("unknown op 'warp'"), "{}", stderr(&o));
 }
+
+#[test]
+fn a_graph_cannot_read_files_outside_its_directory_unless_trusted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (models, private) = (tmp.path().join("models"), tmp.path().join("private"));
+    std::fs::create_dir_all(&models).unwrap();
+    std::fs::create_dir_all(&private).unwrap();
+    std::fs::write(private.join("id_ed25519"), b"PRIVATE KEY BYTES").unwrap();
+    let key = private.join("id_ed25519");
+    for file in [key.to_str().unwrap(), "../private/id_ed25519"] {
+        let graph = serde_json::json!({"name": "g", "tensors": [
+            {"name": "k", "shape": [17], "dtype": "u8", "path": "model.k", "data": {"file": file}},
+            {"name": "y", "shape": [17], "dtype": "u8"}],
+            "nodes": [{"op": "neg", "inputs": ["k"], "outputs": ["y"]}], "outputs": ["y"]});
+        std::fs::write(models.join("g.json"), graph.to_string()).unwrap();
+        let o = tapeout(&["export", "models/g.json", "-o", "out", "--inline-all"], tmp.path());
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.contains("tensor 'model.k'") && e.contains(&format!("{file:?}")), "{e}");
+        assert!(e.contains("pass --allow-files-outside-graph-dir"), "the remedy is the CLI's flag: {e}");
+        assert!(!tmp.path().join("out").exists(), "nothing is written");
+
+        let o = tapeout(
+            &["export", "models/g.json", "-o", "out", "--inline-all", "--allow-files-outside-graph-dir"],
+            tmp.path(),
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        let text = std::fs::read_to_string(tmp.path().join("out/g.mlir")).unwrap();
+        assert!(text.contains("505249564154"), "the trusted graph read the file (\"PRIVAT\" in hex)");
+        std::fs::remove_dir_all(tmp.path().join("out")).unwrap();
+    }
+}

@@ -7,7 +7,7 @@ use std::path::Path;
 use jni::Env;
 use jni::objects::{JByteArray, JFloatArray, JIntArray, JObject, JObjectArray, JShortArray, JString};
 use jni::sys::{jboolean, jlong};
-use tapeout::graph::io::{GraphFile, WeightSet};
+use tapeout::graph::io::{FileAccess, GraphFile, WeightSet};
 use tapeout::graph::{
     BlockOrder, ComputeGraph, Encoding, ExtractOptions, HalfLayout, Lent, PackedConstantHandling, Storage, TensorId,
 };
@@ -74,7 +74,8 @@ pub(crate) fn parse(
     forced: &JIntArray<'_>,
 ) -> Result<Request, Failure> {
     let text = string(env, graph_json)?;
-    let graph = GraphFile::parse(&text, Path::new("<kotlin tape>"))?;
+    // The program builds its own tape: the files it names (mapped regions) are its own choice.
+    let graph = GraphFile::parse(&text, Path::new("<kotlin tape>"))?.with_file_access(FileAccess::Anywhere);
     let forced = ints(env, forced)?
         .into_iter()
         .map(|i| usize::try_from(i).map_err(|_| Failure::invalid(format!("forced input index {i} is negative"))))

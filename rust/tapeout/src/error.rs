@@ -57,6 +57,8 @@ pub enum Remedy {
     },
     /// Declare which tensors the model returns.
     DeclareOutputs,
+    /// Trust the graph file to read data files outside its own directory.
+    AllowFilesOutsideGraphDir,
 }
 
 impl Error {
@@ -66,6 +68,7 @@ impl Error {
         match self {
             Error::Graph(GraphError::PackedConstant { .. }) => Some(Remedy::Dequantize),
             Error::Graph(GraphError::NoOutputs) => Some(Remedy::DeclareOutputs),
+            Error::Read(IoError::OutsideGraphDir { .. }) => Some(Remedy::AllowFilesOutsideGraphDir),
             Error::Emit(HloError::ConstantTooLarge { bytes, .. }) => Some(Remedy::ExternalAtOrBelow { bytes: *bytes }),
             _ => None,
         }

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use tapeout_graph::io::{GraphFile, WeightSet};
+use tapeout_graph::io::{FileAccess, GraphFile, WeightSet};
 use tapeout_graph::{ComputeGraph, ConstantData, ExtractOptions, KeyCollision, PackedConstantHandling, Trace};
 use tapeout_hlo::{EmitOptions, HloError, MaterializationPolicy};
 use tapeout_irpa::{ArchiveWriter, AtomicFile, Progress, WriteSummary};
@@ -133,6 +133,8 @@ pub struct GraphFileExport<'p> {
     pub policy: MaterializationPolicy,
     /// Module name; the graph's own name when `None`.
     pub module_name: Option<String>,
+    /// Which files the graph's `data.file` entries may name (default: only its own directory tree).
+    pub file_access: FileAccess,
 }
 
 /// Exports a JSON graph file (`docs/graph-format.md`) with its weights to `<out_dir>/<name>.mlir` and
@@ -146,7 +148,7 @@ pub fn export_graph_file(
     out_dir: &Path,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<ExportSummary> {
-    let file = GraphFile::load(graph_path)?;
+    let file = GraphFile::load(graph_path)?.with_file_access(opts.file_access);
     let weights = WeightSet::open(&file, opts.weights)?;
     let trace = file.to_trace(&weights)?;
     let extract = ExtractOptions { forced_inputs: file.forced_inputs(), packed: opts.packed, no_constants: false };

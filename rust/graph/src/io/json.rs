@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use memmap2::Mmap;
 use serde::Deserialize;
@@ -69,11 +69,27 @@ struct RawNode {
     attrs: serde_json::Map<String, serde_json::Value>,
 }
 
-/// Where a weight's bytes are: a safetensors entry or a raw file region.
+/// Where a weight's bytes are: a safetensors entry or a raw file region (the path as the graph wrote it,
+/// joined to the graph's directory).
 #[derive(Debug, Clone)]
 enum Source {
     Named(String),
     File(PathBuf, u64),
+}
+
+/// Which files a graph's `"data": {"file": …}` entries may name.
+///
+/// A graph file is untrusted input (it is shared like a model card), so by default it may only name files
+/// in its own directory tree: an absolute path, a `..` that leaves the tree, or a symlink that resolves
+/// outside it is an error. The program that builds a graph itself (the Kotlin tape over JNI) names files of
+/// its own choosing and uses [`FileAccess::Anywhere`], as does a user who trusts a graph and says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FileAccess {
+    /// Only files inside the graph file's directory tree (the default).
+    #[default]
+    WithinGraphDir,
+    /// Any file the process can read.
+    Anywhere,
 }
 
 #[derive(Debug, Clone)]
@@ -88,6 +104,7 @@ struct WeightRef {
 #[derive(Debug)]
 pub struct GraphFile {
     path: PathBuf,
+    access: FileAccess,
     /// The module name.
     pub name: String,
     specs: Vec<TensorSpec>,
@@ -151,7 +168,6 @@ impl GraphFile {
                 return Err(bad(format!("format {f:?} is not supported; this tapeout reads \"tapeout-graph/1\"")));
             }
         }
-        let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
         let mut index = HashMap::new();
         let mut specs = Vec::with_capacity(raw.tensors.len());
         let mut weights = Vec::with_capacity(raw.tensors.len());
@@ -179,7 +195,7 @@ impl GraphFile {
                     .map(|d| {
                         let source = match (d.tensor, d.file) {
                             (Some(s), None) => Source::Named(s),
-                            (None, Some(f)) => Source::File(dir.join(f), d.offset),
+                            (None, Some(f)) => Source::File(PathBuf::from(f), d.offset),
                             _ => {
                                 return Err(bad(format!(
                                     "tensor {:?}: data needs exactly one of \"tensor\" (in the --weights file) or \"file\"",
@@ -215,7 +231,102 @@ impl GraphFile {
         }
         let outputs = raw.outputs.iter().map(|s| lookup(s, "outputs")).collect::<Result<Vec<_>, _>>()?;
         let forced = raw.inputs.iter().map(|s| lookup(s, "inputs")).collect::<Result<Vec<_>, _>>()?;
-        Ok(Self { path: path.to_path_buf(), name: raw.name, specs, weights, index, nodes, outputs, forced })
+        Ok(Self {
+            path: path.to_path_buf(),
+            access: FileAccess::default(),
+            name: raw.name,
+            specs,
+            weights,
+            index,
+            nodes,
+            outputs,
+            forced,
+        })
+    }
+
+    /// The same graph with another policy for the files its data entries name (default:
+    /// [`FileAccess::WithinGraphDir`]).
+    #[must_use]
+    pub fn with_file_access(mut self, access: FileAccess) -> Self {
+        self.access = access;
+        self
+    }
+
+    /// The graph file's directory, which relative `data.file` paths are resolved against.
+    fn dir(&self) -> PathBuf {
+        match self.path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        }
+    }
+
+    /// Checks a `data.file` path as written, before anything is opened: under [`FileAccess::WithinGraphDir`],
+    /// an absolute path, or `..` components that climb above the graph's directory, are refused.
+    fn check_written(&self, tensor: &str, written: &Path) -> Result<(), IoError> {
+        if self.access == FileAccess::Anywhere {
+            return Ok(());
+        }
+        let outside = |why: &'static str| IoError::OutsideGraphDir {
+            graph: self.path.clone(),
+            tensor: tensor.to_owned(),
+            file: written.to_path_buf(),
+            why,
+        };
+        let mut depth = 0i64;
+        for c in written.components() {
+            match c {
+                Component::Prefix(_) | Component::RootDir => return Err(outside("it is an absolute path")),
+                Component::ParentDir => depth -= 1,
+                Component::Normal(_) => depth += 1,
+                Component::CurDir => {}
+            }
+            if depth < 0 {
+                return Err(outside("its `..` leaves the graph's directory"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Opens a data file for tensor `tensor`, enforcing the file policy on the file actually opened: the path
+    /// is resolved (symlinks included) and checked before the open, and the opened file's own real path is
+    /// checked after it, so a symlink swapped in between cannot slip a file from elsewhere in. Only regular
+    /// files are accepted (never a FIFO or device, which could block or never end).
+    fn open_data_file(&self, tensor: &str, written: &Path, path: &Path) -> Result<File, IoError> {
+        let io = |source| IoError::Io { path: path.to_path_buf(), source };
+        self.check_written(tensor, written)?;
+        let confined = self.access == FileAccess::WithinGraphDir;
+        let root = if confined { Some(std::fs::canonicalize(self.dir()).map_err(io)?) } else { None };
+        let outside = |why: &'static str| IoError::OutsideGraphDir {
+            graph: self.path.clone(),
+            tensor: tensor.to_owned(),
+            file: written.to_path_buf(),
+            why,
+        };
+        if let Some(root) = &root {
+            let real = std::fs::canonicalize(path).map_err(io)?;
+            if !real.starts_with(root) {
+                return Err(outside("it resolves (through a symlink) to a file outside the graph's directory"));
+            }
+        }
+        let file = open_nonblocking(path).map_err(io)?;
+        if !file.metadata().map_err(io)?.is_file() {
+            return Err(IoError::Io {
+                path: path.to_path_buf(),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file"),
+            });
+        }
+        if let Some(root) = &root {
+            match opened_real_path(&file) {
+                Some(real) if real.starts_with(root) => {}
+                Some(_) => {
+                    return Err(outside(
+                        "the file opened is outside the graph's directory (it changed after the check)",
+                    ));
+                }
+                None => {} // no way to ask on this platform: the check before the open stands
+            }
+        }
+        Ok(file)
     }
 
     /// The tensor ids listed under `"inputs"` (forced graph inputs).
@@ -271,8 +382,11 @@ impl GraphFile {
         };
         let layout = if w.column_major { HalfLayout::ColumnMajor } else { HalfLayout::RowMajor };
         let count = spec.shape.element_count();
-        // A mapped region is read by the program at run time: its file is not opened here.
-        if let (true, Source::File(path, offset)) = (w.mapped, &w.source) {
+        if let (true, Source::File(written, offset)) = (w.mapped, &w.source) {
+            // A mapped region is read by the program at run time, never by tapeout; its path is still held to
+            // the graph's directory as written.
+            self.check_written(spec.label(), written)?;
+            let path = self.dir().join(written);
             let len = count.filter(|_| !spec.shape.is_dynamic()).and_then(|n| n.checked_mul(spec.dtype.byte_width()));
             let len = len.ok_or_else(|| {
                 bad(format!(
@@ -280,7 +394,7 @@ impl GraphFile {
                     spec.shape
                 ))
             })?;
-            return Ok(Storage::Mapped { path: path.clone(), offset: *offset, len });
+            return Ok(Storage::Mapped { path, offset: *offset, len });
         }
         let (bytes, stored) = match &w.source {
             Source::Named(name) => {
@@ -332,7 +446,7 @@ impl GraphFile {
         };
         if w.mapped {
             let (path, offset) = match &w.source {
-                Source::File(p, o) => (p.clone(), *o),
+                Source::File(p, o) => (self.dir().join(p), *o),
                 Source::Named(_) => (weights.weights.as_ref().map(|f| f.path().to_path_buf()).unwrap_or_default(), 0),
             };
             return Ok(Storage::Mapped { path, offset, len: bytes.len() as u64 });
@@ -348,20 +462,43 @@ impl GraphFile {
     }
 }
 
+/// Opens `path` read-only without blocking on a FIFO (the caller then refuses anything but a regular file).
+fn open_nonblocking(path: &Path) -> std::io::Result<File> {
+    let mut o = std::fs::OpenOptions::new();
+    o.read(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut o, libc::O_NONBLOCK);
+    o.open(path)
+}
+
+/// The real path of an open file, as the kernel knows it (Linux: `/proc/self/fd`), or `None` where it cannot
+/// be asked.
+fn opened_real_path(file: &File) -> Option<PathBuf> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = file;
+        None
+    }
+}
+
 impl WeightSet {
     /// Maps the weights file (safetensors or GGUF, if any) and every raw file the graph names.
     pub fn open(graph: &GraphFile, weights: Option<&Path>) -> Result<Self, IoError> {
         let weights = weights.map(WeightFile::open).transpose()?;
         let mut files = HashMap::new();
-        for w in graph.weights.iter().flatten().filter(|w| !w.mapped) {
-            if let Source::File(p, _) = &w.source {
-                if !files.contains_key(p) {
-                    let io = |source| IoError::Io { path: p.clone(), source };
-                    let f = File::open(p).map_err(io)?;
-                    // SAFETY: read-only mapping of a weight file that must not change during export.
-                    let map = unsafe { Mmap::map(&f) }.map_err(io)?;
-                    files.insert(p.clone(), map);
-                }
+        for (spec, w) in graph.specs.iter().zip(&graph.weights) {
+            let Some(WeightRef { source: Source::File(written, _), mapped: false, .. }) = w else { continue };
+            if !files.contains_key(written) {
+                let path = graph.dir().join(written);
+                let f = graph.open_data_file(spec.label(), written, &path)?;
+                // SAFETY: read-only mapping of a weight file that must not change during export.
+                let map = unsafe { Mmap::map(&f) }.map_err(|source| IoError::Io { path, source })?;
+                files.insert(written.clone(), map);
             }
         }
         Ok(Self { weights, files })

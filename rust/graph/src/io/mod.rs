@@ -8,7 +8,7 @@ mod weights;
 
 use std::path::PathBuf;
 
-pub use json::{GraphFile, WeightSet};
+pub use json::{FileAccess, GraphFile, WeightSet};
 pub use weights::{Stored, StoredTensor, WeightFile};
 
 /// Errors reading graph and weight files.
@@ -41,6 +41,21 @@ pub enum IoError {
         /// What is wrong, where.
         #[source]
         source: safetensors::SafetensorsError,
+    },
+    /// A graph's data entry names a file outside the graph's directory tree, and the graph is not trusted to.
+    #[error(
+        "{graph}: tensor '{tensor}' names the data file {file:?}, but {why}; a graph file may only read files in \
+         its own directory tree"
+    )]
+    OutsideGraphDir {
+        /// The graph file.
+        graph: PathBuf,
+        /// The tensor whose data it is.
+        tensor: String,
+        /// The path as the graph wrote it.
+        file: PathBuf,
+        /// Why it is outside.
+        why: &'static str,
     },
     /// The file is not valid in its format.
     #[error("{path}: invalid {format} file: {detail}")]
