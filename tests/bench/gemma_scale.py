@@ -75,11 +75,18 @@ def spot_check(irpa, params, samples=16):
         entry = entries.get(p["key"])
         if entry is None:
             continue  # small enough to be inline in the module
-        if entry.length != n * 4:
-            raise SystemExit(f"gemma_scale: {p['key']}: {entry.length} bytes in the archive, expected {n * 4}")
+        # A bf16 weight is stored as its own 2 bytes (kept, the default) or widened to f32.
+        kept = p["kind"] == "bf16" and entry.length == n * 2
+        if not kept and entry.length != n * 4:
+            raise SystemExit(f"gemma_scale: {p['key']}: {entry.length} bytes in the archive, expected {n * 4}"
+                             + (f" or {n * 2}" if p["kind"] == "bf16" else ""))
         want_idx = np.unique(np.concatenate([np.arange(min(4, n)), np.arange(max(0, n - 4), n), rng.integers(0, n, samples)]))
-        got = np.frombuffer(entry.file_view, dtype="<u4")[want_idx]
-        want = expected_f32_bits(p, want_idx)
+        if kept:
+            got = np.frombuffer(entry.file_view, dtype="<u2")[want_idx]
+            want = (expected_f32_bits(p, want_idx) >> np.uint32(16)).astype(np.uint16)
+        else:
+            got = np.frombuffer(entry.file_view, dtype="<u4")[want_idx]
+            want = expected_f32_bits(p, want_idx)
         if not np.array_equal(got, want):
             bad = int(want_idx[np.argmax(got != want)])
             raise SystemExit(f"gemma_scale: {p['key']}[{bad}] differs from the generator")

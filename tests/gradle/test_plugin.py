@@ -102,3 +102,39 @@ def test_packed_weight_fails_with_the_remedy_not_a_stack_trace(built_jars, tmp_p
     assert "tapeout { packedConstants = 'DEQUANTIZE' }" in text, text
     assert "PackedConstantHandling" not in text and "--packed" not in text, text
     assert "\tat dev.tapeout" not in text and "Exception in thread" not in text
+
+
+HALF_MODEL = '''
+package demo
+
+import dev.tapeout.*
+
+class Half : ModelProvider {
+    override fun buildTape(): ExecutionTape {
+        val t = ExecutionTape()
+        val x = t.input("x", longArrayOf(2, 32))
+        val w = t.halfWeight("model.fc.weight", ShortArray(32 * 64) { 0x3F80.toShort() }, DType.BF16, 32, 64)
+        t.output(t.matmul(x, w))
+        return t
+    }
+}
+'''
+
+
+def test_half_constants_keep_by_default_widen_on_request_and_validated(built_jars, tmp_path):
+    block = "tapeout { model = 'demo.Half'; moduleName = 'half'%s }"
+    p = project(tmp_path, block % "")
+    (p / "src/main/kotlin/demo/Half.kt").write_text(HALF_MODEL)
+    r = gradle(p, "exportIrpa")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = p / "build/tapeout"
+    assert ": tensor<32x64xbf16>" in (out / "half.mlir").read_text()
+    kept = (out / "half.irpa").stat().st_size
+    (p / "build.gradle").write_text(build_file(block % "; halfConstants = 'WIDEN'"))
+    r = gradle(p, "exportIrpa")
+    assert r.returncode == 0 and ":exportIrpa UP-TO-DATE" not in r.stdout, r.stdout + r.stderr
+    assert ": tensor<32x64xf32>" in (out / "half.mlir").read_text()
+    assert (out / "half.irpa").stat().st_size > kept
+    (p / "build.gradle").write_text(build_file(block % "; halfConstants = 'NOPE'"))
+    r = gradle(p, "exportIrpa")
+    assert r.returncode != 0 and "tapeout { halfConstants = 'NOPE' }: use KEEP or WIDEN" in r.stdout + r.stderr

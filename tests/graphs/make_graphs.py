@@ -351,6 +351,33 @@ def mlp():
     g.save([y])
 
 
+def half_weights():
+    """bf16 and f16 weights in every op that consumes a weight: kept as stored by default, converted in the
+    program; `tests/iree/test_graphs.py` also exports it widened and compares the two in IREE."""
+    g = G("half_weights", 25)
+    vocab, d, ff = 48, 16, 24
+    ids = g.input("ids", [5], "i32")
+    emb = g.weight("emb", bf16(g.rand(vocab, d, scale=0.5)), dtype="bf16", path="model.embed_tokens.weight")
+    h = g.op("gather", [emb, ids], [5, d])  # embedding rows of a bf16 table
+    norm = g.weight("norm", bf16(1 + g.rand(d, scale=0.1)), dtype="bf16", path="model.norm.weight")
+    x = g.op("rms_norm", [h, norm], [5, d], eps=1e-6)
+    up = g.weight("up", bf16(g.rand(d, ff, scale=0.3)), dtype="bf16", path="model.mlp.up.weight")  # [K, N]
+    bias = g.weight("bias", g.rand(ff, scale=0.1).astype(np.float16), dtype="f16", path="model.mlp.up.bias")
+    u = g.op("silu", [g.op("add", [g.op("matmul", [x, up], [5, ff]), bias], [5, ff])], [5, ff])
+    down = g.weight("down", g.rand(d, ff, scale=0.3).astype(np.float16), dtype="f16", path="model.mlp.down.weight")
+    y = g.op("matmul", [u, g.op("transpose", [down], [ff, d])], [5, d])  # [out, in], as PyTorch stores it
+    ln_g = g.weight("ln_g", (1 + g.rand(d, scale=0.1)).astype(np.float16), dtype="f16", path="model.ln.weight")
+    ln_b = g.weight("ln_b", bf16(g.rand(d, scale=0.1)), dtype="bf16", path="model.ln.bias")
+    z = g.op("layer_norm", [y, ln_g, ln_b], [5, d], eps=1e-5)
+    logits = g.op("matmul", [z, g.op("transpose", [emb], [d, vocab])], [5, vocab], name="logits")  # tied head
+    img = g.input("img", [1, 2, 6, 6])
+    k = g.weight("k", g.rand(3, 2, 3, 3, scale=0.3).astype(np.float16), dtype="f16", path="model.conv.weight")
+    kb = g.weight("kb", bf16(g.rand(3, scale=0.1)), dtype="bf16", path="model.conv.bias")
+    conv = g.op("conv2d", [img, k, kb], [1, 3, 4, 4], name="conv")
+    g.test["policy"] = {"inline_below": 64}  # the small ones inline, the rest external
+    g.save([logits, conv])
+
+
 def small_cnn():
     g = G("small_cnn", 23)
     x = g.input("image", [2, 1, 8, 8])
@@ -410,7 +437,7 @@ def transformer():
 ALL = [elementwise_binary, elementwise_unary, activations, convert_cast, shape_ops, gather_embedding, matmul_batched,
        conv2d, pooling, reductions, normalization, attention, rope, iota_select_compare_clamp, special_constants,
        integer_constants, external_policy, threshold_policy, tied_weights, odd_names, dynamic_batch, mlp, small_cnn,
-       transformer]
+       transformer, half_weights]
 
 if __name__ == "__main__":
     for make in ALL:

@@ -53,6 +53,8 @@ class Graph:
                 from gguf import GGMLQuantizationType as T
                 from gguf.quants import dequantize
                 arr = dequantize(arr.reshape(1, -1), T.Q8_0).reshape([int(d) for d in t["shape"]]).astype(np.float32)
+            if arr.dtype == np.float16:
+                arr = arr.astype(np.float32)  # a 16-bit weight is an exact f32 value to the program
             self.weights[t["name"]] = arr
         produced = {o for n in self.doc["nodes"] for o in n["outputs"]}
         used = [i for n in self.doc["nodes"] for i in n["inputs"]] + self.doc["outputs"]

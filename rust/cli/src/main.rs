@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
-use tapeout::graph::PackedConstantHandling;
 use tapeout::graph::io::FileAccess;
+use tapeout::graph::{HalfConstantHandling, PackedConstantHandling};
 use tapeout::hlo::MaterializationPolicy;
 use tapeout::irpa::{self, Archive, ArchiveWriter, FileRegionSource, IrpaError, Payload, Progress};
 use tapeout::{GraphFileExport, Remedy};
@@ -70,6 +70,10 @@ enum Command {
         /// Packed (quantized) weights: refuse them, or dequantize to f32 while exporting.
         #[arg(long, value_enum, default_value = "fail")]
         packed: PackedArg,
+        /// f16/bf16 weights: keep them as stored (the program converts them to f32 where used), or widen them
+        /// to f32 parameters (twice the bytes).
+        #[arg(long, value_enum, default_value = "keep")]
+        half: HalfArg,
         /// Module name (default: the graph's own name).
         #[arg(long)]
         name: Option<String>,
@@ -116,6 +120,15 @@ enum Command {
         #[arg(short, long)]
         output: PathBuf,
     },
+}
+
+/// `--half` values.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum HalfArg {
+    /// Store the 16-bit bytes; the module converts them (default).
+    Keep,
+    /// Store f32, widened chunk by chunk.
+    Widen,
 }
 
 /// `--packed` values.
@@ -177,6 +190,7 @@ fn main() -> ExitCode {
             inline_below,
             inline_all,
             packed,
+            half,
             name,
             allow_files_outside_graph_dir,
         } => {
@@ -191,7 +205,12 @@ fn main() -> ExitCode {
             };
             let file_access =
                 if allow_files_outside_graph_dir { FileAccess::Anywhere } else { FileAccess::WithinGraphDir };
-            let opts = GraphFileExport { weights: weights.as_deref(), packed, policy, module_name: name, file_access };
+            let half = match half {
+                HalfArg::Keep => HalfConstantHandling::Keep,
+                HalfArg::Widen => HalfConstantHandling::Widen,
+            };
+            let opts =
+                GraphFileExport { weights: weights.as_deref(), packed, half, policy, module_name: name, file_access };
             export(&graph, &opts, &output)
         }
         Command::Convert { input, output, dequantize, keep_dtype, include, exclude, rename } => {

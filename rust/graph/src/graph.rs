@@ -21,6 +21,18 @@ pub enum PackedConstantHandling {
     Dequantize,
 }
 
+/// What to do with a frozen f16/bf16 weight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HalfConstantHandling {
+    /// Store its own 16-bit bytes (the default): the archive entry and the module's parameter have its dtype,
+    /// and the program converts it to f32 where it is used. Half the archive of widening, and IREE fuses the
+    /// convert into the consumer. A column-major weight is widened (its row-major order needs a transpose).
+    #[default]
+    Keep,
+    /// Widen to f32 while exporting, one chunk at a time: f32 parameters, twice the bytes.
+    Widen,
+}
+
 /// Options of [`finalize`].
 #[derive(Debug, Clone, Default)]
 pub struct ExtractOptions {
@@ -28,6 +40,8 @@ pub struct ExtractOptions {
     pub forced_inputs: HashSet<TensorId>,
     /// Packed weights: fail (default) or dequantize.
     pub packed: PackedConstantHandling,
+    /// 16-bit float weights: kept as stored (default) or widened to f32.
+    pub half: HalfConstantHandling,
     /// When true, every unresolved tensor becomes an input (no constants at all).
     pub no_constants: bool,
 }
@@ -316,7 +330,11 @@ fn classify<'a>(
                 },
             };
             let from = spec.dtype;
+            // The program sees f32 either way: ops on a 16-bit weight compute in f32.
             spec.dtype = DType::F32;
+            if opts.half == HalfConstantHandling::Keep && *layout == HalfLayout::RowMajor {
+                return Ok(Some(ConstantData::Raw { dtype: from, bytes: *bytes }));
+            }
             Ok(Some(ConstantData::Widen { from, bytes: *bytes, layout: *layout, dims }))
         }
         // 5./6. packed blocks: fail loudly, or dequantize lazily.
@@ -407,7 +425,8 @@ fn assign_keys(constants: &mut [Constant<'_>], specs: &[TensorSpec]) -> Vec<KeyC
 /// that no op produces whether it is a runtime input or a frozen constant.
 ///
 /// Decision table, first match wins: forced input → input; dynamic shape → input; dense f32 →
-/// constant borrowing the buffer; dense f16/bf16 → constant widened lazily; packed → error
+/// constant borrowing the buffer; dense f16/bf16 → constant kept as stored and converted in the program
+/// ([`HalfConstantHandling::Keep`], the default) or widened lazily; packed → error
 /// ([`PackedConstantHandling::Fail`]) or constant dequantized lazily; other dense dtypes →
 /// constant as stored; mapped or shape-only → input.
 pub fn finalize<'a>(trace: &Trace<'a>, opts: &ExtractOptions) -> Result<ComputeGraph<'a>> {

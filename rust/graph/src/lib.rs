@@ -5,7 +5,8 @@
 //! into a runtime input or a frozen [`Constant`]:
 //!
 //! * dense f32 weights are **borrowed**: the constant is the caller's buffer, never a copy;
-//! * f16/bf16 weights are widened to f32 **lazily**, one chunk at a time, when written;
+//! * f16/bf16 weights are **kept as stored** (the program converts them), or widened to f32 lazily, one
+//!   chunk at a time, when asked;
 //! * packed (quantized) weights are refused with a remedy, or dequantized lazily on request;
 //! * every count and size is a `u64`; a 2^31-byte tensor needs no allocation of its size.
 #![deny(missing_docs)]
@@ -24,7 +25,9 @@ mod trace;
 pub use constant::{ByteSink, CHUNK_VALUES, ConstantData, MAX_LEND_BYTES, PASSTHROUGH_VALUES};
 pub use dtype::DType;
 pub use error::{GraphError, Result};
-pub use graph::{ComputeGraph, Constant, ExtractOptions, KeyCollision, PackedConstantHandling, finalize};
+pub use graph::{
+    ComputeGraph, Constant, ExtractOptions, HalfConstantHandling, KeyCollision, PackedConstantHandling, finalize,
+};
 pub use ops::OpKind;
 pub use packed::{BlockOrder, Encoding};
 pub use shape::{Dim, Shape};

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tapeout_graph::{
     Attrs, BlockOrder, ByteSink, ChunkLender, ConstantData, DType, Dim, Encoding, ExtractOptions, GraphError,
-    HalfLayout, Lent, OpKind, PackedConstantHandling, Shape, Storage, StreamError, Tensor, TensorId, TensorSpec, Trace,
-    finalize, packed,
+    HalfConstantHandling, HalfLayout, Lent, OpKind, PackedConstantHandling, Shape, Storage, StreamError, Tensor,
+    TensorId, TensorSpec, Trace, finalize, packed,
 };
 
 // --- allocation accounting --------------------------------------------------------------------
@@ -207,6 +207,45 @@ fn dequantize_yields_logical_f32_values_without_an_encoding() {
     assert_eq!(expect[0], -4.0);
 }
 
+/// Extraction that widens 16-bit weights to f32 (the default keeps them).
+fn widen() -> ExtractOptions {
+    ExtractOptions { half: HalfConstantHandling::Widen, ..ExtractOptions::default() }
+}
+
+#[test]
+fn bf16_weights_are_kept_as_stored_by_default_borrowing_the_caller_s_bytes() {
+    let bits: Vec<u8> = [1.0f32, -2.5, 3.140625, f32::INFINITY]
+        .iter()
+        .flat_map(|v| half::bf16::from_f32(*v).to_bits().to_le_bytes())
+        .chain(0x7fc1u16.to_le_bytes()) // a NaN payload
+        .chain([0, 0, 0, 0, 0, 0])
+        .collect();
+    let w = Tensor {
+        spec: spec("w", &[2, 4], DType::BF16),
+        storage: Storage::Half { bytes: Lent::Slice(&bits), layout: HalfLayout::RowMajor },
+    };
+    let (trace, _, id) = matmul_trace(w);
+    let (g, extra) = peak_extra_alloc(|| finalize(&trace, &ExtractOptions::default()).unwrap());
+    assert!(extra < 64 << 10, "finalize allocated {extra} bytes");
+    let c = g.constant(id).unwrap();
+    let ConstantData::Raw { dtype: DType::BF16, bytes: Lent::Slice(kept) } = c.data else {
+        panic!("not kept as bf16: {:?}", c.data)
+    };
+    assert_eq!(kept.as_ptr(), bits.as_ptr(), "the constant is the caller's bytes");
+    assert_eq!((c.data.dtype(), c.data.byte_len()), (DType::BF16, 16), "stored as 16 bits");
+    assert_eq!(g.spec(id).dtype, DType::F32, "the program sees f32: ops on the weight compute in f32");
+    assert_eq!(bytes_of(&c.data), bits, "streamed as stored, NaN payload included");
+
+    // Column-major 16-bit data is widened: storing it row-major would take a transpose.
+    let w = Tensor {
+        spec: spec("w", &[2, 4], DType::BF16),
+        storage: Storage::Half { bytes: Lent::Slice(&bits), layout: HalfLayout::ColumnMajor },
+    };
+    let (trace, _, id) = matmul_trace(w);
+    let g = finalize(&trace, &ExtractOptions::default()).unwrap();
+    assert!(matches!(g.constant(id).unwrap().data, ConstantData::Widen { .. }));
+}
+
 #[test]
 fn bf16_and_f16_widen_exactly_including_specials() {
     let bf16_vals = [1.0f32, -0.0, f32::INFINITY, f32::NEG_INFINITY, 3.140625, -2.5e-38, 1.0e38];
@@ -219,7 +258,7 @@ fn bf16_and_f16_widen_exactly_including_specials() {
         storage: Storage::Half { bytes: Lent::Slice(&bf), layout: HalfLayout::RowMajor },
     };
     let (trace, _, id) = matmul_trace(w);
-    let graph = finalize(&trace, &ExtractOptions::default()).unwrap();
+    let graph = finalize(&trace, &widen()).unwrap();
     let got = f32s(&bytes_of(&graph.constant(id).unwrap().data));
     for (g, v) in got.iter().zip(bf16_vals) {
         assert_eq!(g.to_bits(), half::bf16::from_f32(v).to_f32().to_bits());
@@ -234,7 +273,7 @@ fn bf16_and_f16_widen_exactly_including_specials() {
         storage: Storage::Half { bytes: Lent::Slice(&fb), layout: HalfLayout::RowMajor },
     };
     let (trace, _, id) = matmul_trace(w);
-    let got = f32s(&bytes_of(&finalize(&trace, &ExtractOptions::default()).unwrap().constant(id).unwrap().data));
+    let got = f32s(&bytes_of(&finalize(&trace, &widen()).unwrap().constant(id).unwrap().data));
     assert_eq!(got[0], 2f32.powi(-24));
     assert_eq!(got[1].to_bits(), 0x8000_0000);
     assert_eq!(got[2], f32::INFINITY);
@@ -491,7 +530,7 @@ fn embedding_of_2_pow_31_bytes_needs_no_allocation_of_its_size() {
         storage: Storage::Half { bytes: Lent::Chunked(&lender), layout: HalfLayout::RowMajor },
     };
     let (trace, _, id) = matmul_trace(w);
-    let g = finalize(&trace, &ExtractOptions::default()).unwrap();
+    let g = finalize(&trace, &widen()).unwrap();
     let data = &g.constant(id).unwrap().data;
     let last = (1u64 << 29) - 1;
     let mut probe = Probe::at(&[1000, 1025, last]);

@@ -32,7 +32,7 @@ fn emit_graph(name: &str) -> String {
     let file = GraphFile::load(dir.join(format!("{name}.json"))).unwrap();
     let weights = WeightSet::open(&file, Some(&dir.join(format!("{name}.safetensors")))).unwrap();
     let trace = file.to_trace(&weights).unwrap();
-    let opts = ExtractOptions { forced_inputs: file.forced_inputs(), packed, no_constants: false };
+    let opts = ExtractOptions { forced_inputs: file.forced_inputs(), packed, ..ExtractOptions::default() };
     let graph = finalize(&trace, &opts).unwrap();
     let emit_opts = EmitOptions { module_name: file.name.clone(), function: "main".into(), policy };
     emit(&graph, &emit_opts).unwrap().text

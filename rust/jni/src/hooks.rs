@@ -34,7 +34,7 @@ pub extern "system" fn Java_dev_tapeout_NativeTestHooks_benchExport<'l>(
         .with_env(|env| -> Result<JLongArray<'l>, Failure> {
             let (lent_dir, owned_dir) = (string(env, &lent_dir)?, string(env, &owned_dir)?);
             let rounds = usize::try_from(rounds).unwrap_or(0);
-            let req = parse(env, &graph_json, false, &JIntArray::null())?;
+            let req = parse(env, &graph_json, 0, &JIntArray::null())?;
             let kinds = ints(env, &kinds)?;
             if let Some(slot) = kinds.iter().position(|&k| k != 0 && k != 1) {
                 return Err(Failure::invalid(format!(

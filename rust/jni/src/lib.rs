@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use jni::EnvUnowned;
 use jni::objects::{JClass, JIntArray, JLongArray, JObject, JObjectArray, JString};
-use jni::sys::{jboolean, jlong};
+use jni::sys::{jint, jlong};
 
 mod error;
 #[cfg(feature = "test-hooks")]
@@ -42,7 +42,7 @@ use marshal::{TapeArgs, emit_options, string, summary, with_graph};
 static PROGRESS_WRITTEN: AtomicU64 = AtomicU64::new(0);
 static PROGRESS_TOTAL: AtomicU64 = AtomicU64::new(0);
 
-/// `NativeBridge.finalize(graphJson, data, kinds, encodings, dequantize, forcedInputs): String`
+/// `NativeBridge.finalize(graphJson, data, kinds, encodings, options, forcedInputs): String`
 /// — runs extraction and returns a JSON summary (inputs, constants with keys and kinds).
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_dev_tapeout_NativeBridge_finalize<'l>(
@@ -52,7 +52,7 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_finalize<'l>(
     data: JObjectArray<'l>,
     kinds: JIntArray<'l>,
     encodings_arr: JObjectArray<'l>,
-    dequantize: jboolean,
+    options: jint,
     forced: JIntArray<'l>,
 ) -> JObject<'l> {
     unowned
@@ -62,7 +62,7 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_finalize<'l>(
                 data: &data,
                 kinds: &kinds,
                 encodings: &encodings_arr,
-                dequantize,
+                options,
                 forced: &forced,
             };
             with_graph(env, &tape, |graph, stats| Ok(summary(graph, stats).to_string()))
@@ -70,7 +70,7 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_finalize<'l>(
         .resolve::<ThrowMapped>()
 }
 
-/// `NativeBridge.export(graphJson, data, kinds, encodings, dequantize, forcedInputs, outDir, name,
+/// `NativeBridge.export(graphJson, data, kinds, encodings, options, forcedInputs, outDir, name,
 /// scope, inlineBelow): String` — writes `<outDir>/<name>.mlir` and `.irpa`; returns a JSON
 /// summary with the paths, sizes and pin statistics. `inlineBelow < 0` means inline everything.
 #[unsafe(no_mangle)]
@@ -81,7 +81,7 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_export<'l>(
     data: JObjectArray<'l>,
     kinds: JIntArray<'l>,
     encodings_arr: JObjectArray<'l>,
-    dequantize: jboolean,
+    options: jint,
     forced: JIntArray<'l>,
     out_dir: JString<'l>,
     name: JString<'l>,
@@ -96,7 +96,7 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_export<'l>(
                 data: &data,
                 kinds: &kinds,
                 encodings: &encodings_arr,
-                dequantize,
+                options,
                 forced: &forced,
             };
             with_graph(env, &tape, |graph, stats| {
@@ -119,7 +119,7 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_export<'l>(
         .resolve::<ThrowMapped>()
 }
 
-/// `NativeBridge.toStableHlo(graphJson, data, kinds, encodings, dequantize, forcedInputs, name,
+/// `NativeBridge.toStableHlo(graphJson, data, kinds, encodings, options, forcedInputs, name,
 /// scope, inlineBelow): String` — the module text.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_dev_tapeout_NativeBridge_toStableHlo<'l>(
@@ -129,7 +129,7 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_toStableHlo<'l>(
     data: JObjectArray<'l>,
     kinds: JIntArray<'l>,
     encodings_arr: JObjectArray<'l>,
-    dequantize: jboolean,
+    options: jint,
     forced: JIntArray<'l>,
     name: JString<'l>,
     scope: JString<'l>,
@@ -143,7 +143,7 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_toStableHlo<'l>(
                 data: &data,
                 kinds: &kinds,
                 encodings: &encodings_arr,
-                dequantize,
+                options,
                 forced: &forced,
             };
             with_graph(env, &tape, |graph, _| {

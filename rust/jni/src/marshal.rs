@@ -6,10 +6,11 @@ use std::path::Path;
 
 use jni::Env;
 use jni::objects::{JByteArray, JFloatArray, JIntArray, JObject, JObjectArray, JShortArray, JString};
-use jni::sys::{jboolean, jlong};
+use jni::sys::{jint, jlong};
 use tapeout::graph::io::{FileAccess, GraphFile, WeightSet};
 use tapeout::graph::{
-    BlockOrder, ComputeGraph, Encoding, ExtractOptions, HalfLayout, Lent, PackedConstantHandling, Storage, TensorId,
+    BlockOrder, ComputeGraph, Encoding, ExtractOptions, HalfConstantHandling, HalfLayout, Lent, PackedConstantHandling,
+    Storage, TensorId,
 };
 use tapeout::hlo::{EmitOptions, MaterializationPolicy};
 
@@ -51,6 +52,7 @@ impl Kind {
 pub(crate) struct Request {
     pub(crate) graph: GraphFile,
     pub(crate) packed: PackedConstantHandling,
+    pub(crate) half: HalfConstantHandling,
     pub(crate) forced: Vec<usize>,
 }
 
@@ -67,10 +69,11 @@ pub(crate) fn ints(env: &Env<'_>, a: &JIntArray<'_>) -> Result<Vec<i32>, Failure
     Ok(v)
 }
 
+/// `options` bits: 1 = dequantize packed weights, 2 = widen 16-bit weights (Kotlin `nativeOptions`).
 pub(crate) fn parse(
     env: &Env<'_>,
     graph_json: &JString<'_>,
-    packed: jboolean,
+    options: jint,
     forced: &JIntArray<'_>,
 ) -> Result<Request, Failure> {
     let text = string(env, graph_json)?;
@@ -80,8 +83,12 @@ pub(crate) fn parse(
         .into_iter()
         .map(|i| usize::try_from(i).map_err(|_| Failure::invalid(format!("forced input index {i} is negative"))))
         .collect::<Result<_, _>>()?;
-    let packed = if packed { PackedConstantHandling::Dequantize } else { PackedConstantHandling::Fail };
-    Ok(Request { graph, packed, forced })
+    if options & !3 != 0 {
+        return Err(Failure::invalid(format!("unknown option bits {options:#x}")));
+    }
+    let packed = if options & 1 != 0 { PackedConstantHandling::Dequantize } else { PackedConstantHandling::Fail };
+    let half = if options & 2 != 0 { HalfConstantHandling::Widen } else { HalfConstantHandling::Keep };
+    Ok(Request { graph, packed, half, forced })
 }
 
 /// Builds the lenders for every tensor with JVM data (`kinds[i] != 0`).
@@ -144,7 +151,7 @@ pub(crate) fn finalize_with<'a>(
             })
         })
         .collect::<Result<_, _>>()?;
-    let opts = ExtractOptions { forced_inputs, packed: req.packed, no_constants: false };
+    let opts = ExtractOptions { forced_inputs, packed: req.packed, half: req.half, no_constants: false };
     Ok(tapeout::finalize(&trace, &opts)?)
 }
 
@@ -178,7 +185,7 @@ pub(crate) struct TapeArgs<'a, 'l> {
     pub(crate) data: &'a JObjectArray<'l>,
     pub(crate) kinds: &'a JIntArray<'l>,
     pub(crate) encodings: &'a JObjectArray<'l>,
-    pub(crate) dequantize: jboolean,
+    pub(crate) options: jint,
     pub(crate) forced: &'a JIntArray<'l>,
 }
 
@@ -189,7 +196,7 @@ pub(crate) fn with_graph<'l>(
     tape: &TapeArgs<'_, 'l>,
     f: impl FnOnce(&ComputeGraph<'_>, &Pins) -> Result<String, Failure>,
 ) -> Result<JObject<'l>, Failure> {
-    let req = parse(env, tape.graph_json, tape.dequantize, tape.forced)?;
+    let req = parse(env, tape.graph_json, tape.options, tape.forced)?;
     let kinds = ints(env, tape.kinds)?;
     let encs = encodings(env, tape.encodings)?;
     let weights = WeightSet::open(&req.graph, None)?;
@@ -245,6 +252,7 @@ pub(crate) fn summary(graph: &ComputeGraph<'_>, stats: &Pins) -> serde_json::Val
                 tapeout::graph::ConstantData::F32(_) => "borrowed_f32",
                 tapeout::graph::ConstantData::Widen { .. } => "widened",
                 tapeout::graph::ConstantData::Dequantize { .. } => "dequantized",
+                tapeout::graph::ConstantData::Raw { dtype: tapeout::graph::DType::F16 | tapeout::graph::DType::BF16, .. } => "kept_16bit",
                 tapeout::graph::ConstantData::Raw { .. } => "raw",
             },
         })).collect::<Vec<_>>(),

@@ -3,7 +3,9 @@
 use std::path::{Path, PathBuf};
 
 use tapeout_graph::io::{FileAccess, GraphFile, WeightSet};
-use tapeout_graph::{ComputeGraph, ConstantData, ExtractOptions, KeyCollision, PackedConstantHandling, Trace};
+use tapeout_graph::{
+    ComputeGraph, ConstantData, ExtractOptions, HalfConstantHandling, KeyCollision, PackedConstantHandling, Trace,
+};
 use tapeout_hlo::{EmitOptions, HloError, MaterializationPolicy};
 use tapeout_irpa::{ArchiveWriter, AtomicFile, Progress, WriteSummary};
 
@@ -129,6 +131,8 @@ pub struct GraphFileExport<'p> {
     pub weights: Option<&'p Path>,
     /// Packed weights: fail (default) or dequantize.
     pub packed: PackedConstantHandling,
+    /// 16-bit float weights: kept as stored (default) or widened to f32.
+    pub half: HalfConstantHandling,
     /// Inline or external constants.
     pub policy: MaterializationPolicy,
     /// Module name; the graph's own name when `None`.
@@ -151,7 +155,12 @@ pub fn export_graph_file(
     let file = GraphFile::load(graph_path)?.with_file_access(opts.file_access);
     let weights = WeightSet::open(&file, opts.weights)?;
     let trace = file.to_trace(&weights)?;
-    let extract = ExtractOptions { forced_inputs: file.forced_inputs(), packed: opts.packed, no_constants: false };
+    let extract = ExtractOptions {
+        forced_inputs: file.forced_inputs(),
+        packed: opts.packed,
+        half: opts.half,
+        no_constants: false,
+    };
     let graph = finalize(&trace, &extract)?;
     let emit = EmitOptions {
         module_name: opts.module_name.clone().unwrap_or_else(|| file.name.clone()),

@@ -17,7 +17,7 @@ use tapeout_graph::{ComputeGraph, TensorId};
 
 use crate::error::{HloError, Result};
 use crate::text::{push_hex, string_literal, symbol};
-use builder::{Emitter, Val, list};
+use builder::{Emitter, Val, list, ty};
 use constants::{HexSink, constant_failed, is_external, splat_element};
 
 /// The largest constant written inline: one buffer of 2 GiB − 1 bytes.
@@ -144,12 +144,13 @@ pub(crate) fn emit_into(
                 if sym == func_symbol {
                     sym = symbol(&format!("{}.global", c.key));
                 }
+                // The parameter has the dtype it is stored in (bf16 kept as bf16); the program converts it.
                 let _ = writeln!(
                     text,
                     "  util.global private {sym} = #flow.parameter.named<{}::{}> : {}",
                     string_literal(&scope),
                     string_literal(&c.key),
-                    spec.mlir_type()
+                    ty(&spec.shape, c.data.dtype())
                 );
                 externals.push(ExternalParameter { scope, key: c.key.clone(), tensor: c.tensor });
                 placement.push(Some(sym));
@@ -184,9 +185,10 @@ pub(crate) fn emit_into(
     }
     for (c, place) in graph.constants().iter().zip(&placement) {
         let spec = graph.spec(c.tensor);
-        let t = spec.mlir_type();
+        let stored = c.data.dtype();
+        let t = ty(&spec.shape, stored);
         let v = match place {
-            Some(sym) => e.assign(&format!("util.global.load {sym} : {t}"), spec.shape.clone(), spec.dtype),
+            Some(sym) => e.assign(&format!("util.global.load {sym} : {t}"), spec.shape.clone(), stored),
             None => {
                 let name = e.fresh();
                 let _ = write!(e.body, "    {name} = stablehlo.constant dense<\"0x");
@@ -200,8 +202,15 @@ pub(crate) fn emit_into(
                 streamed.map_err(|err| constant_failed(spec.label(), err))?;
                 let _ = writeln!(e.body, "\"> : {t}");
                 e.spill(false)?;
-                Val { name, shape: spec.shape.clone(), dtype: spec.dtype }
+                Val { name, shape: spec.shape.clone(), dtype: stored }
             }
+        };
+        // A 16-bit weight kept as stored is widened where it is used: IREE fuses the convert into the consumer.
+        let v = if stored == spec.dtype {
+            v
+        } else {
+            let rhs = format!("stablehlo.convert {} : ({t}) -> {}", v.name, spec.mlir_type());
+            e.assign(&rhs, spec.shape.clone(), spec.dtype)
         };
         e.vals.insert(c.tensor, v);
     }

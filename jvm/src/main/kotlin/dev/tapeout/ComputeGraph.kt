@@ -10,6 +10,19 @@ enum class PackedConstantHandling {
     DEQUANTIZE,
 }
 
+/** What to do with frozen f16/bf16 weights. */
+enum class HalfConstantHandling {
+    /** Store their own 16-bit bytes (default): the module converts them to f32 where they are used. No conversion
+     *  on export, half the archive of [WIDEN], and IREE fuses the convert into the consumer. */
+    KEEP,
+    /** Widen them to f32 parameters while exporting, one chunk at a time (twice the bytes). */
+    WIDEN,
+}
+
+/** The native side's option bits: 1 = dequantize packed weights, 2 = widen 16-bit weights. */
+internal fun nativeOptions(packed: PackedConstantHandling, half: HalfConstantHandling): Int =
+    (if (packed == PackedConstantHandling.DEQUANTIZE) 1 else 0) or (if (half == HalfConstantHandling.WIDEN) 2 else 0)
+
 /** Which constants are written inline in the module and which become external parameters. */
 sealed class MaterializationPolicy {
     /** Every constant inline (exact hex); above 2 GiB this is a [ConstantTooLargeException]. */
@@ -25,7 +38,8 @@ sealed class MaterializationPolicy {
     internal val inlineBelow: Long get() = when (this) { is ExternalAlways -> 0; is SizeThreshold -> bytes; InlineAlways -> -1 }
 }
 
-/** A frozen value of the graph. [kind]: `borrowed_f32`, `widened`, `dequantized` or `raw`. */
+/** A frozen value of the graph. [kind]: `borrowed_f32`, `kept_16bit` (stored as its own bf16/f16 bytes), `widened`,
+ *  `dequantized` or `raw`. */
 data class ConstantInfo(val name: String, val key: String, val bytes: Long, val kind: String)
 
 /** What an export wrote. [pins] counts critical pins of JVM arrays; [copies] how many of them were copies (0 on HotSpot). */
@@ -38,7 +52,7 @@ data class ExportResult(val mlir: File, val irpa: File, val mlirBytes: Long, val
  */
 class ComputeGraph internal constructor(
     private val tape: ExecutionTape,
-    private val packed: PackedConstantHandling,
+    private val options: Int,
     private val forced: IntArray,
     summary: Map<*, *>,
 ) {
@@ -51,7 +65,7 @@ class ComputeGraph internal constructor(
     /** Writes `<outputDir>/<name>.mlir` and `<outputDir>/<name>.irpa`. */
     fun export(outputDir: File, name: String = "model", policy: MaterializationPolicy = MaterializationPolicy.SizeThreshold()): ExportResult {
         val a = Marshalled(tape)
-        val json = NativeBridge.export(tape.toGraphJson(name), a.data, a.kinds, a.encodings, packed == PackedConstantHandling.DEQUANTIZE,
+        val json = NativeBridge.export(tape.toGraphJson(name), a.data, a.kinds, a.encodings, options,
             forced, outputDir.path, name, policy.scopeName, policy.inlineBelow)
         val m = Json.parse(json) as Map<*, *>
         return ExportResult(File(m["mlir"] as String), File(m["irpa"] as String), (m["mlir_bytes"] as Number).toLong(),
@@ -62,7 +76,7 @@ class ComputeGraph internal constructor(
     /** The StableHLO module text. */
     fun toStableHlo(policy: MaterializationPolicy = MaterializationPolicy.SizeThreshold(), name: String = "model"): String {
         val a = Marshalled(tape)
-        return NativeBridge.toStableHlo(tape.toGraphJson(name), a.data, a.kinds, a.encodings, packed == PackedConstantHandling.DEQUANTIZE,
+        return NativeBridge.toStableHlo(tape.toGraphJson(name), a.data, a.kinds, a.encodings, options,
             forced, name, policy.scopeName, policy.inlineBelow)
     }
 }
@@ -89,8 +103,9 @@ internal class Marshalled(tape: ExecutionTape) {
 
 /**
  * Validates the tape and decides, for every tensor no op produces, whether it is a runtime input or a frozen
- * constant: forced inputs and dynamic shapes are inputs; f32 arrays are borrowed; f16/bf16 are widened lazily;
- * packed blocks fail ([PackedConstantHandling.FAIL]) or are dequantized lazily; mapped regions are inputs.
+ * constant: forced inputs and dynamic shapes are inputs; f32 arrays are borrowed; f16/bf16 are kept as stored
+ * ([HalfConstantHandling.KEEP]) or widened lazily; packed blocks fail ([PackedConstantHandling.FAIL]) or are
+ * dequantized lazily; mapped regions are inputs.
  *
  * With [synthesizeExternalInputs] `false`, a tensor that becomes an input without having been declared with
  * [ExecutionTape.input] is an error instead.
@@ -99,12 +114,14 @@ fun ExecutionTape.toComputeGraph(
     synthesizeExternalInputs: Boolean = true,
     inputTensorIds: Set<Int> = emptySet(),
     packedConstants: PackedConstantHandling = PackedConstantHandling.FAIL,
+    halfConstants: HalfConstantHandling = HalfConstantHandling.KEEP,
 ): ComputeGraph {
     val a = Marshalled(this)
     val forced = inputTensorIds.toIntArray()
-    val json = NativeBridge.finalize(toGraphJson("model"), a.data, a.kinds, a.encodings, packedConstants == PackedConstantHandling.DEQUANTIZE, forced)
+    val options = nativeOptions(packedConstants, halfConstants)
+    val json = NativeBridge.finalize(toGraphJson("model"), a.data, a.kinds, a.encodings, options, forced)
     val summary = Json.parse(json) as Map<*, *>
-    val graph = ComputeGraph(this, packedConstants, forced, summary)
+    val graph = ComputeGraph(this, options, forced, summary)
     if (!synthesizeExternalInputs) {
         val declared = tensors.filter { it.id in inputIds || it.id in inputTensorIds }.map { it.name }.toSet()
         val synthesized = graph.inputs.filter { it !in declared }

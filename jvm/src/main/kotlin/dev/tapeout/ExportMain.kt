@@ -10,14 +10,14 @@ interface ModelProvider {
 
 /**
  * The entry point the Gradle `exportIrpa` task runs in a forked JVM:
- * `ExportMain <model class> <output dir> <module name> <scope> <inline below bytes> <FAIL|DEQUANTIZE>`.
+ * `ExportMain <model class> <output dir> <module name> <scope> <inline below bytes> <FAIL|DEQUANTIZE> [KEEP|WIDEN]`.
  * Prints what it does on stdout; a failure is one line `tapeout: error: <message>` on stderr and exit code 1.
  */
 object ExportMain {
     @JvmStatic
     fun main(args: Array<String>) {
-        if (args.size != 6) {
-            System.err.println("usage: ExportMain <model class> <output dir> <module name> <scope> <inline below bytes> <FAIL|DEQUANTIZE>")
+        if (args.size != 6 && args.size != 7) {
+            System.err.println("usage: ExportMain <model class> <output dir> <module name> <scope> <inline below bytes> <FAIL|DEQUANTIZE> [KEEP|WIDEN]")
             exitProcess(2)
         }
         val (modelClass, outDir, name, scope) = args
@@ -25,9 +25,10 @@ object ExportMain {
             val provider = Class.forName(modelClass).getDeclaredConstructor().newInstance() as? ModelProvider
                 ?: throw TapeoutException("$modelClass does not implement dev.tapeout.ModelProvider")
             val packed = PackedConstantHandling.valueOf(args[5].uppercase())
+            val half = HalfConstantHandling.valueOf(args.getOrElse(6) { "KEEP" }.uppercase())
             val t0 = System.nanoTime()
             val tape = provider.buildTape()
-            val graph = tape.toComputeGraph(packedConstants = packed)
+            val graph = tape.toComputeGraph(packedConstants = packed, halfConstants = half)
             val total = graph.constants.sumOf { it.bytes }
             println("tapeout: ${tape.ops.size} ops, ${graph.inputs.size} inputs, ${graph.constants.size} constants (${total} bytes)")
             val policy = MaterializationPolicy.SizeThreshold(args[4].toLong(), scope)

@@ -94,14 +94,14 @@ internal object NativeBridge {
     }
 
     @JvmStatic external fun finalize(graphJson: String, data: Array<Any?>, kinds: IntArray, encodings: Array<String?>,
-                                     dequantize: Boolean, forcedInputs: IntArray): String
+                                     options: Int, forcedInputs: IntArray): String
 
     @JvmStatic external fun export(graphJson: String, data: Array<Any?>, kinds: IntArray, encodings: Array<String?>,
-                                   dequantize: Boolean, forcedInputs: IntArray, outDir: String, name: String,
+                                   options: Int, forcedInputs: IntArray, outDir: String, name: String,
                                    scope: String, inlineBelow: Long): String
 
     @JvmStatic external fun toStableHlo(graphJson: String, data: Array<Any?>, kinds: IntArray, encodings: Array<String?>,
-                                        dequantize: Boolean, forcedInputs: IntArray, name: String, scope: String,
+                                        options: Int, forcedInputs: IntArray, name: String, scope: String,
                                         inlineBelow: Long): String
 
     @JvmStatic external fun archiveEntry(path: String, key: String): LongArray

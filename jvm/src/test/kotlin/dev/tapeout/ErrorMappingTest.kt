@@ -62,9 +62,13 @@ class ErrorMappingTest {
         val m = Marshalled(tape)
         m.kinds[w.id] = 2 // claims a ByteArray
         val e = assertThrows<GraphValidationException> {
-            NativeBridge.finalize(tape.toGraphJson("m"), m.data, m.kinds, m.encodings, false, IntArray(0))
+            NativeBridge.finalize(tape.toGraphJson("m"), m.data, m.kinds, m.encodings, 0, IntArray(0))
         }
         assertTrue(e.message!!.contains("not the JVM array its kind needs"), e.message)
+        val bits = assertThrows<GraphValidationException> {
+            NativeBridge.finalize(tape.toGraphJson("m"), m.data, IntArray(m.kinds.size), m.encodings, 4, IntArray(0))
+        }
+        assertTrue(bits.message!!.contains("unknown option bits 0x4"), bits.message)
     }
 
     @Test

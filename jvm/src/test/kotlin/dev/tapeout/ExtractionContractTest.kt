@@ -8,6 +8,8 @@ import org.junit.jupiter.api.Assertions.assertEquals
 import org.junit.jupiter.api.Assertions.assertTrue
 import org.junit.jupiter.api.Test
 import java.io.File
+import java.nio.ByteBuffer
+import java.nio.ByteOrder
 
 /** The reference implementation's extraction contract, through the Kotlin API and JNI. */
 class ExtractionContractTest {
@@ -73,10 +75,26 @@ class ExtractionContractTest {
     }
 
     @Test
+    fun `BF16 weights are kept as stored by default, converted in the module`() {
+        val bits = intArrayOf(0x3F80, 0xC020, 0x7F80, 0x8000, 0x0001, 0x4049, 0xFF80, 0x3E00)
+        val bytes = TestSupport.le16(bits)
+        val (tape, _) = linear({ it.halfWeight("model.n.weight", bytes, DType.BF16, 4, 2) })
+        val graph = tape.toComputeGraph()
+        assertEquals(ConstantInfo("t1", "model.n.weight", 16, "kept_16bit"), graph.constants.single().copy(name = "t1"))
+        val dir = tempDir("tapeout-bf16-kept")
+        val r = graph.export(dir, "bf16", MaterializationPolicy.ExternalAlways())
+        assertArrayEquals(bytes, TestSupport.readBytes(r.irpa, "model.n.weight", 0, 16), "the archive holds the bf16 bytes as given")
+        val text = r.mlir.readText()
+        assertTrue(text.contains("#flow.parameter.named<\"model\"::\"model.n.weight\"> : tensor<4x2xbf16>"), text)
+        assertTrue(text.contains("stablehlo.convert") && text.contains("(tensor<4x2xbf16>) -> tensor<4x2xf32>"), text)
+        dir.deleteRecursively()
+    }
+
+    @Test
     fun `BF16 weights widen to exactly the same f32 values`() {
         val bits = intArrayOf(0x3F80, 0xC020, 0x7F80, 0x8000, 0x0001, 0x4049, 0xFF80, 0x3E00)
         val (tape, _) = linear({ it.halfWeight("model.n.weight", TestSupport.le16(bits), DType.BF16, 4, 2) })
-        val graph = tape.toComputeGraph()
+        val graph = tape.toComputeGraph(halfConstants = HalfConstantHandling.WIDEN)
         assertEquals("widened", graph.constants.single().kind)
         val dir = tempDir("tapeout-bf16")
         val r = graph.export(dir, "bf16", MaterializationPolicy.ExternalAlways())
@@ -96,7 +114,19 @@ class ExtractionContractTest {
         val specials = intArrayOf(0x3C00, 0xC000, 0x7C00, 0xFC00, 0x8000, 0x0001, 0x7BFF, 0x3555)
         val h = tape.halfWeight("model.h.weight", ShortArray(8) { specials[it].toShort() }, DType.F16, 8)
         tape.output(tape.gather(table, ids), tape.add(tape.gather(h, ids), tape.gather(h, ids)))
-        val graph = tape.toComputeGraph()
+        val kept = tape.toComputeGraph()
+        assertEquals(listOf("kept_16bit", "kept_16bit"), kept.constants.map { it.kind })
+        assertEquals(n * 2L, kept.constants.first { it.key == "model.embed.weight" }.bytes)
+        val keptDir = tempDir("tapeout-shorts-kept")
+        val k = kept.export(keptDir, "shorts", MaterializationPolicy.ExternalAlways())
+        assertEquals(0L, k.copies)
+        for (first in longArrayOf(0, n / 2L - 3, n - 16L)) {
+            val got = ByteBuffer.wrap(TestSupport.readBytes(k.irpa, "model.embed.weight", first * 2, 32)).order(ByteOrder.LITTLE_ENDIAN)
+            for (i in 0 until 16) assertEquals(bits[(first + i).toInt()], got.getShort(2 * i), "kept element ${first + i}")
+        }
+        keptDir.deleteRecursively()
+
+        val graph = tape.toComputeGraph(halfConstants = HalfConstantHandling.WIDEN)
         assertEquals(listOf("widened", "widened"), graph.constants.map { it.kind })
         assertEquals(n * 4L, graph.constants.first { it.key == "model.embed.weight" }.bytes)
         val dir = tempDir("tapeout-shorts")

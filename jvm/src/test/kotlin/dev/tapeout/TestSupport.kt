@@ -29,6 +29,18 @@ object TestSupport {
 
     fun entryLength(archive: File, key: String): Long = NativeBridge.archiveEntry(archive.path, key)[1]
 
+    /** `count` bytes of archive entry [key], starting at byte [first]. */
+    fun readBytes(archive: File, key: String, first: Long, count: Int): ByteArray {
+        val (offset, length) = NativeBridge.archiveEntry(archive.path, key).let { it[0] to it[1] }
+        require(offset >= 0 && first + count <= length) { "entry $key: offset $offset length $length" }
+        RandomAccessFile(archive, "r").use { f ->
+            val buf = ByteArray(count)
+            f.seek(offset + first)
+            f.readFully(buf)
+            return buf
+        }
+    }
+
     fun le16(values: IntArray): ByteArray = ByteArray(values.size * 2) { i -> (values[i / 2] shr (8 * (i % 2))).toByte() }
 }
 

@@ -32,6 +32,7 @@ public class ExportIrpaTask extends DefaultTask {
     private final Property<String> scope = getProject().getObjects().property(String.class);
     private final Property<Long> inlineBelowBytes = getProject().getObjects().property(Long.class);
     private final Property<String> packedConstants = getProject().getObjects().property(String.class);
+    private final Property<String> halfConstants = getProject().getObjects().property(String.class);
     private final Property<String> maxHeapSize = getProject().getObjects().property(String.class);
 
     @Classpath
@@ -44,6 +45,7 @@ public class ExportIrpaTask extends DefaultTask {
     @Internal public Property<String> getScopeProperty() { return scope; }
     @Internal public Property<Long> getInlineBelowBytesProperty() { return inlineBelowBytes; }
     @Internal public Property<String> getPackedConstantsProperty() { return packedConstants; }
+    @Internal public Property<String> getHalfConstantsProperty() { return halfConstants; }
     @Internal public Property<String> getMaxHeapSizeProperty() { return maxHeapSize; }
 
     @Input
@@ -68,6 +70,15 @@ public class ExportIrpaTask extends DefaultTask {
         return v;
     }
 
+    @Input
+    public String getHalfConstants() {
+        String v = halfConstants.get().toUpperCase();
+        if (!v.equals("KEEP") && !v.equals("WIDEN")) {
+            throw new GradleException("tapeout { halfConstants = '" + halfConstants.get() + "' }: use KEEP or WIDEN");
+        }
+        return v;
+    }
+
     @OutputDirectory
     public File getOutputDir() { return outputDir.get(); }
 
@@ -86,6 +97,7 @@ public class ExportIrpaTask extends DefaultTask {
         cmd.add(getScope());
         cmd.add(String.valueOf(getInlineBelowBytes()));
         cmd.add(getPackedConstants());
+        cmd.add(getHalfConstants());
         getLogger().info("tapeout: {}", cmd);
 
         ProcessBuilder pb = new ProcessBuilder(cmd);

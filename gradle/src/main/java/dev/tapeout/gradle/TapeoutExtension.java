@@ -15,6 +15,7 @@ import org.gradle.api.provider.Property;
  *     scope = 'model'                   // default
  *     inlineBelowBytes = 4096           // default: smaller constants are inline, the rest external
  *     packedConstants = 'FAIL'          // or 'DEQUANTIZE'
+ *     halfConstants = 'KEEP'            // or 'WIDEN': f16/bf16 weights as stored, or widened to f32
  *     maxHeapSize = '2g'                // heap of the export JVM
  * }
  * </pre>
@@ -26,6 +27,7 @@ public class TapeoutExtension {
     private final Property<String> scope;
     private final Property<Long> inlineBelowBytes;
     private final Property<String> packedConstants;
+    private final Property<String> halfConstants;
     private final Property<String> maxHeapSize;
 
     public TapeoutExtension(Project project) {
@@ -40,6 +42,8 @@ public class TapeoutExtension {
         inlineBelowBytes.set(4096L);
         packedConstants = project.getObjects().property(String.class);
         packedConstants.set("FAIL");
+        halfConstants = project.getObjects().property(String.class);
+        halfConstants.set("KEEP");
         maxHeapSize = project.getObjects().property(String.class);
         maxHeapSize.set("2g");
     }
@@ -50,6 +54,7 @@ public class TapeoutExtension {
     public Property<String> getScope() { return scope; }
     public Property<Long> getInlineBelowBytes() { return inlineBelowBytes; }
     public Property<String> getPackedConstants() { return packedConstants; }
+    public Property<String> getHalfConstants() { return halfConstants; }
     public Property<String> getMaxHeapSize() { return maxHeapSize; }
 
     // Groovy `prop = value` assignments on Gradle versions without property assignment support.
@@ -59,5 +64,6 @@ public class TapeoutExtension {
     public void setScope(String v) { scope.set(v); }
     public void setInlineBelowBytes(long v) { inlineBelowBytes.set(v); }
     public void setPackedConstants(String v) { packedConstants.set(v); }
+    public void setHalfConstants(String v) { halfConstants.set(v); }
     public void setMaxHeapSize(String v) { maxHeapSize.set(v); }
 }

@@ -18,6 +18,7 @@ public class TapeoutPlugin implements Plugin<Project> {
         task.getScopeProperty().set(ext.getScope());
         task.getInlineBelowBytesProperty().set(ext.getInlineBelowBytes());
         task.getPackedConstantsProperty().set(ext.getPackedConstants());
+        task.getHalfConstantsProperty().set(ext.getHalfConstants());
         task.getMaxHeapSizeProperty().set(ext.getMaxHeapSize());
         project.getPluginManager().withPlugin("java", applied -> {
             SourceSet main = KotlinPlugin.sourceSets(project).getByName("main");
