@@ -59,6 +59,37 @@ def iree_builder(nbytes, rounds=5):
             "ratio": median(iree_t) / median(ours_t), "byte_identical": same}
 
 
+def pack_vs_cat(nbytes, rounds=5):
+    """`tapeout pack` of one file against `cat` of the same file into the same directory (cat moves the bytes with
+    copy_file_range) followed by `sync` of the copy (pack fsyncs its archive), alternating, medians."""
+    WORK.mkdir(parents=True, exist_ok=True)
+    src = WORK / "payload.bin"
+    rng = np.random.default_rng(3)
+    block = rng.integers(0, 256, 64 << 20, dtype=np.uint8).tobytes()
+    with open(src, "wb") as f:
+        for _ in range(nbytes // len(block)):
+            f.write(block)
+    os.sync()
+    ours_t, cat_t = [], []
+    for r in range(rounds):
+        for variant in (("ours", "cat") if r % 2 == 0 else ("cat", "ours")):
+            for out in (WORK / "ours.irpa", WORK / "copy.bin"):
+                out.unlink(missing_ok=True)
+            os.sync()
+            t = time.perf_counter()
+            if variant == "ours":
+                subprocess.run([TAPEOUT, "pack", "-o", WORK / "ours.irpa", f"w={src}"], check=True, capture_output=True)
+                ours_t.append(time.perf_counter() - t)
+            else:
+                subprocess.run(["sh", "-c", f"cat '{src}' > '{WORK / 'copy.bin'}' && sync '{WORK / 'copy.bin'}'"],
+                               check=True)
+                cat_t.append(time.perf_counter() - t)
+    for p in (src, WORK / "ours.irpa", WORK / "copy.bin"):
+        p.unlink(missing_ok=True)
+    return {"figure": "pack_vs_cat", "bytes": nbytes, "tapeout_s": median(ours_t), "cat_s": median(cat_t),
+            "ratio": median(cat_t) / median(ours_t), "tapeout_rounds_s": ours_t, "cat_rounds_s": cat_t}
+
+
 def peak_anon_kib(cmd):
     """Runs cmd, polling /proc/<pid>/status every 5 ms; returns the peak RssAnon (anonymous memory) in KiB."""
     p = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -225,5 +256,7 @@ if __name__ == "__main__":
         print(json.dumps(vs_iree_convert(int(sys.argv[2]))))
     elif what == "mlir-size":
         print(json.dumps(mlir_size()))
+    elif what == "pack-vs-cat":
+        print(json.dumps(pack_vs_cat(int(sys.argv[2]))))
     else:
         raise SystemExit(__doc__)

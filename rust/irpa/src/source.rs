@@ -5,7 +5,7 @@
 //! and the writer refuses a source that stops short.
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use crate::error::{IrpaError, Result};
@@ -28,6 +28,9 @@ pub(crate) trait SinkTarget {
     fn write_all(&mut self, bytes: &[u8]) -> Result<()>;
     /// Advances by `len` zero bytes. The target may seek instead of writing (sparse file).
     fn skip_zeros(&mut self, len: u64) -> Result<()>;
+    /// Copies up to `len` bytes from `src`'s current position (fewer only at its end); returns how many.
+    /// The archive writer lets the kernel move them (`copy_file_range`), never through a user buffer.
+    fn copy_from(&mut self, src: &mut File, len: u64) -> Result<u64>;
 }
 
 impl ChunkSink<'_> {
@@ -62,6 +65,23 @@ impl ChunkSink<'_> {
     pub fn write(&mut self, bytes: &[u8]) -> Result<()> {
         self.reserve(bytes.len() as u64)?;
         self.out.write_all(bytes)
+    }
+
+    /// Appends up to `len` bytes read from `src` at its current position, copied by the kernel file to file
+    /// (`copy_file_range` on Linux, which a file system that shares extents may turn into a reflink); returns
+    /// how many were copied, fewer than `len` only when `src` ends first.
+    pub fn copy_file(&mut self, src: &mut File, len: u64) -> Result<u64> {
+        self.reserve(len)?;
+        match self.out.copy_from(src, len) {
+            Ok(copied) => {
+                self.written -= len - copied; // only what arrived counts
+                Ok(copied)
+            }
+            Err(e) => {
+                self.written -= len;
+                Err(e)
+            }
+        }
     }
 
     /// Appends `len` zero bytes without materialising them (the archive file stays sparse).
@@ -154,7 +174,7 @@ impl ByteSource for ZerosSource {
     }
 }
 
-/// A region of a file, read in chunks (at most 8 MiB of buffer).
+/// A region of a file, copied by the kernel into the archive (no user-space buffer).
 #[derive(Debug)]
 pub struct FileRegionSource {
     path: PathBuf,
@@ -188,12 +208,10 @@ impl ByteSource for FileRegionSource {
         let io = |source| IrpaError::Io { action: "cannot read", path: self.path.clone(), source };
         let mut file = File::open(&self.path).map_err(io)?;
         file.seek(SeekFrom::Start(self.offset)).map_err(io)?;
-        let buf_len = usize::try_from(self.len.min(8 << 20)).unwrap_or(8 << 20);
-        let mut buf = vec![0u8; buf_len];
+        // The kernel moves the bytes file to file; 64 MiB at a time so that progress keeps moving.
         let mut left = self.len;
         while left > 0 {
-            let want = usize::try_from(left.min(buf_len as u64)).unwrap_or(buf_len);
-            let n = file.read(&mut buf[..want]).map_err(io)?;
+            let n = sink.copy_file(&mut file, left.min(MAX_CHUNK_BYTES as u64))?;
             if n == 0 {
                 return Err(IrpaError::PayloadLengthMismatch {
                     key: sink.key().to_owned(),
@@ -202,8 +220,7 @@ impl ByteSource for FileRegionSource {
                     overflow: false,
                 });
             }
-            sink.write(&buf[..n])?;
-            left -= n as u64;
+            left -= n;
         }
         Ok(())
     }

@@ -270,6 +270,16 @@ struct Target<'f, 'p> {
 }
 
 impl SinkTarget for Target<'_, '_> {
+    fn copy_from(&mut self, src: &mut File, len: u64) -> Result<u64> {
+        let copied = self.copy(src, len).map_err(|source| IrpaError::Io {
+            action: "cannot copy the input into",
+            path: self.path.to_path_buf(),
+            source,
+        })?;
+        self.advance(copied);
+        Ok(copied)
+    }
+
     fn write_all(&mut self, bytes: &[u8]) -> Result<()> {
         self.inner.write_all(bytes).map_err(|source| IrpaError::Io {
             action: "cannot write",
@@ -304,6 +314,15 @@ impl SinkTarget for Target<'_, '_> {
 }
 
 impl Target<'_, '_> {
+    fn copy(&mut self, src: &mut File, len: u64) -> std::io::Result<u64> {
+        use std::io::Read;
+        self.inner.flush()?;
+        // File to file through `std::io::copy`: `copy_file_range` on Linux (the kernel moves the bytes; a
+        // file system that shares extents may share them), read/write elsewhere.
+        let dest: &mut File = self.inner.get_mut();
+        std::io::copy(&mut src.take(len), dest)
+    }
+
     fn advance(&mut self, len: u64) {
         self.pos += len;
         if self.pos > self.storage_start {

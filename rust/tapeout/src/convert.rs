@@ -5,7 +5,7 @@ use std::path::Path;
 
 use tapeout_graph::io::{Stored, WeightFile};
 use tapeout_graph::{ConstantData, DType, HalfLayout, Lent};
-use tapeout_irpa::{ArchiveWriter, BytesSource, Progress, WriteSummary};
+use tapeout_irpa::{ArchiveWriter, FileRegionSource, Progress, WriteSummary};
 
 use crate::archive::ConstantPayload;
 use crate::error::{Error, Result};
@@ -110,7 +110,9 @@ pub fn convert(
                     Stored::Packed(e) => metadata("f32", &t.shape, Some(e.name()), None),
                     Stored::Dense(d) => metadata(d.name(), &t.shape, None, None),
                 };
-                writer.add_data_with_metadata(key, md, BytesSource(t.bytes))?;
+                // Bytes as stored: the kernel copies them from the file into the archive.
+                let region = FileRegionSource::region(file.path(), t.offset, t.bytes.len() as u64);
+                writer.add_data_with_metadata(key, md, region)?;
             }
         }
     }

@@ -29,6 +29,8 @@ pub struct StoredTensor<'a> {
     pub stored: Stored,
     /// The bytes.
     pub bytes: &'a [u8],
+    /// Where the bytes start in the file (so a writer can have the kernel copy them file to file).
+    pub offset: u64,
 }
 
 impl<'a> StoredTensor<'a> {
@@ -119,6 +121,7 @@ impl WeightFile {
                     shape: t.shape.clone(),
                     stored: Stored::Dense(t.dtype),
                     bytes: s.bytes(t),
+                    offset: t.start,
                 })
             }
             WeightFile::Gguf(g) => g.get(name).map(|t| Self::from_gguf(g, t)),
@@ -130,6 +133,6 @@ impl WeightFile {
             GgufStorage::Dense(d) => Stored::Dense(*d),
             GgufStorage::Packed(e) => Stored::Packed(e.clone()),
         };
-        StoredTensor { name: &t.name, shape: t.shape.clone(), stored, bytes: g.bytes(t) }
+        StoredTensor { name: &t.name, shape: t.shape.clone(), stored, bytes: g.bytes(t), offset: t.start }
     }
 }
