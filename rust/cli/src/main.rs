@@ -451,22 +451,7 @@ fn extract(path: &Path, key: &str, output: &Path) -> Result<(), Failure> {
     let entry = archive.get(key)?;
     irpa::write_atomically(output, |file| {
         let mut buf = std::io::BufWriter::with_capacity(1 << 20, file);
-        match entry.payload {
-            Payload::Data(bytes) => {
-                for chunk in bytes.chunks(irpa::MAX_CHUNK_BYTES) {
-                    buf.write_all(chunk)?;
-                }
-            }
-            Payload::Splat { pattern, length } => {
-                let block: Vec<u8> = pattern.iter().copied().cycle().take(1 << 16).collect();
-                let mut left = length;
-                while left > 0 {
-                    let n = usize::try_from(left.min(block.len() as u64)).unwrap_or(block.len());
-                    buf.write_all(&block[..n])?;
-                    left -= n as u64;
-                }
-            }
-        }
+        entry.write_bytes_to(&mut buf)?;
         buf.flush()
     })?;
     println!("wrote {} ({} bytes of {key:?})", output.display(), entry.byte_len());

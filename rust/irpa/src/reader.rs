@@ -279,6 +279,27 @@ impl Entry<'_> {
             Payload::Splat { length, .. } => length,
         }
     }
+
+    /// Writes the parameter's bytes to `out`: a DATA entry's bytes in 64 MiB pieces, a splat expanded from a
+    /// 64 KiB block (nothing of the entry's size is allocated).
+    ///
+    /// # Errors
+    /// `out`'s write error.
+    pub fn write_bytes_to(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        match self.payload {
+            Payload::Data(bytes) => bytes.chunks(crate::MAX_CHUNK_BYTES).try_for_each(|c| out.write_all(c)),
+            Payload::Splat { pattern, length } => {
+                let block: Vec<u8> = pattern.iter().copied().cycle().take(1 << 16).collect();
+                let mut left = length;
+                while left > 0 {
+                    let n = usize::try_from(left.min(block.len() as u64)).unwrap_or(block.len());
+                    out.write_all(&block[..n])?;
+                    left -= n as u64;
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 impl Archive {
