@@ -150,10 +150,59 @@ def test_16_bit_weights_kept_as_stored_compute_what_widened_ones_do(name, tapeou
         b, e = info["data_offsets"]
         stored = raw[8 + n + b:8 + n + e]
         data, meta = kept_entries[key]
+        shape = list(t["shape"])
+        if '"transposed_from"' in meta.decode():  # a weight only used transposed is written transposed
+            bits = np.frombuffer(stored, "<u2").reshape(shape)
+            stored, shape = np.ascontiguousarray(bits.T).tobytes(), shape[::-1]
         assert data == stored, f"{key}: the archive holds the stored {t['dtype']} bytes"
         assert f'"dtype":"{t["dtype"]}"' in meta.decode(), meta
         assert len(widened_entries[key][0]) == 2 * len(stored), f"{key}: widened is f32"
-        shape = "x".join(str(d) for d in t["shape"])
-        assert f"tensor<{shape}x{t['dtype']}>" in kept_text and f"tensor<{shape}x{t['dtype']}>" not in widened_text
+        ty = "x".join(str(d) for d in shape)
+        assert f"tensor<{ty}x{t['dtype']}>" in kept_text and f"tensor<{ty}x{t['dtype']}>" not in widened_text
     assert external > 0, f"{name}: no external 16-bit weight to check"
     assert "stablehlo.convert" in kept_text
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_a_pytorch_layout_linear_is_contracted_as_stored_without_a_transpose(dtype, tapeout, tmp_path):
+    """y = x @ W^T with W [out, in] in safetensors: W is written transposed at export time ([in, out]), the module
+    has no transpose of it, and IREE computes x @ W^T."""
+    rng = np.random.default_rng(11)
+    n_out, n_in = 24, 40
+    w = rng.standard_normal((n_out, n_in)).astype(np.float32)
+    if dtype == "bf16":
+        bits = (w.view(np.uint32) >> 16).astype("<u2")
+        w = (bits.astype(np.uint32) << 16).view(np.float32)
+        blob, st_dtype = bits.tobytes(), "BF16"
+    else:
+        blob, st_dtype = w.tobytes(), "F32"
+    h = json.dumps({"w": {"dtype": st_dtype, "shape": [n_out, n_in], "data_offsets": [0, len(blob)]}}).encode()
+    h += b" " * ((-len(h)) % 8)
+    (tmp_path / "w.safetensors").write_bytes(np.uint64(len(h)).tobytes() + h + blob)
+    graph = {"name": "linear", "tensors": [
+        {"name": "x", "shape": [3, n_in], "dtype": "f32"},
+        {"name": "w", "shape": [n_out, n_in], "dtype": dtype, "path": "model.fc.weight", "data": {"tensor": "w"}},
+        {"name": "wt", "shape": [n_in, n_out], "dtype": "f32"},
+        {"name": "y", "shape": [3, n_out], "dtype": "f32"}],
+        "nodes": [{"op": "transpose", "inputs": ["w"], "outputs": ["wt"]},
+                  {"op": "matmul", "inputs": ["x", "wt"], "outputs": ["y"]}], "outputs": ["y"]}
+    (tmp_path / "g.json").write_text(json.dumps(graph))
+    out = tmp_path / "out"
+    run(tapeout, "export", tmp_path / "g.json", "--weights", tmp_path / "w.safetensors", "-o", out, "--inline-below", "0")
+    text = (out / "linear.mlir").read_text()
+    assert "stablehlo.transpose" not in text, text
+    assert f'"model"::"model.fc.weight"> : tensor<{n_in}x{n_out}x{dtype}>' in text, text
+    data, meta = archive_entries(out / "linear.irpa")["model.fc.weight"]
+    assert f'"transposed_from":[{n_out},{n_in}]' in meta.decode(), meta
+    want_bytes = np.ascontiguousarray(np.frombuffer(blob, "<u2" if dtype == "bf16" else "<f4")
+                                      .reshape(n_out, n_in).T).tobytes()
+    assert data == want_bytes
+    vmfb = tmp_path / "m.vmfb"
+    run(iree_tool("iree-compile"), out / "linear.mlir", "--iree-hal-target-device=local",
+        "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=generic", "-o", vmfb)
+    x = rng.standard_normal((3, n_in)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    run(iree_tool("iree-run-module"), "--device=local-task", f"--module={vmfb}", "--function=main",
+        f"--parameters=model={out / 'linear.irpa'}", f"--input=@{tmp_path / 'x.npy'}",
+        f"--output=@{tmp_path / 'y.npy'}")
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), x @ w.T, rtol=1e-5, atol=1e-5)

@@ -39,6 +39,19 @@ pub enum ConstantData<'a> {
         /// Number of decoded values.
         elements: u64,
     },
+    /// A rank-2 `[rows, cols]` tensor of addressable memory written transposed, as `[cols, rows]`, one band of
+    /// output rows (at most 4 MiB) at a time: the layout chosen at export time for a weight the program only
+    /// ever uses transposed (a PyTorch-layout `[out, in]` linear), so that the module contracts it as stored.
+    Transposed {
+        /// The dtype of its elements (as stored: a kept bf16 weight stays bf16).
+        dtype: DType,
+        /// The row-major `[rows, cols]` bytes.
+        bytes: &'a [u8],
+        /// Rows of the source (columns of what is written).
+        rows: u64,
+        /// Columns of the source (rows of what is written).
+        cols: u64,
+    },
     /// Values of another dtype written as stored (little-endian bytes).
     Raw {
         /// Their dtype.
@@ -90,16 +103,49 @@ fn widen_into(from: DType, src: &[u8], dst: &mut [f32]) {
     }
 }
 
+/// Writes the row-major `[rows, cols]` elements of `src` as row-major `[cols, rows]`: bands of output rows of at
+/// most 4 MiB, each filled tile by tile (64 x 64 elements) so that reads and writes both stay within a few cache
+/// lines per element row.
+fn transpose_into(out: &mut dyn ByteSink, src: &[u8], dtype: DType, rows: u64, cols: u64) -> Result<(), StreamError> {
+    let host = |n: u64| usize::try_from(n).map_err(|e| StreamError::Lend(e.into()));
+    let (w, rows, cols) = (host(dtype.byte_width())?, host(rows)?, host(cols)?);
+    if rows.checked_mul(cols).and_then(|n| n.checked_mul(w)) != Some(src.len()) {
+        return Err(StreamError::Lend(format!("{} bytes are not [{rows}, {cols}] of {dtype}", src.len()).into()));
+    }
+    const TILE: usize = 64;
+    let band_bytes = host(CHUNK_VALUES * 4)?;
+    let band = (band_bytes / (rows * w).max(1)).max(1); // output rows per band
+    let mut buf = vec![0u8; band.min(cols) * rows * w];
+    let mut c0 = 0;
+    while c0 < cols {
+        let c1 = (c0 + band).min(cols);
+        let len = (c1 - c0) * rows * w;
+        for r0 in (0..rows).step_by(TILE) {
+            for c in c0..c1 {
+                let dst_row = (c - c0) * rows * w;
+                for r in r0..(r0 + TILE).min(rows) {
+                    let s = (r * cols + c) * w;
+                    buf[dst_row + r * w..dst_row + (r + 1) * w].copy_from_slice(&src[s..s + w]);
+                }
+            }
+        }
+        out.put(&buf[..len])?;
+        c0 = c1;
+    }
+    Ok(())
+}
+
 fn buffer(len: u64) -> Vec<f32> {
     vec![0f32; usize::try_from(len.min(CHUNK_VALUES)).unwrap_or(0)]
 }
 
 impl ConstantData<'_> {
-    /// The dtype of the bytes this constant produces (`f32` unless [`ConstantData::Raw`]).
+    /// The dtype of the bytes this constant produces (`f32` unless [`ConstantData::Raw`] or
+    /// [`ConstantData::Transposed`]).
     #[must_use]
     pub fn dtype(&self) -> DType {
         match self {
-            ConstantData::Raw { dtype, .. } => *dtype,
+            ConstantData::Raw { dtype, .. } | ConstantData::Transposed { dtype, .. } => *dtype,
             _ => DType::F32,
         }
     }
@@ -112,6 +158,7 @@ impl ConstantData<'_> {
             ConstantData::Widen { bytes, .. } => bytes.len() / 2,
             ConstantData::Dequantize { elements, .. } => *elements,
             ConstantData::Raw { dtype, bytes } => bytes.len() / dtype.byte_width(),
+            ConstantData::Transposed { rows, cols, .. } => rows * cols,
         }
     }
 
@@ -120,6 +167,7 @@ impl ConstantData<'_> {
     pub fn byte_len(&self) -> u64 {
         match self {
             ConstantData::Raw { bytes, .. } => bytes.len(),
+            ConstantData::Transposed { bytes, .. } => bytes.len() as u64,
             _ => self.element_count() * 4,
         }
     }
@@ -138,6 +186,7 @@ impl ConstantData<'_> {
             ConstantData::Raw { bytes, .. } => {
                 lend(out, bytes, MAX_LEND_BYTES, |o: &mut dyn ByteSink, chunk: &[_]| o.put(chunk))
             }
+            ConstantData::Transposed { dtype, bytes, rows, cols } => transpose_into(out, bytes, *dtype, *rows, *cols),
             ConstantData::Widen { from, bytes, layout: HalfLayout::RowMajor, .. } => {
                 let mut buf = buffer(bytes.len() / 2);
                 lend(out, bytes, CHUNK_VALUES * 2, |o: &mut dyn ByteSink, chunk: &[_]| {

@@ -6,8 +6,10 @@ use crate::constant::ConstantData;
 use crate::dtype::DType;
 use crate::error::{GraphError, Result};
 use crate::ops;
+use crate::ops::OpKind;
 use crate::packed::{BlockOrder, Encoding};
-use crate::tensor::{HalfLayout, Storage, TensorSpec};
+use crate::tensor::{HalfLayout, Lent, Storage, TensorSpec};
+use crate::trace::Attr;
 use crate::trace::{Op, TensorId, Trace};
 
 /// What to do with a frozen weight stored as packed (quantized) blocks.
@@ -33,6 +35,19 @@ pub enum HalfConstantHandling {
     Widen,
 }
 
+/// The layout a weight is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WeightLayout {
+    /// Chosen for its use (the default): a rank-2 weight of addressable memory (a mapped file, Rust memory)
+    /// whose only use is one 2-D `transpose` (a PyTorch-layout `[out, in]` linear, `x @ Wᵀ`) is written
+    /// transposed, and the transpose leaves the program, so IREE contracts the parameter as stored instead of
+    /// materializing a transposed copy of it.
+    #[default]
+    ChosenForUse,
+    /// As the caller holds it.
+    AsHeld,
+}
+
 /// Options of [`finalize`].
 #[derive(Debug, Clone, Default)]
 pub struct ExtractOptions {
@@ -42,6 +57,8 @@ pub struct ExtractOptions {
     pub packed: PackedConstantHandling,
     /// 16-bit float weights: kept as stored (default) or widened to f32.
     pub half: HalfConstantHandling,
+    /// Weights written in the layout their use wants (default) or as held.
+    pub layout: WeightLayout,
     /// When true, every unresolved tensor becomes an input (no constants at all).
     pub no_constants: bool,
 }
@@ -421,6 +438,61 @@ fn assign_keys(constants: &mut [Constant<'_>], specs: &[TensorSpec]) -> Vec<KeyC
     collisions
 }
 
+/// True when `node` swaps the two dimensions of a rank-2 operand (`perm` absent, i.e. reversed, or `[1, 0]`).
+fn swaps_two_dims(node: &Op) -> bool {
+    node.op == OpKind::Transpose
+        && match node.attrs.get("perm") {
+            None => true,
+            Some(Attr::Ints(p)) => p.as_slice() == [1, 0] || p.as_slice() == [-1, -2],
+            Some(_) => false,
+        }
+}
+
+/// [`WeightLayout::ChosenForUse`]: each rank-2 constant of addressable memory, not a graph output, whose one use
+/// is a 2-D transpose becomes the transpose's result, written transposed ([`ConstantData::Transposed`]) under
+/// the weight's own key; the transpose node is removed.
+fn transpose_at_export<'a>(
+    constants: &mut [Constant<'a>],
+    nodes: &mut Vec<Op>,
+    specs: &[TensorSpec],
+    outputs: &[TensorId],
+) {
+    let mut uses: HashMap<TensorId, Vec<usize>> = HashMap::new();
+    for (i, n) in nodes.iter().enumerate() {
+        for &t in &n.inputs {
+            uses.entry(t).or_default().push(i);
+        }
+    }
+    let mut removed = HashSet::new();
+    for c in constants.iter_mut() {
+        let Some(&[i]) = uses.get(&c.tensor).map(Vec::as_slice) else { continue };
+        let node = &nodes[i];
+        let (Some(&[rows, cols]), [out]) =
+            (specs[c.tensor.index()].shape.static_dims().as_deref(), node.outputs.as_slice())
+        else {
+            continue;
+        };
+        if outputs.contains(&c.tensor) || !swaps_two_dims(node) {
+            continue;
+        }
+        let (dtype, bytes): (DType, &'a [u8]) = match &c.data {
+            ConstantData::F32(Lent::Slice(v)) if cfg!(target_endian = "little") => {
+                (DType::F32, bytemuck::cast_slice(v))
+            }
+            ConstantData::Raw { dtype, bytes: Lent::Slice(b) } => (*dtype, b),
+            _ => continue, // lent in chunks, widened or dequantized: written as held
+        };
+        c.tensor = *out;
+        c.data = ConstantData::Transposed { dtype, bytes, rows, cols };
+        removed.insert(i);
+    }
+    let mut index = 0;
+    nodes.retain(|_| {
+        index += 1;
+        !removed.contains(&(index - 1))
+    });
+}
+
 /// Turns a trace into a [`ComputeGraph`]: validates it, orders it, and decides for every tensor
 /// that no op produces whether it is a runtime input or a frozen constant.
 ///
@@ -453,8 +525,11 @@ pub fn finalize<'a>(trace: &Trace<'a>, opts: &ExtractOptions) -> Result<ComputeG
         check_signature(&ops[i], &specs)?;
     }
     let key_collisions = assign_keys(&mut constants, &specs);
+    let mut nodes: Vec<Op> = order.into_iter().map(|i| ops[i].clone()).collect();
+    if opts.layout == WeightLayout::ChosenForUse {
+        transpose_at_export(&mut constants, &mut nodes, &specs, trace.outputs());
+    }
     let constant_of = constants.iter().enumerate().map(|(i, c)| (c.tensor, i)).collect();
-    let nodes = order.into_iter().map(|i| ops[i].clone()).collect();
     Ok(ComputeGraph {
         tensors: specs,
         inputs,

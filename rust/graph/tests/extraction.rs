@@ -546,3 +546,92 @@ fn embedding_of_2_pow_31_bytes_needs_no_allocation_of_its_size() {
     assert_eq!(probe.value(last), bf16((last % 1024) as f32));
     assert_eq!(probe.value(last), 1024.0);
 }
+
+/// `y = x @ wᵀ` with `w` `[rows, cols]`.
+fn linear_trace<'a>(w: Tensor<'a>, transposes: usize) -> (Trace<'a>, TensorId, Vec<TensorId>) {
+    let mut t = Trace::new();
+    let dims = w.spec.shape.static_dims().unwrap();
+    let (rows, cols) = (dims[0], dims[1]);
+    let x = t.add_placeholder(spec("x", &[2, cols], DType::F32));
+    let w = t.add_tensor(w);
+    let mut outs = Vec::new();
+    for i in 0..transposes {
+        let wt = t.add_placeholder(spec(&format!("wt{i}"), &[cols, rows], DType::F32));
+        let y = t.add_placeholder(spec(&format!("y{i}"), &[2, rows], DType::F32));
+        t.record(OpKind::Transpose, Attrs::new(), &[w], &[wt]);
+        t.record(OpKind::Matmul, Attrs::new(), &[x, wt], &[y]);
+        outs.push(y);
+    }
+    t.set_outputs(&outs);
+    (t, w, outs)
+}
+
+#[test]
+fn a_weight_used_only_transposed_is_written_transposed_and_the_transpose_leaves() {
+    let values: Vec<f32> = (0..12).map(|i| i as f32).collect(); // [3, 4]
+    let w = || Tensor::f32(spec("w", &[3, 4], DType::F32).with_path("model.fc.weight"), &values);
+    let (trace, wid, _) = linear_trace(w(), 1);
+    let g = finalize(&trace, &ExtractOptions::default()).unwrap();
+    assert!(g.constant(wid).is_none(), "the weight as held is no longer a value of the program");
+    let [c] = g.constants() else { panic!("one constant") };
+    assert_eq!(c.key, "model.fc.weight", "the weight keeps its key");
+    assert_eq!(g.spec(c.tensor).shape, Shape::of(&[4, 3]));
+    assert!(matches!(c.data, ConstantData::Transposed { rows: 3, cols: 4, .. }));
+    let want: Vec<f32> = (0..4).flat_map(|c| (0..3).map(move |r| (r * 4 + c) as f32)).collect();
+    assert_eq!(f32s(&bytes_of(&c.data)), want);
+    assert!(g.nodes().iter().all(|n| n.op != OpKind::Transpose), "no transpose left");
+
+    // As held on request, when the weight has two uses, or when it is lent in chunks.
+    let as_held = ExtractOptions { layout: tapeout_graph::WeightLayout::AsHeld, ..ExtractOptions::default() };
+    let g = finalize(&trace, &as_held).unwrap();
+    assert!(g.constant(wid).is_some() && g.nodes().iter().any(|n| n.op == OpKind::Transpose));
+    let (trace, wid, _) = linear_trace(w(), 2);
+    let g = finalize(&trace, &ExtractOptions::default()).unwrap();
+    assert!(matches!(g.constant(wid).unwrap().data, ConstantData::F32(_)));
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let lender = Chunks(bytes);
+    let chunked = Tensor { spec: spec("w", &[3, 4], DType::F32), storage: Storage::Dense(Lent::Chunked(&lender)) };
+    let (trace, wid, _) = linear_trace(chunked, 1);
+    let g = finalize(&trace, &ExtractOptions::default()).unwrap();
+    assert!(g.constant(wid).is_some(), "memory lent in chunks is written as held");
+}
+
+#[test]
+fn transposing_at_export_is_exact_across_bands_and_tiles() {
+    // 300 x 5000 bf16 kept: rows beyond one 64-row tile, a 3 MiB source, bands of output rows.
+    let (rows, cols) = (300u64, 5000u64);
+    let bits: Vec<u8> = (0..rows * cols).flat_map(|i| u16::try_from(i % 65521).unwrap().to_le_bytes()).collect();
+    let w = Tensor {
+        spec: spec("w", &[rows, cols], DType::BF16),
+        storage: Storage::Half { bytes: Lent::Slice(&bits), layout: HalfLayout::RowMajor },
+    };
+    let (trace, _, _) = linear_trace(w, 1);
+    let g = finalize(&trace, &ExtractOptions::default()).unwrap();
+    let c = &g.constants()[0];
+    assert_eq!(c.data.dtype(), DType::BF16);
+    let got = bytes_of(&c.data);
+    assert_eq!(got.len(), bits.len());
+    for (k, n) in [(0u64, 0u64), (4999, 299), (1234, 64), (63, 65), (2500, 150)] {
+        let at = usize::try_from(2 * (k * rows + n)).unwrap();
+        let src = usize::try_from(2 * (n * cols + k)).unwrap();
+        assert_eq!(got[at..at + 2], bits[src..src + 2], "element [{k}, {n}]");
+    }
+}
+
+/// Bytes lent one chunk at a time, like a pinned JVM array.
+struct Chunks(Vec<u8>);
+
+impl ChunkLender<u8> for Chunks {
+    fn len(&self) -> u64 {
+        self.0.len() as u64
+    }
+    fn with_chunk(
+        &self,
+        start: u64,
+        len: u64,
+        f: &mut dyn FnMut(&[u8]) -> Result<(), StreamError>,
+    ) -> Result<(), StreamError> {
+        let (s, e) = (usize::try_from(start).unwrap(), usize::try_from(start + len).unwrap());
+        f(&self.0[s..e])
+    }
+}

@@ -151,7 +151,7 @@ pub(crate) fn finalize_with<'a>(
             })
         })
         .collect::<Result<_, _>>()?;
-    let opts = ExtractOptions { forced_inputs, packed: req.packed, half: req.half, no_constants: false };
+    let opts = ExtractOptions { forced_inputs, packed: req.packed, half: req.half, ..ExtractOptions::default() };
     Ok(tapeout::finalize(&trace, &opts)?)
 }
 
@@ -254,6 +254,7 @@ pub(crate) fn summary(graph: &ComputeGraph<'_>, stats: &Pins) -> serde_json::Val
                 tapeout::graph::ConstantData::Dequantize { .. } => "dequantized",
                 tapeout::graph::ConstantData::Raw { dtype: tapeout::graph::DType::F16 | tapeout::graph::DType::BF16, .. } => "kept_16bit",
                 tapeout::graph::ConstantData::Raw { .. } => "raw",
+                tapeout::graph::ConstantData::Transposed { .. } => "transposed",
             },
         })).collect::<Vec<_>>(),
         "key_collisions": graph.key_collisions().iter().map(|k| serde_json::json!({"tensor": k.tensor, "wanted": k.wanted, "assigned": k.assigned})).collect::<Vec<_>>(),

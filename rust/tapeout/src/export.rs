@@ -60,6 +60,7 @@ fn metadata(graph: &ComputeGraph<'_>, data: &ConstantData<'_>, tensor: tapeout_g
     match data {
         ConstantData::Widen { from, .. } => m["from"] = from.name().into(),
         ConstantData::Dequantize { encoding, .. } => m["from"] = encoding.name().into(),
+        ConstantData::Transposed { rows, cols, .. } => m["transposed_from"] = serde_json::json!([rows, cols]),
         _ => {}
     }
     format!("TENSORv0:{m}").into_bytes()
@@ -159,7 +160,7 @@ pub fn export_graph_file(
         forced_inputs: file.forced_inputs(),
         packed: opts.packed,
         half: opts.half,
-        no_constants: false,
+        ..ExtractOptions::default()
     };
     let graph = finalize(&trace, &extract)?;
     let emit = EmitOptions {
