@@ -62,19 +62,16 @@ public class ExportIrpaTask extends DefaultTask {
     @Input public String getMaxHeapSize() { return maxHeapSize.get(); }
 
     @Input
-    public String getPackedConstants() {
-        String v = packedConstants.get().toUpperCase();
-        if (!v.equals("FAIL") && !v.equals("DEQUANTIZE")) {
-            throw new GradleException("tapeout { packedConstants = '" + packedConstants.get() + "' }: use FAIL or DEQUANTIZE");
-        }
-        return v;
-    }
+    public String getPackedConstants() { return oneOf("packedConstants", packedConstants.get(), "FAIL", "DEQUANTIZE"); }
 
     @Input
-    public String getHalfConstants() {
-        String v = halfConstants.get().toUpperCase();
-        if (!v.equals("KEEP") && !v.equals("WIDEN")) {
-            throw new GradleException("tapeout { halfConstants = '" + halfConstants.get() + "' }: use KEEP or WIDEN");
+    public String getHalfConstants() { return oneOf("halfConstants", halfConstants.get(), "KEEP", "WIDEN"); }
+
+    /** {@code value} upper-cased when it is one of {@code allowed}; otherwise a build error naming the setting. */
+    private static String oneOf(String setting, String value, String first, String second) {
+        String v = value.toUpperCase();
+        if (!v.equals(first) && !v.equals(second)) {
+            throw new GradleException("tapeout { " + setting + " = '" + value + "' }: use " + first + " or " + second);
         }
         return v;
     }
