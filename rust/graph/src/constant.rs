@@ -51,6 +51,8 @@ pub enum ConstantData<'a> {
         rows: u64,
         /// Columns of the source (rows of what is written).
         cols: u64,
+        /// `Some(F16 | BF16)`: the 16-bit source elements are widened to f32 on the way.
+        widen_from: Option<DType>,
     },
     /// Values of another dtype written as stored (little-endian bytes).
     Raw {
@@ -106,26 +108,40 @@ fn widen_into(from: DType, src: &[u8], dst: &mut [f32]) {
 /// Writes the row-major `[rows, cols]` elements of `src` as row-major `[cols, rows]`: bands of output rows of at
 /// most 4 MiB, each filled tile by tile (64 x 64 elements) so that reads and writes both stay within a few cache
 /// lines per element row.
-fn transpose_into(out: &mut dyn ByteSink, src: &[u8], dtype: DType, rows: u64, cols: u64) -> Result<(), StreamError> {
+fn transpose_into(
+    out: &mut dyn ByteSink,
+    src: &[u8],
+    dtype: DType,
+    [rows, cols]: [u64; 2],
+    widen_from: Option<DType>,
+) -> Result<(), StreamError> {
     let host = |n: u64| usize::try_from(n).map_err(|e| StreamError::Lend(e.into()));
     let (w, rows, cols) = (host(dtype.byte_width())?, host(rows)?, host(cols)?);
     if rows.checked_mul(cols).and_then(|n| n.checked_mul(w)) != Some(src.len()) {
         return Err(StreamError::Lend(format!("{} bytes are not [{rows}, {cols}] of {dtype}", src.len()).into()));
     }
+    let ow = if widen_from.is_some() { 4 } else { w }; // bytes per element written
     const TILE: usize = 64;
     let band_bytes = host(CHUNK_VALUES * 4)?;
-    let band = (band_bytes / (rows * w).max(1)).max(1); // output rows per band
-    let mut buf = vec![0u8; band.min(cols) * rows * w];
+    let band = (band_bytes / (rows * ow).max(1)).max(1); // output rows per band
+    let mut buf = vec![0u8; band.min(cols) * rows * ow];
+    let mut one = [0f32; 1];
     let mut c0 = 0;
     while c0 < cols {
         let c1 = (c0 + band).min(cols);
-        let len = (c1 - c0) * rows * w;
+        let len = (c1 - c0) * rows * ow;
         for r0 in (0..rows).step_by(TILE) {
             for c in c0..c1 {
-                let dst_row = (c - c0) * rows * w;
+                let dst_row = (c - c0) * rows * ow;
                 for r in r0..(r0 + TILE).min(rows) {
-                    let s = (r * cols + c) * w;
-                    buf[dst_row + r * w..dst_row + (r + 1) * w].copy_from_slice(&src[s..s + w]);
+                    let (s, d) = ((r * cols + c) * w, dst_row + r * ow);
+                    match widen_from {
+                        Some(from) => {
+                            widen_into(from, &src[s..s + w], &mut one);
+                            buf[d..d + 4].copy_from_slice(&one[0].to_le_bytes());
+                        }
+                        None => buf[d..d + w].copy_from_slice(&src[s..s + w]),
+                    }
                 }
             }
         }
@@ -145,7 +161,7 @@ impl ConstantData<'_> {
     #[must_use]
     pub fn dtype(&self) -> DType {
         match self {
-            ConstantData::Raw { dtype, .. } | ConstantData::Transposed { dtype, .. } => *dtype,
+            ConstantData::Raw { dtype, .. } | ConstantData::Transposed { dtype, widen_from: None, .. } => *dtype,
             _ => DType::F32,
         }
     }
@@ -167,7 +183,7 @@ impl ConstantData<'_> {
     pub fn byte_len(&self) -> u64 {
         match self {
             ConstantData::Raw { bytes, .. } => bytes.len(),
-            ConstantData::Transposed { bytes, .. } => bytes.len() as u64,
+            ConstantData::Transposed { bytes, widen_from: None, .. } => bytes.len() as u64,
             _ => self.element_count() * 4,
         }
     }
@@ -186,7 +202,9 @@ impl ConstantData<'_> {
             ConstantData::Raw { bytes, .. } => {
                 lend(out, bytes, MAX_LEND_BYTES, |o: &mut dyn ByteSink, chunk: &[_]| o.put(chunk))
             }
-            ConstantData::Transposed { dtype, bytes, rows, cols } => transpose_into(out, bytes, *dtype, *rows, *cols),
+            ConstantData::Transposed { dtype, bytes, rows, cols, widen_from } => {
+                transpose_into(out, bytes, *dtype, [*rows, *cols], *widen_from)
+            }
             ConstantData::Widen { from, bytes, layout: HalfLayout::RowMajor, .. } => {
                 let mut buf = buffer(bytes.len() / 2);
                 lend(out, bytes, CHUNK_VALUES * 2, |o: &mut dyn ByteSink, chunk: &[_]| {

@@ -475,15 +475,18 @@ fn transpose_at_export<'a>(
         if outputs.contains(&c.tensor) || !swaps_two_dims(node) {
             continue;
         }
-        let (dtype, bytes): (DType, &'a [u8]) = match &c.data {
+        let (dtype, bytes, widen_from): (DType, &'a [u8], Option<DType>) = match &c.data {
             ConstantData::F32(Lent::Slice(v)) if cfg!(target_endian = "little") => {
-                (DType::F32, bytemuck::cast_slice(v))
+                (DType::F32, bytemuck::cast_slice(v), None)
             }
-            ConstantData::Raw { dtype, bytes: Lent::Slice(b) } => (*dtype, b),
-            _ => continue, // lent in chunks, widened or dequantized: written as held
+            ConstantData::Raw { dtype, bytes: Lent::Slice(b) } => (*dtype, b, None),
+            ConstantData::Widen { from, bytes: Lent::Slice(b), layout: HalfLayout::RowMajor, .. } => {
+                (*from, b, Some(*from))
+            }
+            _ => continue, // lent in chunks, column-major or dequantized: written as held
         };
         c.tensor = *out;
-        c.data = ConstantData::Transposed { dtype, bytes, rows, cols };
+        c.data = ConstantData::Transposed { dtype, bytes, rows, cols, widen_from };
         removed.insert(i);
     }
     let mut index = 0;

@@ -616,6 +616,19 @@ fn transposing_at_export_is_exact_across_bands_and_tiles() {
         let src = usize::try_from(2 * (n * cols + k)).unwrap();
         assert_eq!(got[at..at + 2], bits[src..src + 2], "element [{k}, {n}]");
     }
+
+    // Widened on the way: the same transposition, f32 out.
+    let g = finalize(&trace, &widen()).unwrap();
+    let c = &g.constants()[0];
+    assert!(matches!(c.data, ConstantData::Transposed { widen_from: Some(DType::BF16), .. }));
+    assert_eq!((c.data.dtype(), c.data.byte_len()), (DType::F32, 4 * rows * cols));
+    let got = f32s(&bytes_of(&c.data));
+    for (k, n) in [(0u64, 0u64), (4999, 299), (1234, 64), (63, 65), (2500, 150)] {
+        let src = usize::try_from(2 * (n * cols + k)).unwrap();
+        let want = f32::from_bits(u32::from(u16::from_le_bytes([bits[src], bits[src + 1]])) << 16);
+        let got = got[usize::try_from(k * rows + n).unwrap()];
+        assert_eq!(got.to_bits(), want.to_bits(), "element [{k}, {n}]");
+    }
 }
 
 /// Bytes lent one chunk at a time, like a pinned JVM array.

@@ -60,7 +60,12 @@ fn metadata(graph: &ComputeGraph<'_>, data: &ConstantData<'_>, tensor: tapeout_g
     match data {
         ConstantData::Widen { from, .. } => m["from"] = from.name().into(),
         ConstantData::Dequantize { encoding, .. } => m["from"] = encoding.name().into(),
-        ConstantData::Transposed { rows, cols, .. } => m["transposed_from"] = serde_json::json!([rows, cols]),
+        ConstantData::Transposed { rows, cols, widen_from, .. } => {
+            m["transposed_from"] = serde_json::json!([rows, cols]);
+            if let Some(from) = widen_from {
+                m["from"] = from.name().into();
+            }
+        }
         _ => {}
     }
     format!("TENSORv0:{m}").into_bytes()
