@@ -59,8 +59,6 @@ pub struct ExtractOptions {
     pub half: HalfConstantHandling,
     /// Weights written in the layout their use wants (default) or as held.
     pub layout: WeightLayout,
-    /// When true, every unresolved tensor becomes an input (no constants at all).
-    pub no_constants: bool,
 }
 
 /// A frozen value of the graph, with its stable parameter key.
@@ -301,8 +299,8 @@ fn classify<'a>(
     storage: &Storage<'a>,
     opts: &ExtractOptions,
 ) -> Result<Option<ConstantData<'a>>> {
-    // 1. forced inputs (storage not even looked at); embedding disabled.
-    if opts.forced_inputs.contains(&id) || opts.no_constants {
+    // 1. forced inputs (storage not even looked at).
+    if opts.forced_inputs.contains(&id) {
         return Ok(None);
     }
     // 2. dynamic shapes: never compute a volume.

@@ -5,9 +5,10 @@ use tapeout_graph::{ByteSink, ConstantData, StreamError};
 use tapeout_irpa::{ByteSource, ChunkSink, IrpaError};
 
 /// A constant's values as an archive payload, streamed from the memory it borrows (one chunk at a
-/// time for widened or dequantized data).
-#[derive(Debug, Clone, Copy)]
-pub struct ConstantPayload<'c, 'a>(pub &'c ConstantData<'a>);
+/// time for widened or dequantized data). `ConstantData` only describes borrowed memory, so a copy of it
+/// is a few words: the payload holds its own.
+#[derive(Debug, Clone)]
+pub struct ConstantPayload<'a>(pub ConstantData<'a>);
 
 /// The archive entry being written, as the graph's byte sink.
 struct Entry<'s, 'w>(&'s mut ChunkSink<'w>);
@@ -18,7 +19,7 @@ impl ByteSink for Entry<'_, '_> {
     }
 }
 
-impl ByteSource for ConstantPayload<'_, '_> {
+impl ByteSource for ConstantPayload<'_> {
     fn byte_len(&self) -> u64 {
         self.0.byte_len()
     }
@@ -67,7 +68,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let data = ConstantData::F32(Lent::Chunked(&Failing));
         let mut w = ArchiveWriter::new();
-        w.add_data("model.w", ConstantPayload(&data)).unwrap();
+        w.add_data("model.w", ConstantPayload(data)).unwrap();
         let path = dir.path().join("a.irpa");
         let e = w.write(&path).unwrap_err();
         assert!(matches!(&e, IrpaError::Source { key, .. } if key == "model.w"), "{e}");

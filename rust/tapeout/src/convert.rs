@@ -103,7 +103,7 @@ pub fn convert(
             Some((data, from)) => {
                 converted += 1;
                 let md = metadata("f32", &t.shape, None, Some(&from));
-                writer.add_data_with_metadata(key, md, Owned(data))?;
+                writer.add_data_with_metadata(key, md, ConstantPayload(data))?;
             }
             None => {
                 let md = match &t.stored {
@@ -118,18 +118,6 @@ pub fn convert(
     }
     let archive = writer.write_with_progress(out, progress)?;
     Ok(ConvertSummary { archive, skipped, converted })
-}
-
-/// A decoded constant owned by the writer's entry list (it borrows only the mapping).
-struct Owned<'a>(ConstantData<'a>);
-
-impl tapeout_irpa::ByteSource for Owned<'_> {
-    fn byte_len(&self) -> u64 {
-        self.0.byte_len()
-    }
-    fn write_into(&mut self, sink: &mut tapeout_irpa::ChunkSink<'_>) -> tapeout_irpa::Result<()> {
-        ConstantPayload(&self.0).write_into(sink)
-    }
 }
 
 #[cfg(test)]

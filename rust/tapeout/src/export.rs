@@ -100,7 +100,7 @@ pub fn export(
         // Every external parameter the emitter declares is one of the graph's constants.
         let Some(constant) = graph.constant(ext.tensor) else { continue };
         let md = metadata(graph, &constant.data, ext.tensor);
-        writer.add_data_with_metadata(ext.key.clone(), md, ConstantPayload(&constant.data))?;
+        writer.add_data_with_metadata(ext.key.clone(), md, ConstantPayload(constant.data.clone()))?;
     }
     let irpa = writer.write_with_progress(out_dir.join(format!("{stem}.irpa")), progress)?;
     module_file.commit()?;
