@@ -206,3 +206,54 @@ def test_a_pytorch_layout_linear_is_contracted_as_stored_without_a_transpose(dty
         f"--parameters=model={out / 'linear.irpa'}", f"--input=@{tmp_path / 'x.npy'}",
         f"--output=@{tmp_path / 'y.npy'}")
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), x @ w.T, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_a_tied_embedding_and_head_is_one_transposed_parameter_gathered_by_columns(dtype, tapeout, tmp_path):
+    """ids -> embedding rows -> logits = h @ E^T with one table E [V, D]: stored once as E^T [D, V] (the layout
+    IREE runs a decode step from without a copy, docs/performance.md), gathered by columns; IREE's logits equal
+    numpy's."""
+    rng = np.random.default_rng(12)
+    v, d = 40, 24
+    e = rng.standard_normal((v, d)).astype(np.float32)
+    if dtype == "bf16":
+        bits = (e.view(np.uint32) >> 16).astype("<u2")
+        e = (bits.astype(np.uint32) << 16).view(np.float32)
+        blob, st_dtype = bits.tobytes(), "BF16"
+    else:
+        blob, st_dtype = e.tobytes(), "F32"
+    h = json.dumps({"e": {"dtype": st_dtype, "shape": [v, d], "data_offsets": [0, len(blob)]}}).encode()
+    h += b" " * ((-len(h)) % 8)
+    (tmp_path / "w.safetensors").write_bytes(np.uint64(len(h)).tobytes() + h + blob)
+    graph = {"name": "tied", "tensors": [
+        {"name": "ids", "shape": [3], "dtype": "i32"},
+        {"name": "e", "shape": [v, d], "dtype": dtype, "path": "model.embed_tokens.weight", "data": {"tensor": "e"}},
+        {"name": "h", "shape": [3, d], "dtype": "f32"},
+        {"name": "h2", "shape": [3, d], "dtype": "f32"},
+        {"name": "et", "shape": [d, v], "dtype": "f32"},
+        {"name": "logits", "shape": [3, v], "dtype": "f32"}],
+        "nodes": [{"op": "gather", "inputs": ["e", "ids"], "outputs": ["h"]},
+                  {"op": "add", "inputs": ["h", "h"], "outputs": ["h2"]},
+                  {"op": "transpose", "inputs": ["e"], "outputs": ["et"]},
+                  {"op": "matmul", "inputs": ["h2", "et"], "outputs": ["logits"]}], "outputs": ["logits"]}
+    (tmp_path / "g.json").write_text(json.dumps(graph))
+    out = tmp_path / "out"
+    run(tapeout, "export", tmp_path / "g.json", "--weights", tmp_path / "w.safetensors", "-o", out, "--inline-below", "0")
+    text = (out / "tied.mlir").read_text()
+    assert text.count("util.global private") == 1, text
+    assert f'"model"::"model.embed_tokens.weight"> : tensor<{d}x{v}x{dtype}>' in text, text
+    assert f"tensor<{v}x{d}x" not in text, "nothing of the table's held layout is left: " + text
+    data, meta = archive_entries(out / "tied.irpa")["model.embed_tokens.weight"]
+    assert f'"transposed_from":[{v},{d}]' in meta.decode(), meta
+    vmfb = tmp_path / "m.vmfb"
+    run(iree_tool("iree-compile"), out / "tied.mlir", "--iree-hal-target-device=local",
+        "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=generic", "-o", vmfb)
+    ids = np.array([0, 39, 17], dtype=np.int32)
+    np.save(tmp_path / "ids.npy", ids)
+    run(iree_tool("iree-run-module"), "--device=local-task", f"--module={vmfb}", "--function=main",
+        f"--parameters=model={out / 'tied.irpa'}", f"--input=@{tmp_path / 'ids.npy'}",
+        f"--output=@{tmp_path / 'y.npy'}")
+    got = np.load(tmp_path / "y.npy").astype(np.float32)
+    want = (2 * e[ids]) @ e.T
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    assert (got.argmax(axis=1) == want.argmax(axis=1)).all()

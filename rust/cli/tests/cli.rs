@@ -98,9 +98,11 @@ fn export_refuses_packed_weights_with_the_remedy_and_dequantizes_on_request() {
     let a = tapeout::irpa::Archive::open(dir.path().join("out/mlp.irpa")).unwrap();
     let fc1 = a.get("model.fc1.weight").unwrap();
     assert_eq!(fc1.byte_len(), 16 * 64 * 4, "dequantized to f32");
-    assert!(std::str::from_utf8(fc1.metadata).unwrap().contains("\"from\":\"Q8_0\""));
+    let md = std::str::from_utf8(fc1.metadata).unwrap();
+    assert!(md.contains("\"from\":\"Q8_0\"") && md.contains("\"transposed_from\":[16,64]"), "{md}");
     let text = std::fs::read_to_string(dir.path().join("out/mlp.mlir")).unwrap();
-    assert!(text.contains("#flow.parameter.named<\"model\"::\"model.fc1.weight\"> : tensor<16x64xf32>"));
+    // Used only transposed: dequantized and written [in, out], contracted as stored.
+    assert!(text.contains("#flow.parameter.named<\"model\"::\"model.fc1.weight\"> : tensor<64x16xf32>"), "{text}");
 }
 
 #[test]

@@ -39,20 +39,17 @@ pub enum ConstantData<'a> {
         /// Number of decoded values.
         elements: u64,
     },
-    /// A rank-2 `[rows, cols]` tensor of addressable memory written transposed, as `[cols, rows]`, one band of
-    /// output rows (at most 4 MiB) at a time: the layout chosen at export time for a weight the program only
-    /// ever uses transposed (a PyTorch-layout `[out, in]` linear), so that the module contracts it as stored.
+    /// The row-major `[rows, cols]` values of another constant written transposed, as `[cols, rows]`, tile by
+    /// tile (strided reads of at most a few MiB each, from addressable memory or one short lend of a chunked
+    /// lender): the layout chosen at export time for a weight the program only contracts on its last dimension
+    /// (a PyTorch-layout `[out, in]` linear, a tied LM head), so that the module contracts it as stored.
     Transposed {
-        /// The dtype of its elements (as stored: a kept bf16 weight stays bf16).
-        dtype: DType,
-        /// The row-major `[rows, cols]` bytes.
-        bytes: &'a [u8],
+        /// The values as held: f32, stored bytes, row-major 16-bit (kept or widened), or packed blocks.
+        of: Box<ConstantData<'a>>,
         /// Rows of the source (columns of what is written).
         rows: u64,
         /// Columns of the source (rows of what is written).
         cols: u64,
-        /// `Some(F16 | BF16)`: the 16-bit source elements are widened to f32 on the way.
-        widen_from: Option<DType>,
     },
     /// Values of another dtype written as stored (little-endian bytes).
     Raw {
@@ -93,7 +90,7 @@ where
     lent.for_each_chunk(max, &mut |chunk| f(&mut *out, chunk))
 }
 
-fn widen_into(from: DType, src: &[u8], dst: &mut [f32]) {
+pub(crate) fn widen_into(from: DType, src: &[u8], dst: &mut [f32]) {
     if from == DType::BF16 {
         for (y, b) in dst.iter_mut().zip(src.chunks_exact(2)) {
             *y = f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16);
@@ -103,52 +100,6 @@ fn widen_into(from: DType, src: &[u8], dst: &mut [f32]) {
             *y = half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32();
         }
     }
-}
-
-/// Writes the row-major `[rows, cols]` elements of `src` as row-major `[cols, rows]`: bands of output rows of at
-/// most 4 MiB, each filled tile by tile (64 x 64 elements) so that reads and writes both stay within a few cache
-/// lines per element row.
-fn transpose_into(
-    out: &mut dyn ByteSink,
-    src: &[u8],
-    dtype: DType,
-    [rows, cols]: [u64; 2],
-    widen_from: Option<DType>,
-) -> Result<(), StreamError> {
-    let host = |n: u64| usize::try_from(n).map_err(|e| StreamError::Lend(e.into()));
-    let (w, rows, cols) = (host(dtype.byte_width())?, host(rows)?, host(cols)?);
-    if rows.checked_mul(cols).and_then(|n| n.checked_mul(w)) != Some(src.len()) {
-        return Err(StreamError::Lend(format!("{} bytes are not [{rows}, {cols}] of {dtype}", src.len()).into()));
-    }
-    let ow = if widen_from.is_some() { 4 } else { w }; // bytes per element written
-    const TILE: usize = 64;
-    let band_bytes = host(CHUNK_VALUES * 4)?;
-    let band = (band_bytes / (rows * ow).max(1)).max(1); // output rows per band
-    let mut buf = vec![0u8; band.min(cols) * rows * ow];
-    let mut one = [0f32; 1];
-    let mut c0 = 0;
-    while c0 < cols {
-        let c1 = (c0 + band).min(cols);
-        let len = (c1 - c0) * rows * ow;
-        for r0 in (0..rows).step_by(TILE) {
-            for c in c0..c1 {
-                let dst_row = (c - c0) * rows * ow;
-                for r in r0..(r0 + TILE).min(rows) {
-                    let (s, d) = ((r * cols + c) * w, dst_row + r * ow);
-                    match widen_from {
-                        Some(from) => {
-                            widen_into(from, &src[s..s + w], &mut one);
-                            buf[d..d + 4].copy_from_slice(&one[0].to_le_bytes());
-                        }
-                        None => buf[d..d + w].copy_from_slice(&src[s..s + w]),
-                    }
-                }
-            }
-        }
-        out.put(&buf[..len])?;
-        c0 = c1;
-    }
-    Ok(())
 }
 
 fn buffer(len: u64) -> Vec<f32> {
@@ -161,7 +112,8 @@ impl ConstantData<'_> {
     #[must_use]
     pub fn dtype(&self) -> DType {
         match self {
-            ConstantData::Raw { dtype, .. } | ConstantData::Transposed { dtype, widen_from: None, .. } => *dtype,
+            ConstantData::Raw { dtype, .. } => *dtype,
+            ConstantData::Transposed { of, .. } => of.dtype(),
             _ => DType::F32,
         }
     }
@@ -174,7 +126,7 @@ impl ConstantData<'_> {
             ConstantData::Widen { bytes, .. } => bytes.len() / 2,
             ConstantData::Dequantize { elements, .. } => *elements,
             ConstantData::Raw { dtype, bytes } => bytes.len() / dtype.byte_width(),
-            ConstantData::Transposed { rows, cols, .. } => rows * cols,
+            ConstantData::Transposed { of, .. } => of.element_count(),
         }
     }
 
@@ -183,7 +135,7 @@ impl ConstantData<'_> {
     pub fn byte_len(&self) -> u64 {
         match self {
             ConstantData::Raw { bytes, .. } => bytes.len(),
-            ConstantData::Transposed { bytes, widen_from: None, .. } => bytes.len() as u64,
+            ConstantData::Transposed { of, .. } => of.byte_len(),
             _ => self.element_count() * 4,
         }
     }
@@ -202,9 +154,7 @@ impl ConstantData<'_> {
             ConstantData::Raw { bytes, .. } => {
                 lend(out, bytes, MAX_LEND_BYTES, |o: &mut dyn ByteSink, chunk: &[_]| o.put(chunk))
             }
-            ConstantData::Transposed { dtype, bytes, rows, cols, widen_from } => {
-                transpose_into(out, bytes, *dtype, [*rows, *cols], *widen_from)
-            }
+            ConstantData::Transposed { of, rows, cols } => crate::transpose::stream(of, *rows, *cols, out),
             ConstantData::Widen { from, bytes, layout: HalfLayout::RowMajor, .. } => {
                 let mut buf = buffer(bytes.len() / 2);
                 lend(out, bytes, CHUNK_VALUES * 2, |o: &mut dyn ByteSink, chunk: &[_]| {

@@ -21,6 +21,7 @@ pub mod packed;
 mod shape;
 mod tensor;
 mod trace;
+mod transpose;
 
 pub use constant::{ByteSink, CHUNK_VALUES, ConstantData, MAX_LEND_BYTES, PASSTHROUGH_VALUES};
 pub use dtype::DType;

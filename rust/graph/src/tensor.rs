@@ -49,6 +49,56 @@ pub trait ChunkLender<T> {
         len: u64,
         f: &mut dyn FnMut(&[T]) -> Result<(), StreamError>,
     ) -> Result<(), StreamError>;
+
+    /// Copies `out.len() / run` runs of `run` elements into `out`, in order, run `k` starting at element
+    /// `start + k · stride`: the strided reads of a transposition. The default lends each run as its own chunk;
+    /// a lender whose chunks are views of one memory (a pinned JVM array) serves them all under one short pin.
+    ///
+    /// # Errors
+    /// The lender's failure ([`StreamError::Lend`]), or `out.len()` not a multiple of `run`.
+    fn copy_runs(&self, start: u64, run: u64, stride: u64, out: &mut [T]) -> Result<(), StreamError>
+    where
+        T: Copy,
+    {
+        let width = usize::try_from(run).map_err(|e| StreamError::Lend(e.into()))?;
+        if width == 0 || out.len() % width != 0 {
+            return Err(StreamError::Lend(format!("{} elements are not runs of {run}", out.len()).into()));
+        }
+        for (k, dst) in out.chunks_exact_mut(width).enumerate() {
+            let at = start + k as u64 * stride;
+            self.with_chunk(at, run, &mut |chunk| {
+                if chunk.len() != dst.len() {
+                    return Err(StreamError::Lend(format!("lent {} elements for a run of {run}", chunk.len()).into()));
+                }
+                dst.copy_from_slice(chunk);
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// Copies runs out of addressable memory; see [`ChunkLender::copy_runs`].
+pub(crate) fn copy_runs_from<T: Copy>(
+    src: &[T],
+    start: u64,
+    run: u64,
+    stride: u64,
+    out: &mut [T],
+) -> Result<(), StreamError> {
+    let host = |n: u64| usize::try_from(n).map_err(|e| StreamError::Lend(e.into()));
+    let (start, width, stride) = (host(start)?, host(run)?, host(stride)?);
+    if width == 0 || out.len() % width != 0 {
+        return Err(StreamError::Lend(format!("{} elements are not runs of {run}", out.len()).into()));
+    }
+    for (k, dst) in out.chunks_exact_mut(width).enumerate() {
+        let at = k.checked_mul(stride).and_then(|o| o.checked_add(start));
+        let Some(chunk) = at.and_then(|a| src.get(a..a.checked_add(width)?)) else {
+            return Err(StreamError::Lend(format!("run {k} lies beyond the {} elements held", src.len()).into()));
+        };
+        dst.copy_from_slice(chunk);
+    }
+    Ok(())
 }
 
 /// Memory lent to tapeout for the lifetime `'a`: never copied as a whole.
@@ -97,6 +147,20 @@ impl<'a, T> Lent<'a, T> {
         match self {
             Lent::Slice(s) => Some(s),
             Lent::Chunked(_) => None,
+        }
+    }
+
+    /// Copies strided runs into `out`; see [`ChunkLender::copy_runs`].
+    ///
+    /// # Errors
+    /// The lender's failure, or runs beyond the elements held.
+    pub fn copy_runs(&self, start: u64, run: u64, stride: u64, out: &mut [T]) -> Result<(), StreamError>
+    where
+        T: Copy,
+    {
+        match self {
+            Lent::Slice(s) => copy_runs_from(s, start, run, stride, out),
+            Lent::Chunked(c) => c.copy_runs(start, run, stride, out),
         }
     }
 

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tapeout_graph::{
-    Attrs, BlockOrder, ByteSink, ChunkLender, ConstantData, DType, Dim, Encoding, ExtractOptions, GraphError,
+    Attr, Attrs, BlockOrder, ByteSink, ChunkLender, ConstantData, DType, Dim, Encoding, ExtractOptions, GraphError,
     HalfConstantHandling, HalfLayout, Lent, OpKind, PackedConstantHandling, Shape, Storage, StreamError, Tensor,
     TensorId, TensorSpec, Trace, finalize, packed,
 };
@@ -581,7 +581,7 @@ fn a_weight_used_only_transposed_is_written_transposed_and_the_transpose_leaves(
     assert_eq!(f32s(&bytes_of(&c.data)), want);
     assert!(g.nodes().iter().all(|n| n.op != OpKind::Transpose), "no transpose left");
 
-    // As held on request, when the weight has two uses, or when it is lent in chunks.
+    // As held on request, or when the weight has two uses that are not a transpose and gathers.
     let as_held = ExtractOptions { layout: tapeout_graph::WeightLayout::AsHeld, ..ExtractOptions::default() };
     let g = finalize(&trace, &as_held).unwrap();
     assert!(g.constant(wid).is_some() && g.nodes().iter().any(|n| n.op == OpKind::Transpose));
@@ -593,7 +593,55 @@ fn a_weight_used_only_transposed_is_written_transposed_and_the_transpose_leaves(
     let chunked = Tensor { spec: spec("w", &[3, 4], DType::F32), storage: Storage::Dense(Lent::Chunked(&lender)) };
     let (trace, wid, _) = linear_trace(chunked, 1);
     let g = finalize(&trace, &ExtractOptions::default()).unwrap();
-    assert!(g.constant(wid).is_some(), "memory lent in chunks is written as held");
+    assert!(g.constant(wid).is_none(), "memory lent in chunks is transposed too, through strided lends");
+    assert_eq!(f32s(&bytes_of(&g.constants()[0].data)), want);
+}
+
+#[test]
+fn a_tied_embedding_and_head_is_stored_once_transposed_and_gathered_by_columns() {
+    // table [5, 3]: ids [2] gather rows -> h [2, 3]; logits = h @ tableᵀ [2, 5]; optionally a third use.
+    let values: Vec<f32> = (0..15).map(|i| i as f32).collect();
+    let tied = |third_use: bool| {
+        let mut t = Trace::new();
+        let emb = spec("emb", &[5, 3], DType::F32).with_path("model.embed.weight");
+        let table = t.add_tensor(Tensor::f32(emb, &values));
+        let ids = t.add_placeholder(spec("ids", &[2], DType::I32));
+        let h = t.add_placeholder(spec("h", &[2, 3], DType::F32));
+        let tt = t.add_placeholder(spec("tt", &[3, 5], DType::F32));
+        let logits = t.add_placeholder(spec("logits", &[2, 5], DType::F32));
+        t.record(OpKind::Gather, Attrs::new(), &[table, ids], &[h]);
+        t.record(OpKind::Transpose, Attrs::new(), &[table], &[tt]);
+        t.record(OpKind::Matmul, Attrs::new(), &[h, tt], &[logits]);
+        let mut outs = vec![logits];
+        if third_use {
+            let neg = t.add_placeholder(spec("neg", &[5, 3], DType::F32));
+            t.record(OpKind::Neg, Attrs::new(), &[table], &[neg]);
+            outs.push(neg);
+        }
+        t.set_outputs(&outs);
+        (t, [table, ids, h, tt])
+    };
+
+    let (t, [_, ids, h, tt]) = tied(false);
+    let g = finalize(&t, &ExtractOptions::default()).unwrap();
+    let [c] = g.constants() else { panic!("one parameter") };
+    assert_eq!((c.key.as_str(), c.tensor), ("model.embed.weight", tt), "stored once, as the head reads it");
+    let ops: Vec<OpKind> = g.nodes().iter().map(|n| n.op).collect();
+    assert_eq!(ops, [OpKind::Gather, OpKind::Transpose, OpKind::Matmul]);
+    let gather = &g.nodes()[0];
+    assert_eq!(gather.inputs, [tt, ids]);
+    assert_eq!(gather.attrs.get("axis"), Some(&Attr::Int(1)));
+    let columns = gather.outputs[0];
+    assert_eq!(g.spec(columns).shape, Shape::of(&[3, 2]));
+    assert_eq!((g.nodes()[1].inputs.clone(), g.nodes()[1].outputs.clone()), (vec![columns], vec![h]));
+    assert_eq!(g.nodes()[1].attrs.get("perm"), Some(&Attr::Ints(vec![1, 0])));
+    let want: Vec<f32> = (0..3).flat_map(|c| (0..5).map(move |r| (r * 3 + c) as f32)).collect();
+    assert_eq!(f32s(&bytes_of(&c.data)), want);
+
+    // Any other use keeps it as held.
+    let (t, [table, ..]) = tied(true);
+    let g = finalize(&t, &ExtractOptions::default()).unwrap();
+    assert!(g.constant(table).is_some() && g.nodes().iter().any(|n| n.op == OpKind::Transpose && n.inputs == [table]));
 }
 
 #[test]
@@ -620,7 +668,9 @@ fn transposing_at_export_is_exact_across_bands_and_tiles() {
     // Widened on the way: the same transposition, f32 out.
     let g = finalize(&trace, &widen()).unwrap();
     let c = &g.constants()[0];
-    assert!(matches!(c.data, ConstantData::Transposed { widen_from: Some(DType::BF16), .. }));
+    assert!(
+        matches!(&c.data, ConstantData::Transposed { of, .. } if matches!(**of, ConstantData::Widen { from: DType::BF16, .. }))
+    );
     assert_eq!((c.data.dtype(), c.data.byte_len()), (DType::F32, 4 * rows * cols));
     let got = f32s(&bytes_of(&c.data));
     for (k, n) in [(0u64, 0u64), (4999, 299), (1234, 64), (63, 65), (2500, 150)] {

@@ -115,6 +115,25 @@ macro_rules! lender {
                 });
                 out.map_err(lend)?
             }
+            /// All runs under one short pin (a JVM array's chunks are views of one memory): the strided reads
+            /// of a transposition, one tile of at most a few MiB at a time.
+            fn copy_runs(&self, start: u64, run: u64, stride: u64, out: &mut [$elem]) -> Result<(), StreamError> {
+                let Some(width) = usize::try_from(run).ok().filter(|&w| w > 0 && out.len() % w == 0) else {
+                    return Err(StreamError::Lend(format!("{} elements are not runs of {run}", out.len()).into()));
+                };
+                let count = (out.len() / width) as u64;
+                let span = count.checked_sub(1).and_then(|k| k.checked_mul(stride)?.checked_add(run));
+                let Some(span) = span else {
+                    return Err(StreamError::Lend("the runs overflow the array's length".into()));
+                };
+                self.with_chunk(start, span, &mut |view| {
+                    let stride = usize::try_from(stride).map_err(|e| StreamError::Lend(Box::new(e)))?;
+                    for (k, dst) in out.chunks_exact_mut(width).enumerate() {
+                        dst.copy_from_slice(&view[k * stride..k * stride + width]);
+                    }
+                    Ok(())
+                })
+            }
         }
     };
 }

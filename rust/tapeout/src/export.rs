@@ -57,15 +57,16 @@ fn metadata(graph: &ComputeGraph<'_>, data: &ConstantData<'_>, tensor: tapeout_g
         "dtype": data.dtype().name(),
         "shape": spec.shape.static_dims().unwrap_or_default(),
     });
-    match data {
+    let held = match data {
+        ConstantData::Transposed { of, rows, cols } => {
+            m["transposed_from"] = serde_json::json!([rows, cols]);
+            of
+        }
+        other => other,
+    };
+    match held {
         ConstantData::Widen { from, .. } => m["from"] = from.name().into(),
         ConstantData::Dequantize { encoding, .. } => m["from"] = encoding.name().into(),
-        ConstantData::Transposed { rows, cols, widen_from, .. } => {
-            m["transposed_from"] = serde_json::json!([rows, cols]);
-            if let Some(from) = widen_from {
-                m["from"] = from.name().into();
-            }
-        }
         _ => {}
     }
     format!("TENSORv0:{m}").into_bytes()

@@ -45,6 +45,33 @@ class ExtractionContractTest {
     }
 
     @Test
+    fun `a PyTorch-layout weight is written transposed through short pins, one tile each`() {
+        // w [out = 2048, in = 8192] f32, 64 MiB; y = x @ wᵀ. The archive holds wᵀ [8192, 2048].
+        val (rows, cols) = 2048 to 8192
+        val values = FloatArray(rows * cols) { (it % 65521).toFloat() }
+        val tape = ExecutionTape()
+        val x = tape.input("x", longArrayOf(1, cols.toLong()))
+        val w = tape.weight("model.fc.weight", values, rows.toLong(), cols.toLong())
+        tape.output(tape.matmul(x, tape.transpose(w)))
+        val graph = tape.toComputeGraph()
+        assertEquals(listOf("transposed"), graph.constants.map { it.kind })
+        val dir = tempDir("tapeout-transposed")
+        val hwmBefore = maxOf(procStatus("VmHWM"), procStatus("VmRSS"))
+        val r = graph.export(dir, "fc", MaterializationPolicy.ExternalAlways())
+        val grew = procStatus("VmHWM") - hwmBefore
+        assertEquals(0L, r.copies, "no pin was a copy")
+        // 16 MiB tiles: 4 strided copies, each under its own short pin, never one pin for the whole transpose.
+        assertEquals(4L, r.pins, "one pin per tile")
+        assertTrue(grew < 96L shl 20, "peak RSS grew by $grew bytes transposing a 64 MiB array")
+        for ((c, r0) in listOf(0 to 0, 8191 to 2040, 4000 to 1000)) {
+            val got = readF32(r.irpa, "model.fc.weight", c * rows.toLong() + r0, 8)
+            assertArrayEquals(FloatArray(8) { values[(r0 + it) * cols + c] }, got, "row $c of wᵀ from $r0")
+        }
+        assertTrue("stablehlo.transpose" !in r.mlir.readText(), "the program contracts the weight as stored")
+        dir.deleteRecursively()
+    }
+
+    @Test
     fun `a packed weight fails with the tensor, the encoding and the remedy`() {
         val (tape, w) = linear({ it.packedWeight("model.q.weight", ByteArray(34 * 3), "Q8_0", 4, 24) })
         val e = assertThrows<PackedConstantException> { tape.toComputeGraph() }

@@ -1,0 +1,302 @@
+//! Writing a row-major `[rows, cols]` constant as `[cols, rows]`, tile by tile, from any lender: the layout chosen
+//! at export time for a weight the program only contracts on its last dimension (see `transpose_at_export`).
+//!
+//! A tile is a band of source columns across the source rows. Its bytes are read as one strided copy
+//! ([`Lent::copy_runs`]: one short pin of a JVM array, or plain reads of a mapped file), decoded (widened or
+//! dequantized when asked), and written out as whole output rows. Nothing holds more than a few tiles' worth of
+//! memory, whatever the weight's size; nothing pins a JVM array for longer than one tile's copy.
+
+use crate::constant::{ByteSink, ConstantData, widen_into};
+use crate::packed::{self, Encoding};
+use crate::tensor::{HalfLayout, Lent, StreamError};
+
+/// Target size of one decoded tile.
+const TILE_BYTES: u64 = 16 << 20;
+/// The largest tile allowed when the unit of a row cannot be split (a packed block): one band of blocks over
+/// every row. Past it the weight is written as held (the program transposes it).
+const MAX_TILE_BYTES: u64 = 48 << 20;
+/// Bytes of output assembled per write.
+const OUT_BYTES: u64 = 4 << 20;
+/// Values decoded per step when widening or dequantizing into a tile.
+const DECODE_VALUES: u64 = 1 << 18;
+
+/// Decodes one tile's gathered source elements, appending their output bytes.
+type DecodeTile<'d, T> = dyn FnMut(&[T], &mut Vec<u8>) -> Result<(), StreamError> + 'd;
+
+/// How one transposition proceeds.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    rows: u64,
+    /// Units per source row (a unit: one value, or one packed block).
+    units: u64,
+    /// Values per unit.
+    unit_values: u64,
+    /// Source elements (of the lender's type) per unit.
+    unit_elems: u64,
+    /// Bytes per value written.
+    ow: u64,
+    /// Units per band.
+    band: u64,
+    /// Source rows per tile: all of them, unless one unit column alone exceeds the tile (then `band` is 1 and
+    /// `unit_values` is 1, so each output row is written group by group, in order).
+    group: u64,
+}
+
+fn plan(data: &ConstantData<'_>, rows: u64, cols: u64) -> Option<Plan> {
+    let (unit_values, unit_elems, ow, held) = match data {
+        ConstantData::F32(v) => (1, 1, 4, v.len()),
+        ConstantData::Raw { dtype, bytes } => (1, dtype.byte_width(), dtype.byte_width(), bytes.len()),
+        ConstantData::Widen { bytes, layout: HalfLayout::RowMajor, .. } => (1, 2, 4, bytes.len()),
+        ConstantData::Dequantize { encoding, bytes, .. } => {
+            let (values, block) = encoding.block_geometry()?;
+            (values, block, 4, bytes.len())
+        }
+        _ => return None,
+    };
+    if unit_values == 0 || cols % unit_values != 0 || rows == 0 || cols == 0 {
+        return None;
+    }
+    let units = cols / unit_values;
+    if rows.checked_mul(units)?.checked_mul(unit_elems)? != held {
+        return None;
+    }
+    let column = rows.checked_mul(unit_values)?.checked_mul(ow)?; // decoded bytes of one unit column
+    let (band, group) = if column <= TILE_BYTES {
+        ((TILE_BYTES / column).clamp(1, units), rows)
+    } else if unit_values == 1 {
+        (1, (TILE_BYTES / ow).max(1))
+    } else if column <= MAX_TILE_BYTES {
+        (1, rows)
+    } else {
+        return None;
+    };
+    Some(Plan { rows, units, unit_values, unit_elems, ow, band, group })
+}
+
+/// True when `data`, the row-major `[rows, cols]` values of a constant, can be streamed transposed within the
+/// tile budget: addressable or chunk-lent f32, stored bytes, row-major 16-bit (kept or widened), or packed blocks
+/// whose rows are whole blocks and whose band of one block over every row fits [`MAX_TILE_BYTES`] decoded.
+pub(crate) fn transposable(data: &ConstantData<'_>, rows: u64, cols: u64) -> bool {
+    plan(data, rows, cols).is_some()
+}
+
+/// Writes the row-major `[rows, cols]` values of `data` to `out` as row-major `[cols, rows]`.
+pub(crate) fn stream(data: &ConstantData<'_>, rows: u64, cols: u64, out: &mut dyn ByteSink) -> Result<(), StreamError> {
+    let Some(plan) = plan(data, rows, cols) else {
+        return Err(StreamError::Lend(format!("these values cannot be written as [{cols}, {rows}]").into()));
+    };
+    match data {
+        ConstantData::F32(lent) => tiles(&plan, lent, out, &mut |gathered, tile| {
+            if cfg!(target_endian = "little") {
+                tile.extend_from_slice(bytemuck::cast_slice(gathered));
+            } else {
+                tile.extend(gathered.iter().flat_map(|v| v.to_le_bytes()));
+            }
+            Ok(())
+        }),
+        ConstantData::Raw { bytes, .. } => tiles(&plan, bytes, out, &mut |gathered, tile| {
+            tile.extend_from_slice(gathered);
+            Ok(())
+        }),
+        ConstantData::Widen { from, bytes, .. } => {
+            let mut buf = vec![0f32; host(DECODE_VALUES)?];
+            tiles(&plan, bytes, out, &mut |gathered, tile| {
+                for piece in gathered.chunks(buf.len() * 2) {
+                    let n = piece.len() / 2;
+                    widen_into(*from, piece, &mut buf[..n]);
+                    extend_f32(tile, &buf[..n]);
+                }
+                Ok(())
+            })
+        }
+        ConstantData::Dequantize { encoding, bytes, .. } => {
+            let geometry = [host(plan.unit_elems)?, host(plan.unit_values)?];
+            let blocks_per_step = host((DECODE_VALUES / plan.unit_values).max(1))?;
+            let mut buf = vec![0f32; blocks_per_step * geometry[1]];
+            tiles(&plan, bytes, out, &mut |gathered, tile| {
+                dequantize_into(encoding, gathered, geometry, &mut buf, tile)
+            })
+        }
+        _ => Err(StreamError::Lend("these values cannot be transposed".into())),
+    }
+}
+
+fn dequantize_into(
+    encoding: &Encoding,
+    blocks: &[u8],
+    [block_bytes, block_values]: [usize; 2],
+    buf: &mut [f32],
+    tile: &mut Vec<u8>,
+) -> Result<(), StreamError> {
+    let per_step = (buf.len() / block_values.max(1)).max(1);
+    for piece in blocks.chunks(per_step * block_bytes.max(1)) {
+        let n = piece.len() / block_bytes.max(1) * block_values;
+        packed::dequantize(encoding, piece, &mut buf[..n]).map_err(|e| StreamError::Decode(e.to_string()))?;
+        extend_f32(tile, &buf[..n]);
+    }
+    Ok(())
+}
+
+fn extend_f32(tile: &mut Vec<u8>, values: &[f32]) {
+    if cfg!(target_endian = "little") {
+        tile.extend_from_slice(bytemuck::cast_slice(values));
+    } else {
+        tile.extend(values.iter().flat_map(|v| v.to_le_bytes()));
+    }
+}
+
+fn host(n: u64) -> Result<usize, StreamError> {
+    usize::try_from(n).map_err(|e| StreamError::Lend(e.into()))
+}
+
+/// Reads each tile of `lent` (one strided copy), decodes it into row-major `[group, band values]` bytes with
+/// `decode`, and writes those values column by column: output row `c` is source column `c`.
+fn tiles<T: Copy + Default>(
+    plan: &Plan,
+    lent: &Lent<'_, T>,
+    out: &mut dyn ByteSink,
+    decode: &mut DecodeTile<'_, T>,
+) -> Result<(), StreamError> {
+    let Plan { rows, units, unit_values, unit_elems, ow, band, group } = *plan;
+    let stride = units * unit_elems;
+    let mut gathered: Vec<T> = Vec::new();
+    let mut tile: Vec<u8> = Vec::new();
+    let mut piece: Vec<u8> = Vec::new();
+    let mut u0 = 0;
+    while u0 < units {
+        let u1 = (u0 + band).min(units);
+        let width = (u1 - u0) * unit_values; // values per tile row
+        let mut r0 = 0;
+        while r0 < rows {
+            let r1 = (r0 + group).min(rows);
+            let run = (u1 - u0) * unit_elems;
+            gathered.clear();
+            gathered.resize(host((r1 - r0) * run)?, T::default());
+            lent.copy_runs(r0 * stride + u0 * unit_elems, run, stride, &mut gathered)?;
+            tile.clear();
+            decode(&gathered, &mut tile)?;
+            if tile.len() as u64 != (r1 - r0) * width * ow {
+                return Err(StreamError::Decode(format!("a tile decoded to {} bytes", tile.len())));
+            }
+            // Output rows in batches of at most OUT_BYTES (at least one row).
+            let per_batch = (OUT_BYTES / ((r1 - r0) * ow)).clamp(1, width);
+            let mut j0 = 0;
+            while j0 < width {
+                let j1 = (j0 + per_batch).min(width);
+                piece.clear();
+                piece.resize(host((j1 - j0) * (r1 - r0) * ow)?, 0);
+                transpose_block(&tile, host(width)?, host(ow)?, [host(j0)?, host(j1)?], host(r1 - r0)?, &mut piece);
+                out.put(&piece)?;
+                j0 = j1;
+            }
+            r0 = r1;
+        }
+        u0 = u1;
+    }
+    Ok(())
+}
+
+/// Copies columns `j0..j1` of the row-major `[n, width]` tile (elements of `ow` bytes) into `piece` as row-major
+/// `[j1 - j0, n]`, 64 × 64 elements at a time so reads and writes both stay in a few cache lines.
+fn transpose_block(tile: &[u8], width: usize, ow: usize, [j0, j1]: [usize; 2], n: usize, piece: &mut [u8]) {
+    const B: usize = 64;
+    for rb in (0..n).step_by(B) {
+        for jb in (j0..j1).step_by(B) {
+            for r in rb..(rb + B).min(n) {
+                let src_row = r * width;
+                for j in jb..(jb + B).min(j1) {
+                    let (s, d) = ((src_row + j) * ow, ((j - j0) * n + r) * ow);
+                    piece[d..d + ow].copy_from_slice(&tile[s..s + ow]);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::ChunkLender;
+    use std::cell::Cell;
+
+    /// f32 lent in chunks, counting lends.
+    struct Counting(Vec<f32>, Cell<u64>);
+    impl ChunkLender<f32> for Counting {
+        fn len(&self) -> u64 {
+            self.0.len() as u64
+        }
+        fn with_chunk(
+            &self,
+            start: u64,
+            len: u64,
+            f: &mut dyn FnMut(&[f32]) -> Result<(), StreamError>,
+        ) -> Result<(), StreamError> {
+            self.1.set(self.1.get() + 1);
+            let s = usize::try_from(start).unwrap();
+            f(&self.0[s..s + usize::try_from(len).unwrap()])
+        }
+    }
+
+    fn transposed(data: &ConstantData<'_>, rows: u64, cols: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        stream(data, rows, cols, &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn chunk_lent_f32_is_transposed_exactly() {
+        let (rows, cols) = (37u64, 53u64);
+        let values: Vec<f32> = (0..rows * cols).map(|i| i as f32).collect();
+        let lender = Counting(values.clone(), Cell::new(0));
+        let got = transposed(&ConstantData::F32(Lent::Chunked(&lender)), rows, cols);
+        let want: Vec<u8> =
+            (0..cols).flat_map(|c| (0..rows).map(move |r| (r * cols + c) as f32)).flat_map(f32::to_le_bytes).collect();
+        assert_eq!(got, want);
+        assert_eq!(lender.1.get(), rows, "one lend per source row of the one tile (the default copy_runs)");
+        assert_eq!(got, transposed(&ConstantData::F32(Lent::Slice(&values)), rows, cols));
+    }
+
+    #[test]
+    fn a_column_larger_than_a_tile_is_written_in_row_groups() {
+        // 4 Mi + 3 rows of one f32 column pair: each column is 16 MiB + 12 bytes, past one tile.
+        let (rows, cols) = ((4u64 << 20) + 3, 2u64);
+        let values: Vec<f32> = (0..rows * cols).map(|i| (i % 1_000_003) as f32).collect();
+        let p = plan(&ConstantData::F32(Lent::Slice(&values)), rows, cols).unwrap();
+        assert_eq!((p.band, p.group), (1, 4 << 20));
+        let got = transposed(&ConstantData::F32(Lent::Slice(&values)), rows, cols);
+        let at = |c: u64, r: u64| {
+            let i = usize::try_from(4 * (c * rows + r)).unwrap();
+            f32::from_le_bytes(got[i..i + 4].try_into().unwrap())
+        };
+        for (c, r) in [(0, 0), (0, rows - 1), (1, 0), (1, 4 << 20), (1, rows - 1)] {
+            assert_eq!(at(c, r), values[usize::try_from(r * cols + c).unwrap()], "[{c}, {r}]");
+        }
+    }
+
+    #[test]
+    fn packed_blocks_are_dequantized_and_transposed() {
+        // Q8_0: per block an f16 scale then 32 i8. 3 rows x 64 values = 2 blocks per row.
+        let (rows, cols) = (3u64, 64u64);
+        let mut bytes = Vec::new();
+        for r in 0..rows {
+            for b in 0..2u64 {
+                bytes.extend(half::f16::from_f32(0.5 * (r + 1) as f32).to_le_bytes());
+                bytes.extend((0..32).map(|i| u8::try_from((i + b * 32) % 100).unwrap()));
+            }
+        }
+        let enc = Encoding::Q8_0;
+        let data =
+            ConstantData::Dequantize { encoding: enc.clone(), bytes: Lent::Slice(&bytes), elements: rows * cols };
+        let mut row_major = Vec::new();
+        data.stream(&mut row_major).unwrap();
+        let got = transposed(&data, rows, cols);
+        for c in 0..cols {
+            for r in 0..rows {
+                let (s, d) =
+                    (usize::try_from(4 * (r * cols + c)).unwrap(), usize::try_from(4 * (c * rows + r)).unwrap());
+                assert_eq!(got[d..d + 4], row_major[s..s + 4], "[{c}, {r}]");
+            }
+        }
+        assert!(!transposable(&data, rows * 4, cols / 4), "rows of half a block are not transposed");
+    }
+}
