@@ -138,3 +138,19 @@ def test_half_constants_keep_by_default_widen_on_request_and_validated(built_jar
     (p / "build.gradle").write_text(build_file(block % "; halfConstants = 'NOPE'"))
     r = gradle(p, "exportIrpa")
     assert r.returncode != 0 and "tapeout { halfConstants = 'NOPE' }: use KEEP or WIDEN" in r.stdout + r.stderr
+
+
+def test_max_archive_bytes_writes_a_set_and_prints_the_iree_flags(built_jars, tmp_path):
+    block = ("tapeout { model = 'demo.Model'; moduleName = 'set'; packedConstants = 'DEQUANTIZE'; "
+             "inlineBelowBytes = 64%s }")
+    p = project(tmp_path, block % "; maxArchiveBytes = 1024")  # each archive is at least 4 KiB: one entry in each
+    r = gradle(p, "exportIrpa")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = p / "build/tapeout"
+    files = [out / f"set-0000{k}-of-00002.irpa" for k in (1, 2)]
+    assert all(f.is_file() for f in files) and (out / "set.irpa.index.json").is_file(), sorted(out.iterdir())
+    flags = " ".join(f"--parameters=model={f}" for f in files)
+    assert f"tapeout: IREE loads the parameters with: {flags}" in r.stdout, r.stdout
+    (p / "build.gradle").write_text(build_file(block % "; maxArchiveBytes = -1"))
+    r = gradle(p, "exportIrpa")
+    assert r.returncode != 0 and "tapeout { maxArchiveBytes = -1 }: use 0 (one archive)" in r.stdout + r.stderr

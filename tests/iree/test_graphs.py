@@ -257,3 +257,72 @@ def test_a_tied_embedding_and_head_is_one_transposed_parameter_gathered_by_colum
     want = (2 * e[ids]) @ e.T
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
     assert (got.argmax(axis=1) == want.argmax(axis=1)).all()
+
+
+def test_a_sharded_export_round_trips_through_iree_with_a_parameter_larger_than_the_limit(tapeout, tmp_path):
+    """--max-archive-bytes 64 KiB over weights of 24, 24, 24 and 160 KiB: two to a file where they fit, the big one
+    alone in its file, no other file past the limit; IREE runs the module from the flags tapeout prints; dump and
+    verify take the set; a stale index is refused; the outputs of another form are removed."""
+    rng = np.random.default_rng(13)
+    dims = [(48, 128), (48, 128), (48, 128), (320, 128)]  # f32: 24, 24, 24, 160 KiB
+    ws = [rng.standard_normal(d).astype(np.float32) for d in dims]
+    header, blob = {}, b""
+    for i, w in enumerate(ws):
+        header[f"w{i}"] = {"dtype": "F32", "shape": list(w.shape), "data_offsets": [len(blob), len(blob) + w.nbytes]}
+        blob += w.tobytes()
+    h = json.dumps(header).encode()
+    h += b" " * ((-len(h)) % 8)
+    (tmp_path / "w.safetensors").write_bytes(np.uint64(len(h)).tobytes() + h + blob)
+    tensors = [{"name": "x", "shape": [2, 128], "dtype": "f32"}]
+    nodes, outs = [], []
+    for i, w in enumerate(ws):
+        tensors += [{"name": f"w{i}", "shape": list(w.shape), "dtype": "f32", "path": f"model.w{i}",
+                     "data": {"tensor": f"w{i}"}},
+                    {"name": f"wt{i}", "shape": [128, w.shape[0]], "dtype": "f32"},
+                    {"name": f"y{i}", "shape": [2, w.shape[0]], "dtype": "f32"}]
+        nodes += [{"op": "transpose", "inputs": [f"w{i}"], "outputs": [f"wt{i}"]},
+                  {"op": "matmul", "inputs": ["x", f"wt{i}"], "outputs": [f"y{i}"]}]
+        outs.append(f"y{i}")
+    (tmp_path / "g.json").write_text(json.dumps({"name": "sharded", "tensors": tensors, "nodes": nodes,
+                                                 "outputs": outs}))
+    out = tmp_path / "out"
+    (out).mkdir()
+    (out / "sharded.irpa").write_bytes(b"stale")  # an earlier unsharded export: replaced by the set
+    limit = 64 << 10
+    r = run(tapeout, "export", tmp_path / "g.json", "--weights", tmp_path / "w.safetensors", "-o", out,
+            "--max-archive-bytes", str(limit))
+    files = sorted(p.name for p in out.glob("sharded*.irpa"))
+    assert files == [f"sharded-0000{k}-of-00003.irpa" for k in (1, 2, 3)], files
+    sizes = {f: (out / f).stat().st_size for f in files}
+    keys = {f: list(archive_entries(out / f)) for f in files}
+    assert keys == {files[0]: ["model.w0", "model.w1"], files[1]: ["model.w2"], files[2]: ["model.w3"]}, keys
+    assert sizes[files[0]] <= limit and sizes[files[1]] <= limit and sizes[files[2]] > limit, sizes
+    index = json.loads((out / "sharded.irpa.index.json").read_text())
+    assert index["files"] == files and index["weight_map"] == {k: f for f, ks in keys.items() for k in ks}
+    flags_line = [ln for ln in r.stdout.splitlines() if ln.startswith("IREE loads them with: ")]
+    flags = flags_line[0].removeprefix("IREE loads them with: ").split(" ")
+    assert flags == [f"--parameters=model={out / f}" for f in files], flags
+
+    vmfb = tmp_path / "m.vmfb"
+    run(iree_tool("iree-compile"), out / "sharded.mlir", "--iree-hal-target-device=local",
+        "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=generic", "-o", vmfb)
+    x = rng.standard_normal((2, 128)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    run(iree_tool("iree-run-module"), "--device=local-task", f"--module={vmfb}", "--function=main", *flags,
+        f"--input=@{tmp_path / 'x.npy'}", *[f"--output=@{tmp_path / f'y{i}.npy'}" for i in range(4)])
+    for i, w in enumerate(ws):
+        np.testing.assert_allclose(np.load(tmp_path / f"y{i}.npy"), x @ w.T, rtol=1e-5, atol=1e-5)
+
+    v = run(tapeout, "verify", out / "sharded.irpa.index.json")
+    assert "set: ok (3 archives, 4 entries" in v.stdout, v.stdout
+    d = run(tapeout, "dump", "--json", *[out / f for f in files])
+    rows = [json.loads(ln) for ln in d.stdout.splitlines()]
+    assert [(r["key"], pathlib.Path(r["file"]).name) for r in rows] == [(k, f) for f, ks in keys.items() for k in ks]
+    # An index that no longer matches its files is refused, naming the key.
+    index["weight_map"]["model.w3"] = files[0]
+    (out / "sharded.irpa.index.json").write_text(json.dumps(index))
+    bad = run(tapeout, "verify", out / "sharded.irpa.index.json", check=False)
+    assert bad.returncode == 1 and '"model.w3"' in bad.stderr and files[2] in bad.stderr, bad.stderr
+    # Without the limit the set goes back to one archive, and the shards and index are removed.
+    run(tapeout, "export", tmp_path / "g.json", "--weights", tmp_path / "w.safetensors", "-o", out)
+    assert sorted(p.name for p in out.iterdir()) == ["sharded.irpa", "sharded.mlir"]

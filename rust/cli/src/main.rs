@@ -8,10 +8,11 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
+use tapeout::ArchiveSet;
 use tapeout::graph::io::FileAccess;
-use tapeout::graph::{HalfConstantHandling, PackedConstantHandling};
+use tapeout::graph::{HalfConstantHandling, PackedConstantHandling, WeightLayout};
 use tapeout::hlo::MaterializationPolicy;
-use tapeout::irpa::{self, Archive, ArchiveWriter, FileRegionSource, IrpaError, Payload, Progress};
+use tapeout::irpa::{self, ArchiveWriter, FileRegionSource, IrpaError, Payload, Progress};
 use tapeout::{GraphFileExport, Remedy};
 
 mod splat;
@@ -42,8 +43,9 @@ enum Command {
     },
     /// List the entries of an archive (absolute start, end, length, type, key, metadata size).
     Dump {
-        /// The archive.
-        file: PathBuf,
+        /// The archive; or several archives of one set, or the set's `<name>.irpa.index.json`.
+        #[arg(required = true, num_args = 1..)]
+        files: Vec<PathBuf>,
         /// One JSON object per entry instead of a table.
         #[arg(long)]
         json: bool,
@@ -77,6 +79,14 @@ enum Command {
         /// Module name (default: the graph's own name).
         #[arg(long)]
         name: Option<String>,
+        /// Split the parameters over archives of at most BYTES each: OUTDIR/<name>-00001-of-0000K.irpa and an
+        /// index OUTDIR/<name>.irpa.index.json. No parameter is split; one larger than BYTES gets a file alone.
+        #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+        max_archive_bytes: Option<u64>,
+        /// Weight layout: as the program uses them (a weight used only transposed is written transposed; the
+        /// default), or exactly as held.
+        #[arg(long, value_enum, default_value = "for-use")]
+        layout: LayoutArg,
         /// Let the graph's data entries read files outside its own directory tree (absolute paths, `..`,
         /// symlinks out). Only for graphs you trust: their bytes end up in the archive or module.
         #[arg(long)]
@@ -105,14 +115,16 @@ enum Command {
         #[arg(long, value_name = "OLD=NEW")]
         rename: Vec<String>,
     },
-    /// Check that an archive is valid; exit 0 if it is, 1 with the reason if not.
+    /// Check that an archive (or a set of them) is valid; exit 0 if it is, 1 with the reason if not.
     Verify {
-        /// The archive.
-        file: PathBuf,
+        /// The archive; or several archives of one set, or the set's `<name>.irpa.index.json` (every file it
+        /// lists must be there and hold exactly the keys it maps to it; no key may be in two files).
+        #[arg(required = true, num_args = 1..)]
+        files: Vec<PathBuf>,
     },
     /// Write the raw bytes of one parameter to a file.
     Extract {
-        /// The archive.
+        /// The archive, or the index of a set.
         file: PathBuf,
         /// The key of the parameter.
         key: String,
@@ -129,6 +141,15 @@ enum HalfArg {
     Keep,
     /// Store f32, widened chunk by chunk.
     Widen,
+}
+
+/// `--layout` values.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LayoutArg {
+    /// A weight the program only contracts on its last dimension is written transposed (default).
+    ForUse,
+    /// Every weight as held; the program transposes where it needs to.
+    AsHeld,
 }
 
 /// `--packed` values.
@@ -181,7 +202,7 @@ fn main() -> ExitCode {
             let sub = matches.subcommand_matches("pack");
             pack(&output, &data, &splat, &meta, sub)
         }
-        Command::Dump { file, json } => dump(&file, json),
+        Command::Dump { files, json } => dump(&files, json),
         Command::Export {
             graph,
             weights,
@@ -193,6 +214,8 @@ fn main() -> ExitCode {
             half,
             name,
             allow_files_outside_graph_dir,
+            max_archive_bytes,
+            layout,
         } => {
             let policy = if inline_all {
                 MaterializationPolicy::InlineAlways
@@ -209,14 +232,26 @@ fn main() -> ExitCode {
                 HalfArg::Keep => HalfConstantHandling::Keep,
                 HalfArg::Widen => HalfConstantHandling::Widen,
             };
-            let opts =
-                GraphFileExport { weights: weights.as_deref(), packed, half, policy, module_name: name, file_access };
+            let layout = match layout {
+                LayoutArg::ForUse => WeightLayout::ChosenForUse,
+                LayoutArg::AsHeld => WeightLayout::AsHeld,
+            };
+            let opts = GraphFileExport {
+                weights: weights.as_deref(),
+                packed,
+                half,
+                policy,
+                module_name: name,
+                file_access,
+                layout,
+                max_archive_bytes,
+            };
             export(&graph, &opts, &output)
         }
         Command::Convert { input, output, dequantize, keep_dtype, include, exclude, rename } => {
             convert(&input, &output, dequantize, keep_dtype, include, exclude, &rename)
         }
-        Command::Verify { file } => verify(&file),
+        Command::Verify { files } => verify(&files),
         Command::Extract { file, key, output } => extract(&file, &key, &output),
     };
     match result {
@@ -349,7 +384,26 @@ fn export(graph: &Path, opts: &GraphFileExport<'_>, out_dir: &Path) -> Result<()
         );
     }
     println!("wrote {} ({} bytes; {} inline constants)", s.mlir.display(), s.mlir_bytes, s.inline_constants);
-    println!("wrote {} ({} external parameters, {} bytes)", s.irpa.path.display(), s.externals, s.irpa.file_size);
+    match &s.archives.index {
+        None => {
+            let a = s.archives.archives.first();
+            let (path, size) = a.map_or((Path::new("-"), 0), |a| (a.path.as_path(), a.file_size));
+            println!("wrote {} ({} external parameters, {size} bytes)", path.display(), s.externals);
+        }
+        Some(index) => {
+            for a in &s.archives.archives {
+                println!("wrote {} ({} parameters, {} bytes)", a.path.display(), a.entry_count, a.file_size);
+            }
+            println!(
+                "wrote {} ({} external parameters in {} archives, {} bytes)",
+                index.display(),
+                s.externals,
+                s.archives.archives.len(),
+                s.archives.total_file_size()
+            );
+        }
+    }
+    println!("IREE loads them with: {}", s.parameters_flags.join(" "));
     Ok(())
 }
 
@@ -386,69 +440,88 @@ fn escape_key(key: &str) -> String {
     key.escape_debug().to_string()
 }
 
-fn dump(path: &Path, json: bool) -> Result<(), Failure> {
-    let archive = Archive::open(path)?;
+fn open_set(files: &[PathBuf]) -> Result<ArchiveSet, Failure> {
+    Ok(ArchiveSet::open(files)?)
+}
+
+fn dump(files: &[PathBuf], json: bool) -> Result<(), Failure> {
+    let set = open_set(files)?;
     let mut out = std::io::stdout().lock();
     let w = |r: std::io::Result<()>| r.map_err(|e| Failure(format!("cannot write to stdout: {e}")));
-    if json {
-        for e in archive.entries() {
-            let mut obj = serde_json::json!({
-                "key": e.key,
-                "length": e.byte_len(),
-                "metadata_length": e.metadata.len(),
-            });
-            match e.payload {
-                Payload::Data(_) => {
-                    let irpa::IndexKind::Data(r) = e.location.kind else { continue };
-                    obj["type"] = "data".into();
-                    obj["start"] = r.offset.into();
-                    obj["end"] = (r.offset + r.length).into();
+    let several = set.archives().len() > 1;
+    for (path, archive) in set.archives() {
+        if json {
+            for e in archive.entries() {
+                let mut obj = serde_json::json!({
+                    "key": e.key,
+                    "length": e.byte_len(),
+                    "metadata_length": e.metadata.len(),
+                });
+                if several {
+                    obj["file"] = path.display().to_string().into();
                 }
-                Payload::Splat { pattern, .. } => {
-                    obj["type"] = "splat".into();
-                    obj["pattern"] = pattern.iter().map(|b| format!("{b:02x}")).collect::<String>().into();
+                match e.payload {
+                    Payload::Data(_) => {
+                        let irpa::IndexKind::Data(r) = e.location.kind else { continue };
+                        obj["type"] = "data".into();
+                        obj["start"] = r.offset.into();
+                        obj["end"] = (r.offset + r.length).into();
+                    }
+                    Payload::Splat { pattern, .. } => {
+                        obj["type"] = "splat".into();
+                        obj["pattern"] = pattern.iter().map(|b| format!("{b:02x}")).collect::<String>().into();
+                    }
                 }
+                w(writeln!(out, "{obj}"))?;
             }
-            w(writeln!(out, "{obj}"))?;
+            continue;
         }
-        return Ok(());
-    }
-    let total: u64 = archive.entries().map(|e| e.byte_len()).sum();
-    w(writeln!(
-        out,
-        "{}: {} entries, {} total bytes, file size {}",
-        path.display(),
-        archive.len(),
-        total,
-        archive.file_size()
-    ))?;
-    w(writeln!(out, "{:>14} | {:>14} | {:>14} | {:<5} | {:>8} | Key", "Start", "End", "Length", "Type", "Metadata"))?;
-    for e in archive.entries() {
-        let (start, end, ty) = match e.location.kind {
-            irpa::IndexKind::Data(r) => (r.offset.to_string(), (r.offset + r.length).to_string(), "data"),
-            irpa::IndexKind::Splat { .. } => ("-".into(), "-".into(), "splat"),
-        };
+        let total: u64 = archive.entries().map(|e| e.byte_len()).sum();
         w(writeln!(
             out,
-            "{start:>14} | {end:>14} | {:>14} | {ty:<5} | {:>8} | `{}`",
-            e.byte_len(),
-            e.metadata.len(),
-            escape_key(e.key)
+            "{}: {} entries, {} total bytes, file size {}",
+            path.display(),
+            archive.len(),
+            total,
+            archive.file_size()
         ))?;
+        w(writeln!(
+            out,
+            "{:>14} | {:>14} | {:>14} | {:<5} | {:>8} | Key",
+            "Start", "End", "Length", "Type", "Metadata"
+        ))?;
+        for e in archive.entries() {
+            let (start, end, ty) = match e.location.kind {
+                irpa::IndexKind::Data(r) => (r.offset.to_string(), (r.offset + r.length).to_string(), "data"),
+                irpa::IndexKind::Splat { .. } => ("-".into(), "-".into(), "splat"),
+            };
+            w(writeln!(
+                out,
+                "{start:>14} | {end:>14} | {:>14} | {ty:<5} | {:>8} | `{}`",
+                e.byte_len(),
+                e.metadata.len(),
+                escape_key(e.key)
+            ))?;
+        }
     }
     Ok(())
 }
 
-fn verify(path: &Path) -> Result<(), Failure> {
-    let archive = Archive::open(path)?;
-    let total: u64 = archive.entries().map(|e| e.byte_len()).sum();
-    println!("{}: ok ({} entries, {} parameter bytes)", path.display(), archive.len(), total);
+fn verify(files: &[PathBuf]) -> Result<(), Failure> {
+    let set = open_set(files)?;
+    for (path, archive) in set.archives() {
+        let total: u64 = archive.entries().map(|e| e.byte_len()).sum();
+        println!("{}: ok ({} entries, {} parameter bytes)", path.display(), archive.len(), total);
+    }
+    if set.archives().len() > 1 {
+        println!("set: ok ({} archives, {} entries, each key in one archive)", set.archives().len(), set.len());
+    }
     Ok(())
 }
 
 fn extract(path: &Path, key: &str, output: &Path) -> Result<(), Failure> {
-    let archive = Archive::open(path)?;
-    let entry = archive.get(key)?;
+    let set = open_set(&[path.to_path_buf()])?;
+    let (_, entry) = set.get(key)?;
     irpa::write_atomically(output, |file| {
         let mut buf = std::io::BufWriter::with_capacity(1 << 20, file);
         entry.write_bytes_to(&mut buf)?;

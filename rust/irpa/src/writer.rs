@@ -76,6 +76,11 @@ impl<'a> ArchiveWriter<'a> {
         self.entries.len()
     }
 
+    /// The keys added so far, in order.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.entries.iter().map(|e| e.key.as_str())
+    }
+
     /// True when no entry was added.
     #[must_use]
     pub fn is_empty(&self) -> bool {
@@ -145,6 +150,38 @@ impl<'a> ArchiveWriter<'a> {
             };
             (shape, e.key.len() as u64, e.metadata.len() as u64)
         }))
+    }
+
+    /// Splits the entries, in order, into archives of at most `max_file_bytes` each (the padded file size): an
+    /// archive is closed when the next entry would take it past the limit, and an entry larger than the limit
+    /// on its own gets an archive to itself. No entry is split. An empty writer stays one (empty) archive.
+    ///
+    /// # Errors
+    /// [`IrpaError::LayoutOverflow`] when an archive's layout cannot be computed.
+    pub fn split(self, max_file_bytes: u64) -> Result<Vec<ArchiveWriter<'a>>> {
+        let shape = |e: &Pending<'_>| {
+            let shape = match &e.payload {
+                Payload::Data(s) => EntryShape::Data { len: s.byte_len() },
+                Payload::Splat { .. } => EntryShape::Splat,
+            };
+            (shape, e.key.len() as u64, e.metadata.len() as u64)
+        };
+        let mut shards = vec![ArchiveWriter::new()];
+        let mut shapes = Vec::new();
+        for entry in self.entries {
+            shapes.push(shape(&entry));
+            let full = shards.last().is_some_and(|w| !w.entries.is_empty())
+                && layout::compute(shapes.iter().copied())?.file_size > max_file_bytes;
+            if full {
+                shapes = vec![shape(&entry)];
+                shards.push(ArchiveWriter::new());
+            }
+            if let Some(w) = shards.last_mut() {
+                w.keys.insert(entry.key.clone());
+                w.entries.push(entry);
+            }
+        }
+        Ok(shards)
     }
 
     /// Writes the archive to `path` atomically (see [`ArchiveWriter::write_with_progress`]).
@@ -486,6 +523,33 @@ mod tests {
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .filter(|n| n.ends_with(TEMP_SUFFIX))
             .collect()
+    }
+
+    #[test]
+    fn split_keeps_order_whole_entries_and_the_limit() -> Result<()> {
+        // 64 KiB limit: 20 KiB entries go three to an archive (the 4 KiB header page + 60 KiB fits exactly; four do not),
+        // a 100 KiB entry alone in its own, a splat rides along with its neighbours.
+        let mut w = ArchiveWriter::new();
+        for i in 0..7 {
+            w.add_data(format!("e{i}"), ZerosSource(20 << 10))?;
+        }
+        w.add_data("big", ZerosSource(100 << 10))?;
+        w.add_splat("s", &[1, 0, 0, 0], 1 << 30)?;
+        w.add_data("tail", ZerosSource(1))?;
+        let shards = w.split(64 << 10)?;
+        let keys: Vec<Vec<String>> = shards.iter().map(|s| s.entries.iter().map(|e| e.key.clone()).collect()).collect();
+        assert_eq!(keys, [vec!["e0", "e1", "e2"], vec!["e3", "e4", "e5"], vec!["e6"], vec!["big"], vec!["s", "tail"]]);
+        for s in &shards {
+            let size = s.layout()?.file_size;
+            assert!(size <= 64 << 10 || s.len() == 1, "{size}");
+        }
+        // Everything in one when the limit allows; an empty writer stays one empty archive.
+        let mut w = ArchiveWriter::new();
+        w.add_data("a", ZerosSource(10))?;
+        w.add_data("b", ZerosSource(10))?;
+        assert_eq!(w.split(u64::MAX)?.len(), 1);
+        assert_eq!(ArchiveWriter::new().split(1)?.len(), 1);
+        Ok(())
     }
 
     #[test]

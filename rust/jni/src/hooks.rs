@@ -61,8 +61,8 @@ pub extern "system" fn Java_dev_tapeout_NativeTestHooks_benchExport<'l>(
             let opts = emit_options("bench".into(), "model".into(), 0);
             let timed = |graph: &ComputeGraph<'_>, dir: &str| -> Result<(u64, u64), Failure> {
                 let t = std::time::Instant::now();
-                let s = tapeout::export(graph, &opts, Path::new(dir), &mut |_| {})?;
-                Ok((u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX), s.irpa.file_size))
+                let s = tapeout::export(graph, &opts, None, Path::new(dir), &mut |_| {})?;
+                Ok((u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX), s.archives.total_file_size()))
             };
             let owned_graph =
                 finalize_with(&req, &weights, |i| copies.get(i)?.as_deref().map(|v| Storage::F32(Lent::Slice(v))))?;

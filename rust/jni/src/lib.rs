@@ -71,8 +71,9 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_finalize<'l>(
 }
 
 /// `NativeBridge.export(graphJson, data, kinds, encodings, options, forcedInputs, outDir, name,
-/// scope, inlineBelow): String` — writes `<outDir>/<name>.mlir` and `.irpa`; returns a JSON
-/// summary with the paths, sizes and pin statistics. `inlineBelow < 0` means inline everything.
+/// scope, inlineBelow, maxArchiveBytes): String` — writes `<outDir>/<name>.mlir` and `.irpa` (or, with
+/// `maxArchiveBytes > 0`, the shards of a set and its index); returns a JSON summary with the paths, sizes,
+/// IREE's `--parameters` flags and pin statistics. `inlineBelow < 0` means inline everything.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_dev_tapeout_NativeBridge_export<'l>(
     mut unowned: EnvUnowned<'l>,
@@ -87,10 +88,12 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_export<'l>(
     name: JString<'l>,
     scope: JString<'l>,
     inline_below: jlong,
+    max_archive_bytes: jlong,
 ) -> JObject<'l> {
     unowned
         .with_env(|env| -> Result<JObject<'l>, Failure> {
             let (out_dir, name, scope) = (string(env, &out_dir)?, string(env, &name)?, string(env, &scope)?);
+            let max_archive_bytes = u64::try_from(max_archive_bytes).ok().filter(|&n| n > 0);
             let tape = TapeArgs {
                 graph_json: &graph_json,
                 data: &data,
@@ -103,15 +106,18 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_export<'l>(
                 let opts = emit_options(name, scope, inline_below);
                 PROGRESS_WRITTEN.store(0, Ordering::Relaxed);
                 PROGRESS_TOTAL.store(0, Ordering::Relaxed);
-                let s = tapeout::export(graph, &opts, Path::new(&out_dir), &mut |p| {
+                let s = tapeout::export(graph, &opts, max_archive_bytes, Path::new(&out_dir), &mut |p| {
                     PROGRESS_TOTAL.store(p.total, Ordering::Relaxed);
                     PROGRESS_WRITTEN.store(p.written, Ordering::Relaxed);
                 })?;
                 let mut v = summary(graph, stats);
                 v["mlir"] = s.mlir.display().to_string().into();
                 v["mlir_bytes"] = s.mlir_bytes.into();
-                v["irpa"] = s.irpa.path.display().to_string().into();
-                v["irpa_bytes"] = s.irpa.file_size.into();
+                let archives = &s.archives.archives;
+                v["archives"] = archives.iter().map(|a| a.path.display().to_string()).collect::<Vec<_>>().into();
+                v["archive_bytes"] = archives.iter().map(|a| a.file_size).collect::<Vec<_>>().into();
+                v["index"] = s.archives.index.as_ref().map(|p| p.display().to_string()).into();
+                v["parameters_flags"] = s.parameters_flags.clone().into();
                 v["externals"] = s.externals.into();
                 Ok(v.to_string())
             })

@@ -33,6 +33,14 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// Archives opened as one set do not agree: a key in two of them, or an index that does not match them.
+    #[error("archive set {path}: {problem}")]
+    ArchiveSet {
+        /// The archive or index where the problem shows.
+        path: PathBuf,
+        /// What is inconsistent, and how IREE would see it.
+        problem: String,
+    },
     /// A conversion cannot be done as asked.
     #[error("cannot convert {path}: {detail}")]
     Convert {

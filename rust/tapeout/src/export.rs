@@ -5,12 +5,14 @@ use std::path::{Path, PathBuf};
 use tapeout_graph::io::{FileAccess, GraphFile, WeightSet};
 use tapeout_graph::{
     ComputeGraph, ConstantData, ExtractOptions, HalfConstantHandling, KeyCollision, PackedConstantHandling, Trace,
+    WeightLayout,
 };
 use tapeout_hlo::{EmitOptions, HloError, MaterializationPolicy};
-use tapeout_irpa::{ArchiveWriter, AtomicFile, Progress, WriteSummary};
+use tapeout_irpa::{ArchiveWriter, AtomicFile, Progress};
 
 use crate::archive::ConstantPayload;
 use crate::error::{Error, Result};
+use crate::shards::{self, ArchiveFiles};
 
 /// What [`export`] wrote.
 #[derive(Debug, Clone)]
@@ -19,8 +21,10 @@ pub struct ExportSummary {
     pub mlir: PathBuf,
     /// Its size in bytes.
     pub mlir_bytes: u64,
-    /// The parameter archive (`<dir>/<name>.irpa`).
-    pub irpa: WriteSummary,
+    /// The parameter archive (`<dir>/<name>.irpa`), or the shards of a set and its index.
+    pub archives: ArchiveFiles,
+    /// The flags that give IREE's tools the archives: `--parameters=SCOPE=FILE`, one per file.
+    pub parameters_flags: Vec<String>,
     /// Number of external parameters.
     pub externals: usize,
     /// Number of constants written inline.
@@ -72,7 +76,9 @@ fn metadata(graph: &ComputeGraph<'_>, data: &ConstantData<'_>, tensor: tapeout_g
     format!("TENSORv0:{m}").into_bytes()
 }
 
-/// Writes `<out_dir>/<name>.mlir` and `<out_dir>/<name>.irpa` for `graph`.
+/// Writes `<out_dir>/<name>.mlir` and `<out_dir>/<name>.irpa` for `graph`; with `max_archive_bytes`, the
+/// parameters go to as many archives as that limit needs (`<name>-0000k-of-0000n.irpa` plus
+/// `<name>.irpa.index.json`; no parameter is split, and one larger than the limit has a file of its own).
 ///
 /// External constants are streamed from their sources (borrowed f32, lazily widened or
 /// dequantized) through the archive writer: peak extra memory is one chunk. Both files are written
@@ -81,6 +87,7 @@ fn metadata(graph: &ComputeGraph<'_>, data: &ConstantData<'_>, tensor: tapeout_g
 pub fn export(
     graph: &ComputeGraph<'_>,
     opts: &EmitOptions,
+    max_archive_bytes: Option<u64>,
     out_dir: &Path,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<ExportSummary> {
@@ -103,12 +110,19 @@ pub fn export(
         let md = metadata(graph, &constant.data, ext.tensor);
         writer.add_data_with_metadata(ext.key.clone(), md, ConstantPayload(constant.data.clone()))?;
     }
-    let irpa = writer.write_with_progress(out_dir.join(format!("{stem}.irpa")), progress)?;
+    let scope = match &opts.policy {
+        MaterializationPolicy::ExternalAlways { scope } | MaterializationPolicy::SizeThreshold { scope, .. } => {
+            scope.as_str()
+        }
+        MaterializationPolicy::InlineAlways => "model",
+    };
+    let archives = shards::write(writer, max_archive_bytes, out_dir, &stem, scope, progress)?;
     module_file.commit()?;
     Ok(ExportSummary {
         mlir,
         mlir_bytes,
-        irpa,
+        parameters_flags: archives.parameters_flags(scope),
+        archives,
         externals: externals.len(),
         inline_constants: graph.constants().len() - externals.len(),
         key_collisions: graph.key_collisions().to_vec(),
@@ -146,6 +160,10 @@ pub struct GraphFileExport<'p> {
     pub module_name: Option<String>,
     /// Which files the graph's `data.file` entries may name (default: only its own directory tree).
     pub file_access: FileAccess,
+    /// Where the weights go: in the layout chosen for their use (default) or as held.
+    pub layout: WeightLayout,
+    /// Split the parameters over archives of at most this many bytes each (`None`: one archive).
+    pub max_archive_bytes: Option<u64>,
 }
 
 /// Exports a JSON graph file (`docs/graph-format.md`) with its weights to `<out_dir>/<name>.mlir` and
@@ -166,7 +184,7 @@ pub fn export_graph_file(
         forced_inputs: file.forced_inputs(),
         packed: opts.packed,
         half: opts.half,
-        ..ExtractOptions::default()
+        layout: opts.layout,
     };
     let graph = finalize(&trace, &extract)?;
     let emit = EmitOptions {
@@ -174,7 +192,7 @@ pub fn export_graph_file(
         function: "main".into(),
         policy: opts.policy.clone(),
     };
-    export(&graph, &emit, out_dir, progress)
+    export(&graph, &emit, opts.max_archive_bytes, out_dir, progress)
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ mod archive;
 mod convert;
 mod error;
 mod export;
+mod shards;
 
 pub use tapeout_graph as graph;
 pub use tapeout_hlo as hlo;
@@ -21,3 +22,4 @@ pub use archive::ConstantPayload;
 pub use convert::{ConvertOptions, ConvertSummary, convert};
 pub use error::{Error, Remedy, Result};
 pub use export::{ExportSummary, GraphFileExport, export, export_graph_file, file_stem, finalize, module_text};
+pub use shards::{ArchiveFiles, ArchiveSet, INDEX_FORMAT, index_file_name, shard_file_name};

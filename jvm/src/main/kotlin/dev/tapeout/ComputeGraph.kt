@@ -39,11 +39,27 @@ sealed class MaterializationPolicy {
 }
 
 /** A frozen value of the graph. [kind]: `borrowed_f32`, `kept_16bit` (stored as its own bf16/f16 bytes), `widened`,
- *  `dequantized` or `raw`. */
+ *  `dequantized`, `raw`, or `transposed` (written `[in, out]` because the program only uses it transposed). */
 data class ConstantInfo(val name: String, val key: String, val bytes: Long, val kind: String)
 
-/** What an export wrote. [pins] counts critical pins of JVM arrays; [copies] how many of them were copies (0 on HotSpot). */
-data class ExportResult(val mlir: File, val irpa: File, val mlirBytes: Long, val irpaBytes: Long, val externals: Int, val pins: Long, val copies: Long)
+/**
+ * What an export wrote. [archives] holds `<name>.irpa`, or the shards `<name>-0000k-of-0000n.irpa` of a set whose
+ * [index] is `<name>.irpa.index.json`; [irpa] is the only (or first) archive and [irpaBytes] their total size.
+ * [parametersFlags] are the `--parameters=SCOPE=FILE` flags IREE's tools need to load them all.
+ * [pins] counts critical pins of JVM arrays; [copies] how many of them were copies (0 on HotSpot).
+ */
+data class ExportResult(
+    val mlir: File,
+    val irpa: File,
+    val mlirBytes: Long,
+    val irpaBytes: Long,
+    val externals: Int,
+    val pins: Long,
+    val copies: Long,
+    val archives: List<File> = listOf(irpa),
+    val index: File? = null,
+    val parametersFlags: List<String> = emptyList(),
+)
 
 /**
  * A validated graph made from an [ExecutionTape]: runtime [inputs] and frozen [constants] (with their stable
@@ -62,15 +78,28 @@ class ComputeGraph internal constructor(
         ConstantInfo(m["name"] as String, m["key"] as String, (m["bytes"] as Number).toLong(), m["kind"] as String)
     }
 
-    /** Writes `<outputDir>/<name>.mlir` and `<outputDir>/<name>.irpa`. */
-    fun export(outputDir: File, name: String = "model", policy: MaterializationPolicy = MaterializationPolicy.SizeThreshold()): ExportResult {
+    /**
+     * Writes `<outputDir>/<name>.mlir` and `<outputDir>/<name>.irpa`. With [maxArchiveBytes] > 0 the parameters
+     * are split over archives of at most that many bytes each (`<name>-00001-of-0000K.irpa` plus
+     * `<name>.irpa.index.json`); no parameter is split, and one larger than the limit gets a file of its own.
+     */
+    fun export(
+        outputDir: File,
+        name: String = "model",
+        policy: MaterializationPolicy = MaterializationPolicy.SizeThreshold(),
+        maxArchiveBytes: Long = 0,
+    ): ExportResult {
+        require(maxArchiveBytes >= 0) { "maxArchiveBytes must be 0 (one archive) or a positive size, not $maxArchiveBytes" }
         val a = Marshalled(tape)
         val json = NativeBridge.export(tape.toGraphJson(name), a.data, a.kinds, a.encodings, options,
-            forced, outputDir.path, name, policy.scopeName, policy.inlineBelow)
+            forced, outputDir.path, name, policy.scopeName, policy.inlineBelow, maxArchiveBytes)
         val m = Json.parse(json) as Map<*, *>
-        return ExportResult(File(m["mlir"] as String), File(m["irpa"] as String), (m["mlir_bytes"] as Number).toLong(),
-            (m["irpa_bytes"] as Number).toLong(), (m["externals"] as Number).toInt(), (m["pins"] as Number).toLong(),
-            (m["copies"] as Number).toLong())
+        val archives = (m["archives"] as List<*>).map { File(it as String) }
+        val sizes = (m["archive_bytes"] as List<*>).map { (it as Number).toLong() }
+        return ExportResult(File(m["mlir"] as String), archives.first(), (m["mlir_bytes"] as Number).toLong(),
+            sizes.sum(), (m["externals"] as Number).toInt(), (m["pins"] as Number).toLong(),
+            (m["copies"] as Number).toLong(), archives, (m["index"] as String?)?.let(::File),
+            (m["parameters_flags"] as List<*>).map { it as String })
     }
 
     /** The StableHLO module text. */

@@ -10,14 +10,15 @@ interface ModelProvider {
 
 /**
  * The entry point the Gradle `exportIrpa` task runs in a forked JVM:
- * `ExportMain <model class> <output dir> <module name> <scope> <inline below bytes> <FAIL|DEQUANTIZE> [KEEP|WIDEN]`.
+ * `ExportMain <model class> <output dir> <module name> <scope> <inline below bytes> <FAIL|DEQUANTIZE> [KEEP|WIDEN]
+ * [max archive bytes]` (0: one archive).
  * Prints what it does on stdout; a failure is one line `tapeout: error: <message>` on stderr and exit code 1.
  */
 object ExportMain {
     @JvmStatic
     fun main(args: Array<String>) {
-        if (args.size != 6 && args.size != 7) {
-            System.err.println("usage: ExportMain <model class> <output dir> <module name> <scope> <inline below bytes> <FAIL|DEQUANTIZE> [KEEP|WIDEN]")
+        if (args.size !in 6..8) {
+            System.err.println("usage: ExportMain <model class> <output dir> <module name> <scope> <inline below bytes> <FAIL|DEQUANTIZE> [KEEP|WIDEN] [max archive bytes]")
             exitProcess(2)
         }
         val (modelClass, outDir, name, scope) = args
@@ -26,6 +27,7 @@ object ExportMain {
                 ?: throw TapeoutException("$modelClass does not implement dev.tapeout.ModelProvider")
             val packed = PackedConstantHandling.valueOf(args[5].uppercase())
             val half = HalfConstantHandling.valueOf(args.getOrElse(6) { "KEEP" }.uppercase())
+            val maxArchiveBytes = args.getOrElse(7) { "0" }.toLong()
             val t0 = System.nanoTime()
             val tape = provider.buildTape()
             val graph = tape.toComputeGraph(packedConstants = packed, halfConstants = half)
@@ -43,10 +45,16 @@ object ExportMain {
                 } catch (_: InterruptedException) {
                 }
             }.apply { isDaemon = true; start() }
-            val r = try { graph.export(File(outDir), name, policy) } finally { reporter.interrupt() }
+            val r = try { graph.export(File(outDir), name, policy, maxArchiveBytes) } finally { reporter.interrupt() }
             val secs = (System.nanoTime() - t0) / 1e9
-            println("tapeout: wrote ${r.irpa} (${r.externals} parameters, ${r.irpaBytes} bytes) in %.2f s".format(secs))
+            if (r.index == null) {
+                println("tapeout: wrote ${r.irpa} (${r.externals} parameters, ${r.irpaBytes} bytes) in %.2f s".format(secs))
+            } else {
+                for (a in r.archives) println("tapeout: wrote $a (${a.length()} bytes)")
+                println("tapeout: wrote ${r.index} (${r.externals} parameters in ${r.archives.size} archives, ${r.irpaBytes} bytes) in %.2f s".format(secs))
+            }
             println("tapeout: wrote ${r.mlir} (${r.mlirBytes} bytes)")
+            println("tapeout: IREE loads the parameters with: ${r.parametersFlags.joinToString(" ")}")
         } catch (e: TapeoutException) {
             System.err.println("tapeout: error: ${e.describe(::gradleWording)}")
             exitProcess(1)

@@ -98,7 +98,7 @@ internal object NativeBridge {
 
     @JvmStatic external fun export(graphJson: String, data: Array<Any?>, kinds: IntArray, encodings: Array<String?>,
                                    options: Int, forcedInputs: IntArray, outDir: String, name: String,
-                                   scope: String, inlineBelow: Long): String
+                                   scope: String, inlineBelow: Long, maxArchiveBytes: Long): String
 
     @JvmStatic external fun toStableHlo(graphJson: String, data: Array<Any?>, kinds: IntArray, encodings: Array<String?>,
                                         options: Int, forcedInputs: IntArray, name: String, scope: String,

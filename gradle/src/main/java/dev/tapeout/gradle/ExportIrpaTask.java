@@ -19,7 +19,8 @@ import org.gradle.api.tasks.OutputDirectory;
 import org.gradle.api.tasks.TaskAction;
 
 /**
- * Exports the model to {@code <outputDir>/<moduleName>.mlir} and {@code .irpa} in a forked JVM running
+ * Exports the model to {@code <outputDir>/<moduleName>.mlir} and {@code .irpa} (or, with {@code maxArchiveBytes},
+ * the shards of an archive set and its {@code .irpa.index.json}) in a forked JVM running
  * {@code dev.tapeout.ExportMain} on the project's runtime classpath. Every setting and the classpath are inputs,
  * so a second run is UP-TO-DATE and any change reruns it. A Kotlin exception becomes a build failure whose
  * message is the exception's message.
@@ -33,6 +34,7 @@ public class ExportIrpaTask extends DefaultTask {
     private final Property<Long> inlineBelowBytes = getProject().getObjects().property(Long.class);
     private final Property<String> packedConstants = getProject().getObjects().property(String.class);
     private final Property<String> halfConstants = getProject().getObjects().property(String.class);
+    private final Property<Long> maxArchiveBytes = getProject().getObjects().property(Long.class);
     private final Property<String> maxHeapSize = getProject().getObjects().property(String.class);
 
     @Classpath
@@ -46,6 +48,7 @@ public class ExportIrpaTask extends DefaultTask {
     @Internal public Property<Long> getInlineBelowBytesProperty() { return inlineBelowBytes; }
     @Internal public Property<String> getPackedConstantsProperty() { return packedConstants; }
     @Internal public Property<String> getHalfConstantsProperty() { return halfConstants; }
+    @Internal public Property<Long> getMaxArchiveBytesProperty() { return maxArchiveBytes; }
     @Internal public Property<String> getMaxHeapSizeProperty() { return maxHeapSize; }
 
     @Input
@@ -60,6 +63,15 @@ public class ExportIrpaTask extends DefaultTask {
     @Input public String getScope() { return scope.get(); }
     @Input public Long getInlineBelowBytes() { return inlineBelowBytes.get(); }
     @Input public String getMaxHeapSize() { return maxHeapSize.get(); }
+
+    @Input
+    public Long getMaxArchiveBytes() {
+        long v = maxArchiveBytes.get();
+        if (v < 0) {
+            throw new GradleException("tapeout { maxArchiveBytes = " + v + " }: use 0 (one archive) or a positive size in bytes");
+        }
+        return v;
+    }
 
     @Input
     public String getPackedConstants() { return oneOf("packedConstants", packedConstants.get(), "FAIL", "DEQUANTIZE"); }
@@ -95,6 +107,7 @@ public class ExportIrpaTask extends DefaultTask {
         cmd.add(String.valueOf(getInlineBelowBytes()));
         cmd.add(getPackedConstants());
         cmd.add(getHalfConstants());
+        cmd.add(String.valueOf(getMaxArchiveBytes()));
         getLogger().info("tapeout: {}", cmd);
 
         ProcessBuilder pb = new ProcessBuilder(cmd);

@@ -16,6 +16,7 @@ import org.gradle.api.provider.Property;
  *     inlineBelowBytes = 4096           // default: smaller constants are inline, the rest external
  *     packedConstants = 'FAIL'          // or 'DEQUANTIZE'
  *     halfConstants = 'KEEP'            // or 'WIDEN': f16/bf16 weights as stored, or widened to f32
+ *     maxArchiveBytes = 0               // > 0: split the archive into files of at most this size (a set + index)
  *     maxHeapSize = '2g'                // heap of the export JVM
  * }
  * </pre>
@@ -28,6 +29,7 @@ public class TapeoutExtension {
     private final Property<Long> inlineBelowBytes;
     private final Property<String> packedConstants;
     private final Property<String> halfConstants;
+    private final Property<Long> maxArchiveBytes;
     private final Property<String> maxHeapSize;
 
     public TapeoutExtension(Project project) {
@@ -44,6 +46,8 @@ public class TapeoutExtension {
         packedConstants.set("FAIL");
         halfConstants = project.getObjects().property(String.class);
         halfConstants.set("KEEP");
+        maxArchiveBytes = project.getObjects().property(Long.class);
+        maxArchiveBytes.set(0L);
         maxHeapSize = project.getObjects().property(String.class);
         maxHeapSize.set("2g");
     }
@@ -55,6 +59,7 @@ public class TapeoutExtension {
     public Property<Long> getInlineBelowBytes() { return inlineBelowBytes; }
     public Property<String> getPackedConstants() { return packedConstants; }
     public Property<String> getHalfConstants() { return halfConstants; }
+    public Property<Long> getMaxArchiveBytes() { return maxArchiveBytes; }
     public Property<String> getMaxHeapSize() { return maxHeapSize; }
 
     // Groovy `prop = value` assignments on Gradle versions without property assignment support.
@@ -65,5 +70,6 @@ public class TapeoutExtension {
     public void setInlineBelowBytes(long v) { inlineBelowBytes.set(v); }
     public void setPackedConstants(String v) { packedConstants.set(v); }
     public void setHalfConstants(String v) { halfConstants.set(v); }
+    public void setMaxArchiveBytes(long v) { maxArchiveBytes.set(v); }
     public void setMaxHeapSize(String v) { maxHeapSize.set(v); }
 }

@@ -19,6 +19,7 @@ public class TapeoutPlugin implements Plugin<Project> {
         task.getInlineBelowBytesProperty().set(ext.getInlineBelowBytes());
         task.getPackedConstantsProperty().set(ext.getPackedConstants());
         task.getHalfConstantsProperty().set(ext.getHalfConstants());
+        task.getMaxArchiveBytesProperty().set(ext.getMaxArchiveBytes());
         task.getMaxHeapSizeProperty().set(ext.getMaxHeapSize());
         project.getPluginManager().withPlugin("java", applied -> {
             SourceSet main = KotlinPlugin.sourceSets(project).getByName("main");
