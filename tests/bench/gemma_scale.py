@@ -81,12 +81,19 @@ def spot_check(irpa, params, samples=16):
             raise SystemExit(f"gemma_scale: {p['key']}: {entry.length} bytes in the archive, expected {n * 4}"
                              + (f" or {n * 2}" if p["kind"] == "bf16" else ""))
         want_idx = np.unique(np.concatenate([np.arange(min(4, n)), np.arange(max(0, n - 4), n), rng.integers(0, n, samples)]))
+        # A weight the program only uses transposed (the tied embedding) is stored as [cols, rows]: archive
+        # element i is generator element (i % rows, i // rows).
+        meta = json.loads(bytes(entry.metadata).decode().removeprefix("TENSORv0:") or "{}")
+        src_idx = want_idx
+        if "transposed_from" in meta:
+            rows, cols = meta["transposed_from"]
+            src_idx = (want_idx % rows) * cols + want_idx // rows
         if kept:
             got = np.frombuffer(entry.file_view, dtype="<u2")[want_idx]
-            want = (expected_f32_bits(p, want_idx) >> np.uint32(16)).astype(np.uint16)
+            want = (expected_f32_bits(p, src_idx) >> np.uint32(16)).astype(np.uint16)
         else:
             got = np.frombuffer(entry.file_view, dtype="<u4")[want_idx]
-            want = expected_f32_bits(p, want_idx)
+            want = expected_f32_bits(p, src_idx)
         if not np.array_equal(got, want):
             bad = int(want_idx[np.argmax(got != want)])
             raise SystemExit(f"gemma_scale: {p['key']}[{bad}] differs from the generator")

@@ -6,7 +6,13 @@ same graph is exported with 16-bit weights kept as stored (the default) and wide
 each: the archive's bytes, `iree-run-module`'s peak RSS (`/usr/bin/time`), and `iree-benchmark-module`'s median time
 of one step, on the host CPU. One JSON line per export form.
 
-    python tests/bench/iree_runtime.py [--dim 8192] [--layers 8] [--out DIR]
+Also (subcommands): `tied`, a decode step through a tied embedding + LM head (V x D bf16) exported with the table as
+held and in the layout tapeout chooses ([D, V], gathered by columns); and `tiny-llm`, the example model's two
+Gradle exports (16-bit kept and widened) run as they are.
+
+    python tests/bench/iree_runtime.py [pytorch-layout] [--dim 8192] [--layers 8] [--out DIR]
+    python tests/bench/iree_runtime.py tied [--vocab 262144] [--dim 2048] [--out DIR]
+    python tests/bench/iree_runtime.py tiny-llm --keep DIR --widen DIR
 """
 import argparse
 import json
@@ -56,43 +62,120 @@ def write_model(d, dim, layers):
     return off
 
 
-def measure(d, form, dim, weight_bytes):
-    out = d / form
-    subprocess.run([TAPEOUT, "export", d / "g.json", "--weights", d / "w.safetensors", "-o", out, "--half", form],
-                   check=True, capture_output=True)
-    vmfb = out / "step.vmfb"
-    subprocess.run([iree_tool("iree-compile"), out / "step.mlir", "--iree-hal-target-device=local",
+def weight_transposes(text):
+    """Transposes of a weight in the module: of a `util.global.load` result, or of its `convert`."""
+    weights = set(re.findall(r"(%v\d+) = util\.global\.load", text))
+    weights |= {m[0] for m in re.findall(r"(%v\d+) = stablehlo\.convert (%v\d+)", text) if m[1] in weights}
+    return sum(op in weights for op in re.findall(r"stablehlo\.transpose (%v\d+)", text))
+
+
+def run_module(d, label, mlir, irpas, inputs, scope="model"):
+    """Compiles `mlir` for the host CPU and measures it with IREE: `iree-run-module` peak RSS and outputs, and the
+    `iree-benchmark-module` median time of one call. `inputs` are .npy files, `irpas` every archive of the export."""
+    vmfb = d / f"{label}.vmfb"
+    subprocess.run([iree_tool("iree-compile"), mlir, "--iree-hal-target-device=local",
                     "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host",
                     "-o", vmfb], check=True, capture_output=True)
-    np.save(d / "x.npy", np.ones((1, dim), np.float32))
     common = [f"--module={vmfb}", "--device=local-task", "--function=main",
-              f"--parameters=model={out / 'step.irpa'}", f"--input=@{d / 'x.npy'}"]
-    rss_file = d / f"{form}.rss"
+              *[f"--parameters={scope}={p}" for p in irpas], *[f"--input=@{i}" for i in inputs]]
+    rss_file = d / f"{label}.rss"
+    out = d / f"{label}.out.npy"
     subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss_file, iree_tool("iree-run-module"), *common,
-                    f"--output=@{d / (form + '.npy')}"], check=True, capture_output=True)
+                    f"--output=@{out}"], check=True, capture_output=True)
     rss = int(rss_file.read_text().split()[-1]) * 1024
     b = subprocess.run([iree_tool("iree-benchmark-module"), *common, "--benchmark_repetitions=5",
                         "--benchmark_format=json"], check=True, capture_output=True, text=True)
     runs = json.loads(b.stdout[b.stdout.index("{"):])["benchmarks"]
     median = [r for r in runs if r.get("aggregate_name") == "median"]
-    step_ms = (median[0] if median else runs[0])["real_time"]
-    unit = (median[0] if median else runs[0]).get("time_unit", "ms")
-    step_ms = step_ms / 1e6 if unit == "ns" else step_ms / 1e3 if unit == "us" else step_ms
-    text = (out / "step.mlir").read_text()
-    irpa = (out / "step.irpa").stat().st_size
+    step = (median[0] if median else runs[0])
+    unit = step.get("time_unit", "ms")
+    step_ms = step["real_time"] / (1e6 if unit == "ns" else 1e3 if unit == "us" else 1)
+    irpa = sum(pathlib.Path(p).stat().st_size for p in irpas)
+    text = pathlib.Path(mlir).read_text()
+    return {"irpa_bytes": irpa, "iree_run_peak_rss": rss, "rss_vs_archive": rss / irpa, "step_ms": step_ms,
+            "weight_transposes_in_module": weight_transposes(text),
+            "output": np.load(out).reshape(-1)[:4].tolist()}
+
+
+def export(d, form, extra=()):
+    out = d / form
+    subprocess.run([TAPEOUT, "export", d / "g.json", "--weights", d / "w.safetensors", "-o", out, *extra],
+                   check=True, capture_output=True)
+    return out
+
+
+def measure(d, form, dim, weight_bytes):
+    out = export(d, form, ["--half", form])
+    np.save(d / "x.npy", np.ones((1, dim), np.float32))
+    m = run_module(d, form, out / "step.mlir", [out / "step.irpa"], [d / "x.npy"])
     return {"figure": "iree_runtime", "form": form, "layout": "[out, in] via transpose", "dim": dim,
-            "weight_bytes_held": weight_bytes, "irpa_bytes": irpa, "archive_vs_held": irpa / weight_bytes,
-            "iree_run_peak_rss": rss, "rss_vs_archive": rss / irpa, "step_ms": step_ms,
-            "weight_transposes_in_module": len(re.findall(r"stablehlo\.transpose %v\d+, dims = \[1, 0\]", text)),
-            "output": np.load(d / (form + ".npy")).tolist()[0][:4]}
+            "weight_bytes_held": weight_bytes, "archive_vs_held": m["irpa_bytes"] / weight_bytes, **m}
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dim", type=int, default=8192)
-    ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--out", default=None)
-    a = ap.parse_args()
+def write_tied(d, vocab, dim):
+    """g.json + w.safetensors: ids [1] -> embedding row -> h + h -> logits = h @ E^T, E [vocab, dim] bf16."""
+    nbytes = vocab * dim * 2
+    h = json.dumps({"e": {"dtype": "BF16", "shape": [vocab, dim], "data_offsets": [0, nbytes]}}).encode()
+    h += b" " * ((-len(h)) % 8)
+    rng = np.random.default_rng(6)
+    with open(d / "w.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        rows = max(1, (64 << 20) // (dim * 4))
+        for r0 in range(0, vocab, rows):
+            block = rng.standard_normal((min(rows, vocab - r0), dim), dtype=np.float32) * 0.02
+            f.write((block.view(np.uint32) >> 16).astype("<u2").tobytes())
+    tensors = [{"name": "ids", "shape": [1], "dtype": "i32"},
+               {"name": "e", "shape": [vocab, dim], "dtype": "bf16", "path": "model.embed_tokens.weight",
+                "data": {"tensor": "e"}},
+               {"name": "h", "shape": [1, dim], "dtype": "f32"}, {"name": "h2", "shape": [1, dim], "dtype": "f32"},
+               {"name": "et", "shape": [dim, vocab], "dtype": "f32"},
+               {"name": "logits", "shape": [1, vocab], "dtype": "f32"}]
+    nodes = [{"op": "gather", "inputs": ["e", "ids"], "outputs": ["h"]},
+             {"op": "add", "inputs": ["h", "h"], "outputs": ["h2"]},
+             {"op": "transpose", "inputs": ["e"], "outputs": ["et"]},
+             {"op": "matmul", "inputs": ["h2", "et"], "outputs": ["logits"]}]
+    (d / "g.json").write_text(json.dumps({"name": "step", "tensors": tensors, "nodes": nodes, "outputs": ["logits"]}))
+    np.save(d / "ids.npy", np.array([vocab // 3], np.int32))
+    return nbytes
+
+
+def tied(a):
+    with tempfile.TemporaryDirectory(dir=a.out) as d:
+        d = pathlib.Path(d)
+        held = write_tied(d, a.vocab, a.dim)
+        rows = []
+        for form, extra in (("for-use", []), ("as-held", ["--layout", "as-held"]),
+                            ("for-use-widened", ["--half", "widen"])):
+            out = export(d, form, extra)
+            m = run_module(d, form, out / "step.mlir", [out / "step.irpa"], [d / "ids.npy"])
+            rows.append({"figure": "iree_tied_embedding", "form": form, "vocab": a.vocab, "dim": a.dim,
+                         "weight_bytes_held": held, "archive_vs_held": m["irpa_bytes"] / held, **m})
+        assert np.allclose(rows[0]["output"], rows[1]["output"], rtol=1e-5, atol=1e-6), rows
+        rows[0]["step_vs_as_held"] = rows[0]["step_ms"] / rows[1]["step_ms"]
+        for r in rows:
+            print(json.dumps(r))
+
+
+def tiny_llm(a):
+    """The Gradle exports of examples/tiny-llm, 16-bit kept (`--keep DIR`) and widened (`--widen DIR`)."""
+    with tempfile.TemporaryDirectory(dir=a.out) as d:
+        d = pathlib.Path(d)
+        tokens = d / "tokens.npy"
+        np.save(tokens, np.array([3, 14, 15, 9, 26, 5, 35, 8], np.int32))  # TinyLlm.TOKENS
+        rows = []
+        for form, src in (("keep", a.keep), ("widen", a.widen)):
+            src = pathlib.Path(src)
+            m = run_module(d, form, src / "tiny_llm.mlir", [src / "tiny_llm.irpa"], [tokens])
+            rows.append({"figure": "iree_tiny_llm", "form": form, **m})
+        keep, widen = rows
+        assert np.allclose(keep["output"], widen["output"], rtol=1e-5, atol=1e-5), rows
+        keep["step_vs_widened"] = keep["step_ms"] / widen["step_ms"]
+        keep["archive_vs_widened"] = keep["irpa_bytes"] / widen["irpa_bytes"]
+        for r in rows:
+            print(json.dumps(r))
+
+
+def pytorch_layout(a):
     with tempfile.TemporaryDirectory(dir=a.out) as d:
         d = pathlib.Path(d)
         held = write_model(d, a.dim, a.layers)
@@ -102,6 +185,26 @@ def main():
         keep["step_vs_widened"] = keep["step_ms"] / widen["step_ms"]
         for r in rows:
             print(json.dumps(r))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", nargs="?", default="pytorch-layout", choices=["pytorch-layout", "tied", "tiny-llm"])
+    ap.add_argument("--dim", type=int, default=None)
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--vocab", type=int, default=262144)
+    ap.add_argument("--keep")
+    ap.add_argument("--widen")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    if a.what == "tied":
+        a.dim = a.dim or 2048
+        tied(a)
+    elif a.what == "tiny-llm":
+        tiny_llm(a)
+    else:
+        a.dim = a.dim or 8192
+        pytorch_layout(a)
 
 
 if __name__ == "__main__":

@@ -72,9 +72,11 @@ class LargeArrayTest {
             assertTrue(r.pins >= 48, "one pin per 64 MiB chunk: ${r.pins}")
             assertTrue(grew <= 64L shl 20, "peak RSS grew by ${grew shr 20} MiB while exporting 3 GiB")
             assertEquals(1L shl 31, TestSupport.entryLength(r.irpa, "model.embed_tokens.weight"))
+            // Tied: stored once as Eᵀ [dim, vocab] (the layout IREE runs a decode step from without a copy),
+            // transposed from the live array through 16 MiB strided copies, one short pin each.
             val n = values.size.toLong()
             for (start in longArrayOf(0, n / 2 - 3, n - 8)) {
-                val expect = FloatArray(8) { values[(start + it).toInt()] }
+                val expect = FloatArray(8) { val i = start + it; values[((i % vocab) * dim + i / vocab).toInt()] }
                 assertArrayEquals(expect, readF32(r.irpa, "model.embed_tokens.weight", start, 8), "at $start")
             }
             assertArrayEquals(proj.copyOfRange(proj.size - 8, proj.size), readF32(r.irpa, "model.proj.weight", proj.size - 8L, 8))
