@@ -15,7 +15,7 @@ from gguf.quants import dequantize
 
 # Byte offsets of the f16 scale fields in each block.
 F16_FIELDS = {
-    "Q8_0": [0], "Q4_0": [0], "Q5_0": [0], "Q5_1": [0, 2],
+    "Q8_0": [0], "Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2],
     "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208],
 }
 SPECIAL_F16 = np.array([0x0001, 0x03FF, 0x8001, 0x0000, 0x8000, 0x7C00, 0xFC00, 0x7E00, 0x7C01, 0xFE00, 0x3C00],

@@ -154,3 +154,15 @@ def test_max_archive_bytes_writes_a_set_and_prints_the_iree_flags(built_jars, tm
     (p / "build.gradle").write_text(build_file(block % "; maxArchiveBytes = -1"))
     r = gradle(p, "exportIrpa")
     assert r.returncode != 0 and "tapeout { maxArchiveBytes = -1 }: use 0 (one archive)" in r.stdout + r.stderr
+
+
+def test_packed_constants_keep_writes_planes_and_the_setting_is_validated(built_jars, tmp_path):
+    block = "tapeout { model = 'demo.Model'; moduleName = 'kept'; inlineBelowBytes = 64; packedConstants = '%s' }"
+    p = project(tmp_path, block % "KEEP")
+    r = gradle(p, "exportIrpa")
+    assert r.returncode == 0, r.stdout + r.stderr
+    text = (p / "build/tapeout/kept.mlir").read_text()
+    assert '"model"::"model.q.weight.qs"> : tensor<1x32x4xi8>' in text, text
+    (p / "build.gradle").write_text(build_file(block % "NOPE"))
+    r = gradle(p, "exportIrpa")
+    assert r.returncode != 0 and "tapeout { packedConstants = 'NOPE' }: use FAIL, DEQUANTIZE or KEEP" in r.stdout + r.stderr

@@ -69,7 +69,8 @@ enum Command {
         /// Write every constant inline (no archive entries).
         #[arg(long)]
         inline_all: bool,
-        /// Packed (quantized) weights: refuse them, or dequantize to f32 while exporting.
+        /// Packed (quantized) weights: refuse them, dequantize to f32 while exporting, or keep them packed (planes of
+        /// integer codes and scales, contracted per block in the program).
         #[arg(long, value_enum, default_value = "fail")]
         packed: PackedArg,
         /// f16/bf16 weights: keep them as stored (the program converts them to f32 where used), or widen them
@@ -159,6 +160,8 @@ enum PackedArg {
     Fail,
     /// Dequantize to f32, one chunk at a time.
     Dequantize,
+    /// Keep the blocks packed, as planes of codes and scales the program contracts per block.
+    Keep,
 }
 
 /// A failure reported as one sentence on stderr with exit code 1.
@@ -225,6 +228,7 @@ fn main() -> ExitCode {
             let packed = match packed {
                 PackedArg::Fail => PackedConstantHandling::Fail,
                 PackedArg::Dequantize => PackedConstantHandling::Dequantize,
+                PackedArg::Keep => PackedConstantHandling::Keep,
             };
             let file_access =
                 if allow_files_outside_graph_dir { FileAccess::Anywhere } else { FileAccess::WithinGraphDir };

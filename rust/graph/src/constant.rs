@@ -51,6 +51,18 @@ pub enum ConstantData<'a> {
         /// Columns of the source (rows of what is written).
         cols: u64,
     },
+    /// One plane of a packed weight kept packed ([`crate::planar`]): its codes or per-block numbers, repacked from
+    /// the GGML blocks tile by tile in the layout the program contracts.
+    Plane {
+        /// The block encoding.
+        encoding: Encoding,
+        /// The packed bytes (row-major blocks along `dims[1]`).
+        bytes: Lent<'a, u8>,
+        /// The packed weight's logical `[rows, cols]`.
+        dims: [u64; 2],
+        /// Which plane.
+        plane: crate::planar::Plane,
+    },
     /// Values of another dtype written as stored (little-endian bytes).
     Raw {
         /// Their dtype.
@@ -114,6 +126,9 @@ impl ConstantData<'_> {
         match self {
             ConstantData::Raw { dtype, .. } => *dtype,
             ConstantData::Transposed { of, .. } => of.dtype(),
+            ConstantData::Plane { encoding, plane, .. } => {
+                crate::planar::Split::of(encoding).map_or(DType::I8, |s| s.dtype(*plane))
+            }
             _ => DType::F32,
         }
     }
@@ -127,6 +142,8 @@ impl ConstantData<'_> {
             ConstantData::Dequantize { elements, .. } => *elements,
             ConstantData::Raw { dtype, bytes } => bytes.len() / dtype.byte_width(),
             ConstantData::Transposed { of, .. } => of.element_count(),
+            ConstantData::Plane { encoding, dims: [rows, cols], plane, .. } => crate::planar::Split::of(encoding)
+                .map_or(0, |s| rows * (cols / s.block_values.max(1)) * s.values_per_block(*plane)),
         }
     }
 
@@ -136,6 +153,7 @@ impl ConstantData<'_> {
         match self {
             ConstantData::Raw { bytes, .. } => bytes.len(),
             ConstantData::Transposed { of, .. } => of.byte_len(),
+            ConstantData::Plane { .. } => self.dtype().bytes_for(self.element_count()).unwrap_or(u64::MAX),
             _ => self.element_count() * 4,
         }
     }
@@ -155,6 +173,9 @@ impl ConstantData<'_> {
                 lend(out, bytes, MAX_LEND_BYTES, |o: &mut dyn ByteSink, chunk: &[_]| o.put(chunk))
             }
             ConstantData::Transposed { of, rows, cols } => crate::transpose::stream(of, *rows, *cols, out),
+            ConstantData::Plane { encoding, bytes, dims, plane } => {
+                crate::transpose::stream_plane(encoding, bytes, *dims, *plane, out)
+            }
             ConstantData::Widen { from, bytes, layout: HalfLayout::RowMajor, .. } => {
                 let mut buf = buffer(bytes.len() / 2);
                 lend(out, bytes, CHUNK_VALUES * 2, |o: &mut dyn ByteSink, chunk: &[_]| {

@@ -32,6 +32,9 @@ pub enum DType {
     U64,
     /// Boolean, one byte per element (0 or 1), `i1` in MLIR.
     Bool,
+    /// Signed 4-bit integer, two per byte (low nibble first): only the codes of a packed weight kept planar
+    /// (not in [`DType::ALL`]; a graph file cannot declare it).
+    I4,
 }
 
 impl DType {
@@ -52,14 +55,24 @@ impl DType {
         DType::Bool,
     ];
 
-    /// Bytes per element in a dense little-endian buffer.
+    /// Bytes per element in a dense little-endian buffer (1 for [`DType::I4`], whose elements share bytes: its
+    /// buffers' sizes are [`DType::bytes_for`]).
     #[must_use]
     pub const fn byte_width(self) -> u64 {
         match self {
-            DType::I8 | DType::U8 | DType::Bool => 1,
+            DType::I8 | DType::U8 | DType::Bool | DType::I4 => 1,
             DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F64 | DType::I64 | DType::U64 => 8,
+        }
+    }
+
+    /// Bytes that `count` elements take (`count.div_ceil(2)` for [`DType::I4`]), or `None` on overflow.
+    #[must_use]
+    pub const fn bytes_for(self, count: u64) -> Option<u64> {
+        match self {
+            DType::I4 => Some(count.div_ceil(2)),
+            other => count.checked_mul(other.byte_width()),
         }
     }
 
@@ -86,6 +99,7 @@ impl DType {
             DType::U32 => "ui32",
             DType::U64 => "ui64",
             DType::Bool => "i1",
+            DType::I4 => "i4",
         }
     }
 

@@ -36,6 +36,17 @@ pub enum GraphError {
         detail: String,
     },
 
+    /// A packed weight cannot be kept packed (`PackedConstantHandling::Keep`) in its shape.
+    #[error("tensor '{tensor}': cannot keep its {encoding} blocks packed: {detail}; dequantize it instead")]
+    CannotKeepPacked {
+        /// The tensor, by module path when it has one.
+        tensor: String,
+        /// The encoding.
+        encoding: String,
+        /// Why.
+        detail: String,
+    },
+
     /// A packed weight cannot be decoded (unknown encoding, unsupported block order).
     #[error("tensor '{tensor}': cannot dequantize: {detail}")]
     CannotDecode {

@@ -22,6 +22,10 @@ pub enum PackedConstantHandling {
     Fail,
     /// Decode to f32 while exporting, one chunk of blocks at a time.
     Dequantize,
+    /// Keep the blocks packed: each weight becomes planes of integer codes and per-block scales
+    /// ([`crate::planar`]) and its uses become ops on them, so that the program contracts the codes per block
+    /// and never materializes the f32 weight for a linear layer or an embedding ([`crate::keep`]).
+    Keep,
 }
 
 /// What to do with a frozen f16/bf16 weight.
@@ -369,7 +373,7 @@ fn classify<'a>(
             let cannot = |detail: String| GraphError::CannotDecode { tensor: spec.label().to_owned(), detail };
             if encoding.block_geometry().is_none() {
                 return Err(cannot(format!(
-                    "encoding {encoding} is not one tapeout decodes (Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K); load it dense"
+                    "encoding {encoding} is not one tapeout decodes (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K); load it dense"
                 )));
             }
             if *order != BlockOrder::RowMajor {
@@ -438,7 +442,7 @@ fn assign_keys(constants: &mut [Constant<'_>], specs: &[TensorSpec]) -> Vec<KeyC
 }
 
 /// True when `node` swaps the two dimensions of a rank-2 operand (`perm` absent, i.e. reversed, or `[1, 0]`).
-fn swaps_two_dims(node: &Op) -> bool {
+pub(crate) fn swaps_two_dims(node: &Op) -> bool {
     node.op == OpKind::Transpose
         && match node.attrs.get("perm") {
             None => true,
@@ -565,6 +569,9 @@ pub fn finalize<'a>(trace: &Trace<'a>, opts: &ExtractOptions) -> Result<ComputeG
     }
     let key_collisions = assign_keys(&mut constants, &specs);
     let mut nodes: Vec<Op> = order.into_iter().map(|i| ops[i].clone()).collect();
+    if opts.packed == PackedConstantHandling::Keep {
+        crate::keep::keep_packed(&mut constants, &mut nodes, &mut specs, trace.outputs())?;
+    }
     if opts.layout == WeightLayout::ChosenForUse {
         transpose_at_export(&mut constants, &mut nodes, &mut specs, trace.outputs());
     }

@@ -17,6 +17,8 @@ pub enum Encoding {
     Q8_0,
     /// 32 elements in 18 bytes: f16 scale + 32 × 4-bit codes.
     Q4_0,
+    /// 32 elements in 20 bytes: f16 scale and min + 32 × 4-bit codes.
+    Q4_1,
     /// 32 elements in 22 bytes: f16 scale + 5-bit codes.
     Q5_0,
     /// 32 elements in 24 bytes: f16 scale and min + 5-bit codes.
@@ -52,8 +54,16 @@ impl fmt::Display for BlockOrder {
 
 impl Encoding {
     /// Every encoding tapeout decodes.
-    pub const DECODABLE: [Encoding; 7] =
-        [Encoding::Q8_0, Encoding::Q4_0, Encoding::Q5_0, Encoding::Q5_1, Encoding::Q4K, Encoding::Q5K, Encoding::Q6K];
+    pub const DECODABLE: [Encoding; 8] = [
+        Encoding::Q8_0,
+        Encoding::Q4_0,
+        Encoding::Q4_1,
+        Encoding::Q5_0,
+        Encoding::Q5_1,
+        Encoding::Q4K,
+        Encoding::Q5K,
+        Encoding::Q6K,
+    ];
 
     /// The conventional name (`Q8_0`, `Q4_K`, …).
     #[must_use]
@@ -61,6 +71,7 @@ impl Encoding {
         match self {
             Encoding::Q8_0 => "Q8_0",
             Encoding::Q4_0 => "Q4_0",
+            Encoding::Q4_1 => "Q4_1",
             Encoding::Q5_0 => "Q5_0",
             Encoding::Q5_1 => "Q5_1",
             Encoding::Q4K => "Q4_K",
@@ -85,6 +96,7 @@ impl Encoding {
         let (elems, bytes) = match self {
             Encoding::Q8_0 => (BlockQ8_0::ELEMS, size_of::<BlockQ8_0>()),
             Encoding::Q4_0 => (BlockQ4_0::ELEMS, size_of::<BlockQ4_0>()),
+            Encoding::Q4_1 => (BlockQ4_1::ELEMS, size_of::<BlockQ4_1>()),
             Encoding::Q5_0 => (BlockQ5_0::ELEMS, size_of::<BlockQ5_0>()),
             Encoding::Q5_1 => (BlockQ5_1::ELEMS, size_of::<BlockQ5_1>()),
             Encoding::Q4K => (BlockQ4K::ELEMS, size_of::<BlockQ4K>()),
@@ -111,6 +123,7 @@ impl Encoding {
     pub fn ggml_type(&self) -> Option<u32> {
         Some(match self {
             Encoding::Q4_0 => 2,
+            Encoding::Q4_1 => 3,
             Encoding::Q5_0 => 6,
             Encoding::Q5_1 => 7,
             Encoding::Q8_0 => 8,
@@ -145,8 +158,8 @@ fn f16(bytes: [u8; 2]) -> f32 {
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 pub struct BlockQ8_0 {
-    d: [u8; 2],
-    qs: [i8; 32],
+    pub(crate) d: [u8; 2],
+    pub(crate) qs: [i8; 32],
 }
 const _: () = assert!(size_of::<BlockQ8_0>() == 34);
 
@@ -165,8 +178,8 @@ impl BlockFormat for BlockQ8_0 {
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 pub struct BlockQ4_0 {
-    d: [u8; 2],
-    qs: [u8; 16],
+    pub(crate) d: [u8; 2],
+    pub(crate) qs: [u8; 16],
 }
 const _: () = assert!(size_of::<BlockQ4_0>() == 18);
 
@@ -183,8 +196,31 @@ impl BlockFormat for BlockQ4_0 {
     }
 }
 
+/// Q4_1: `y = q · d + m` (two roundings), nibbles as Q4_0.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+pub struct BlockQ4_1 {
+    pub(crate) d: [u8; 2],
+    pub(crate) m: [u8; 2],
+    pub(crate) qs: [u8; 16],
+}
+const _: () = assert!(size_of::<BlockQ4_1>() == 20);
+
+impl BlockFormat for BlockQ4_1 {
+    const ELEMS: usize = 32;
+    #[inline(always)]
+    fn dequantize(&self, out: &mut [f32]) {
+        let (d, m) = (f16(self.d), f16(self.m));
+        let (lo, hi) = out.split_at_mut(16);
+        for ((a, b), &q) in lo.iter_mut().zip(hi.iter_mut()).zip(&self.qs) {
+            *a = f32::from(q & 0xF) * d + m;
+            *b = f32::from(q >> 4) * d + m;
+        }
+    }
+}
+
 #[inline(always)]
-fn five_bit_codes(qh: [u8; 4], qs: &[u8; 16]) -> [u8; 32] {
+pub(crate) fn five_bit_codes(qh: [u8; 4], qs: &[u8; 16]) -> [u8; 32] {
     let qh = u32::from_le_bytes(qh);
     let mut q = [0u8; 32];
     for j in 0..16 {
@@ -200,9 +236,9 @@ fn five_bit_codes(qh: [u8; 4], qs: &[u8; 16]) -> [u8; 32] {
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 pub struct BlockQ5_0 {
-    d: [u8; 2],
-    qh: [u8; 4],
-    qs: [u8; 16],
+    pub(crate) d: [u8; 2],
+    pub(crate) qh: [u8; 4],
+    pub(crate) qs: [u8; 16],
 }
 const _: () = assert!(size_of::<BlockQ5_0>() == 22);
 
@@ -221,10 +257,10 @@ impl BlockFormat for BlockQ5_0 {
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 pub struct BlockQ5_1 {
-    d: [u8; 2],
-    m: [u8; 2],
-    qh: [u8; 4],
-    qs: [u8; 16],
+    pub(crate) d: [u8; 2],
+    pub(crate) m: [u8; 2],
+    pub(crate) qh: [u8; 4],
+    pub(crate) qs: [u8; 16],
 }
 const _: () = assert!(size_of::<BlockQ5_1>() == 24);
 
@@ -241,7 +277,7 @@ impl BlockFormat for BlockQ5_1 {
 
 /// The 6-bit scale and min of sub-block `j` of a Q4_K / Q5_K block.
 #[inline(always)]
-fn k_scale_min(j: usize, s: &[u8; 12]) -> (u8, u8) {
+pub(crate) fn k_scale_min(j: usize, s: &[u8; 12]) -> (u8, u8) {
     if j < 4 {
         (s[j] & 63, s[j + 4] & 63)
     } else {
@@ -253,10 +289,10 @@ fn k_scale_min(j: usize, s: &[u8; 12]) -> (u8, u8) {
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 pub struct BlockQ4K {
-    d: [u8; 2],
-    dmin: [u8; 2],
-    scales: [u8; 12],
-    qs: [u8; 128],
+    pub(crate) d: [u8; 2],
+    pub(crate) dmin: [u8; 2],
+    pub(crate) scales: [u8; 12],
+    pub(crate) qs: [u8; 128],
 }
 const _: () = assert!(size_of::<BlockQ4K>() == 144);
 
@@ -297,11 +333,11 @@ fn decode_k(d: [u8; 2], dmin: [u8; 2], scales: &[u8; 12], qs: &[u8; 128], qh: Op
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 pub struct BlockQ5K {
-    d: [u8; 2],
-    dmin: [u8; 2],
-    scales: [u8; 12],
-    qh: [u8; 32],
-    qs: [u8; 128],
+    pub(crate) d: [u8; 2],
+    pub(crate) dmin: [u8; 2],
+    pub(crate) scales: [u8; 12],
+    pub(crate) qh: [u8; 32],
+    pub(crate) qs: [u8; 128],
 }
 const _: () = assert!(size_of::<BlockQ5K>() == 176);
 
@@ -317,10 +353,10 @@ impl BlockFormat for BlockQ5K {
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 pub struct BlockQ6K {
-    ql: [u8; 128],
-    qh: [u8; 64],
-    sc: [i8; 16],
-    d: [u8; 2],
+    pub(crate) ql: [u8; 128],
+    pub(crate) qh: [u8; 64],
+    pub(crate) sc: [i8; 16],
+    pub(crate) d: [u8; 2],
 }
 const _: () = assert!(size_of::<BlockQ6K>() == 210);
 
@@ -379,7 +415,7 @@ fn decode_all<B: BlockFormat>(blocks: &[u8], out: &mut [f32]) {
 #[non_exhaustive]
 pub enum DecodeError {
     /// The encoding is not one tapeout decodes.
-    #[error("encoding {0} cannot be decoded by tapeout (decodable: Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)")]
+    #[error("encoding {0} cannot be decoded by tapeout (decodable: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)")]
     Unsupported(String),
     /// The buffers do not hold whole blocks, or disagree in size.
     #[error(
@@ -415,6 +451,7 @@ pub fn dequantize(encoding: &Encoding, blocks: &[u8], out: &mut [f32]) -> Result
     match encoding {
         Encoding::Q8_0 => decode_all::<BlockQ8_0>(blocks, out),
         Encoding::Q4_0 => decode_all::<BlockQ4_0>(blocks, out),
+        Encoding::Q4_1 => decode_all::<BlockQ4_1>(blocks, out),
         Encoding::Q5_0 => decode_all::<BlockQ5_0>(blocks, out),
         Encoding::Q5_1 => decode_all::<BlockQ5_1>(blocks, out),
         Encoding::Q4K => decode_all::<BlockQ4K>(blocks, out),
@@ -521,6 +558,7 @@ mod tests {
             match e {
                 Encoding::Q8_0 => decode_portable::<BlockQ8_0>(&raw, &mut b),
                 Encoding::Q4_0 => decode_portable::<BlockQ4_0>(&raw, &mut b),
+                Encoding::Q4_1 => decode_portable::<BlockQ4_1>(&raw, &mut b),
                 Encoding::Q5_0 => decode_portable::<BlockQ5_0>(&raw, &mut b),
                 Encoding::Q5_1 => decode_portable::<BlockQ5_1>(&raw, &mut b),
                 Encoding::Q4K => decode_portable::<BlockQ4K>(&raw, &mut b),

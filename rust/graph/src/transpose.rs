@@ -7,29 +7,29 @@
 //! memory, whatever the weight's size; nothing pins a JVM array for longer than one tile's copy.
 
 use crate::constant::{ByteSink, ConstantData, widen_into};
+use crate::dtype::DType;
 use crate::packed::{self, Encoding};
+use crate::planar::{Plane, Split, split_block};
 use crate::tensor::{HalfLayout, Lent, StreamError};
 
 /// Target size of one decoded tile.
 const TILE_BYTES: u64 = 16 << 20;
-/// The largest tile allowed when the unit of a row cannot be split (a packed block): one band of blocks over
-/// every row. Past it the weight is written as held (the program transposes it).
-const MAX_TILE_BYTES: u64 = 48 << 20;
 /// Bytes of output assembled per write.
 const OUT_BYTES: u64 = 4 << 20;
 /// Values decoded per step when widening or dequantizing into a tile.
 const DECODE_VALUES: u64 = 1 << 18;
 
-/// Decodes one tile's gathered source elements, appending their output bytes.
-type DecodeTile<'d, T> = dyn FnMut(&[T], &mut Vec<u8>) -> Result<(), StreamError> + 'd;
+/// Decodes one tile's gathered source elements, appending, for every row and unit, the output bytes of the unit's
+/// values `window[0] .. window[1]`.
+type DecodeTile<'d, T> = dyn FnMut(&[T], [usize; 2], &mut Vec<u8>) -> Result<(), StreamError> + 'd;
 
-/// How one transposition proceeds.
+/// How one transposition proceeds: tiles of `group` source rows × `band` units, of which values `window` at a time.
 #[derive(Debug, Clone, Copy)]
 struct Plan {
     rows: u64,
     /// Units per source row (a unit: one value, or one packed block).
     units: u64,
-    /// Values per unit.
+    /// Output values per unit.
     unit_values: u64,
     /// Source elements (of the lender's type) per unit.
     unit_elems: u64,
@@ -37,15 +37,38 @@ struct Plan {
     ow: u64,
     /// Units per band.
     band: u64,
-    /// Source rows per tile: all of them, unless one unit column alone exceeds the tile (then `band` is 1 and
-    /// `unit_values` is 1, so each output row is written group by group, in order).
+    /// Values of a unit per pass: all of them, unless one unit column over every row exceeds a tile (then `band`
+    /// is 1 and the band is read again for each window of values).
+    window: u64,
+    /// Source rows per tile: all of them, unless one value column alone exceeds a tile (then `band` and `window`
+    /// are 1, so each output row is written group by group, in order).
     group: u64,
+}
+
+impl Plan {
+    fn new(rows: u64, units: u64, unit_values: u64, unit_elems: u64, ow: u64) -> Option<Plan> {
+        if rows == 0 || units == 0 || unit_values == 0 || ow == 0 {
+            return None;
+        }
+        let value_column = rows.checked_mul(ow)?;
+        let column = value_column.checked_mul(unit_values)?; // decoded bytes of one unit column
+        let (band, window, group) = if column <= TILE_BYTES {
+            ((TILE_BYTES / column).clamp(1, units), unit_values, rows)
+        } else if value_column <= TILE_BYTES {
+            (1, (TILE_BYTES / value_column).clamp(1, unit_values), rows)
+        } else {
+            (1, 1, (TILE_BYTES / ow).max(1))
+        };
+        Some(Plan { rows, units, unit_values, unit_elems, ow, band, window, group })
+    }
 }
 
 fn plan(data: &ConstantData<'_>, rows: u64, cols: u64) -> Option<Plan> {
     let (unit_values, unit_elems, ow, held) = match data {
         ConstantData::F32(v) => (1, 1, 4, v.len()),
-        ConstantData::Raw { dtype, bytes } => (1, dtype.byte_width(), dtype.byte_width(), bytes.len()),
+        ConstantData::Raw { dtype, bytes } if *dtype != crate::DType::I4 => {
+            (1, dtype.byte_width(), dtype.byte_width(), bytes.len())
+        }
         ConstantData::Widen { bytes, layout: HalfLayout::RowMajor, .. } => (1, 2, 4, bytes.len()),
         ConstantData::Dequantize { encoding, bytes, .. } => {
             let (values, block) = encoding.block_geometry()?;
@@ -53,29 +76,18 @@ fn plan(data: &ConstantData<'_>, rows: u64, cols: u64) -> Option<Plan> {
         }
         _ => return None,
     };
-    if unit_values == 0 || cols % unit_values != 0 || rows == 0 || cols == 0 {
+    if unit_values == 0 || cols % unit_values != 0 {
         return None;
     }
     let units = cols / unit_values;
     if rows.checked_mul(units)?.checked_mul(unit_elems)? != held {
         return None;
     }
-    let column = rows.checked_mul(unit_values)?.checked_mul(ow)?; // decoded bytes of one unit column
-    let (band, group) = if column <= TILE_BYTES {
-        ((TILE_BYTES / column).clamp(1, units), rows)
-    } else if unit_values == 1 {
-        (1, (TILE_BYTES / ow).max(1))
-    } else if column <= MAX_TILE_BYTES {
-        (1, rows)
-    } else {
-        return None;
-    };
-    Some(Plan { rows, units, unit_values, unit_elems, ow, band, group })
+    Plan::new(rows, units, unit_values, unit_elems, ow)
 }
 
-/// True when `data`, the row-major `[rows, cols]` values of a constant, can be streamed transposed within the
-/// tile budget: addressable or chunk-lent f32, stored bytes, row-major 16-bit (kept or widened), or packed blocks
-/// whose rows are whole blocks and whose band of one block over every row fits [`MAX_TILE_BYTES`] decoded.
+/// True when `data`, the row-major `[rows, cols]` values of a constant, can be streamed transposed: addressable or
+/// chunk-lent f32, stored bytes, row-major 16-bit (kept or widened), or packed blocks whose rows are whole blocks.
 pub(crate) fn transposable(data: &ConstantData<'_>, rows: u64, cols: u64) -> bool {
     plan(data, rows, cols).is_some()
 }
@@ -86,7 +98,7 @@ pub(crate) fn stream(data: &ConstantData<'_>, rows: u64, cols: u64, out: &mut dy
         return Err(StreamError::Lend(format!("these values cannot be written as [{cols}, {rows}]").into()));
     };
     match data {
-        ConstantData::F32(lent) => tiles(&plan, lent, out, &mut |gathered, tile| {
+        ConstantData::F32(lent) => tiles(&plan, lent, out, &mut |gathered, _, tile| {
             if cfg!(target_endian = "little") {
                 tile.extend_from_slice(bytemuck::cast_slice(gathered));
             } else {
@@ -94,13 +106,13 @@ pub(crate) fn stream(data: &ConstantData<'_>, rows: u64, cols: u64, out: &mut dy
             }
             Ok(())
         }),
-        ConstantData::Raw { bytes, .. } => tiles(&plan, bytes, out, &mut |gathered, tile| {
+        ConstantData::Raw { bytes, .. } => tiles(&plan, bytes, out, &mut |gathered, _, tile| {
             tile.extend_from_slice(gathered);
             Ok(())
         }),
         ConstantData::Widen { from, bytes, .. } => {
             let mut buf = vec![0f32; host(DECODE_VALUES)?];
-            tiles(&plan, bytes, out, &mut |gathered, tile| {
+            tiles(&plan, bytes, out, &mut |gathered, _, tile| {
                 for piece in gathered.chunks(buf.len() * 2) {
                     let n = piece.len() / 2;
                     widen_into(*from, piece, &mut buf[..n]);
@@ -110,31 +122,18 @@ pub(crate) fn stream(data: &ConstantData<'_>, rows: u64, cols: u64, out: &mut dy
             })
         }
         ConstantData::Dequantize { encoding, bytes, .. } => {
-            let geometry = [host(plan.unit_elems)?, host(plan.unit_values)?];
-            let blocks_per_step = host((DECODE_VALUES / plan.unit_values).max(1))?;
-            let mut buf = vec![0f32; blocks_per_step * geometry[1]];
-            tiles(&plan, bytes, out, &mut |gathered, tile| {
-                dequantize_into(encoding, gathered, geometry, &mut buf, tile)
+            let (block_bytes, block_values) = (host(plan.unit_elems)?, host(plan.unit_values)?);
+            let mut buf = vec![0f32; block_values];
+            tiles(&plan, bytes, out, &mut |gathered, [v0, v1], tile| {
+                for block in gathered.chunks_exact(block_bytes) {
+                    packed::dequantize(encoding, block, &mut buf).map_err(|e| StreamError::Decode(e.to_string()))?;
+                    extend_f32(tile, &buf[v0..v1]);
+                }
+                Ok(())
             })
         }
         _ => Err(StreamError::Lend("these values cannot be transposed".into())),
     }
-}
-
-fn dequantize_into(
-    encoding: &Encoding,
-    blocks: &[u8],
-    [block_bytes, block_values]: [usize; 2],
-    buf: &mut [f32],
-    tile: &mut Vec<u8>,
-) -> Result<(), StreamError> {
-    let per_step = (buf.len() / block_values.max(1)).max(1);
-    for piece in blocks.chunks(per_step * block_bytes.max(1)) {
-        let n = piece.len() / block_bytes.max(1) * block_values;
-        packed::dequantize(encoding, piece, &mut buf[..n]).map_err(|e| StreamError::Decode(e.to_string()))?;
-        extend_f32(tile, &buf[..n]);
-    }
-    Ok(())
 }
 
 fn extend_f32(tile: &mut Vec<u8>, values: &[f32]) {
@@ -157,7 +156,7 @@ fn tiles<T: Copy + Default>(
     out: &mut dyn ByteSink,
     decode: &mut DecodeTile<'_, T>,
 ) -> Result<(), StreamError> {
-    let Plan { rows, units, unit_values, unit_elems, ow, band, group } = *plan;
+    let Plan { rows, units, unit_values, unit_elems, ow, band, window, group } = *plan;
     let stride = units * unit_elems;
     let mut gathered: Vec<T> = Vec::new();
     let mut tile: Vec<u8> = Vec::new();
@@ -165,35 +164,118 @@ fn tiles<T: Copy + Default>(
     let mut u0 = 0;
     while u0 < units {
         let u1 = (u0 + band).min(units);
-        let width = (u1 - u0) * unit_values; // values per tile row
-        let mut r0 = 0;
-        while r0 < rows {
-            let r1 = (r0 + group).min(rows);
-            let run = (u1 - u0) * unit_elems;
-            gathered.clear();
-            gathered.resize(host((r1 - r0) * run)?, T::default());
-            lent.copy_runs(r0 * stride + u0 * unit_elems, run, stride, &mut gathered)?;
-            tile.clear();
-            decode(&gathered, &mut tile)?;
-            if tile.len() as u64 != (r1 - r0) * width * ow {
-                return Err(StreamError::Decode(format!("a tile decoded to {} bytes", tile.len())));
+        let mut v0 = 0;
+        while v0 < unit_values {
+            let v1 = (v0 + window).min(unit_values);
+            let width = (u1 - u0) * (v1 - v0); // values per tile row
+            let mut r0 = 0;
+            while r0 < rows {
+                let r1 = (r0 + group).min(rows);
+                let run = (u1 - u0) * unit_elems;
+                gathered.clear();
+                gathered.resize(host((r1 - r0) * run)?, T::default());
+                lent.copy_runs(r0 * stride + u0 * unit_elems, run, stride, &mut gathered)?;
+                tile.clear();
+                decode(&gathered, [host(v0)?, host(v1)?], &mut tile)?;
+                if tile.len() as u64 != (r1 - r0) * width * ow {
+                    return Err(StreamError::Decode(format!("a tile decoded to {} bytes", tile.len())));
+                }
+                // Output rows in batches of at most OUT_BYTES (at least one row).
+                let per_batch = (OUT_BYTES / ((r1 - r0) * ow)).clamp(1, width);
+                let mut j0 = 0;
+                while j0 < width {
+                    let j1 = (j0 + per_batch).min(width);
+                    piece.clear();
+                    piece.resize(host((j1 - j0) * (r1 - r0) * ow)?, 0);
+                    transpose_block(&tile, host(width)?, host(ow)?, [host(j0)?, host(j1)?], host(r1 - r0)?, &mut piece);
+                    out.put(&piece)?;
+                    j0 = j1;
+                }
+                r0 = r1;
             }
-            // Output rows in batches of at most OUT_BYTES (at least one row).
-            let per_batch = (OUT_BYTES / ((r1 - r0) * ow)).clamp(1, width);
-            let mut j0 = 0;
-            while j0 < width {
-                let j1 = (j0 + per_batch).min(width);
-                piece.clear();
-                piece.resize(host((j1 - j0) * (r1 - r0) * ow)?, 0);
-                transpose_block(&tile, host(width)?, host(ow)?, [host(j0)?, host(j1)?], host(r1 - r0)?, &mut piece);
-                out.put(&piece)?;
-                j0 = j1;
-            }
-            r0 = r1;
+            v0 = v1;
         }
         u0 = u1;
     }
     Ok(())
+}
+
+/// Streams plane `plane` of the packed `[rows, cols]` weight `bytes` (row-major blocks along `cols`), laid out for
+/// the program: `[cols / sub, sub, rows]` for the codes, `[blocks or sub-blocks, rows]` for the rest. i4 codes are
+/// packed two per byte, low nibble first, across the whole plane.
+pub(crate) fn stream_plane(
+    encoding: &Encoding,
+    bytes: &Lent<'_, u8>,
+    [rows, cols]: [u64; 2],
+    plane: Plane,
+    out: &mut dyn ByteSink,
+) -> Result<(), StreamError> {
+    let Some(split) = Split::of(encoding) else {
+        return Err(StreamError::Decode(format!("encoding {encoding} cannot be split into planes")));
+    };
+    let geometry = (cols % split.block_values == 0)
+        .then(|| cols / split.block_values)
+        .filter(|units| rows.checked_mul(*units).and_then(|n| n.checked_mul(split.block_bytes)) == Some(bytes.len()))
+        .and_then(|units| {
+            Plan::new(rows, units, split.values_per_block(plane), split.block_bytes, split.tile_width(plane))
+        });
+    let Some(plan) = geometry else {
+        return Err(StreamError::Decode(format!(
+            "{} bytes are not [{rows}, {cols}] in {encoding} blocks of {} values",
+            bytes.len(),
+            split.block_values
+        )));
+    };
+    let (block_bytes, ow) = (host(split.block_bytes)?, host(plan.ow)?);
+    let mut buf = vec![0u8; host(plan.unit_values * plan.ow)?];
+    let mut decode = |gathered: &[u8], [v0, v1]: [usize; 2], tile: &mut Vec<u8>| {
+        for block in gathered.chunks_exact(block_bytes) {
+            split_block(encoding, plane, block, &mut buf);
+            tile.extend_from_slice(&buf[v0 * ow..v1 * ow]);
+        }
+        Ok(())
+    };
+    if split.dtype(plane) == DType::I4 {
+        let mut nibbles = Nibbles { out, low: None };
+        tiles(&plan, bytes, &mut nibbles, &mut decode)?;
+        nibbles.finish()
+    } else {
+        tiles(&plan, bytes, out, &mut decode)
+    }
+}
+
+/// Packs i8 codes in -8..=7 two per byte (the first in the low nibble), carrying an odd one across writes.
+struct Nibbles<'o> {
+    out: &'o mut dyn ByteSink,
+    low: Option<u8>,
+}
+
+impl Nibbles<'_> {
+    fn finish(self) -> Result<(), StreamError> {
+        match self.low {
+            Some(low) => self.out.put(&[low]),
+            None => Ok(()),
+        }
+    }
+}
+
+impl ByteSink for Nibbles<'_> {
+    fn put(&mut self, codes: &[u8]) -> Result<(), StreamError> {
+        let mut packed = Vec::with_capacity(codes.len() / 2 + 1);
+        let mut rest = codes;
+        if let (Some(low), Some((&first, tail))) = (self.low, rest.split_first()) {
+            packed.push(low | (first << 4));
+            self.low = None;
+            rest = tail;
+        }
+        let pairs = rest.chunks_exact(2);
+        let odd = pairs.remainder().first().copied();
+        packed.extend(pairs.map(|p| (p[0] & 0xF) | (p[1] << 4)));
+        if let Some(last) = odd {
+            self.low = Some(last & 0xF);
+        }
+        self.out.put(&packed)
+    }
 }
 
 /// Copies columns `j0..j1` of the row-major `[n, width]` tile (elements of `ow` bytes) into `piece` as row-major

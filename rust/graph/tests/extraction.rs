@@ -182,6 +182,62 @@ fn packed_weight_fails_loudly_with_both_remedies() {
 }
 
 #[test]
+fn keep_turns_a_packed_linear_weight_into_planes_and_a_per_block_contraction() {
+    // Q4_K W [3, 256] used as x @ Wᵀ: planes qs (i4), d, scales, mins, dmin; no f32 weight anywhere.
+    let blocks = vec![1u8; 144 * 3];
+    let w = Tensor {
+        spec: spec("w", &[3, 256], DType::F32).with_path("model.fc.weight"),
+        storage: Storage::Packed { encoding: Encoding::Q4K, order: BlockOrder::RowMajor, bytes: Lent::Slice(&blocks) },
+    };
+    let (trace, wid, outs) = linear_trace(w, 1);
+    let keep = ExtractOptions { packed: PackedConstantHandling::Keep, ..ExtractOptions::default() };
+    let g = finalize(&trace, &keep).unwrap();
+    assert!(g.constant(wid).is_none(), "the packed weight itself is no longer a value of the program");
+    let planes: Vec<(String, DType, Vec<u64>)> = g
+        .constants()
+        .iter()
+        .filter(|c| c.key.starts_with("model.fc.weight."))
+        .map(|c| (c.key.clone(), c.data.dtype(), g.spec(c.tensor).shape.static_dims().unwrap()))
+        .collect();
+    let want = |k: &str, d, s: &[u64]| (format!("model.fc.weight.{k}"), d, s.to_vec());
+    assert_eq!(
+        planes,
+        [
+            want("qs", DType::I4, &[8, 32, 3]),
+            want("d", DType::F16, &[1, 3]),
+            want("scales", DType::I8, &[8, 3]),
+            want("mins", DType::I8, &[8, 3]),
+            want("dmin", DType::F16, &[1, 3]),
+            want("offset", DType::F32, &[]),
+        ]
+    );
+    let qs = &g.constants()[0];
+    assert_eq!(qs.data.byte_len(), 8 * 32 * 3 / 2, "two codes per byte");
+    assert!(g.nodes().iter().all(|n| n.op != OpKind::Transpose || n.outputs != [wid]));
+    let batched =
+        g.nodes().iter().find(|n| n.op == OpKind::Matmul && g.spec(n.outputs[0]).shape == Shape::of(&[8, 2, 3]));
+    assert!(batched.is_some(), "one batched matmul over the 8 sub-blocks");
+    assert_eq!(g.outputs(), outs.as_slice());
+
+    // A weight whose rows are not whole blocks, or of another rank, cannot be kept packed: an error that says so.
+    let blocks = vec![0u8; 34 * 3];
+    let odd = Tensor {
+        spec: spec("w", &[96], DType::F32),
+        storage: Storage::Packed { encoding: Encoding::Q8_0, order: BlockOrder::RowMajor, bytes: Lent::Slice(&blocks) },
+    };
+    let mut t = Trace::new();
+    let w = t.add_tensor(odd);
+    let y = t.add_placeholder(spec("y", &[96], DType::F32));
+    t.record(OpKind::Neg, Attrs::new(), &[w], &[y]);
+    t.set_outputs(&[y]);
+    let err = finalize(&t, &keep).unwrap_err().to_string();
+    assert!(
+        err.contains("'w'") && err.contains("Q8_0") && err.contains("rank-2") && err.contains("dequantize"),
+        "{err}"
+    );
+}
+
+#[test]
 fn dequantize_yields_logical_f32_values_without_an_encoding() {
     // Two Q4_0 rows of 32: d = 0.5, codes 0..15 repeated.
     let mut blocks = Vec::new();

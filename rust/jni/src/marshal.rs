@@ -83,10 +83,14 @@ pub(crate) fn parse(
         .into_iter()
         .map(|i| usize::try_from(i).map_err(|_| Failure::invalid(format!("forced input index {i} is negative"))))
         .collect::<Result<_, _>>()?;
-    if options & !3 != 0 {
+    if options & !7 != 0 || options & 5 == 5 {
         return Err(Failure::invalid(format!("unknown option bits {options:#x}")));
     }
-    let packed = if options & 1 != 0 { PackedConstantHandling::Dequantize } else { PackedConstantHandling::Fail };
+    let packed = match options & 5 {
+        1 => PackedConstantHandling::Dequantize,
+        4 => PackedConstantHandling::Keep,
+        _ => PackedConstantHandling::Fail,
+    };
     let half = if options & 2 != 0 { HalfConstantHandling::Widen } else { HalfConstantHandling::Keep };
     Ok(Request { graph, packed, half, forced })
 }
@@ -255,6 +259,7 @@ pub(crate) fn summary(graph: &ComputeGraph<'_>, stats: &Pins) -> serde_json::Val
                 tapeout::graph::ConstantData::Raw { dtype: tapeout::graph::DType::F16 | tapeout::graph::DType::BF16, .. } => "kept_16bit",
                 tapeout::graph::ConstantData::Raw { .. } => "raw",
                 tapeout::graph::ConstantData::Transposed { .. } => "transposed",
+                tapeout::graph::ConstantData::Plane { .. } => "packed_plane",
             },
         })).collect::<Vec<_>>(),
         "key_collisions": graph.key_collisions().iter().map(|k| serde_json::json!({"tensor": k.tensor, "wanted": k.wanted, "assigned": k.assigned})).collect::<Vec<_>>(),

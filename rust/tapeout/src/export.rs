@@ -71,6 +71,11 @@ fn metadata(graph: &ComputeGraph<'_>, data: &ConstantData<'_>, tensor: tapeout_g
     match held {
         ConstantData::Widen { from, .. } => m["from"] = from.name().into(),
         ConstantData::Dequantize { encoding, .. } => m["from"] = encoding.name().into(),
+        ConstantData::Plane { encoding, dims, plane, .. } => {
+            m["from"] = encoding.name().into();
+            m["plane"] = plane.suffix().into();
+            m["packed_shape"] = serde_json::json!(dims);
+        }
         _ => {}
     }
     format!("TENSORv0:{m}").into_bytes()

@@ -92,7 +92,7 @@ pub enum GgufError {
     },
     /// A GGML type tapeout does not read.
     #[error(
-        "tensor {tensor:?}: GGML type {found} is not supported (F32, F16, BF16, F64, I8-I64, Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K are)"
+        "tensor {tensor:?}: GGML type {found} is not supported (F32, F16, BF16, F64, I8-I64, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K are)"
     )]
     UnsupportedType {
         /// The tensor.

@@ -10,6 +10,16 @@ pub(crate) fn is_external(policy: &MaterializationPolicy, data: &ConstantData<'_
     if shape.rank() == 0 || data.dtype() == DType::Bool {
         return None;
     }
+    // i4 codes (a packed weight kept packed) are packed two per byte, which inline hex cannot say: external
+    // whatever their size, whenever the policy has a scope.
+    if data.dtype() == DType::I4 {
+        return match policy {
+            MaterializationPolicy::InlineAlways => None,
+            MaterializationPolicy::ExternalAlways { scope } | MaterializationPolicy::SizeThreshold { scope, .. } => {
+                Some(scope.clone())
+            }
+        };
+    }
     match policy {
         MaterializationPolicy::InlineAlways => None,
         MaterializationPolicy::ExternalAlways { scope } => Some(scope.clone()),

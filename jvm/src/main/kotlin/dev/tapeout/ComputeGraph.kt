@@ -8,6 +8,9 @@ enum class PackedConstantHandling {
     FAIL,
     /** Decode them to f32 while exporting, one chunk of blocks at a time. */
     DEQUANTIZE,
+    /** Keep them packed: planes of integer codes and per-block scales (`<key>.qs`, `<key>.d`, …) that the module
+     *  contracts per block, so IREE never materializes the f32 weight for a linear layer or an embedding. */
+    KEEP,
 }
 
 /** What to do with frozen f16/bf16 weights. */
@@ -19,9 +22,10 @@ enum class HalfConstantHandling {
     WIDEN,
 }
 
-/** The native side's option bits: 1 = dequantize packed weights, 2 = widen 16-bit weights. */
+/** The native side's option bits: 1 = dequantize packed weights, 4 = keep them packed, 2 = widen 16-bit weights. */
 internal fun nativeOptions(packed: PackedConstantHandling, half: HalfConstantHandling): Int =
-    (if (packed == PackedConstantHandling.DEQUANTIZE) 1 else 0) or (if (half == HalfConstantHandling.WIDEN) 2 else 0)
+    when (packed) { PackedConstantHandling.DEQUANTIZE -> 1; PackedConstantHandling.KEEP -> 4; PackedConstantHandling.FAIL -> 0 } or
+        (if (half == HalfConstantHandling.WIDEN) 2 else 0)
 
 /** Which constants are written inline in the module and which become external parameters. */
 sealed class MaterializationPolicy {
@@ -39,7 +43,8 @@ sealed class MaterializationPolicy {
 }
 
 /** A frozen value of the graph. [kind]: `borrowed_f32`, `kept_16bit` (stored as its own bf16/f16 bytes), `widened`,
- *  `dequantized`, `raw`, or `transposed` (written `[in, out]` because the program only uses it transposed). */
+ *  `dequantized`, `raw`, `transposed` (written `[in, out]` because the program only uses it transposed), or
+ *  `packed_plane` (one plane of a weight kept packed). */
 data class ConstantInfo(val name: String, val key: String, val bytes: Long, val kind: String)
 
 /**

@@ -10,7 +10,7 @@ interface ModelProvider {
 
 /**
  * The entry point the Gradle `exportIrpa` task runs in a forked JVM:
- * `ExportMain <model class> <output dir> <module name> <scope> <inline below bytes> <FAIL|DEQUANTIZE> [KEEP|WIDEN]
+ * `ExportMain <model class> <output dir> <module name> <scope> <inline below bytes> <FAIL|DEQUANTIZE|KEEP> [KEEP|WIDEN]
  * [max archive bytes]` (0: one archive).
  * Prints what it does on stdout; a failure is one line `tapeout: error: <message>` on stderr and exit code 1.
  */
@@ -18,7 +18,7 @@ object ExportMain {
     @JvmStatic
     fun main(args: Array<String>) {
         if (args.size !in 6..8) {
-            System.err.println("usage: ExportMain <model class> <output dir> <module name> <scope> <inline below bytes> <FAIL|DEQUANTIZE> [KEEP|WIDEN] [max archive bytes]")
+            System.err.println("usage: ExportMain <model class> <output dir> <module name> <scope> <inline below bytes> <FAIL|DEQUANTIZE|KEEP> [KEEP|WIDEN] [max archive bytes]")
             exitProcess(2)
         }
         val (modelClass, outDir, name, scope) = args

@@ -66,9 +66,13 @@ class ErrorMappingTest {
         }
         assertTrue(e.message!!.contains("not the JVM array its kind needs"), e.message)
         val bits = assertThrows<GraphValidationException> {
-            NativeBridge.finalize(tape.toGraphJson("m"), m.data, IntArray(m.kinds.size), m.encodings, 4, IntArray(0))
+            NativeBridge.finalize(tape.toGraphJson("m"), m.data, IntArray(m.kinds.size), m.encodings, 8, IntArray(0))
         }
-        assertTrue(bits.message!!.contains("unknown option bits 0x4"), bits.message)
+        assertTrue(bits.message!!.contains("unknown option bits 0x8"), bits.message)
+        val both = assertThrows<GraphValidationException> { // dequantize and keep at once
+            NativeBridge.finalize(tape.toGraphJson("m"), m.data, IntArray(m.kinds.size), m.encodings, 5, IntArray(0))
+        }
+        assertTrue(both.message!!.contains("unknown option bits 0x5"), both.message)
     }
 
     @Test

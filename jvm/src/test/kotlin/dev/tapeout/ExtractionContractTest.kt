@@ -102,6 +102,28 @@ class ExtractionContractTest {
     }
 
     @Test
+    fun `KEEP stores packed blocks as planes of codes and scales, laid out for the program`() {
+        // Q8_0: scale 0.5 (f16 0x3800), codes i - 16; W [4 rows, 32] used as x @ Wᵀ.
+        val block = ByteArray(34).also { it[0] = 0x00; it[1] = 0x38; for (i in 0 until 32) it[2 + i] = (i - 16).toByte() }
+        val tape = ExecutionTape()
+        val x = tape.input("x", longArrayOf(2, 32))
+        val w = tape.packedWeight("model.q.weight", ByteArray(34 * 4) { block[it % 34] }, "Q8_0", 4, 32)
+        tape.output(tape.matmul(x, tape.transpose(w)))
+        val graph = tape.toComputeGraph(packedConstants = PackedConstantHandling.KEEP)
+        assertEquals(listOf("model.q.weight.qs" to "packed_plane", "model.q.weight.d" to "packed_plane"),
+            graph.constants.map { it.key to it.kind })
+        val dir = tempDir("tapeout-keep")
+        val r = graph.export(dir, "keep", MaterializationPolicy.ExternalAlways())
+        // qs is [1, 32, 4] i8: element (l, n) is the code of W[n, l]; d is [1, 4] f16.
+        val qs = TestSupport.readBytes(r.irpa, "model.q.weight.qs", 0, 128)
+        assertArrayEquals(ByteArray(128) { (it / 4 - 16).toByte() }, qs)
+        assertArrayEquals(ByteArray(8) { if (it % 2 == 1) 0x38 else 0 }, TestSupport.readBytes(r.irpa, "model.q.weight.d", 0, 8))
+        val text = r.mlir.readText()
+        assertTrue(text.contains("tensor<1x32x4xi8>") && text.contains("batching_dims = [0] x [0]"), text)
+        dir.deleteRecursively()
+    }
+
+    @Test
     fun `BF16 weights are kept as stored by default, converted in the module`() {
         val bits = intArrayOf(0x3F80, 0xC020, 0x7F80, 0x8000, 0x0001, 0x4049, 0xFF80, 0x3E00)
         val bytes = TestSupport.le16(bits)

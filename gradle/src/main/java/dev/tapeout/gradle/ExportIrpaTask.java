@@ -74,18 +74,20 @@ public class ExportIrpaTask extends DefaultTask {
     }
 
     @Input
-    public String getPackedConstants() { return oneOf("packedConstants", packedConstants.get(), "FAIL", "DEQUANTIZE"); }
+    public String getPackedConstants() { return oneOf("packedConstants", packedConstants.get(), "FAIL", "DEQUANTIZE", "KEEP"); }
 
     @Input
     public String getHalfConstants() { return oneOf("halfConstants", halfConstants.get(), "KEEP", "WIDEN"); }
 
     /** {@code value} upper-cased when it is one of {@code allowed}; otherwise a build error naming the setting. */
-    private static String oneOf(String setting, String value, String first, String second) {
+    private static String oneOf(String setting, String value, String... allowed) {
         String v = value.toUpperCase();
-        if (!v.equals(first) && !v.equals(second)) {
-            throw new GradleException("tapeout { " + setting + " = '" + value + "' }: use " + first + " or " + second);
+        for (String a : allowed) {
+            if (a.equals(v)) return v;
         }
-        return v;
+        String choices = allowed.length == 2 ? allowed[0] + " or " + allowed[1]
+            : String.join(", ", java.util.Arrays.copyOf(allowed, allowed.length - 1)) + " or " + allowed[allowed.length - 1];
+        throw new GradleException("tapeout { " + setting + " = '" + value + "' }: use " + choices);
     }
 
     @OutputDirectory

@@ -1,0 +1,418 @@
+//! [`PackedConstantHandling::Keep`](crate::PackedConstantHandling::Keep): a packed weight becomes its planes
+//! ([`crate::planar`]) and the ops that use it become ops on the planes, so that IREE reads the integer codes in
+//! its matrix products and never materializes the f32 weight for them.
+//!
+//! For a packed `W [N, K]` (blocks along `K`), with `A` the per-sub-block scale and `C` the offset term:
+//! - `matmul(x, transpose(W))` (a linear layer, `x [.., K]` of static shape): `x` as `[Kb, P, B]` sub-blocks,
+//!   one batched `matmul` with the converted codes `[Kb, B, N]`, times `A`, summed over the sub-blocks, plus
+//!   `Σ_l x · C` when the format has an offset term;
+//! - `gather(W, ids)` (an embedding, `ids` of static shape): the codes, `A` and `C` gathered by columns, scaled,
+//!   reshaped to `[K, ids..]` and transposed to `[ids.., K]`;
+//! - any other use (including `W` or `transpose(W)` as a graph output, or a matmul whose `x` has dynamic dims): the
+//!   whole weight dequantized from its planes in the program.
+
+use std::collections::HashMap;
+
+use crate::constant::ConstantData;
+use crate::dtype::DType;
+use crate::error::{GraphError, Result};
+use crate::graph::Constant;
+use crate::ops::OpKind;
+use crate::planar::{Plane, Split};
+use crate::shape::Shape;
+use crate::tensor::{Lent, TensorSpec};
+use crate::trace::{Attr, Attrs, Op, TensorId};
+
+static EIGHT: [u8; 4] = 8.0f32.to_le_bytes();
+static SIXTEEN: [u8; 4] = 16.0f32.to_le_bytes();
+static THIRTY_TWO: [u8; 4] = 32.0f32.to_le_bytes();
+
+/// New tensors and ops, appended as the rewrite goes.
+struct Builder<'s> {
+    specs: &'s mut Vec<TensorSpec>,
+    ops: Vec<Op>,
+    index: usize,
+}
+
+impl Builder<'_> {
+    fn tensor(&mut self, name: String, dims: &[u64], dtype: DType) -> TensorId {
+        let id = TensorId::at(self.specs.len());
+        self.specs.push(TensorSpec::new(name, Shape::of(dims), dtype));
+        id
+    }
+
+    fn op_into(&mut self, op: OpKind, attrs: Attrs, inputs: &[TensorId], out: TensorId) -> TensorId {
+        self.ops.push(Op { index: self.index, op, attrs, inputs: inputs.to_vec(), outputs: vec![out] });
+        out
+    }
+
+    fn op(
+        &mut self,
+        op: OpKind,
+        attrs: Attrs,
+        inputs: &[TensorId],
+        name: String,
+        dims: &[u64],
+        dtype: DType,
+    ) -> TensorId {
+        let out = self.tensor(name, dims, dtype);
+        self.op_into(op, attrs, inputs, out)
+    }
+}
+
+fn ints(name: &str, v: impl IntoIterator<Item = u64>) -> Attrs {
+    let mut a = Attrs::new();
+    a.insert(name.into(), Attr::Ints(v.into_iter().map(|d| i64::try_from(d).unwrap_or(i64::MAX)).collect()));
+    a
+}
+
+fn axis(a: i64) -> Attrs {
+    let mut attrs = Attrs::new();
+    attrs.insert("axis".into(), Attr::Int(a));
+    attrs
+}
+
+/// One kept weight's planes and the shared values derived from them.
+struct Planes {
+    name: String,
+    n: u64,
+    k: u64,
+    kb: u64,
+    b: u64,
+    quants: TensorId,
+    /// `A [Kb, N]` f32.
+    scale: TensorId,
+    /// `C [Kb, N]` f32, when the format has an offset term.
+    offset: Option<TensorId>,
+    /// The codes as f32 `[Kb, B, N]` and `A` as `[Kb, 1, N]`, built on first use.
+    codes_f32: Option<TensorId>,
+    scale_3d: Option<TensorId>,
+    offset_3d: Option<TensorId>,
+}
+
+impl Planes {
+    fn codes_f32(&mut self, b: &mut Builder<'_>) -> TensorId {
+        if let Some(t) = self.codes_f32 {
+            return t;
+        }
+        let t = b.op(
+            OpKind::Convert,
+            Attrs::new(),
+            &[self.quants],
+            format!("{}.qs_f32", self.name),
+            &[self.kb, self.b, self.n],
+            DType::F32,
+        );
+        *self.codes_f32.insert(t)
+    }
+
+    fn scale_3d(&mut self, b: &mut Builder<'_>) -> TensorId {
+        if let Some(t) = self.scale_3d {
+            return t;
+        }
+        let t = b.op(
+            OpKind::Reshape,
+            Attrs::new(),
+            &[self.scale],
+            format!("{}.a3", self.name),
+            &[self.kb, 1, self.n],
+            DType::F32,
+        );
+        *self.scale_3d.insert(t)
+    }
+
+    fn offset_3d(&mut self, b: &mut Builder<'_>) -> Option<TensorId> {
+        let c = self.offset?;
+        if let Some(t) = self.offset_3d {
+            return Some(t);
+        }
+        let t =
+            b.op(OpKind::Reshape, Attrs::new(), &[c], format!("{}.c3", self.name), &[self.kb, 1, self.n], DType::F32);
+        Some(*self.offset_3d.insert(t))
+    }
+
+    /// The whole weight, dequantized in the program, as `Wᵀ [K, N]` into `out`.
+    fn dequantized_t(&mut self, b: &mut Builder<'_>, out: TensorId) {
+        let (q, a) = (self.codes_f32(b), self.scale_3d(b));
+        let mut v = b.op(
+            OpKind::Mul,
+            Attrs::new(),
+            &[q, a],
+            format!("{}.wa", self.name),
+            &[self.kb, self.b, self.n],
+            DType::F32,
+        );
+        if let Some(c) = self.offset_3d(b) {
+            v = b.op(
+                OpKind::Add,
+                Attrs::new(),
+                &[v, c],
+                format!("{}.wc", self.name),
+                &[self.kb, self.b, self.n],
+                DType::F32,
+            );
+        }
+        b.op_into(OpKind::Reshape, Attrs::new(), &[v], out);
+    }
+}
+
+/// Rewrites every packed constant listed in `kept` into planes; see the module docs.
+pub(crate) fn keep_packed<'a>(
+    constants: &mut Vec<Constant<'a>>,
+    nodes: &mut Vec<Op>,
+    specs: &mut Vec<TensorSpec>,
+    outputs: &[TensorId],
+) -> Result<()> {
+    let mut uses: HashMap<TensorId, Vec<usize>> = HashMap::new();
+    for (i, n) in nodes.iter().enumerate() {
+        for &t in &n.inputs {
+            uses.entry(t).or_default().push(i);
+        }
+    }
+    let mut prelude: Vec<Op> = Vec::new();
+    let mut replaced: HashMap<usize, Vec<Op>> = HashMap::new();
+    let mut removed: Vec<usize> = Vec::new();
+    let mut planes_out: Vec<Constant<'a>> = Vec::new();
+    let mut kept_ids = Vec::new();
+
+    for c in constants.iter() {
+        let ConstantData::Dequantize { encoding, bytes, .. } = &c.data else { continue };
+        let spec = specs[c.tensor.index()].clone();
+        let Some(split) = Split::of(encoding) else { continue };
+        let dims = spec.shape.static_dims();
+        let cannot = |why: String| GraphError::CannotKeepPacked {
+            tensor: spec.label().to_owned(),
+            encoding: encoding.name().to_owned(),
+            detail: why,
+        };
+        let Some(&[n, k]) = dims.as_deref() else {
+            return Err(cannot(format!(
+                "it is [{}]; only a rank-2 [rows, cols] weight can be kept packed",
+                spec.shape
+            )));
+        };
+        if k % split.block_values != 0 {
+            return Err(cannot(format!("its rows of {k} values are not whole {}-value blocks", split.block_values)));
+        }
+        kept_ids.push(c.tensor);
+        let (kb, ks, bsub) = (k / split.sub_values, k / split.block_values, split.sub_values);
+        let first_use = uses.get(&c.tensor).and_then(|u| u.first().copied()).unwrap_or(0);
+        let mut b = Builder { specs, ops: Vec::new(), index: nodes.get(first_use).map_or(0, |n| n.index) };
+        let name = spec.name.clone();
+
+        // The planes, as constants of their own.
+        let mut plane_ids = HashMap::new();
+        for p in split.planes(encoding) {
+            let pdims: Vec<u64> = match p {
+                Plane::Quants => vec![kb, bsub, n],
+                Plane::Scale | Plane::SuperMin if split.two_level => vec![ks, n],
+                _ => vec![kb, n],
+            };
+            let t = b.tensor(format!("{name}.{}", p.suffix()), &pdims, split.dtype(p));
+            plane_ids.insert(p, t);
+            let data = ConstantData::Plane { encoding: encoding.clone(), bytes: *bytes, dims: [n, k], plane: p };
+            planes_out.push(Constant { tensor: t, key: format!("{}.{}", c.key, p.suffix()), data });
+        }
+        let scalar = |b: &mut Builder<'_>, planes_out: &mut Vec<Constant<'a>>, v: i32| {
+            let t = b.tensor(format!("{name}.offset"), &[], DType::F32);
+            let bytes: &'static [u8; 4] = match v {
+                8 => &EIGHT,
+                16 => &SIXTEEN,
+                _ => &THIRTY_TWO,
+            };
+            planes_out.push(Constant {
+                tensor: t,
+                key: format!("{}.offset", c.key),
+                data: ConstantData::Raw { dtype: DType::F32, bytes: Lent::Slice(bytes) },
+            });
+            t
+        };
+        let f32_of = |b: &mut Builder<'_>, p: Plane, dims: &[u64]| {
+            b.op(
+                OpKind::Convert,
+                Attrs::new(),
+                &[plane_ids[&p]],
+                format!("{name}.{}_f32", p.suffix()),
+                dims,
+                DType::F32,
+            )
+        };
+        // A [Kb, N] and C [Kb, N].
+        let per_super = |b: &mut Builder<'_>, t: TensorId, what: &str| {
+            let spread = b.op(
+                OpKind::Broadcast,
+                ints("dims", [0, 2]),
+                &[t],
+                format!("{name}.{what}_b"),
+                &[ks, kb / ks, n],
+                DType::F32,
+            );
+            b.op(OpKind::Reshape, Attrs::new(), &[spread], format!("{name}.{what}_kb"), &[kb, n], DType::F32)
+        };
+        let scale = if split.two_level {
+            let d = f32_of(&mut b, Plane::Scale, &[ks, n]);
+            let d = per_super(&mut b, d, "d");
+            let sc = f32_of(&mut b, Plane::SubScales, &[kb, n]);
+            b.op(OpKind::Mul, Attrs::new(), &[d, sc], format!("{name}.a"), &[kb, n], DType::F32)
+        } else {
+            f32_of(&mut b, Plane::Scale, &[kb, n])
+        };
+        let offset = if split.has_offset_term {
+            let o = scalar(&mut b, &mut planes_out, split.offset);
+            let oa = b.op(OpKind::Mul, Attrs::new(), &[scale, o], format!("{name}.oa"), &[kb, n], DType::F32);
+            Some(if split.two_level {
+                let dmin = f32_of(&mut b, Plane::SuperMin, &[ks, n]);
+                let dmin = per_super(&mut b, dmin, "dmin");
+                let mn = f32_of(&mut b, Plane::SubMins, &[kb, n]);
+                let m = b.op(OpKind::Mul, Attrs::new(), &[dmin, mn], format!("{name}.mk"), &[kb, n], DType::F32);
+                b.op(OpKind::Sub, Attrs::new(), &[oa, m], format!("{name}.c"), &[kb, n], DType::F32)
+            } else {
+                let m = f32_of(&mut b, Plane::Min, &[kb, n]);
+                b.op(OpKind::Add, Attrs::new(), &[oa, m], format!("{name}.c"), &[kb, n], DType::F32)
+            })
+        } else {
+            None
+        };
+        let mut pl = Planes {
+            name: name.clone(),
+            n,
+            k,
+            kb,
+            b: bsub,
+            quants: plane_ids[&Plane::Quants],
+            scale,
+            offset,
+            codes_f32: None,
+            scale_3d: None,
+            offset_3d: None,
+        };
+
+        // Each use.
+        let mut needs_whole = outputs.contains(&c.tensor);
+        for &i in uses.get(&c.tensor).map(Vec::as_slice).unwrap_or(&[]) {
+            let node = &nodes[i];
+            if crate::graph::swaps_two_dims(node) && node.outputs.len() == 1 {
+                let tt = node.outputs[0];
+                removed.push(i);
+                let mut tt_whole = outputs.contains(&tt);
+                for &j in uses.get(&tt).map(Vec::as_slice).unwrap_or(&[]) {
+                    let m = &nodes[j];
+                    let linear =
+                        m.op == OpKind::Matmul && m.inputs.get(1) == Some(&tt) && m.inputs.first() != Some(&tt);
+                    let x = m.inputs.first().map(|x| &b.specs[x.index()]);
+                    let x_dims = x.filter(|x| x.dtype == DType::F32).and_then(|x| x.shape.static_dims());
+                    match (linear, x_dims, m.outputs.as_slice()) {
+                        (true, Some(xd), &[y]) if xd.last() == Some(&k) && !replaced.contains_key(&j) => {
+                            b.index = m.index;
+                            let start = b.ops.len();
+                            linear_use(&mut b, &mut pl, m.inputs[0], &xd, y);
+                            let seq = b.ops.split_off(start);
+                            replaced.insert(j, seq);
+                        }
+                        _ => tt_whole = true,
+                    }
+                }
+                if tt_whole {
+                    pl.dequantized_t(&mut b, tt);
+                }
+                continue;
+            }
+            let gather_rows = node.op == OpKind::Gather
+                && node.inputs.first() == Some(&c.tensor)
+                && node.inputs.get(1) != Some(&c.tensor)
+                && matches!(node.attrs.get("axis"), None | Some(Attr::Int(0 | -2)));
+            let ids_dims = node.inputs.get(1).and_then(|t| b.specs[t.index()].shape.static_dims());
+            match (gather_rows, ids_dims, node.outputs.as_slice()) {
+                (true, Some(ids), &[g]) if !replaced.contains_key(&i) => {
+                    b.index = node.index;
+                    let start = b.ops.len();
+                    gather_use(&mut b, &mut pl, node.inputs[1], &ids, g);
+                    let seq = b.ops.split_off(start);
+                    replaced.insert(i, seq);
+                }
+                _ => needs_whole = true,
+            }
+        }
+        if needs_whole {
+            // W itself, for uses that need every value: dequantized as Wᵀ, then transposed back.
+            let wt = b.tensor(format!("{name}.t"), &[k, n], DType::F32);
+            pl.dequantized_t(&mut b, wt);
+            b.op_into(OpKind::Transpose, ints("perm", [1, 0]), &[wt], c.tensor);
+        }
+        prelude.append(&mut b.ops);
+    }
+    if kept_ids.is_empty() {
+        return Ok(());
+    }
+    constants.retain(|c| !kept_ids.contains(&c.tensor));
+    constants.append(&mut planes_out);
+    let old = std::mem::take(nodes);
+    nodes.append(&mut prelude);
+    for (i, node) in old.into_iter().enumerate() {
+        if let Some(seq) = replaced.remove(&i) {
+            nodes.extend(seq);
+        } else if !removed.contains(&i) {
+            nodes.push(node);
+        }
+    }
+    Ok(())
+}
+
+/// `y = x @ Wᵀ` per sub-block, for `x` of static dims `xd` (last `K`).
+fn linear_use(b: &mut Builder<'_>, pl: &mut Planes, x: TensorId, xd: &[u64], y: TensorId) {
+    let (kb, bs, n) = (pl.kb, pl.b, pl.n);
+    let p: u64 = xd[..xd.len() - 1].iter().product();
+    let y_name = b.specs[y.index()].name.clone();
+    let xb = b.op(OpKind::Reshape, Attrs::new(), &[x], format!("{y_name}.xb"), &[p, kb, bs], DType::F32);
+    let xt = b.op(OpKind::Transpose, ints("perm", [1, 0, 2]), &[xb], format!("{y_name}.xt"), &[kb, p, bs], DType::F32);
+    let q = pl.codes_f32(b);
+    let s = b.op(OpKind::Matmul, Attrs::new(), &[xt, q], format!("{y_name}.s"), &[kb, p, n], DType::F32);
+    let a = pl.scale_3d(b);
+    let sa = b.op(OpKind::Mul, Attrs::new(), &[s, a], format!("{y_name}.sa"), &[kb, p, n], DType::F32);
+    let flat = xd.len() == 2;
+    let offset = pl.offset;
+    let sum_into = |b: &mut Builder<'_>, last: bool, op: OpKind, attrs: Attrs, ins: &[TensorId], label: &str| {
+        if last && flat {
+            b.op_into(op, attrs, ins, y)
+        } else {
+            b.op(op, attrs, ins, format!("{y_name}.{label}"), &[p, n], DType::F32)
+        }
+    };
+    let mut out = sum_into(b, offset.is_none(), OpKind::ReduceSum, ints("axes", [0]), &[sa], "y0");
+    if let Some(c) = offset {
+        let xs = b.op(OpKind::ReduceSum, ints("axes", [2]), &[xt], format!("{y_name}.xs"), &[kb, p], DType::F32);
+        let xst = b.op(OpKind::Transpose, ints("perm", [1, 0]), &[xs], format!("{y_name}.xst"), &[p, kb], DType::F32);
+        let y1 = b.op(OpKind::Matmul, Attrs::new(), &[xst, c], format!("{y_name}.y1"), &[p, n], DType::F32);
+        out = sum_into(b, true, OpKind::Add, Attrs::new(), &[out, y1], "y");
+    }
+    if !flat {
+        b.op_into(OpKind::Reshape, Attrs::new(), &[out], y);
+    }
+}
+
+/// `g = W[ids]` (rows), from the planes gathered by columns.
+fn gather_use(b: &mut Builder<'_>, pl: &mut Planes, ids: TensorId, id_dims: &[u64], g: TensorId) {
+    let (kb, bs, k) = (pl.kb, pl.b, pl.k);
+    let g_name = b.specs[g.index()].name.clone();
+    let with = |head: &[u64]| head.iter().chain(id_dims).copied().collect::<Vec<u64>>();
+    let gq = b.op(
+        OpKind::Gather,
+        axis(2),
+        &[pl.quants, ids],
+        format!("{g_name}.qs"),
+        &with(&[kb, bs]),
+        b.specs[pl.quants.index()].dtype,
+    );
+    let gqf = b.op(OpKind::Convert, Attrs::new(), &[gq], format!("{g_name}.qs_f32"), &with(&[kb, bs]), DType::F32);
+    let ga = b.op(OpKind::Gather, axis(1), &[pl.scale, ids], format!("{g_name}.a"), &with(&[kb]), DType::F32);
+    let ga3 = b.op(OpKind::Reshape, Attrs::new(), &[ga], format!("{g_name}.a3"), &with(&[kb, 1]), DType::F32);
+    let mut v = b.op(OpKind::Mul, Attrs::new(), &[gqf, ga3], format!("{g_name}.wa"), &with(&[kb, bs]), DType::F32);
+    if let Some(c) = pl.offset {
+        let gc = b.op(OpKind::Gather, axis(1), &[c, ids], format!("{g_name}.c"), &with(&[kb]), DType::F32);
+        let gc3 = b.op(OpKind::Reshape, Attrs::new(), &[gc], format!("{g_name}.c3"), &with(&[kb, 1]), DType::F32);
+        v = b.op(OpKind::Add, Attrs::new(), &[v, gc3], format!("{g_name}.wc"), &with(&[kb, bs]), DType::F32);
+    }
+    let cols = b.op(OpKind::Reshape, Attrs::new(), &[v], format!("{g_name}.cols"), &with(&[k]), DType::F32);
+    let r = id_dims.len() as u64;
+    b.op_into(OpKind::Transpose, ints("perm", (1..=r).chain([0])), &[cols], g);
+}

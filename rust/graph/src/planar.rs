@@ -1,0 +1,324 @@
+//! GGML blocks split into planes ([`PackedConstantHandling::Keep`](crate::PackedConstantHandling::Keep)): the
+//! integer codes of every element as one tensor, and each per-block number (scale, min, K-quant sub-block codes and
+//! super-scales) as another, laid out for the program that contracts them.
+//!
+//! A packed weight `W [N, K]` (blocks along `K`, GGML's and PyTorch's `[out, in]`) with sub-blocks of `B` values
+//! (`Kb = K / B` of them) and blocks of `E` values (`Ks = K / E`) becomes, under its key:
+//!
+//! | plane | dtype | shape | holds |
+//! |---|---|---|---|
+//! | `<key>.qs` | `i4` (Q4_0, Q4_1, Q4_K; two per byte, low nibble first) or `i8` | `[Kb, B, N]` | the code of `W[n, kb·B + l]` minus the format's offset |
+//! | `<key>.d` | f16 | `[Kb, N]` (32-blocks) or `[Ks, N]` (K-quants) | the block scale `d` |
+//! | `<key>.m` | f16 | `[Kb, N]` | Q4_1's and Q5_1's min `m` |
+//! | `<key>.scales` | i8 | `[Kb, N]` | K-quants' sub-block scale codes (6-bit; Q6_K's signed 8-bit) |
+//! | `<key>.mins` | i8 | `[Kb, N]` | Q4_K/Q5_K's sub-block min codes |
+//! | `<key>.dmin` | f16 | `[Ks, N]` | Q4_K/Q5_K's `dmin` |
+//!
+//! With `A[kb, n]` the sub-block's scale (`d`, or `d·scales`) and `C[kb, n]` its offset term (`offset·A + m`, or
+//! `offset·A − dmin·mins`; none for Q8_0, Q4_0, Q5_0, Q6_K), `W[n, kb·B + l] = A·qs + C`: the program contracts
+//! `x` with `qs` per sub-block, scales by `A`, and adds `C · Σ x` per sub-block.
+
+use crate::dtype::DType;
+use crate::packed::{BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, Encoding};
+
+/// One plane of a packed weight kept planar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Plane {
+    /// The codes, offset-centred.
+    Quants,
+    /// The block scale `d` (per sub-block for 32-value blocks, per super-block for K-quants).
+    Scale,
+    /// Q4_1's and Q5_1's per-block min `m`.
+    Min,
+    /// K-quants' sub-block scale codes.
+    SubScales,
+    /// Q4_K/Q5_K's sub-block min codes.
+    SubMins,
+    /// Q4_K/Q5_K's super-block `dmin`.
+    SuperMin,
+}
+
+impl Plane {
+    /// The suffix of its key (`qs`, `d`, `m`, `scales`, `mins`, `dmin`).
+    #[must_use]
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Plane::Quants => "qs",
+            Plane::Scale => "d",
+            Plane::Min => "m",
+            Plane::SubScales => "scales",
+            Plane::SubMins => "mins",
+            Plane::SuperMin => "dmin",
+        }
+    }
+}
+
+/// How a format splits: sub-block size, code offset, code width, and its planes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Split {
+    /// Values per block.
+    pub block_values: u64,
+    /// Bytes per block.
+    pub block_bytes: u64,
+    /// Values per sub-block (the contraction's block).
+    pub sub_values: u64,
+    /// Subtracted from each code so it fits a signed plane.
+    pub offset: i32,
+    /// `I4` or `I8`.
+    pub quants: DType,
+    /// True for K-quants: `d` (and `dmin`) are per super-block, scaled by per-sub-block codes.
+    pub two_level: bool,
+    /// Whether the format has an offset term (`C` above): a min, or a code offset to undo.
+    pub has_offset_term: bool,
+}
+
+impl Split {
+    /// The split of `encoding`, or `None` when it is not decodable.
+    #[must_use]
+    pub fn of(encoding: &Encoding) -> Option<Split> {
+        let (block_values, block_bytes) = encoding.block_geometry()?;
+        let (sub_values, offset, quants, two_level, has_offset_term) = match encoding {
+            Encoding::Q8_0 => (32, 0, DType::I8, false, false),
+            Encoding::Q4_0 => (32, 8, DType::I4, false, false),
+            Encoding::Q4_1 => (32, 8, DType::I4, false, true),
+            Encoding::Q5_0 => (32, 16, DType::I8, false, false),
+            Encoding::Q5_1 => (32, 16, DType::I8, false, true),
+            Encoding::Q4K => (32, 8, DType::I4, true, true),
+            Encoding::Q5K => (32, 16, DType::I8, true, true),
+            Encoding::Q6K => (16, 32, DType::I8, true, false),
+            Encoding::Other(_) => return None,
+        };
+        Some(Split { block_values, block_bytes, sub_values, offset, quants, two_level, has_offset_term })
+    }
+
+    /// Its planes, quants first.
+    #[must_use]
+    pub fn planes(&self, encoding: &Encoding) -> Vec<Plane> {
+        let mut p = vec![Plane::Quants, Plane::Scale];
+        match encoding {
+            Encoding::Q4_1 | Encoding::Q5_1 => p.push(Plane::Min),
+            Encoding::Q4K | Encoding::Q5K => p.extend([Plane::SubScales, Plane::SubMins, Plane::SuperMin]),
+            Encoding::Q6K => p.push(Plane::SubScales),
+            _ => {}
+        }
+        p
+    }
+
+    /// Values of `plane` one block yields.
+    #[must_use]
+    pub fn values_per_block(&self, plane: Plane) -> u64 {
+        match plane {
+            Plane::Quants => self.block_values,
+            Plane::Scale | Plane::SuperMin if self.two_level => 1,
+            _ => self.block_values / self.sub_values,
+        }
+    }
+
+    /// The element type of `plane`.
+    #[must_use]
+    pub fn dtype(&self, plane: Plane) -> DType {
+        match plane {
+            Plane::Quants => self.quants,
+            Plane::Scale | Plane::Min | Plane::SuperMin => DType::F16,
+            Plane::SubScales | Plane::SubMins => DType::I8,
+        }
+    }
+
+    /// Bytes per value in the tile a plane is assembled in (i4 codes are packed two per byte afterwards).
+    #[must_use]
+    pub fn tile_width(&self, plane: Plane) -> u64 {
+        if self.dtype(plane) == DType::F16 { 2 } else { 1 }
+    }
+}
+
+fn i8s(codes: impl IntoIterator<Item = i32>, out: &mut [u8]) {
+    for (o, c) in out.iter_mut().zip(codes) {
+        // Every code minus its offset fits i8 (the widest is Q8_0's own i8, offset 0).
+        *o = i8::try_from(c).unwrap_or(0).to_le_bytes()[0];
+    }
+}
+
+/// Writes the values of `plane` for one block of `encoding` into `out` (`values_per_block · tile_width` bytes).
+/// `block` is exactly one block.
+pub(crate) fn split_block(encoding: &Encoding, plane: Plane, block: &[u8], out: &mut [u8]) {
+    let Some(split) = Split::of(encoding) else { return };
+    let off = split.offset;
+    match encoding {
+        Encoding::Q8_0 => {
+            let b: &BlockQ8_0 = bytemuck::from_bytes(block);
+            match plane {
+                Plane::Quants => i8s(b.qs.iter().map(|&q| i32::from(q)), out),
+                _ => out[..2].copy_from_slice(&b.d),
+            }
+        }
+        Encoding::Q4_0 => {
+            let b: &BlockQ4_0 = bytemuck::from_bytes(block);
+            match plane {
+                Plane::Quants => {
+                    let lo = b.qs.iter().map(|&q| i32::from(q & 0xF));
+                    let hi = b.qs.iter().map(|&q| i32::from(q >> 4));
+                    i8s(lo.chain(hi).map(|q| q - off), out);
+                }
+                _ => out[..2].copy_from_slice(&b.d),
+            }
+        }
+        Encoding::Q4_1 => {
+            let b: &BlockQ4_1 = bytemuck::from_bytes(block);
+            match plane {
+                Plane::Quants => {
+                    let lo = b.qs.iter().map(|&q| i32::from(q & 0xF));
+                    let hi = b.qs.iter().map(|&q| i32::from(q >> 4));
+                    i8s(lo.chain(hi).map(|q| q - off), out);
+                }
+                Plane::Min => out[..2].copy_from_slice(&b.m),
+                _ => out[..2].copy_from_slice(&b.d),
+            }
+        }
+        Encoding::Q5_0 => {
+            let b: &BlockQ5_0 = bytemuck::from_bytes(block);
+            match plane {
+                Plane::Quants => i8s(crate::packed::five_bit_codes(b.qh, &b.qs).map(|q| i32::from(q) - off), out),
+                _ => out[..2].copy_from_slice(&b.d),
+            }
+        }
+        Encoding::Q5_1 => {
+            let b: &BlockQ5_1 = bytemuck::from_bytes(block);
+            match plane {
+                Plane::Quants => i8s(crate::packed::five_bit_codes(b.qh, &b.qs).map(|q| i32::from(q) - off), out),
+                Plane::Min => out[..2].copy_from_slice(&b.m),
+                _ => out[..2].copy_from_slice(&b.d),
+            }
+        }
+        Encoding::Q4K | Encoding::Q5K => {
+            let (d, dmin, scales, qs, qh) = if *encoding == Encoding::Q4K {
+                let b: &BlockQ4K = bytemuck::from_bytes(block);
+                (b.d, b.dmin, b.scales, b.qs, None)
+            } else {
+                let b: &BlockQ5K = bytemuck::from_bytes(block);
+                (b.d, b.dmin, b.scales, b.qs, Some(b.qh))
+            };
+            match plane {
+                Plane::Quants => {
+                    let mut codes = [0i32; 256];
+                    for (g, q) in qs.chunks_exact(32).enumerate() {
+                        for (l, &byte) in q.iter().enumerate() {
+                            let (h0, h1) = qh.map_or((0, 0), |qh| {
+                                let h = qh[l] >> (2 * g);
+                                (i32::from(h & 1) << 4, i32::from((h >> 1) & 1) << 4)
+                            });
+                            codes[64 * g + l] = i32::from(byte & 0xF) + h0 - off;
+                            codes[64 * g + 32 + l] = i32::from(byte >> 4) + h1 - off;
+                        }
+                    }
+                    i8s(codes, out);
+                }
+                Plane::SubScales => i8s((0..8).map(|j| i32::from(crate::packed::k_scale_min(j, &scales).0)), out),
+                Plane::SubMins => i8s((0..8).map(|j| i32::from(crate::packed::k_scale_min(j, &scales).1)), out),
+                Plane::SuperMin => out[..2].copy_from_slice(&dmin),
+                _ => out[..2].copy_from_slice(&d),
+            }
+        }
+        Encoding::Q6K => {
+            let b: &BlockQ6K = bytemuck::from_bytes(block);
+            match plane {
+                Plane::Quants => {
+                    let mut codes = [0i32; 256];
+                    for h in 0..2 {
+                        let (ql, qh) = (&b.ql[64 * h..64 * h + 64], &b.qh[32 * h..32 * h + 32]);
+                        for l in 0..32 {
+                            let c = |v: u8| i32::from(v) - off;
+                            codes[128 * h + l] = c((ql[l] & 0xF) | ((qh[l] & 3) << 4));
+                            codes[128 * h + l + 32] = c((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
+                            codes[128 * h + l + 64] = c((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+                            codes[128 * h + l + 96] = c((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+                        }
+                    }
+                    i8s(codes, out);
+                }
+                // Sub-block j covers values 16j .. 16j + 16: in the decoder's table, scale index i + 2s for the
+                // s-th quarter of a half, which is exactly sc[j].
+                Plane::SubScales => i8s(b.sc.iter().map(|&s| i32::from(s)), out),
+                _ => out[..2].copy_from_slice(&b.d),
+            }
+        }
+        Encoding::Other(_) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The planes recombine to exactly what the dequantizer computes, for every format (random blocks, finite
+    /// scales): `W = A·qs + C` evaluated in f64 and rounded, against the f32 dequantizer, within one f32 ulp of
+    /// the larger term (the dequantizer rounds its two products separately).
+    #[test]
+    fn planes_recombine_to_the_dequantized_values() {
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for enc in Encoding::DECODABLE {
+            let s = Split::of(&enc).unwrap();
+            let bytes = usize::try_from(s.block_bytes).unwrap();
+            for _ in 0..64 {
+                let mut block: Vec<u8> = (0..bytes).map(|_| next().to_le_bytes()[0]).collect();
+                let finite = |v: f32| half::f16::from_f32(v).to_le_bytes();
+                let d = finite(0.01 + (next() % 1000) as f32 / 1000.0);
+                let m = finite(-0.5 + (next() % 1000) as f32 / 1000.0);
+                match enc {
+                    Encoding::Q6K => block[208..210].copy_from_slice(&d),
+                    Encoding::Q4_1 | Encoding::Q5_1 | Encoding::Q4K | Encoding::Q5K => {
+                        block[0..2].copy_from_slice(&d);
+                        block[2..4].copy_from_slice(&m);
+                    }
+                    _ => block[0..2].copy_from_slice(&d),
+                }
+                let n = usize::try_from(s.block_values).unwrap();
+                let mut want = vec![0f32; n];
+                crate::packed::dequantize(&enc, &block, &mut want).unwrap();
+                let plane = |p: Plane| {
+                    let k = usize::try_from(s.values_per_block(p) * s.tile_width(p)).unwrap();
+                    let mut out = vec![0u8; k];
+                    split_block(&enc, p, &block, &mut out);
+                    out
+                };
+                let f16s = |b: Vec<u8>| -> Vec<f64> {
+                    b.chunks(2).map(|c| f64::from(half::f16::from_le_bytes([c[0], c[1]]).to_f32())).collect()
+                };
+                let codes: Vec<f64> = plane(Plane::Quants).iter().map(|&b| f64::from(b as i8)).collect();
+                let sub = usize::try_from(s.sub_values).unwrap();
+                let subs = n / sub;
+                let d = f16s(plane(Plane::Scale));
+                let (a, c): (Vec<f64>, Vec<f64>) = (0..subs)
+                    .map(|j| {
+                        let off = f64::from(s.offset);
+                        if s.two_level {
+                            let sc = f64::from(plane(Plane::SubScales)[j] as i8);
+                            let a = d[0] * sc;
+                            let c = if s.has_offset_term {
+                                let mn = f64::from(plane(Plane::SubMins)[j] as i8);
+                                off * a - f16s(plane(Plane::SuperMin))[0] * mn
+                            } else {
+                                0.0
+                            };
+                            (a, c)
+                        } else {
+                            let c = if s.has_offset_term { off * d[j] + f16s(plane(Plane::Min))[j] } else { 0.0 };
+                            (d[j], c)
+                        }
+                    })
+                    .unzip();
+                for (i, &w) in want.iter().enumerate() {
+                    let j = i / sub;
+                    let (prod, got) = (a[j] * codes[i], a[j] * codes[i] + c[j]);
+                    let tol = f64::from(f32::EPSILON) * (prod.abs() + c[j].abs()) * 2.0;
+                    assert!((got - f64::from(w)).abs() <= tol, "{enc} value {i}: planes give {got}, dequantizer {w}");
+                }
+            }
+        }
+    }
+}

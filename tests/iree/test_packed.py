@@ -1,0 +1,146 @@
+"""Packed weights kept packed (`--packed keep`): GGML blocks from a GGUF file become planes of codes and scales, the
+program contracts them per block, and IREE's results equal `x @ dequantize(W)ᵀ` computed by PyPI gguf's
+dequantizer, for every format and every kind of use: a linear layer (`[N, K]`, `x @ Wᵀ`), a gather (embedding
+rows), the two at once (a tied embedding and head), and a plain `matmul` with a `[K, N]` weight (dequantized whole
+in the program)."""
+import json
+
+import numpy as np
+import pytest
+import iree.runtime as rt
+from gguf import GGUFReader, GGUFWriter, GGML_QUANT_SIZES, GGMLQuantizationType as T
+from gguf.quants import dequantize
+
+from harness import iree_tool, run
+
+FORMATS = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]
+N, K, N2 = 64, 512, 256  # W [N, K]: linear, gather, tied head; Wm [K, N2]: plain matmul
+
+
+def random_blocks(fmt, rows, cols, rng):
+    """Random GGML blocks with finite, moderate scales (the d/dmin fields), as uint8 rows."""
+    qt = T[fmt]
+    elems, nbytes = GGML_QUANT_SIZES[qt]
+    blocks = rng.integers(0, 256, (rows * cols // elems, nbytes), dtype=np.uint8)
+    d = rng.uniform(0.002, 0.02, (blocks.shape[0],)).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    dmin = rng.uniform(0.0, 0.02, (blocks.shape[0],)).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    if fmt == "Q6_K":
+        blocks[:, 208:210] = d
+    elif fmt in ("Q4_1", "Q5_1", "Q4_K", "Q5_K"):
+        blocks[:, 0:2], blocks[:, 2:4] = d, dmin
+    else:
+        blocks[:, 0:2] = d
+    return blocks.reshape(rows, -1)
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory):
+    rng = np.random.default_rng(21)
+    path = tmp_path_factory.mktemp("packed") / "w.gguf"
+    w = GGUFWriter(str(path), "llama")
+    for fmt in FORMATS:
+        w.add_tensor(f"{fmt}.w", random_blocks(fmt, N, K, rng), raw_dtype=T[fmt])
+        w.add_tensor(f"{fmt}.wm", random_blocks(fmt, K, N2, rng), raw_dtype=T[fmt])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    reader = GGUFReader(str(path))
+    dense = {t.name: dequantize(t.data, t.tensor_type).astype(np.float64).reshape(
+        [int(d) for d in reversed(t.shape)]) for t in reader.tensors}
+    return path, dense
+
+
+def graph(fmt):
+    t = lambda name, shape, **kw: {"name": name, "shape": shape, "dtype": "f32", **kw}  # noqa: E731
+    return {"name": "packed", "tensors": [
+        t("x", [3, K]), {"name": "ids", "shape": [4], "dtype": "i32"}, t("x2", [2, K]),
+        t("w", [N, K], path=f"blk.{fmt}.w", data={"tensor": f"{fmt}.w"}),
+        t("wm", [K, N2], path=f"blk.{fmt}.wm", data={"tensor": f"{fmt}.wm"}),
+        t("wt", [K, N]), t("y", [3, N]), t("e", [4, K]), t("logits", [4, N]), t("y2", [2, N2])],
+        "nodes": [{"op": "transpose", "inputs": ["w"], "outputs": ["wt"]},
+                  {"op": "matmul", "inputs": ["x", "wt"], "outputs": ["y"]},        # linear [N, K]
+                  {"op": "gather", "inputs": ["w", "ids"], "outputs": ["e"]},      # embedding rows
+                  {"op": "matmul", "inputs": ["e", "wt"], "outputs": ["logits"]},  # tied head
+                  {"op": "matmul", "inputs": ["x2", "wm"], "outputs": ["y2"]}],    # matmul [K, N]
+        "outputs": ["y", "e", "logits", "y2"]}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_packed_weights_kept_packed_compute_what_gguf_dequantizes(fmt, weights, tapeout, tmp_path):
+    path, dense = weights
+    (tmp_path / "g.json").write_text(json.dumps(graph(fmt)))
+    out = tmp_path / "out"
+    run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", out, "--packed", "keep")
+    text = (out / "packed.mlir").read_text()
+    idx = rt.ParameterIndex()
+    idx.load(str(out / "packed.irpa"))
+    entries = {k: e for k, e in idx.items()}
+    assert f"blk.{fmt}.w.qs" in entries and f"blk.{fmt}.w" not in entries, sorted(entries)
+    meta = json.loads(bytes(entries[f"blk.{fmt}.w.qs"].metadata).decode().removeprefix("TENSORv0:"))
+    assert (meta["from"], meta["plane"], meta["packed_shape"]) == (fmt, "qs", [N, K]), meta
+    i4 = fmt in ("Q4_0", "Q4_1", "Q4_K")
+    assert (meta["dtype"] == "i4") == i4, meta
+    # The archive holds about the GGUF bytes, not f32.
+    kept = sum(e.length for k, e in entries.items() if k.startswith(f"blk.{fmt}.w."))
+    gguf_bytes = N * K // GGML_QUANT_SIZES[T[fmt]][0] * GGML_QUANT_SIZES[T[fmt]][1]
+    assert kept <= 1.6 * gguf_bytes, (kept, gguf_bytes)
+
+    vmfb = tmp_path / "m.vmfb"
+    run(iree_tool("iree-compile"), out / "packed.mlir", "--iree-hal-target-device=local",
+        "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=generic", "-o", vmfb)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, K)).astype(np.float32)
+    ids = np.array([0, 63, 17, 5], np.int32)
+    x2 = rng.standard_normal((2, K)).astype(np.float32)
+    feeds = {"x": x, "ids": ids, "x2": x2}
+    order = [n for n in ("x", "ids", "x2") if f'tapeout.name = "{n}"' in text]
+    args = []
+    for i, n in enumerate(order):
+        np.save(tmp_path / f"in{i}.npy", feeds[n])
+        args.append(f"--input=@{tmp_path / f'in{i}.npy'}")
+    run(iree_tool("iree-run-module"), "--device=local-task", f"--module={vmfb}", "--function=main",
+        f"--parameters=model={out / 'packed.irpa'}", *args, *[f"--output=@{tmp_path / f'o{i}.npy'}" for i in range(4)])
+    w, wm = dense[f"{fmt}.w"], dense[f"{fmt}.wm"]
+    want = {"y": x @ w.T, "e": w[ids], "logits": w[ids] @ w.T, "y2": x2 @ wm}
+    for i, name in enumerate(["y", "e", "logits", "y2"]):
+        got = np.load(tmp_path / f"o{i}.npy").astype(np.float64)
+        scale = np.abs(want[name]).max()
+        np.testing.assert_allclose(got, want[name], rtol=1e-5, atol=1e-5 * scale, err_msg=f"{fmt} {name}")
+
+
+def test_small_i4_codes_stay_external_and_inline_all_is_refused(tapeout, tmp_path):
+    """4-bit codes cannot be inline hex: a 64-byte Q4_0 plane is external under the default 4096-byte threshold,
+    and --inline-all is an error naming the weight, not a module IREE would misread."""
+    rng = np.random.default_rng(4)
+    path = tmp_path / "w.gguf"
+    w = GGUFWriter(str(path), "llama")
+    w.add_tensor("small", random_blocks("Q4_0", 4, 32, rng), raw_dtype=T.Q4_0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    t = GGUFReader(str(path)).tensors[0]
+    dense = dequantize(t.data, t.tensor_type).astype(np.float64).reshape(4, 32)
+    g = {"name": "small", "tensors": [
+        {"name": "x", "shape": [1, 32], "dtype": "f32"},
+        {"name": "w", "shape": [4, 32], "dtype": "f32", "path": "w", "data": {"tensor": "small"}},
+        {"name": "wt", "shape": [32, 4], "dtype": "f32"}, {"name": "y", "shape": [1, 4], "dtype": "f32"}],
+        "nodes": [{"op": "transpose", "inputs": ["w"], "outputs": ["wt"]},
+                  {"op": "matmul", "inputs": ["x", "wt"], "outputs": ["y"]}], "outputs": ["y"]}
+    (tmp_path / "g.json").write_text(json.dumps(g))
+    run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", tmp_path / "out", "--packed", "keep")
+    text = (tmp_path / "out/small.mlir").read_text()
+    assert '#flow.parameter.named<"model"::"w.qs"> : tensor<1x32x4xi4>' in text, text
+    vmfb = tmp_path / "m.vmfb"
+    run(iree_tool("iree-compile"), tmp_path / "out/small.mlir", "--iree-hal-target-device=local",
+        "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=generic", "-o", vmfb)
+    x = rng.standard_normal((1, 32)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    run(iree_tool("iree-run-module"), "--device=local-task", f"--module={vmfb}", "--function=main",
+        f"--parameters=model={tmp_path / 'out/small.irpa'}", f"--input=@{tmp_path / 'x.npy'}",
+        f"--output=@{tmp_path / 'y.npy'}")
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), x @ dense.T, rtol=1e-5, atol=1e-6)
+    r = run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", tmp_path / "inl", "--packed", "keep",
+            "--inline-all", check=False)
+    assert r.returncode == 1 and "'w.qs'" in r.stderr and "external" in r.stderr, r.stderr
