@@ -13,6 +13,11 @@ Gradle exports (16-bit kept and widened) run as they are.
     python tests/bench/iree_runtime.py [pytorch-layout] [--dim 8192] [--layers 8] [--out DIR]
     python tests/bench/iree_runtime.py tied [--vocab 262144] [--dim 2048] [--out DIR]
     python tests/bench/iree_runtime.py tiny-llm --keep DIR --widen DIR
+    python tests/bench/iree_runtime.py packed [--dim 4096] [--layers 4] [--out DIR]
+
+`packed`: a decode step through `layers` linear layers of dim x dim GGML weights (Q8_0, Q4_0, Q4_K; random blocks
+with finite scales) in a GGUF file, exported with the blocks kept packed (`--packed keep`) and dequantized to f32
+(`--packed dequantize`): archive bytes against the GGUF tensor bytes, peak RSS, step time.
 """
 import argparse
 import json
@@ -175,6 +180,61 @@ def tiny_llm(a):
             print(json.dumps(r))
 
 
+def write_packed(d, fmt, dim, layers):
+    from gguf import GGUFWriter, GGML_QUANT_SIZES, GGMLQuantizationType as T
+    qt = T[fmt]
+    elems, nbytes = GGML_QUANT_SIZES[qt]
+    rng = np.random.default_rng(8)
+    w = GGUFWriter(str(d / "w.gguf"), "llama")
+    for i in range(layers):
+        blocks = rng.integers(0, 256, (dim * dim // elems, nbytes), dtype=np.uint8)
+        # Scales small enough that activations stay O(1) through the layers.
+        scale = (rng.uniform(0.5, 1.0, blocks.shape[0]) / (8 * np.sqrt(dim))).astype(np.float16).view(np.uint8).reshape(-1, 2)
+        if fmt == "Q4_K":  # d scales 6-bit sub-block codes (up to 63): smaller d, no mins
+            k_scale = (scale.view(np.float16) / 32).astype(np.float16).view(np.uint8).reshape(-1, 2)
+            blocks[:, 0:2], blocks[:, 2:4] = k_scale, np.zeros_like(k_scale)
+        else:
+            blocks[:, 0:2] = scale
+        w.add_tensor(f"blk.{i}.w", blocks.reshape(dim, -1), raw_dtype=qt)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    tensors = [{"name": "x", "shape": [1, dim], "dtype": "f32"}]
+    nodes, h = [], "x"
+    for i in range(layers):
+        tensors += [{"name": f"w{i}", "shape": [dim, dim], "dtype": "f32", "path": f"blk.{i}.w",
+                     "data": {"tensor": f"blk.{i}.w"}},
+                    {"name": f"wt{i}", "shape": [dim, dim], "dtype": "f32"},
+                    {"name": f"h{i}", "shape": [1, dim], "dtype": "f32"}]
+        nodes += [{"op": "transpose", "inputs": [f"w{i}"], "outputs": [f"wt{i}"]},
+                  {"op": "matmul", "inputs": [h, f"wt{i}"], "outputs": [f"h{i}"]}]
+        h = f"h{i}"
+    (d / "g.json").write_text(json.dumps({"name": "step", "tensors": tensors, "nodes": nodes, "outputs": [h]}))
+    return layers * dim * dim // elems * nbytes
+
+
+def packed(a):
+    for fmt in ("Q8_0", "Q4_0", "Q4_K"):
+        with tempfile.TemporaryDirectory(dir=a.out) as d:
+            d = pathlib.Path(d)
+            gguf_bytes = write_packed(d, fmt, a.dim, a.layers)
+            np.save(d / "x.npy", np.random.default_rng(1).standard_normal((1, a.dim)).astype(np.float32))
+            rows = []
+            for form in ("keep", "dequantize"):
+                out = d / form
+                subprocess.run([TAPEOUT, "export", d / "g.json", "--weights", d / "w.gguf", "-o", out,
+                                "--packed", form], check=True, capture_output=True)
+                m = run_module(d, form, out / "step.mlir", [out / "step.irpa"], [d / "x.npy"])
+                rows.append({"figure": "iree_packed", "format": fmt, "form": form, "dim": a.dim, "layers": a.layers,
+                             "gguf_tensor_bytes": gguf_bytes, "archive_vs_gguf": m["irpa_bytes"] / gguf_bytes, **m})
+            keep, deq = rows
+            assert np.allclose(keep["output"], deq["output"], rtol=1e-4, atol=1e-4), (keep["output"], deq["output"])
+            keep["step_vs_dequantized"] = keep["step_ms"] / deq["step_ms"]
+            for r in rows:
+                print(json.dumps(r), flush=True)
+
+
 def pytorch_layout(a):
     with tempfile.TemporaryDirectory(dir=a.out) as d:
         d = pathlib.Path(d)
@@ -189,7 +249,7 @@ def pytorch_layout(a):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", nargs="?", default="pytorch-layout", choices=["pytorch-layout", "tied", "tiny-llm"])
+    ap.add_argument("what", nargs="?", default="pytorch-layout", choices=["pytorch-layout", "tied", "tiny-llm", "packed"])
     ap.add_argument("--dim", type=int, default=None)
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--vocab", type=int, default=262144)
@@ -202,6 +262,10 @@ def main():
         tied(a)
     elif a.what == "tiny-llm":
         tiny_llm(a)
+    elif a.what == "packed":
+        a.dim = a.dim or 4096
+        a.layers = 4 if a.layers == 8 else a.layers
+        packed(a)
     else:
         a.dim = a.dim or 8192
         pytorch_layout(a)

@@ -147,7 +147,8 @@ def convert_memory(nbytes):
 
 def export_memory(nbytes):
     """`tapeout export` of a graph whose one weight (about `nbytes`) is in a file: an f16 safetensors tensor
-    (widened to f32) and a GGUF Q8_0 tensor (dequantized to f32). Peak anonymous memory against the file size."""
+    (widened to f32) and a GGUF Q8_0 tensor (dequantized to f32, and kept packed: repacked into planes tile by
+    tile). Peak anonymous memory against the file size."""
     from gguf import GGUFWriter, GGMLQuantizationType
     WORK.mkdir(parents=True, exist_ok=True)
     cols = 4096
@@ -172,8 +173,9 @@ def export_memory(nbytes):
     del blocks
     rows = []
     for label, weights, rows_n, dtype, tensor, extra in (
-            ("safetensors_f16_widened", st, rows_f16, "f16", "w", []),
-            ("gguf_q8_0_dequantized", gg, rows_q8, "f32", "blk.0.ffn_up.weight", ["--packed", "dequantize"])):
+            ("safetensors_f16_widened", st, rows_f16, "f16", "w", ["--half", "widen"]),
+            ("gguf_q8_0_dequantized", gg, rows_q8, "f32", "blk.0.ffn_up.weight", ["--packed", "dequantize"]),
+            ("gguf_q8_0_kept_packed", gg, rows_q8, "f32", "blk.0.ffn_up.weight", ["--packed", "keep"])):
         g = {"format": "tapeout-graph/1", "name": "m",
              "tensors": [{"name": "x", "shape": [2, rows_n], "dtype": "f32"},
                          {"name": "w", "shape": [rows_n, cols], "dtype": dtype, "path": "model.w", "data": {"tensor": tensor}},

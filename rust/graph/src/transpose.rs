@@ -46,33 +46,37 @@ struct Plan {
 }
 
 impl Plan {
-    fn new(rows: u64, units: u64, unit_values: u64, unit_elems: u64, ow: u64) -> Option<Plan> {
-        if rows == 0 || units == 0 || unit_values == 0 || ow == 0 {
+    /// `src_unit_bytes`: bytes of source per unit (its elements times the lender's element size). Both the
+    /// gathered source and the decoded tile stay within [`TILE_BYTES`].
+    fn new(rows: u64, units: u64, unit_values: u64, unit_elems: u64, ow: u64, src_unit_bytes: u64) -> Option<Plan> {
+        if rows == 0 || units == 0 || unit_values == 0 || ow == 0 || src_unit_bytes == 0 {
             return None;
         }
         let value_column = rows.checked_mul(ow)?;
         let column = value_column.checked_mul(unit_values)?; // decoded bytes of one unit column
-        let (band, window, group) = if column <= TILE_BYTES {
-            ((TILE_BYTES / column).clamp(1, units), unit_values, rows)
-        } else if value_column <= TILE_BYTES {
+        let source_column = rows.checked_mul(src_unit_bytes)?; // gathered bytes of one unit column
+        let (band, window, group) = if column <= TILE_BYTES && source_column <= TILE_BYTES {
+            ((TILE_BYTES / column).min(TILE_BYTES / source_column).clamp(1, units), unit_values, rows)
+        } else if value_column <= TILE_BYTES && source_column <= TILE_BYTES {
             (1, (TILE_BYTES / value_column).clamp(1, unit_values), rows)
         } else {
-            (1, 1, (TILE_BYTES / ow).max(1))
+            // One value column of one unit at a time, in row groups: each output row is then written in order.
+            (1, 1, (TILE_BYTES / ow.max(src_unit_bytes)).max(1))
         };
         Some(Plan { rows, units, unit_values, unit_elems, ow, band, window, group })
     }
 }
 
 fn plan(data: &ConstantData<'_>, rows: u64, cols: u64) -> Option<Plan> {
-    let (unit_values, unit_elems, ow, held) = match data {
-        ConstantData::F32(v) => (1, 1, 4, v.len()),
+    let (unit_values, unit_elems, ow, held, elem) = match data {
+        ConstantData::F32(v) => (1, 1, 4, v.len(), 4),
         ConstantData::Raw { dtype, bytes } if *dtype != crate::DType::I4 => {
-            (1, dtype.byte_width(), dtype.byte_width(), bytes.len())
+            (1, dtype.byte_width(), dtype.byte_width(), bytes.len(), 1)
         }
-        ConstantData::Widen { bytes, layout: HalfLayout::RowMajor, .. } => (1, 2, 4, bytes.len()),
+        ConstantData::Widen { bytes, layout: HalfLayout::RowMajor, .. } => (1, 2, 4, bytes.len(), 1),
         ConstantData::Dequantize { encoding, bytes, .. } => {
             let (values, block) = encoding.block_geometry()?;
-            (values, block, 4, bytes.len())
+            (values, block, 4, bytes.len(), 1)
         }
         _ => return None,
     };
@@ -83,7 +87,7 @@ fn plan(data: &ConstantData<'_>, rows: u64, cols: u64) -> Option<Plan> {
     if rows.checked_mul(units)?.checked_mul(unit_elems)? != held {
         return None;
     }
-    Plan::new(rows, units, unit_values, unit_elems, ow)
+    Plan::new(rows, units, unit_values, unit_elems, ow, unit_elems * elem)
 }
 
 /// True when `data`, the row-major `[rows, cols]` values of a constant, can be streamed transposed: addressable or
@@ -217,7 +221,8 @@ pub(crate) fn stream_plane(
         .then(|| cols / split.block_values)
         .filter(|units| rows.checked_mul(*units).and_then(|n| n.checked_mul(split.block_bytes)) == Some(bytes.len()))
         .and_then(|units| {
-            Plan::new(rows, units, split.values_per_block(plane), split.block_bytes, split.tile_width(plane))
+            let (values, width) = (split.values_per_block(plane), split.tile_width(plane));
+            Plan::new(rows, units, values, split.block_bytes, width, split.block_bytes)
         });
     let Some(plan) = geometry else {
         return Err(StreamError::Decode(format!(
@@ -344,7 +349,7 @@ mod tests {
         let (rows, cols) = ((4u64 << 20) + 3, 2u64);
         let values: Vec<f32> = (0..rows * cols).map(|i| (i % 1_000_003) as f32).collect();
         let p = plan(&ConstantData::F32(Lent::Slice(&values)), rows, cols).unwrap();
-        assert_eq!((p.band, p.group), (1, 4 << 20));
+        assert_eq!((p.band, p.window, p.group), (1, 1, 4 << 20));
         let got = transposed(&ConstantData::F32(Lent::Slice(&values)), rows, cols);
         let at = |c: u64, r: u64| {
             let i = usize::try_from(4 * (c * rows + r)).unwrap();
@@ -353,6 +358,19 @@ mod tests {
         for (c, r) in [(0, 0), (0, rows - 1), (1, 0), (1, 4 << 20), (1, rows - 1)] {
             assert_eq!(at(c, r), values[usize::try_from(r * cols + c).unwrap()], "[{c}, {r}]");
         }
+    }
+
+    #[test]
+    fn tiles_bound_both_the_gathered_source_and_the_decoded_values() {
+        // The scale plane of a 1 GiB Q8_0 weight: 2 bytes out per 34-byte block in. The band is sized by the
+        // source, not only by the output (which once gathered 285 MB for a 16 MiB tile).
+        let rows = 246_723u64;
+        let p = Plan::new(rows, 128, 1, 34, 2, 34).unwrap();
+        assert!(p.band * rows * 34 <= TILE_BYTES && p.band * rows * 2 <= TILE_BYTES, "{p:?}");
+        // A source column past a tile on its own: one value of one unit at a time, in row groups.
+        let p = Plan::new(1 << 20, 4, 32, 34, 1, 34).unwrap();
+        assert_eq!((p.band, p.window), (1, 1));
+        assert!(p.group * 34 <= TILE_BYTES, "{p:?}");
     }
 
     #[test]
