@@ -190,9 +190,12 @@ def write_packed(d, fmt, dim, layers):
         blocks = rng.integers(0, 256, (dim * dim // elems, nbytes), dtype=np.uint8)
         # Scales small enough that activations stay O(1) through the layers.
         scale = (rng.uniform(0.5, 1.0, blocks.shape[0]) / (8 * np.sqrt(dim))).astype(np.float16).view(np.uint8).reshape(-1, 2)
-        if fmt == "Q4_K":  # d scales 6-bit sub-block codes (up to 63): smaller d, no mins
+        if fmt in ("Q4_K", "Q5_K"):  # d scales 6-bit sub-block codes (up to 63): smaller d, no mins
             k_scale = (scale.view(np.float16) / 32).astype(np.float16).view(np.uint8).reshape(-1, 2)
             blocks[:, 0:2], blocks[:, 2:4] = k_scale, np.zeros_like(k_scale)
+        elif fmt == "Q6_K":  # d last; int8 sub-block scales up to ±127
+            k_scale = (scale.view(np.float16) / 64).astype(np.float16).view(np.uint8).reshape(-1, 2)
+            blocks[:, 208:210] = k_scale
         else:
             blocks[:, 0:2] = scale
         w.add_tensor(f"blk.{i}.w", blocks.reshape(dim, -1), raw_dtype=qt)
@@ -215,7 +218,7 @@ def write_packed(d, fmt, dim, layers):
 
 
 def packed(a):
-    for fmt in ("Q8_0", "Q4_0", "Q4_K"):
+    for fmt in a.formats.split(","):
         with tempfile.TemporaryDirectory(dir=a.out) as d:
             d = pathlib.Path(d)
             gguf_bytes = write_packed(d, fmt, a.dim, a.layers)
@@ -256,6 +259,7 @@ def main():
     ap.add_argument("--keep")
     ap.add_argument("--widen")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--formats", default="Q8_0,Q4_0,Q4_K,Q5_K,Q6_K")
     a = ap.parse_args()
     if a.what == "tied":
         a.dim = a.dim or 2048

@@ -79,12 +79,17 @@ def test_packed_weights_kept_packed_compute_what_gguf_dequantizes(fmt, weights, 
     assert f"blk.{fmt}.w.qs" in entries and f"blk.{fmt}.w" not in entries, sorted(entries)
     meta = json.loads(bytes(entries[f"blk.{fmt}.w.qs"].metadata).decode().removeprefix("TENSORv0:"))
     assert (meta["from"], meta["plane"], meta["packed_shape"]) == (fmt, "qs", [N, K]), meta
-    i4 = fmt in ("Q4_0", "Q4_1", "Q4_K")
-    assert (meta["dtype"] == "i4") == i4, meta
-    # The archive holds about the GGUF bytes, not f32.
+    # Codes as i4 (Q8_0: i8); 5- and 6-bit codes split into i4 low bits and an i2 plane of high bits.
+    assert meta["dtype"] == ("i8" if fmt == "Q8_0" else "i4"), meta
+    high = fmt in ("Q5_0", "Q5_1", "Q5_K", "Q6_K")
+    assert (f"blk.{fmt}.w.qh" in entries) == high, sorted(entries)
+    if high:
+        qh = json.loads(bytes(entries[f"blk.{fmt}.w.qh"].metadata).decode().removeprefix("TENSORv0:"))
+        assert qh["dtype"] == "i2" and entries[f"blk.{fmt}.w.qh"].length == N * K // 4, qh
+    # The archive holds about the GGUF bytes, not f32 (the small scale planes are inline here).
     kept = sum(e.length for k, e in entries.items() if k.startswith(f"blk.{fmt}.w."))
     gguf_bytes = N * K // GGML_QUANT_SIZES[T[fmt]][0] * GGML_QUANT_SIZES[T[fmt]][1]
-    assert kept <= 1.6 * gguf_bytes, (kept, gguf_bytes)
+    assert kept <= 1.1 * gguf_bytes, (kept, gguf_bytes)
 
     vmfb = tmp_path / "m.vmfb"
     run(iree_tool("iree-compile"), out / "packed.mlir", "--iree-hal-target-device=local",

@@ -35,6 +35,9 @@ pub enum DType {
     /// Signed 4-bit integer, two per byte (low nibble first): only the codes of a packed weight kept planar
     /// (not in [`DType::ALL`]; a graph file cannot declare it).
     I4,
+    /// Signed 2-bit integer, four per byte (lowest bits first): only the high bits of 5- and 6-bit codes of a
+    /// packed weight kept planar (not in [`DType::ALL`]).
+    I2,
 }
 
 impl DType {
@@ -55,25 +58,33 @@ impl DType {
         DType::Bool,
     ];
 
-    /// Bytes per element in a dense little-endian buffer (1 for [`DType::I4`], whose elements share bytes: its
-    /// buffers' sizes are [`DType::bytes_for`]).
+    /// Bytes per element in a dense little-endian buffer (1 for [`DType::I4`] and [`DType::I2`], whose elements
+    /// share bytes: their buffers' sizes are [`DType::bytes_for`]).
     #[must_use]
     pub const fn byte_width(self) -> u64 {
         match self {
-            DType::I8 | DType::U8 | DType::Bool | DType::I4 => 1,
+            DType::I8 | DType::U8 | DType::Bool | DType::I4 | DType::I2 => 1,
             DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F64 | DType::I64 | DType::U64 => 8,
         }
     }
 
-    /// Bytes that `count` elements take (`count.div_ceil(2)` for [`DType::I4`]), or `None` on overflow.
+    /// Bytes that `count` elements take (`count.div_ceil(2)` for [`DType::I4`], `div_ceil(4)` for [`DType::I2`]),
+    /// or `None` on overflow.
     #[must_use]
     pub const fn bytes_for(self, count: u64) -> Option<u64> {
         match self {
             DType::I4 => Some(count.div_ceil(2)),
+            DType::I2 => Some(count.div_ceil(4)),
             other => count.checked_mul(other.byte_width()),
         }
+    }
+
+    /// True for the sub-byte types ([`DType::I4`], [`DType::I2`]): packed several per byte, so never inline text.
+    #[must_use]
+    pub const fn is_sub_byte(self) -> bool {
+        matches!(self, DType::I4 | DType::I2)
     }
 
     /// True for the floating-point types.
@@ -100,6 +111,7 @@ impl DType {
             DType::U64 => "ui64",
             DType::Bool => "i1",
             DType::I4 => "i4",
+            DType::I2 => "i2",
         }
     }
 

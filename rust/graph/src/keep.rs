@@ -24,6 +24,7 @@ use crate::tensor::{Lent, TensorSpec};
 use crate::trace::{Attr, Attrs, Op, TensorId};
 
 static EIGHT: [u8; 4] = 8.0f32.to_le_bytes();
+static MINUS_EIGHT: [u8; 4] = (-8.0f32).to_le_bytes();
 static SIXTEEN: [u8; 4] = 16.0f32.to_le_bytes();
 static THIRTY_TWO: [u8; 4] = 32.0f32.to_le_bytes();
 
@@ -80,6 +81,10 @@ struct Planes {
     kb: u64,
     b: u64,
     quants: TensorId,
+    /// The high bits of 5/6-bit codes, and the scalar 16 they are weighted by.
+    high: Option<(TensorId, TensorId)>,
+    high_f32: Option<TensorId>,
+    codes_whole: Option<TensorId>,
     /// `A [Kb, N]` f32.
     scale: TensorId,
     /// `C [Kb, N]` f32, when the format has an offset term.
@@ -91,6 +96,41 @@ struct Planes {
 }
 
 impl Planes {
+    /// The high-bit plane as f32 `[Kb, B, N]`, for formats that have one.
+    fn high_f32(&mut self, b: &mut Builder<'_>) -> Option<TensorId> {
+        let (h, _) = self.high?;
+        if let Some(t) = self.high_f32 {
+            return Some(t);
+        }
+        let t = b.op(
+            OpKind::Convert,
+            Attrs::new(),
+            &[h],
+            format!("{}.qh_f32", self.name),
+            &[self.kb, self.b, self.n],
+            DType::F32,
+        );
+        Some(*self.high_f32.insert(t))
+    }
+
+    /// The whole codes as f32 (`qs + 16·qh` where there is a high plane; the bias is in `C`).
+    fn whole_codes(&mut self, b: &mut Builder<'_>) -> TensorId {
+        if let Some(t) = self.codes_whole {
+            return t;
+        }
+        let lo = self.codes_f32(b);
+        let t = match (self.high_f32(b), self.high) {
+            (Some(hf), Some((_, sixteen))) => {
+                let dims = [self.kb, self.b, self.n];
+                let h16 =
+                    b.op(OpKind::Mul, Attrs::new(), &[hf, sixteen], format!("{}.qh16", self.name), &dims, DType::F32);
+                b.op(OpKind::Add, Attrs::new(), &[lo, h16], format!("{}.codes", self.name), &dims, DType::F32)
+            }
+            _ => lo,
+        };
+        *self.codes_whole.insert(t)
+    }
+
     fn codes_f32(&mut self, b: &mut Builder<'_>) -> TensorId {
         if let Some(t) = self.codes_f32 {
             return t;
@@ -133,7 +173,7 @@ impl Planes {
 
     /// The whole weight, dequantized in the program, as `Wᵀ [K, N]` into `out`.
     fn dequantized_t(&mut self, b: &mut Builder<'_>, out: TensorId) {
-        let (q, a) = (self.codes_f32(b), self.scale_3d(b));
+        let (q, a) = (self.whole_codes(b), self.scale_3d(b));
         let mut v = b.op(
             OpKind::Mul,
             Attrs::new(),
@@ -204,7 +244,7 @@ pub(crate) fn keep_packed<'a>(
         let mut plane_ids = HashMap::new();
         for p in split.planes(encoding) {
             let pdims: Vec<u64> = match p {
-                Plane::Quants => vec![kb, bsub, n],
+                Plane::Quants | Plane::QuantsHigh => vec![kb, bsub, n],
                 Plane::Scale | Plane::SuperMin if split.two_level => vec![ks, n],
                 _ => vec![kb, n],
             };
@@ -214,15 +254,18 @@ pub(crate) fn keep_packed<'a>(
             planes_out.push(Constant { tensor: t, key: format!("{}.{}", c.key, p.suffix()), data });
         }
         let scalar = |b: &mut Builder<'_>, planes_out: &mut Vec<Constant<'a>>, v: i32| {
-            let t = b.tensor(format!("{name}.offset"), &[], DType::F32);
+            let t = b.tensor(format!("{name}.const{v}"), &[], DType::F32);
+            // The only scalars the formats use (offsets, biases, the high bits' weight); every one is checked
+            // end to end by the IREE gate.
             let bytes: &'static [u8; 4] = match v {
                 8 => &EIGHT,
+                -8 => &MINUS_EIGHT,
                 16 => &SIXTEEN,
                 _ => &THIRTY_TWO,
             };
             planes_out.push(Constant {
                 tensor: t,
-                key: format!("{}.offset", c.key),
+                key: format!("{}.const{v}", c.key),
                 data: ConstantData::Raw { dtype: DType::F32, bytes: Lent::Slice(bytes) },
             });
             t
@@ -257,7 +300,7 @@ pub(crate) fn keep_packed<'a>(
         } else {
             f32_of(&mut b, Plane::Scale, &[kb, n])
         };
-        let offset = if split.has_offset_term {
+        let base_offset = if split.has_offset_term {
             let o = scalar(&mut b, &mut planes_out, split.offset);
             let oa = b.op(OpKind::Mul, Attrs::new(), &[scale, o], format!("{name}.oa"), &[kb, n], DType::F32);
             Some(if split.two_level {
@@ -273,6 +316,20 @@ pub(crate) fn keep_packed<'a>(
         } else {
             None
         };
+        // With a high plane the contracted codes are `qs + 16·qh`; the bias that centres them joins C.
+        let (offset, high) = match split.high {
+            Some(hb) => {
+                let bias = scalar(&mut b, &mut planes_out, hb.bias);
+                let ba = b.op(OpKind::Mul, Attrs::new(), &[scale, bias], format!("{name}.ba"), &[kb, n], DType::F32);
+                let c = match base_offset {
+                    Some(c) => b.op(OpKind::Add, Attrs::new(), &[c, ba], format!("{name}.cb"), &[kb, n], DType::F32),
+                    None => ba,
+                };
+                let sixteen = scalar(&mut b, &mut planes_out, 16);
+                (Some(c), Some((plane_ids[&Plane::QuantsHigh], sixteen)))
+            }
+            None => (base_offset, None),
+        };
         let mut pl = Planes {
             name: name.clone(),
             n,
@@ -280,6 +337,9 @@ pub(crate) fn keep_packed<'a>(
             kb,
             b: bsub,
             quants: plane_ids[&Plane::Quants],
+            high,
+            high_f32: None,
+            codes_whole: None,
             scale,
             offset,
             codes_f32: None,
@@ -366,7 +426,13 @@ fn linear_use(b: &mut Builder<'_>, pl: &mut Planes, x: TensorId, xd: &[u64], y: 
     let xb = b.op(OpKind::Reshape, Attrs::new(), &[x], format!("{y_name}.xb"), &[p, kb, bs], DType::F32);
     let xt = b.op(OpKind::Transpose, ints("perm", [1, 0, 2]), &[xb], format!("{y_name}.xt"), &[kb, p, bs], DType::F32);
     let q = pl.codes_f32(b);
-    let s = b.op(OpKind::Matmul, Attrs::new(), &[xt, q], format!("{y_name}.s"), &[kb, p, n], DType::F32);
+    let mut s = b.op(OpKind::Matmul, Attrs::new(), &[xt, q], format!("{y_name}.s"), &[kb, p, n], DType::F32);
+    if let (Some(hf), Some((_, sixteen))) = (pl.high_f32(b), pl.high) {
+        // 5/6-bit codes: a second contraction on the high bits (IREE reads the i2 plane directly), weighted 16.
+        let sh = b.op(OpKind::Matmul, Attrs::new(), &[xt, hf], format!("{y_name}.sh"), &[kb, p, n], DType::F32);
+        let sh16 = b.op(OpKind::Mul, Attrs::new(), &[sh, sixteen], format!("{y_name}.sh16"), &[kb, p, n], DType::F32);
+        s = b.op(OpKind::Add, Attrs::new(), &[s, sh16], format!("{y_name}.sq"), &[kb, p, n], DType::F32);
+    }
     let a = pl.scale_3d(b);
     let sa = b.op(OpKind::Mul, Attrs::new(), &[s, a], format!("{y_name}.sa"), &[kb, p, n], DType::F32);
     let flat = xd.len() == 2;
@@ -403,7 +469,14 @@ fn gather_use(b: &mut Builder<'_>, pl: &mut Planes, ids: TensorId, id_dims: &[u6
         &with(&[kb, bs]),
         b.specs[pl.quants.index()].dtype,
     );
-    let gqf = b.op(OpKind::Convert, Attrs::new(), &[gq], format!("{g_name}.qs_f32"), &with(&[kb, bs]), DType::F32);
+    let mut gqf = b.op(OpKind::Convert, Attrs::new(), &[gq], format!("{g_name}.qs_f32"), &with(&[kb, bs]), DType::F32);
+    if let Some((h, sixteen)) = pl.high {
+        let gh = b.op(OpKind::Gather, axis(2), &[h, ids], format!("{g_name}.qh"), &with(&[kb, bs]), DType::I2);
+        let ghf = b.op(OpKind::Convert, Attrs::new(), &[gh], format!("{g_name}.qh_f32"), &with(&[kb, bs]), DType::F32);
+        let gh16 =
+            b.op(OpKind::Mul, Attrs::new(), &[ghf, sixteen], format!("{g_name}.qh16"), &with(&[kb, bs]), DType::F32);
+        gqf = b.op(OpKind::Add, Attrs::new(), &[gqf, gh16], format!("{g_name}.codes"), &with(&[kb, bs]), DType::F32);
+    }
     let ga = b.op(OpKind::Gather, axis(1), &[pl.scale, ids], format!("{g_name}.a"), &with(&[kb]), DType::F32);
     let ga3 = b.op(OpKind::Reshape, Attrs::new(), &[ga], format!("{g_name}.a3"), &with(&[kb, 1]), DType::F32);
     let mut v = b.op(OpKind::Mul, Attrs::new(), &[gqf, ga3], format!("{g_name}.wa"), &with(&[kb, bs]), DType::F32);

@@ -7,7 +7,8 @@
 //!
 //! | plane | dtype | shape | holds |
 //! |---|---|---|---|
-//! | `<key>.qs` | `i4` (Q4_0, Q4_1, Q4_K; two per byte, low nibble first) or `i8` | `[Kb, B, N]` | the code of `W[n, kb·B + l]` minus the format's offset |
+//! | `<key>.qs` | `i8` (Q8_0) or `i4` (two per byte, low nibble first) | `[Kb, B, N]` | the code of `W[n, kb·B + l]` minus the format's offset; for 5/6-bit codes their low 4 bits minus 8 |
+//! | `<key>.qh` | `i2` (four per byte) | `[Kb, B, N]` | 5/6-bit codes only: their high bits (`code >> 4`, minus 2 for 6-bit) |
 //! | `<key>.d` | f16 | `[Kb, N]` (32-blocks) or `[Ks, N]` (K-quants) | the block scale `d` |
 //! | `<key>.m` | f16 | `[Kb, N]` | Q4_1's and Q5_1's min `m` |
 //! | `<key>.scales` | i8 | `[Kb, N]` | K-quants' sub-block scale codes (6-bit; Q6_K's signed 8-bit) |
@@ -15,8 +16,9 @@
 //! | `<key>.dmin` | f16 | `[Ks, N]` | Q4_K/Q5_K's `dmin` |
 //!
 //! With `A[kb, n]` the sub-block's scale (`d`, or `d·scales`) and `C[kb, n]` its offset term (`offset·A + m`, or
-//! `offset·A − dmin·mins`; none for Q8_0, Q4_0, Q5_0, Q6_K), `W[n, kb·B + l] = A·qs + C`: the program contracts
-//! `x` with `qs` per sub-block, scales by `A`, and adds `C · Σ x` per sub-block.
+//! `offset·A − dmin·mins`, plus `bias·A` with a `qh` plane; none for Q8_0, Q4_0), `W[n, kb·B + l] =
+//! A·(qs + 16·qh) + C`: the program contracts `x` with `qs` (and `qh`) per sub-block, scales by `A`, and adds
+//! `C · Σ x` per sub-block.
 
 use crate::dtype::DType;
 use crate::packed::{BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, Encoding};
@@ -24,8 +26,10 @@ use crate::packed::{BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ
 /// One plane of a packed weight kept planar.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Plane {
-    /// The codes, offset-centred.
+    /// The codes, offset-centred; for 5- and 6-bit formats only their low 4 bits, less 8.
     Quants,
+    /// The high bits of 5- and 6-bit codes (`code >> 4`, less 2 for 6-bit), `i2`.
+    QuantsHigh,
     /// The block scale `d` (per sub-block for 32-value blocks, per super-block for K-quants).
     Scale,
     /// Q4_1's and Q5_1's per-block min `m`.
@@ -44,6 +48,7 @@ impl Plane {
     pub fn suffix(self) -> &'static str {
         match self {
             Plane::Quants => "qs",
+            Plane::QuantsHigh => "qh",
             Plane::Scale => "d",
             Plane::Min => "m",
             Plane::SubScales => "scales",
@@ -51,6 +56,15 @@ impl Plane {
             Plane::SuperMin => "dmin",
         }
     }
+}
+
+/// The high-bit plane of 5- and 6-bit codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HighBits {
+    /// Subtracted from `code >> 4` so it fits i2 (0 for one high bit, 2 for two).
+    pub offset: i32,
+    /// `qs + 16·qh + bias` is the centred code: `8 + 16·offset − format offset`.
+    pub bias: i32,
 }
 
 /// How a format splits: sub-block size, code offset, code width, and its planes.
@@ -62,10 +76,13 @@ pub struct Split {
     pub block_bytes: u64,
     /// Values per sub-block (the contraction's block).
     pub sub_values: u64,
-    /// Subtracted from each code so it fits a signed plane.
+    /// Subtracted from each code to centre it (the `qs` of a format without a high plane).
     pub offset: i32,
     /// `I4` or `I8`.
     pub quants: DType,
+    /// 5- and 6-bit formats: their codes are `qs + 16·qh + high_bias` (low 4 bits as i4 less 8, high bits as i2),
+    /// where `high_bias` makes that the centred code (`code − offset`).
+    pub high: Option<HighBits>,
     /// True for K-quants: `d` (and `dmin`) are per super-block, scaled by per-sub-block codes.
     pub two_level: bool,
     /// Whether the format has an offset term (`C` above): a min, or a code offset to undo.
@@ -77,24 +94,31 @@ impl Split {
     #[must_use]
     pub fn of(encoding: &Encoding) -> Option<Split> {
         let (block_values, block_bytes) = encoding.block_geometry()?;
-        let (sub_values, offset, quants, two_level, has_offset_term) = match encoding {
-            Encoding::Q8_0 => (32, 0, DType::I8, false, false),
-            Encoding::Q4_0 => (32, 8, DType::I4, false, false),
-            Encoding::Q4_1 => (32, 8, DType::I4, false, true),
-            Encoding::Q5_0 => (32, 16, DType::I8, false, false),
-            Encoding::Q5_1 => (32, 16, DType::I8, false, true),
-            Encoding::Q4K => (32, 8, DType::I4, true, true),
-            Encoding::Q5K => (32, 16, DType::I8, true, true),
-            Encoding::Q6K => (16, 32, DType::I8, true, false),
+        // One high bit (5-bit codes) as i2 0..1; two (6-bit) as i2 less 2.
+        let five = Some(HighBits { offset: 0, bias: 8 - 16 });
+        let six = Some(HighBits { offset: 2, bias: 8 + 32 - 32 });
+        let (sub_values, offset, quants, high, two_level, has_offset_term) = match encoding {
+            Encoding::Q8_0 => (32, 0, DType::I8, None, false, false),
+            Encoding::Q4_0 => (32, 8, DType::I4, None, false, false),
+            Encoding::Q4_1 => (32, 8, DType::I4, None, false, true),
+            Encoding::Q5_0 => (32, 16, DType::I4, five, false, false),
+            Encoding::Q5_1 => (32, 16, DType::I4, five, false, true),
+            Encoding::Q4K => (32, 8, DType::I4, None, true, true),
+            Encoding::Q5K => (32, 16, DType::I4, five, true, true),
+            Encoding::Q6K => (16, 32, DType::I4, six, true, false),
             Encoding::Other(_) => return None,
         };
-        Some(Split { block_values, block_bytes, sub_values, offset, quants, two_level, has_offset_term })
+        Some(Split { block_values, block_bytes, sub_values, offset, quants, high, two_level, has_offset_term })
     }
 
     /// Its planes, quants first.
     #[must_use]
     pub fn planes(&self, encoding: &Encoding) -> Vec<Plane> {
-        let mut p = vec![Plane::Quants, Plane::Scale];
+        let mut p = vec![Plane::Quants];
+        if self.high.is_some() {
+            p.push(Plane::QuantsHigh);
+        }
+        p.push(Plane::Scale);
         match encoding {
             Encoding::Q4_1 | Encoding::Q5_1 => p.push(Plane::Min),
             Encoding::Q4K | Encoding::Q5K => p.extend([Plane::SubScales, Plane::SubMins, Plane::SuperMin]),
@@ -108,7 +132,7 @@ impl Split {
     #[must_use]
     pub fn values_per_block(&self, plane: Plane) -> u64 {
         match plane {
-            Plane::Quants => self.block_values,
+            Plane::Quants | Plane::QuantsHigh => self.block_values,
             Plane::Scale | Plane::SuperMin if self.two_level => 1,
             _ => self.block_values / self.sub_values,
         }
@@ -119,6 +143,7 @@ impl Split {
     pub fn dtype(&self, plane: Plane) -> DType {
         match plane {
             Plane::Quants => self.quants,
+            Plane::QuantsHigh => DType::I2,
             Plane::Scale | Plane::Min | Plane::SuperMin => DType::F16,
             Plane::SubScales | Plane::SubMins => DType::I8,
         }
@@ -141,6 +166,25 @@ fn i8s(codes: impl IntoIterator<Item = i32>, out: &mut [u8]) {
 /// Writes the values of `plane` for one block of `encoding` into `out` (`values_per_block · tile_width` bytes).
 /// `block` is exactly one block.
 pub(crate) fn split_block(encoding: &Encoding, plane: Plane, block: &[u8], out: &mut [u8]) {
+    let Some(split) = Split::of(encoding) else { return };
+    match (split.high, plane) {
+        (Some(high), Plane::Quants | Plane::QuantsHigh) => {
+            // The centred codes, then their low 4 bits less 8, or their high bits less the high offset.
+            let mut centred = [0u8; 256];
+            let n = out.len().min(centred.len());
+            split_plane(encoding, Plane::Quants, block, &mut centred[..n]);
+            for (o, &c) in out.iter_mut().zip(&centred[..n]) {
+                let code = i32::from(i8::from_le_bytes([c])) + split.offset;
+                let v = if plane == Plane::Quants { (code & 15) - 8 } else { (code >> 4) - high.offset };
+                *o = i8::try_from(v).unwrap_or(0).to_le_bytes()[0];
+            }
+        }
+        _ => split_plane(encoding, plane, block, out),
+    }
+}
+
+/// One block's values of `plane`, with `Quants` as the whole centred codes (`code − offset`, i8).
+fn split_plane(encoding: &Encoding, plane: Plane, block: &[u8], out: &mut [u8]) {
     let Some(split) = Split::of(encoding) else { return };
     let off = split.offset;
     match encoding {
@@ -289,7 +333,13 @@ mod tests {
                 let f16s = |b: Vec<u8>| -> Vec<f64> {
                     b.chunks(2).map(|c| f64::from(half::f16::from_le_bytes([c[0], c[1]]).to_f32())).collect()
                 };
-                let codes: Vec<f64> = plane(Plane::Quants).iter().map(|&b| f64::from(b as i8)).collect();
+                let mut codes: Vec<f64> = plane(Plane::Quants).iter().map(|&b| f64::from(b as i8)).collect();
+                if let Some(high) = s.high {
+                    for (c, &h) in codes.iter_mut().zip(&plane(Plane::QuantsHigh)) {
+                        assert!((-8.0..=7.0).contains(c) && (-2..=1).contains(&(h as i8)), "{enc}: {c} {h}");
+                        *c += 16.0 * f64::from(h as i8) + f64::from(high.bias);
+                    }
+                }
                 let sub = usize::try_from(s.sub_values).unwrap();
                 let subs = n / sub;
                 let d = f16s(plane(Plane::Scale));

@@ -70,7 +70,7 @@ impl Plan {
 fn plan(data: &ConstantData<'_>, rows: u64, cols: u64) -> Option<Plan> {
     let (unit_values, unit_elems, ow, held, elem) = match data {
         ConstantData::F32(v) => (1, 1, 4, v.len(), 4),
-        ConstantData::Raw { dtype, bytes } if *dtype != crate::DType::I4 => {
+        ConstantData::Raw { dtype, bytes } if !dtype.is_sub_byte() => {
             (1, dtype.byte_width(), dtype.byte_width(), bytes.len(), 1)
         }
         ConstantData::Widen { bytes, layout: HalfLayout::RowMajor, .. } => (1, 2, 4, bytes.len(), 1),
@@ -240,44 +240,42 @@ pub(crate) fn stream_plane(
         }
         Ok(())
     };
-    if split.dtype(plane) == DType::I4 {
-        let mut nibbles = Nibbles { out, low: None };
-        tiles(&plan, bytes, &mut nibbles, &mut decode)?;
-        nibbles.finish()
-    } else {
-        tiles(&plan, bytes, out, &mut decode)
-    }
+    let bits = match split.dtype(plane) {
+        DType::I4 => 4,
+        DType::I2 => 2,
+        _ => return tiles(&plan, bytes, out, &mut decode),
+    };
+    let mut packer = SubByte { out, bits, acc: 0, filled: 0 };
+    tiles(&plan, bytes, &mut packer, &mut decode)?;
+    packer.finish()
 }
 
-/// Packs i8 codes in -8..=7 two per byte (the first in the low nibble), carrying an odd one across writes.
-struct Nibbles<'o> {
+/// Packs i8 codes `bits` wide (4: -8..=7, 2: -2..=1) several per byte, the first in the lowest bits, carrying a
+/// partly filled byte across writes (IREE's order for `i4` and `i2` tensors).
+struct SubByte<'o> {
     out: &'o mut dyn ByteSink,
-    low: Option<u8>,
+    bits: u32,
+    acc: u8,
+    filled: u32,
 }
 
-impl Nibbles<'_> {
+impl SubByte<'_> {
     fn finish(self) -> Result<(), StreamError> {
-        match self.low {
-            Some(low) => self.out.put(&[low]),
-            None => Ok(()),
-        }
+        if self.filled > 0 { self.out.put(&[self.acc]) } else { Ok(()) }
     }
 }
 
-impl ByteSink for Nibbles<'_> {
+impl ByteSink for SubByte<'_> {
     fn put(&mut self, codes: &[u8]) -> Result<(), StreamError> {
+        let mask = (1u8 << self.bits) - 1;
         let mut packed = Vec::with_capacity(codes.len() / 2 + 1);
-        let mut rest = codes;
-        if let (Some(low), Some((&first, tail))) = (self.low, rest.split_first()) {
-            packed.push(low | (first << 4));
-            self.low = None;
-            rest = tail;
-        }
-        let pairs = rest.chunks_exact(2);
-        let odd = pairs.remainder().first().copied();
-        packed.extend(pairs.map(|p| (p[0] & 0xF) | (p[1] << 4)));
-        if let Some(last) = odd {
-            self.low = Some(last & 0xF);
+        for &c in codes {
+            self.acc |= (c & mask) << self.filled;
+            self.filled += self.bits;
+            if self.filled == 8 {
+                packed.push(self.acc);
+                (self.acc, self.filled) = (0, 0);
+            }
         }
         self.out.put(&packed)
     }

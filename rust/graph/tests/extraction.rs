@@ -208,7 +208,7 @@ fn keep_turns_a_packed_linear_weight_into_planes_and_a_per_block_contraction() {
             want("scales", DType::I8, &[8, 3]),
             want("mins", DType::I8, &[8, 3]),
             want("dmin", DType::F16, &[1, 3]),
-            want("offset", DType::F32, &[]),
+            want("const8", DType::F32, &[]),
         ]
     );
     let qs = &g.constants()[0];

@@ -10,9 +10,9 @@ pub(crate) fn is_external(policy: &MaterializationPolicy, data: &ConstantData<'_
     if shape.rank() == 0 || data.dtype() == DType::Bool {
         return None;
     }
-    // i4 codes (a packed weight kept packed) are packed two per byte, which inline hex cannot say: external
+    // i4/i2 codes (a packed weight kept packed) are packed several per byte, which inline hex cannot say: external
     // whatever their size, whenever the policy has a scope.
-    if data.dtype() == DType::I4 {
+    if data.dtype().is_sub_byte() {
         return match policy {
             MaterializationPolicy::InlineAlways => None,
             MaterializationPolicy::ExternalAlways { scope } | MaterializationPolicy::SizeThreshold { scope, .. } => {

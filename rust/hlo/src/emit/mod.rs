@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Write;
 
-use tapeout_graph::{ComputeGraph, DType, TensorId};
+use tapeout_graph::{ComputeGraph, TensorId};
 
 use crate::error::{HloError, Result};
 use crate::text::{push_hex, string_literal, symbol};
@@ -156,13 +156,14 @@ pub(crate) fn emit_into(
                 placement.push(Some(sym));
             }
             None => {
-                if c.data.dtype() == DType::I4 {
+                if c.data.dtype().is_sub_byte() {
                     return Err(HloError::Unsupported {
                         node: format!("constant '{}'", spec.label()),
                         op: "constant",
-                        detail: "its 4-bit codes (a packed weight kept packed) can only be an external parameter, \
+                        detail:
+                            "its 4- or 2-bit codes (a packed weight kept packed) can only be an external parameter, \
                                  not inline text; use an external policy, or dequantize the weight"
-                            .into(),
+                                .into(),
                     });
                 }
                 let bytes = c.data.byte_len();
