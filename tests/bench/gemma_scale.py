@@ -72,6 +72,13 @@ def spot_check(irpa, params, samples=16):
     checked, max_offset = 0, 0
     for p in params:
         n = int(np.prod(p["shape"]))
+        if p["kind"] == "q4k":  # kept packed: its i4 codes are an entry (the small planes may be inline); the
+            # values of every plane are checked by the logits
+            qs = entries.get(f"{p['key']}.qs")
+            if qs is None or qs.length != n // 2:
+                raise SystemExit(f"gemma_scale: {p['key']}: no i4 code plane of {n // 2} bytes in the archive")
+            checked += 1
+            continue
         entry = entries.get(p["key"])
         if entry is None:
             continue  # small enough to be inline in the module
@@ -111,6 +118,8 @@ def main():
                     help="JVM options (default for e2b: a fixed 10 GiB heap, the parallel collector, a 64 MiB young "
                          "generation; for tiny: -Xmx512m)")
     ap.add_argument("--keep", action="store_true", help="keep the archive and module")
+    ap.add_argument("--weights", default="bf16", choices=["bf16", "q4k"],
+                    help="q4k: every matrix contracted or gathered along a multiple of 256 as Q4_K blocks, kept packed")
     ap.add_argument("--baseline-write", action="store_true",
                     help="the JVM also times a plain write() + fsync of as many bytes to the same directory, after the "
                          "export, in the same memory state (the export's throughput baseline)")
@@ -119,10 +128,11 @@ def main():
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     flags = (a.jvm_flags if a.jvm_flags is not None else
-             "-Xms10g -Xmx10g -XX:+UseParallelGC -Xmn64m" if a.config == "e2b" else "-Xmx512m").split()
+             "-Xms10g -Xmx10g -XX:+UseParallelGC -Xmn64m" if a.config == "e2b" else "-Xmx1g").split()
     cp = pathlib.Path(a.classpath_file).read_text().strip()
     java = shutil.which("java") or "java"
 
+    flags.append(f"-Dgemma.weights={a.weights}")
     jvm_s, jvm_peak = timed([java, *flags, "-cp", cp, "dev.tapeout.examples.gemma.GemmaScaleMain", a.config, out,
                              *(["--baseline-write"] if a.baseline_write else [])], out / "jvm.log")
     print((out / "jvm.log").read_text(), end="", file=sys.stderr)
@@ -147,7 +157,7 @@ def main():
     same_argmax = bool(np.array_equal(got.argmax(-1), want.argmax(-1)))
 
     result = {
-        "figure": "gemma_scale", "config": a.config, "jvm_flags": " ".join(flags), "parameters": m["parameters"],
+        "figure": "gemma_scale", "config": a.config, "weights": a.weights, "jvm_flags": " ".join(flags), "parameters": m["parameters"],
         "heap_bytes": m["heap_bytes"], "irpa_bytes": m["irpa_bytes"], "mlir_bytes": m["mlir_bytes"],
         "externals": m["externals"], "pins": m["pins"], "copies": m["copies"],
         "jvm_peak_rss": jvm_peak, "jvm_peak_minus_heap_bytes": jvm_peak - m["heap_bytes"],

@@ -14,8 +14,15 @@ use crate::tensor::{HalfLayout, Lent, StreamError};
 
 /// Target size of one decoded tile.
 const TILE_BYTES: u64 = 16 << 20;
+/// The most bytes of gathered source and decoded tile together when one unit column over every row is larger
+/// than a tile (a packed table of 262144 rows: 37.7 MB of Q4_K blocks per block column). The band is gathered
+/// once, then decoded a window of values at a time into what is left, so that nothing is read twice. With one
+/// output batch: at most 42 MiB.
+const SOURCE_BYTES: u64 = 40 << 20;
 /// Bytes of output assembled per write.
-const OUT_BYTES: u64 = 4 << 20;
+const OUT_BYTES: u64 = 2 << 20;
+/// The smallest decoded tile of the windowed path.
+const MIN_WINDOW_BYTES: u64 = 4 << 20;
 /// Values decoded per step when widening or dequantizing into a tile.
 const DECODE_VALUES: u64 = 1 << 18;
 
@@ -57,8 +64,11 @@ impl Plan {
         let source_column = rows.checked_mul(src_unit_bytes)?; // gathered bytes of one unit column
         let (band, window, group) = if column <= TILE_BYTES && source_column <= TILE_BYTES {
             ((TILE_BYTES / column).min(TILE_BYTES / source_column).clamp(1, units), unit_values, rows)
-        } else if value_column <= TILE_BYTES && source_column <= TILE_BYTES {
-            (1, (TILE_BYTES / value_column).clamp(1, unit_values), rows)
+        } else if value_column <= TILE_BYTES
+            && source_column.saturating_add(value_column.max(MIN_WINDOW_BYTES)) <= SOURCE_BYTES
+        {
+            let room = (SOURCE_BYTES - source_column).min(TILE_BYTES);
+            (1, (room / value_column).clamp(1, unit_values), rows)
         } else {
             // One value column of one unit at a time, in row groups: each output row is then written in order.
             (1, 1, (TILE_BYTES / ow.max(src_unit_bytes)).max(1))
@@ -168,36 +178,53 @@ fn tiles<T: Copy + Default>(
     let mut u0 = 0;
     while u0 < units {
         let u1 = (u0 + band).min(units);
-        let mut v0 = 0;
-        while v0 < unit_values {
-            let v1 = (v0 + window).min(unit_values);
+        let run = (u1 - u0) * unit_elems;
+        let gather = |r0: u64, r1: u64, gathered: &mut Vec<T>| -> Result<(), StreamError> {
+            gathered.clear();
+            gathered.resize(host((r1 - r0) * run)?, T::default());
+            lent.copy_runs(r0 * stride + u0 * unit_elems, run, stride, gathered)
+        };
+        let mut emit = |gathered: &[T], [r0, r1]: [u64; 2], [v0, v1]: [u64; 2]| -> Result<(), StreamError> {
             let width = (u1 - u0) * (v1 - v0); // values per tile row
-            let mut r0 = 0;
-            while r0 < rows {
-                let r1 = (r0 + group).min(rows);
-                let run = (u1 - u0) * unit_elems;
-                gathered.clear();
-                gathered.resize(host((r1 - r0) * run)?, T::default());
-                lent.copy_runs(r0 * stride + u0 * unit_elems, run, stride, &mut gathered)?;
-                tile.clear();
-                decode(&gathered, [host(v0)?, host(v1)?], &mut tile)?;
-                if tile.len() as u64 != (r1 - r0) * width * ow {
-                    return Err(StreamError::Decode(format!("a tile decoded to {} bytes", tile.len())));
-                }
-                // Output rows in batches of at most OUT_BYTES (at least one row).
-                let per_batch = (OUT_BYTES / ((r1 - r0) * ow)).clamp(1, width);
-                let mut j0 = 0;
-                while j0 < width {
-                    let j1 = (j0 + per_batch).min(width);
-                    piece.clear();
-                    piece.resize(host((j1 - j0) * (r1 - r0) * ow)?, 0);
-                    transpose_block(&tile, host(width)?, host(ow)?, [host(j0)?, host(j1)?], host(r1 - r0)?, &mut piece);
-                    out.put(&piece)?;
-                    j0 = j1;
-                }
-                r0 = r1;
+            tile.clear();
+            decode(gathered, [host(v0)?, host(v1)?], &mut tile)?;
+            if tile.len() as u64 != (r1 - r0) * width * ow {
+                return Err(StreamError::Decode(format!("a tile decoded to {} bytes", tile.len())));
             }
-            v0 = v1;
+            // Output rows in batches of at most OUT_BYTES (at least one row).
+            let per_batch = (OUT_BYTES / ((r1 - r0) * ow)).clamp(1, width);
+            let mut j0 = 0;
+            while j0 < width {
+                let j1 = (j0 + per_batch).min(width);
+                piece.clear();
+                piece.resize(host((j1 - j0) * (r1 - r0) * ow)?, 0);
+                transpose_block(&tile, host(width)?, host(ow)?, [host(j0)?, host(j1)?], host(r1 - r0)?, &mut piece);
+                out.put(&piece)?;
+                j0 = j1;
+            }
+            Ok(())
+        };
+        if group >= rows {
+            // Every row at once: gather the band once, decode it a window of values at a time.
+            gather(0, rows, &mut gathered)?;
+            let mut v0 = 0;
+            while v0 < unit_values {
+                let v1 = (v0 + window).min(unit_values);
+                emit(&gathered, [0, rows], [v0, v1])?;
+                v0 = v1;
+            }
+        } else {
+            // One value column of one unit at a time (`band` and `window` are 1), row group by row group, so that
+            // each output row is written in order.
+            for v0 in 0..unit_values {
+                let mut r0 = 0;
+                while r0 < rows {
+                    let r1 = (r0 + group).min(rows);
+                    gather(r0, r1, &mut gathered)?;
+                    emit(&gathered, [r0, r1], [v0, v0 + 1])?;
+                    r0 = r1;
+                }
+            }
         }
         u0 = u1;
     }
@@ -365,10 +392,56 @@ mod tests {
         let rows = 246_723u64;
         let p = Plan::new(rows, 128, 1, 34, 2, 34).unwrap();
         assert!(p.band * rows * 34 <= TILE_BYTES && p.band * rows * 2 <= TILE_BYTES, "{p:?}");
-        // A source column past a tile on its own: one value of one unit at a time, in row groups.
-        let p = Plan::new(1 << 20, 4, 32, 34, 1, 34).unwrap();
+        // A source column past a tile but within SOURCE_BYTES (a 262144-row Q4_K table): gathered once, decoded a
+        // window of values at a time.
+        let p = Plan::new(262_144, 8, 256, 144, 1, 144).unwrap();
+        assert_eq!((p.band, p.window, p.group), (1, 16, 262_144), "{p:?}");
+        assert!(262_144 * (144 + p.window) <= SOURCE_BYTES);
+        // Past SOURCE_BYTES: one value of one unit at a time, in row groups.
+        let p = Plan::new(1 << 21, 4, 32, 34, 1, 34).unwrap();
         assert_eq!((p.band, p.window), (1, 1));
         assert!(p.group * 34 <= TILE_BYTES, "{p:?}");
+    }
+
+    #[test]
+    fn a_plane_of_many_rows_is_exact_through_windows_and_row_groups() {
+        // Q8_0 codes of 3 blocks per row: through one band, through windows (a big source column), and through
+        // row groups (a huge one), the plane is the same.
+        let mut seed = 7u64;
+        let (rows, cols) = (5u64, 96u64);
+        let bytes: Vec<u8> = (0..rows * 3 * 34)
+            .map(|_| {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (seed >> 56) as u8
+            })
+            .collect();
+        let lent = Lent::Slice(&bytes[..]);
+        let mut want = Vec::new();
+        stream_plane(&Encoding::Q8_0, &lent, [rows, cols], Plane::Quants, &mut want).unwrap();
+        let mut buf = [0u8; 32];
+        for c in 0..cols {
+            for r in 0..rows {
+                let at = usize::try_from((r * 3 + c / 32) * 34).unwrap();
+                split_block(&Encoding::Q8_0, Plane::Quants, &bytes[at..at + 34], &mut buf);
+                assert_eq!(want[usize::try_from(c * rows + r).unwrap()], buf[usize::try_from(c % 32).unwrap()]);
+            }
+        }
+        for plan in [
+            Plan::new(rows, 3, 32, 34, 1, 34).unwrap(),
+            Plan { window: 5, band: 1, ..Plan::new(rows, 3, 32, 34, 1, 34).unwrap() },
+            Plan { window: 1, band: 1, group: 2, ..Plan::new(rows, 3, 32, 34, 1, 34).unwrap() },
+        ] {
+            let mut got = Vec::new();
+            tiles(&plan, &lent, &mut got, &mut |g: &[u8], [v0, v1]: [usize; 2], tile: &mut Vec<u8>| {
+                for block in g.chunks_exact(34) {
+                    split_block(&Encoding::Q8_0, Plane::Quants, block, &mut buf);
+                    tile.extend_from_slice(&buf[v0..v1]);
+                }
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(got, want, "{plan:?}");
+        }
     }
 
     #[test]

@@ -24,11 +24,14 @@ class Config(
     companion object {
         val E2B = Config("e2b", 262144, 2048, 30, 8192, 8, 2, 256, 256, 64, 4, intArrayOf(2, 1000, 123456, 262143))
         val TINY = Config("tiny", 512, 64, 2, 128, 4, 2, 16, 8, 8, 4, intArrayOf(2, 17, 300, 511))
+        /** [TINY] with every dimension a matrix is contracted or gathered along a multiple of 256 (Q4_K's block). */
+        val TINY256 = Config("tiny256", 512, 256, 2, 512, 4, 2, 64, 256, 8, 4, intArrayOf(2, 17, 300, 511))
 
         fun named(name: String) = when (name) {
             "e2b" -> E2B
             "tiny" -> TINY
-            else -> throw IllegalArgumentException("unknown config '$name' (e2b or tiny)")
+            "tiny256" -> TINY256
+            else -> throw IllegalArgumentException("unknown config '$name' (e2b, tiny or tiny256)")
         }
     }
 
@@ -76,11 +79,89 @@ object Synth {
     }
 
     fun vector(key: String, n: Int): FloatArray { val s = seed(key); return FloatArray(n) { near1(it.toLong(), s) } }
+
+    /**
+     * Q4_K blocks for a `[rows, cols]` weight (blocks along `cols`), a pure function of (key, block index): `d = dmin =
+     * 2^(e+1) / 60` (f16), sub-block scales 4..7 and mins `⌊7.5·scale⌋`, so values `d·sc·q − d·m` are spread evenly
+     * in about `±2^(e+1) / 2` around zero; random 4-bit codes.
+     */
+    fun q4k(key: String, rows: Int, cols: Int, fanIn: Int): ByteArray {
+        val blocks = rows.toLong() * cols / 256
+        val out = ByteArray(Math.toIntExact(blocks * 144))
+        val s = seed(key) xor 0x51_4b_5f_34L // "Q4K_"
+        val d = toF16(Math.scalb(2f, exponent(fanIn)) / 60f)
+        val chunk = 1 shl 14
+        IntStream.range(0, ((blocks + chunk - 1) / chunk).toInt()).parallel().forEach { c ->
+            val end = minOf(blocks, (c + 1L) * chunk)
+            for (b in c.toLong() * chunk until end) {
+                val at = Math.toIntExact(b * 144)
+                val z = mix(b, s)
+                out[at] = d.toByte(); out[at + 1] = (d.toInt() shr 8).toByte()
+                out[at + 2] = d.toByte(); out[at + 3] = (d.toInt() shr 8).toByte()
+                val sc = IntArray(8) { 4 + ((z ushr (2 * it)).toInt() and 3) }
+                val mn = IntArray(8) { sc[it] * 15 / 2 }
+                for (j in 0 until 4) {
+                    out[at + 4 + j] = ((sc[j] and 63) or ((sc[j + 4] shr 4) shl 6)).toByte()
+                    out[at + 8 + j] = ((mn[j] and 63) or ((mn[j + 4] shr 4) shl 6)).toByte()
+                    out[at + 12 + j] = ((sc[j + 4] and 0xF) or ((mn[j + 4] and 0xF) shl 4)).toByte()
+                }
+                for (w in 0 until 16) {
+                    val q = mix(b * 16 + w, s + 1)
+                    for (k in 0 until 8) out[at + 16 + w * 8 + k] = (q ushr (8 * k)).toByte()
+                }
+            }
+        }
+        return out
+    }
+
+    /** A normal f32 in f16's normal range, rounded to nearest (the scales above; JDK 17 has no Float.floatToFloat16). */
+    fun toF16(v: Float): Short {
+        val bits = java.lang.Float.floatToIntBits(v)
+        val exp = ((bits ushr 23) and 0xFF) - 127 + 15
+        require(exp in 1..30) { "$v is outside f16's normal range" }
+        val rounded = ((exp shl 10) or ((bits ushr 13) and 0x3FF)) + ((bits ushr 12) and 1)
+        return (((bits ushr 16) and 0x8000) or rounded).toShort()
+    }
+
+    /** f16 bits to f32, exactly (normals, subnormals, zero; the generator makes no Inf/NaN). */
+    fun fromF16(h: Int): Float {
+        val sign = if (h and 0x8000 != 0) -1f else 1f
+        val exp = (h ushr 10) and 0x1F; val mant = h and 0x3FF
+        return sign * if (exp == 0) Math.scalb(mant.toFloat(), -24) else Math.scalb((1024 + mant).toFloat(), exp - 25)
+    }
+
+    /** Row `r` (`cols` values) of Q4_K blocks, decoded as gguf does (`d·sc`, `dmin·m` in f32, then `d1·q − m1`). */
+    fun q4kRow(blocks: ByteArray, r: Int, cols: Int): DoubleArray {
+        val out = DoubleArray(cols)
+        val f16 = { at: Int -> fromF16((blocks[at].toInt() and 0xFF) or ((blocks[at + 1].toInt() and 0xFF) shl 8)) }
+        for (blk in 0 until cols / 256) {
+            val at = Math.toIntExact((r.toLong() * cols / 256 + blk) * 144)
+            val d = f16(at); val dmin = f16(at + 2)
+            val sb = IntArray(12) { blocks[at + 4 + it].toInt() and 0xFF }
+            for (g in 0 until 4) {
+                for (h in 0 until 2) {
+                    val j = 2 * g + h
+                    val sc = if (j < 4) sb[j] and 63 else (sb[j + 4] and 0xF) or ((sb[j - 4] shr 6) shl 4)
+                    val m = if (j < 4) sb[j + 4] and 63 else (sb[j + 4] shr 4) or ((sb[j] shr 6) shl 4)
+                    val d1 = d * sc; val m1 = dmin * m
+                    for (l in 0 until 32) {
+                        val byte = blocks[at + 16 + 32 * g + l].toInt() and 0xFF
+                        val q = if (h == 0) byte and 0xF else byte shr 4
+                        out[blk * 256 + 64 * g + 32 * h + l] = (d1 * q - m1).toDouble()
+                    }
+                }
+            }
+        }
+        return out
+    }
 }
 
-/** One weight: its shape (`[in, out]` for a matrix) and its values, bf16 bits or f32. */
-class Param(val shape: LongArray, val bits: ShortArray?, val floats: FloatArray?) {
-    val bytes: Long get() = bits?.size?.toLong()?.times(2) ?: (floats!!.size.toLong() * 4)
+/**
+ * One weight: its shape (`[in, out]` for a matrix) and its values, bf16 bits, f32, or Q4_K blocks: of the matrix
+ * transposed, `[out, in]` (a linear layer in PyTorch's and GGML's layout), or of a gathered table as it is.
+ */
+class Param(val shape: LongArray, val bits: ShortArray?, val floats: FloatArray?, val q4k: ByteArray? = null, val table: Boolean = false) {
+    val bytes: Long get() = q4k?.size?.toLong() ?: bits?.size?.toLong()?.times(2) ?: (floats!!.size.toLong() * 4)
 }
 
 /**
@@ -90,7 +171,11 @@ class Param(val shape: LongArray, val bits: ShortArray?, val floats: FloatArray?
  * the per-layer input gate and projection and the AltUp router, and tied logits. [reference] computes the same
  * pass in float64 from the same arrays.
  */
-class GemmaScale(val cfg: Config = Config.named(System.getProperty("gemma.config", "tiny"))) : ModelProvider {
+class GemmaScale(
+    val cfg: Config = Config.named(System.getProperty("gemma.config", "tiny")),
+    /** `bf16` (default), or `q4k`: every matrix contracted or gathered along a multiple of 256 as Q4_K blocks. */
+    val weights: String = System.getProperty("gemma.weights", "bf16"),
+) : ModelProvider {
     /** The bf16 exponent `e` of each matrix (values in `±[2^e, 2^(e+1))`). */
     val exponents = HashMap<String, Int>()
 
@@ -138,10 +223,21 @@ class GemmaScale(val cfg: Config = Config.named(System.getProperty("gemma.config
             v("$p.altup.correct_output_scale.weight", c.hidden)
         }
         val out = LinkedHashMap<String, Param>()
+        val tables = setOf("model.embed_tokens_per_layer.weight", "model.embed_tokens.weight")
         for ((key, shape, fanIn) in specs) {
             val n = Math.toIntExact(shape.fold(1L) { a, d -> a * d })
             if (fanIn != 0) exponents[key] = Synth.exponent(fanIn)
-            out[key] = if (fanIn == 0) Param(shape, null, Synth.vector(key, n)) else Param(shape, Synth.matrix(key, n, fanIn), null)
+            val (rows, cols) = shape[0].toInt() to (shape.getOrNull(1)?.toInt() ?: 1)
+            val table = key in tables
+            // Blocks run along what the program contracts or gathers: a table's columns, a matrix's input dim.
+            val along = if (table) cols else rows
+            out[key] = when {
+                fanIn == 0 -> Param(shape, null, Synth.vector(key, n))
+                weights == "q4k" && along % 256 == 0 ->
+                    if (table) Param(shape, null, null, Synth.q4k(key, rows, cols, fanIn), table = true)
+                    else Param(shape, null, null, Synth.q4k(key, cols, rows, fanIn))
+                else -> Param(shape, Synth.matrix(key, n, fanIn), null)
+            }
         }
         return out
     }
@@ -170,7 +266,13 @@ class GemmaScale(val cfg: Config = Config.named(System.getProperty("gemma.config
         val tensors = HashMap<String, Tensor>()
         fun w(key: String): Tensor = tensors.getOrPut(key) {
             val p = params.getValue(key)
-            if (p.bits != null) t.halfWeight(key, p.bits, DType.BF16, *p.shape) else t.weight(key, p.floats!!, *p.shape)
+            when {
+                p.q4k != null && p.table -> t.packedWeight(key, p.q4k, "Q4_K", *p.shape)
+                // A linear layer held [out, in], as checkpoints hold it: x · Wᵀ.
+                p.q4k != null -> t.transpose(t.packedWeight(key, p.q4k, "Q4_K", p.shape[1], p.shape[0]))
+                p.bits != null -> t.halfWeight(key, p.bits, DType.BF16, *p.shape)
+                else -> t.weight(key, p.floats!!, *p.shape)
+            }
         }
         fun rms(x: Tensor, key: String? = null) = t.rmsNorm(x, key?.let { w(it) }, EPS)
         val cosT = t.weight("model.rope.cos", rope.first, s, hd)
@@ -229,9 +331,17 @@ class GemmaScale(val cfg: Config = Config.named(System.getProperty("gemma.config
 
     /** `x [S, K] · W [K, N]` for a bf16 weight; both cores, each over its own columns. */
     private fun mm(x: Array<DoubleArray>, key: String): Array<DoubleArray> {
-        val p = params.getValue(key); val k = p.shape[0].toInt(); val n = p.shape[1].toInt(); val bits = p.bits!!
+        val p = params.getValue(key); val k = p.shape[0].toInt(); val n = p.shape[1].toInt()
         require(x[0].size == k) { "$key: ${x[0].size} vs $k" }
         val out = Array(x.size) { DoubleArray(n) }
+        if (p.q4k != null) { // [out, in] blocks: output column j is row j of the blocks
+            IntStream.range(0, n).parallel().forEach { j ->
+                val wj = Synth.q4kRow(p.q4k, j, k)
+                for (s in x.indices) { var acc = 0.0; for (i in 0 until k) acc += x[s][i] * wj[i]; out[s][j] = acc }
+            }
+            return out
+        }
+        val bits = p.bits!!
         val block = 256
         IntStream.range(0, (n + block - 1) / block).parallel().forEach { b ->
             val j0 = b * block; val j1 = minOf(n, j0 + block)
@@ -264,7 +374,9 @@ class GemmaScale(val cfg: Config = Config.named(System.getProperty("gemma.config
     private fun gelu(x: Double) = 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
     private fun add(a: Array<DoubleArray>, b: Array<DoubleArray>) = Array(a.size) { s -> DoubleArray(a[s].size) { a[s][it] + b[s][it] } }
     private fun row(key: String, r: Int): DoubleArray {
-        val p = params.getValue(key); val n = p.shape[1].toInt(); val bits = p.bits!!
+        val p = params.getValue(key); val n = p.shape[1].toInt()
+        if (p.q4k != null) return Synth.q4kRow(p.q4k, r, n)
+        val bits = p.bits!!
         return DoubleArray(n) { f(bits[(r.toLong() * n + it).toInt()]) }
     }
 
@@ -322,13 +434,12 @@ class GemmaScale(val cfg: Config = Config.named(System.getProperty("gemma.config
         for (i in 0 until c.altup - 1) x = add(x, mm(rms(x, null), "model.altup_unembed_projections.$i.weight"))
         x = rms(x, "model.norm.weight")
         // Tied logits: x · embedᵀ, where the embedding is [vocab, hidden] row-major.
-        val emb = params.getValue("model.embed_tokens.weight").bits!!
         val out = DoubleArray(sq * c.vocab)
         IntStream.range(0, c.vocab).parallel().forEach { vv ->
-            val base = vv.toLong() * c.hidden
+            val e = row("model.embed_tokens.weight", vv)
             for (s in 0 until sq) {
                 var acc = 0.0
-                for (i in 0 until c.hidden) acc += x[s][i] * f(emb[(base + i).toInt()])
+                for (i in 0 until c.hidden) acc += x[s][i] * e[i]
                 out[s * c.vocab + vv] = acc
             }
         }

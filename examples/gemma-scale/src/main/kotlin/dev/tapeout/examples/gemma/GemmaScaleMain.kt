@@ -10,7 +10,7 @@ import java.nio.file.StandardOpenOption
 import kotlin.system.exitProcess
 
 /**
- * `GemmaScaleMain <e2b|tiny> <output dir>`: builds [GemmaScale] on the heap, exports it with tapeout
+ * `GemmaScaleMain <e2b|tiny|tiny256> <output dir>` (`-Dgemma.weights=q4k` for Q4_K matrices): builds [GemmaScale] on the heap, exports it with tapeout
  * (`gemma.mlir` + `gemma.irpa`, every bf16 weight widened to f32 chunk by chunk), then computes the float64
  * reference logits. Writes `tokens.npy`, `reference.npy` and `measure.json` (sizes, times, and the process's own
  * VmRSS/VmHWM around the export) for tests/bench/gemma_scale.py, which runs this and checks the export with IREE.
@@ -46,7 +46,7 @@ object GemmaScaleMain {
     @JvmStatic
     fun main(args: Array<String>) {
         if (args.size !in 2..3 || (args.size == 3 && args[2] != "--baseline-write")) {
-            System.err.println("usage: GemmaScaleMain <e2b|tiny> <output dir> [--baseline-write]")
+            System.err.println("usage: GemmaScaleMain <e2b|tiny|tiny256> <output dir> [--baseline-write]")
             exitProcess(2)
         }
         val out = File(args[1]).apply { mkdirs() }
@@ -54,7 +54,8 @@ object GemmaScaleMain {
         val model = GemmaScale(Config.named(args[0]))
         val tBuilt = System.nanoTime()
         val tape = model.buildTape()
-        val graph = tape.toComputeGraph()
+        val packed = if (model.weights == "q4k") dev.tapeout.PackedConstantHandling.KEEP else dev.tapeout.PackedConstantHandling.FAIL
+        val graph = tape.toComputeGraph(packedConstants = packed)
         println("gemma-scale: ${model.cfg.name}: ${model.parameterCount} parameters, ${model.heapBytes} bytes on the heap, " +
             "${tape.ops.size} ops, ${graph.constants.size} constants, built in %.1f s".format((tBuilt - t0) / 1e9))
         val policy = MaterializationPolicy.SizeThreshold(4096, "model")
@@ -101,11 +102,11 @@ object GemmaScaleMain {
         println("gemma-scale: float64 reference logits in %.1f s".format(refSecs))
         // What each key holds, for the checker that recomputes values from (key, index).
         File(out, "params.json").writeText(model.params.entries.joinToString(",\n", "[\n", "\n]\n") { (key, p) ->
-            val kind = if (p.bits != null) "bf16" else "f32"
+            val kind = if (p.q4k != null) "q4k" else if (p.bits != null) "bf16" else "f32"
             """{"key":"$key","shape":${p.shape.joinToString(",", "[", "]")},"kind":"$kind","exponent":${model.exponents[key] ?: 0}}"""
         })
         File(out, "measure.json").writeText(
-            """{"config":"${model.cfg.name}","parameters":${model.parameterCount},"heap_bytes":${model.heapBytes},""" +
+            """{"config":"${model.cfg.name}","weights":"${model.weights}","parameters":${model.parameterCount},"heap_bytes":${model.heapBytes},""" +
                 """"max_heap":${Runtime.getRuntime().maxMemory()},"build_s":${(tBuilt - t0) / 1e9},"export_s":$exportSecs,""" +
                 """"irpa_bytes":${r.irpaBytes},"mlir_bytes":${r.mlirBytes},"externals":${r.externals},"pins":${r.pins},"copies":${r.copies},""" +
                 """"rss_before_export":$rssBefore,"hwm_before_export":$hwmBefore,"hwm_after_export":$hwmAfter,"reference_s":$refSecs,""" +
