@@ -149,3 +149,34 @@ def test_small_i4_codes_stay_external_and_inline_all_is_refused(tapeout, tmp_pat
     r = run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", tmp_path / "inl", "--packed", "keep",
             "--inline-all", check=False)
     assert r.returncode == 1 and "'w.qs'" in r.stderr and "external" in r.stderr, r.stderr
+
+
+def test_safetensors_u8_blocks_with_an_encoding_are_kept_packed_too(tapeout, tmp_path):
+    """A safetensors U8 tensor holding Q4_0 blocks, named with `"encoding"` in the graph: the same planes, the
+    same numbers as gguf's dequantizer."""
+    rng = np.random.default_rng(9)
+    blocks = random_blocks("Q4_0", 8, 64, rng)
+    blob = blocks.tobytes()
+    h = json.dumps({"q": {"dtype": "U8", "shape": [len(blob)], "data_offsets": [0, len(blob)]}}).encode()
+    h += b" " * ((-len(h)) % 8)
+    (tmp_path / "w.safetensors").write_bytes(np.uint64(len(h)).tobytes() + h + blob)
+    g = {"name": "st", "tensors": [
+        {"name": "x", "shape": [2, 64], "dtype": "f32"},
+        {"name": "w", "shape": [8, 64], "dtype": "f32", "path": "w", "data": {"tensor": "q", "encoding": "Q4_0"}},
+        {"name": "wt", "shape": [64, 8], "dtype": "f32"}, {"name": "y", "shape": [2, 8], "dtype": "f32"}],
+        "nodes": [{"op": "transpose", "inputs": ["w"], "outputs": ["wt"]},
+                  {"op": "matmul", "inputs": ["x", "wt"], "outputs": ["y"]}], "outputs": ["y"]}
+    (tmp_path / "g.json").write_text(json.dumps(g))
+    run(tapeout, "export", tmp_path / "g.json", "--weights", tmp_path / "w.safetensors", "-o", tmp_path / "out",
+        "--packed", "keep")
+    assert '"model"::"w.qs"> : tensor<2x32x8xi4>' in (tmp_path / "out/st.mlir").read_text()
+    vmfb = tmp_path / "m.vmfb"
+    run(iree_tool("iree-compile"), tmp_path / "out/st.mlir", "--iree-hal-target-device=local",
+        "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=generic", "-o", vmfb)
+    x = rng.standard_normal((2, 64)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    run(iree_tool("iree-run-module"), "--device=local-task", f"--module={vmfb}", "--function=main",
+        f"--parameters=model={tmp_path / 'out/st.irpa'}", f"--input=@{tmp_path / 'x.npy'}",
+        f"--output=@{tmp_path / 'y.npy'}")
+    w = dequantize(blocks.reshape(-1), T.Q4_0).astype(np.float64).reshape(8, 64)
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), x @ w.T, rtol=1e-5, atol=1e-6)

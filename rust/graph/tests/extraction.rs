@@ -235,6 +235,18 @@ fn keep_turns_a_packed_linear_weight_into_planes_and_a_per_block_contraction() {
         err.contains("'w'") && err.contains("Q8_0") && err.contains("rank-2") && err.contains("dequantize"),
         "{err}"
     );
+    // [2, 48]: 96 values are 3 whole blocks, but a row of 48 is not.
+    let rows48 = Tensor {
+        spec: spec("w48", &[2, 48], DType::F32),
+        storage: Storage::Packed { encoding: Encoding::Q8_0, order: BlockOrder::RowMajor, bytes: Lent::Slice(&blocks) },
+    };
+    let mut t = Trace::new();
+    let w = t.add_tensor(rows48);
+    let y = t.add_placeholder(spec("y", &[2, 48], DType::F32));
+    t.record(OpKind::Neg, Attrs::new(), &[w], &[y]);
+    t.set_outputs(&[y]);
+    let err = finalize(&t, &keep).unwrap_err().to_string();
+    assert!(err.contains("'w48'") && err.contains("rows of 48 values are not whole 32-value blocks"), "{err}");
 }
 
 #[test]
