@@ -13,3 +13,38 @@ def iree_tool(name: str) -> str:
 
 def run(*args, check=True, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([str(a) for a in args], capture_output=True, text=True, check=check, **kw)
+
+
+def compile_and_run_iree(work, mlir, archives, inputs, outputs=1, scope="model"):
+    """Compiles `mlir` for a generic CPU, runs `main` on the `inputs` (numpy arrays, in argument order) with every
+    archive bound to `scope`, and returns the `outputs` results as numpy arrays."""
+    import numpy as np
+    work = pathlib.Path(work)
+    vmfb = work / "m.vmfb"
+    run(iree_tool("iree-compile"), mlir, "--iree-hal-target-device=local",
+        "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=generic", "-o", vmfb)
+    args = []
+    for i, x in enumerate(inputs):
+        np.save(work / f"in{i}.npy", x)
+        args.append(f"--input=@{work / f'in{i}.npy'}")
+    outs = [work / f"out{i}.npy" for i in range(outputs)]
+    run(iree_tool("iree-run-module"), "--device=local-task", f"--module={vmfb}", "--function=main",
+        *[f"--parameters={scope}={a}" for a in archives], *args, *[f"--output=@{o}" for o in outs])
+    return [np.load(o) for o in outs]
+
+
+def write_safetensors_2d(path, name, w, dtype):
+    """One f32 matrix `w` into a safetensors file as F32, or as BF16 (its top halves); returns the values as stored
+    (rounded to bf16 for BF16) and the raw bytes."""
+    import json
+    import numpy as np
+    if dtype == "bf16":
+        bits = (w.view(np.uint32) >> 16).astype("<u2")
+        w = (bits.astype(np.uint32) << 16).view(np.float32)
+        blob, st = bits.tobytes(), "BF16"
+    else:
+        blob, st = w.astype("<f4").tobytes(), "F32"
+    h = json.dumps({name: {"dtype": st, "shape": list(w.shape), "data_offsets": [0, len(blob)]}}).encode()
+    h += b" " * ((-len(h)) % 8)
+    pathlib.Path(path).write_bytes(len(h).to_bytes(8, "little") + h + blob)
+    return w, blob

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from harness import ROOT, iree_tool, run
+from harness import ROOT, compile_and_run_iree, iree_tool, run, write_safetensors_2d
 
 GRAPHS_DIR = ROOT / "tests/graphs"
 sys.path.insert(0, str(GRAPHS_DIR))
@@ -169,16 +169,8 @@ def test_a_pytorch_layout_linear_is_contracted_as_stored_without_a_transpose(dty
     has no transpose of it, and IREE computes x @ W^T."""
     rng = np.random.default_rng(11)
     n_out, n_in = 24, 40
-    w = rng.standard_normal((n_out, n_in)).astype(np.float32)
-    if dtype == "bf16":
-        bits = (w.view(np.uint32) >> 16).astype("<u2")
-        w = (bits.astype(np.uint32) << 16).view(np.float32)
-        blob, st_dtype = bits.tobytes(), "BF16"
-    else:
-        blob, st_dtype = w.tobytes(), "F32"
-    h = json.dumps({"w": {"dtype": st_dtype, "shape": [n_out, n_in], "data_offsets": [0, len(blob)]}}).encode()
-    h += b" " * ((-len(h)) % 8)
-    (tmp_path / "w.safetensors").write_bytes(np.uint64(len(h)).tobytes() + h + blob)
+    w, blob = write_safetensors_2d(tmp_path / "w.safetensors", "w",
+                                   rng.standard_normal((n_out, n_in)).astype(np.float32), dtype)
     graph = {"name": "linear", "tensors": [
         {"name": "x", "shape": [3, n_in], "dtype": "f32"},
         {"name": "w", "shape": [n_out, n_in], "dtype": dtype, "path": "model.fc.weight", "data": {"tensor": "w"}},
@@ -197,15 +189,9 @@ def test_a_pytorch_layout_linear_is_contracted_as_stored_without_a_transpose(dty
     want_bytes = np.ascontiguousarray(np.frombuffer(blob, "<u2" if dtype == "bf16" else "<f4")
                                       .reshape(n_out, n_in).T).tobytes()
     assert data == want_bytes
-    vmfb = tmp_path / "m.vmfb"
-    run(iree_tool("iree-compile"), out / "linear.mlir", "--iree-hal-target-device=local",
-        "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=generic", "-o", vmfb)
     x = rng.standard_normal((3, n_in)).astype(np.float32)
-    np.save(tmp_path / "x.npy", x)
-    run(iree_tool("iree-run-module"), "--device=local-task", f"--module={vmfb}", "--function=main",
-        f"--parameters=model={out / 'linear.irpa'}", f"--input=@{tmp_path / 'x.npy'}",
-        f"--output=@{tmp_path / 'y.npy'}")
-    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), x @ w.T, rtol=1e-5, atol=1e-5)
+    [y] = compile_and_run_iree(tmp_path, out / "linear.mlir", [out / "linear.irpa"], [x])
+    np.testing.assert_allclose(y, x @ w.T, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
@@ -215,16 +201,7 @@ def test_a_tied_embedding_and_head_is_one_transposed_parameter_gathered_by_colum
     numpy's."""
     rng = np.random.default_rng(12)
     v, d = 40, 24
-    e = rng.standard_normal((v, d)).astype(np.float32)
-    if dtype == "bf16":
-        bits = (e.view(np.uint32) >> 16).astype("<u2")
-        e = (bits.astype(np.uint32) << 16).view(np.float32)
-        blob, st_dtype = bits.tobytes(), "BF16"
-    else:
-        blob, st_dtype = e.tobytes(), "F32"
-    h = json.dumps({"e": {"dtype": st_dtype, "shape": [v, d], "data_offsets": [0, len(blob)]}}).encode()
-    h += b" " * ((-len(h)) % 8)
-    (tmp_path / "w.safetensors").write_bytes(np.uint64(len(h)).tobytes() + h + blob)
+    e, _ = write_safetensors_2d(tmp_path / "w.safetensors", "e", rng.standard_normal((v, d)).astype(np.float32), dtype)
     graph = {"name": "tied", "tensors": [
         {"name": "ids", "shape": [3], "dtype": "i32"},
         {"name": "e", "shape": [v, d], "dtype": dtype, "path": "model.embed_tokens.weight", "data": {"tensor": "e"}},
@@ -245,15 +222,8 @@ def test_a_tied_embedding_and_head_is_one_transposed_parameter_gathered_by_colum
     assert f"tensor<{v}x{d}x" not in text, "nothing of the table's held layout is left: " + text
     data, meta = archive_entries(out / "tied.irpa")["model.embed_tokens.weight"]
     assert f'"transposed_from":[{v},{d}]' in meta.decode(), meta
-    vmfb = tmp_path / "m.vmfb"
-    run(iree_tool("iree-compile"), out / "tied.mlir", "--iree-hal-target-device=local",
-        "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=generic", "-o", vmfb)
     ids = np.array([0, 39, 17], dtype=np.int32)
-    np.save(tmp_path / "ids.npy", ids)
-    run(iree_tool("iree-run-module"), "--device=local-task", f"--module={vmfb}", "--function=main",
-        f"--parameters=model={out / 'tied.irpa'}", f"--input=@{tmp_path / 'ids.npy'}",
-        f"--output=@{tmp_path / 'y.npy'}")
-    got = np.load(tmp_path / "y.npy").astype(np.float32)
+    [got] = compile_and_run_iree(tmp_path, out / "tied.mlir", [out / "tied.irpa"], [ids])
     want = (2 * e[ids]) @ e.T
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
     assert (got.argmax(axis=1) == want.argmax(axis=1)).all()
@@ -303,15 +273,10 @@ def test_a_sharded_export_round_trips_through_iree_with_a_parameter_larger_than_
     flags = flags_line[0].removeprefix("IREE loads them with: ").split(" ")
     assert flags == [f"--parameters=model={out / f}" for f in files], flags
 
-    vmfb = tmp_path / "m.vmfb"
-    run(iree_tool("iree-compile"), out / "sharded.mlir", "--iree-hal-target-device=local",
-        "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=generic", "-o", vmfb)
     x = rng.standard_normal((2, 128)).astype(np.float32)
-    np.save(tmp_path / "x.npy", x)
-    run(iree_tool("iree-run-module"), "--device=local-task", f"--module={vmfb}", "--function=main", *flags,
-        f"--input=@{tmp_path / 'x.npy'}", *[f"--output=@{tmp_path / f'y{i}.npy'}" for i in range(4)])
-    for i, w in enumerate(ws):
-        np.testing.assert_allclose(np.load(tmp_path / f"y{i}.npy"), x @ w.T, rtol=1e-5, atol=1e-5)
+    ys = compile_and_run_iree(tmp_path, out / "sharded.mlir", [f.split("=", 2)[2] for f in flags], [x], outputs=4)
+    for y, w in zip(ys, ws):
+        np.testing.assert_allclose(y, x @ w.T, rtol=1e-5, atol=1e-5)
 
     v = run(tapeout, "verify", out / "sharded.irpa.index.json")
     assert "set: ok (3 archives, 4 entries" in v.stdout, v.stdout

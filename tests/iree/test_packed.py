@@ -11,7 +11,7 @@ import iree.runtime as rt
 from gguf import GGUFReader, GGUFWriter, GGML_QUANT_SIZES, GGMLQuantizationType as T
 from gguf.quants import dequantize
 
-from harness import iree_tool, run
+from harness import compile_and_run_iree, run
 
 FORMATS = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]
 N, K, N2 = 64, 512, 256  # W [N, K]: linear, gather, tied head; Wm [K, N2]: plain matmul
@@ -91,25 +91,18 @@ def test_packed_weights_kept_packed_compute_what_gguf_dequantizes(fmt, weights, 
     gguf_bytes = N * K // GGML_QUANT_SIZES[T[fmt]][0] * GGML_QUANT_SIZES[T[fmt]][1]
     assert kept <= 1.1 * gguf_bytes, (kept, gguf_bytes)
 
-    vmfb = tmp_path / "m.vmfb"
-    run(iree_tool("iree-compile"), out / "packed.mlir", "--iree-hal-target-device=local",
-        "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=generic", "-o", vmfb)
     rng = np.random.default_rng(3)
     x = rng.standard_normal((3, K)).astype(np.float32)
     ids = np.array([0, 63, 17, 5], np.int32)
     x2 = rng.standard_normal((2, K)).astype(np.float32)
     feeds = {"x": x, "ids": ids, "x2": x2}
     order = [n for n in ("x", "ids", "x2") if f'tapeout.name = "{n}"' in text]
-    args = []
-    for i, n in enumerate(order):
-        np.save(tmp_path / f"in{i}.npy", feeds[n])
-        args.append(f"--input=@{tmp_path / f'in{i}.npy'}")
-    run(iree_tool("iree-run-module"), "--device=local-task", f"--module={vmfb}", "--function=main",
-        f"--parameters=model={out / 'packed.irpa'}", *args, *[f"--output=@{tmp_path / f'o{i}.npy'}" for i in range(4)])
+    outs = compile_and_run_iree(tmp_path, out / "packed.mlir", [out / "packed.irpa"], [feeds[n] for n in order],
+                                outputs=4)
     w, wm = dense[f"{fmt}.w"], dense[f"{fmt}.wm"]
     want = {"y": x @ w.T, "e": w[ids], "logits": w[ids] @ w.T, "y2": x2 @ wm}
-    for i, name in enumerate(["y", "e", "logits", "y2"]):
-        got = np.load(tmp_path / f"o{i}.npy").astype(np.float64)
+    for got, name in zip(outs, ["y", "e", "logits", "y2"]):
+        got = got.astype(np.float64)
         scale = np.abs(want[name]).max()
         np.testing.assert_allclose(got, want[name], rtol=1e-5, atol=1e-5 * scale, err_msg=f"{fmt} {name}")
 
@@ -137,15 +130,9 @@ def test_small_i4_codes_stay_external_and_inline_all_is_refused(tapeout, tmp_pat
     run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", tmp_path / "out", "--packed", "keep")
     text = (tmp_path / "out/small.mlir").read_text()
     assert '#flow.parameter.named<"model"::"w.qs"> : tensor<1x32x4xi4>' in text, text
-    vmfb = tmp_path / "m.vmfb"
-    run(iree_tool("iree-compile"), tmp_path / "out/small.mlir", "--iree-hal-target-device=local",
-        "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=generic", "-o", vmfb)
     x = rng.standard_normal((1, 32)).astype(np.float32)
-    np.save(tmp_path / "x.npy", x)
-    run(iree_tool("iree-run-module"), "--device=local-task", f"--module={vmfb}", "--function=main",
-        f"--parameters=model={tmp_path / 'out/small.irpa'}", f"--input=@{tmp_path / 'x.npy'}",
-        f"--output=@{tmp_path / 'y.npy'}")
-    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), x @ dense.T, rtol=1e-5, atol=1e-6)
+    [y] = compile_and_run_iree(tmp_path, tmp_path / "out/small.mlir", [tmp_path / "out/small.irpa"], [x])
+    np.testing.assert_allclose(y, x @ dense.T, rtol=1e-5, atol=1e-6)
     r = run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", tmp_path / "inl", "--packed", "keep",
             "--inline-all", check=False)
     assert r.returncode == 1 and "'w.qs'" in r.stderr and "external" in r.stderr, r.stderr
@@ -170,13 +157,7 @@ def test_safetensors_u8_blocks_with_an_encoding_are_kept_packed_too(tapeout, tmp
     run(tapeout, "export", tmp_path / "g.json", "--weights", tmp_path / "w.safetensors", "-o", tmp_path / "out",
         "--packed", "keep")
     assert '"model"::"w.qs"> : tensor<2x32x8xi4>' in (tmp_path / "out/st.mlir").read_text()
-    vmfb = tmp_path / "m.vmfb"
-    run(iree_tool("iree-compile"), tmp_path / "out/st.mlir", "--iree-hal-target-device=local",
-        "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=generic", "-o", vmfb)
     x = rng.standard_normal((2, 64)).astype(np.float32)
-    np.save(tmp_path / "x.npy", x)
-    run(iree_tool("iree-run-module"), "--device=local-task", f"--module={vmfb}", "--function=main",
-        f"--parameters=model={tmp_path / 'out/st.irpa'}", f"--input=@{tmp_path / 'x.npy'}",
-        f"--output=@{tmp_path / 'y.npy'}")
+    [y] = compile_and_run_iree(tmp_path, tmp_path / "out/st.mlir", [tmp_path / "out/st.irpa"], [x])
     w = dequantize(blocks.reshape(-1), T.Q4_0).astype(np.float64).reshape(8, 64)
-    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), x @ w.T, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(y, x @ w.T, rtol=1e-5, atol=1e-6)
