@@ -183,6 +183,71 @@ pub(crate) fn split_block(encoding: &Encoding, plane: Plane, block: &[u8], out: 
     }
 }
 
+/// [`split_block`] for values `v0 .. v1` of the block only (`(v1 − v0) · tile_width` bytes into `out`): the codes
+/// of a window are computed element by element instead of decoding the whole block, so a tall table repacked a
+/// window at a time decodes each code once.
+pub(crate) fn split_block_window(
+    encoding: &Encoding,
+    plane: Plane,
+    block: &[u8],
+    [v0, v1]: [usize; 2],
+    out: &mut [u8],
+) {
+    let Some(split) = Split::of(encoding) else { return };
+    if !matches!(plane, Plane::Quants | Plane::QuantsHigh) {
+        // A few values per block (scales, mins): split whole, keep the window.
+        let width = if split.tile_width(plane) == 2 { 2 } else { 1 };
+        let mut all = [0u8; 32];
+        let n = usize::try_from(split.values_per_block(plane)).unwrap_or(0).min(16) * width;
+        split_plane(encoding, plane, block, &mut all[..n]);
+        out[..(v1 - v0) * width].copy_from_slice(&all[v0 * width..v1 * width]);
+        return;
+    }
+    for (o, i) in out.iter_mut().zip(v0..v1) {
+        let centred = code_at(encoding, block, i) - split.offset;
+        let v = match (split.high, plane) {
+            (Some(_), Plane::Quants) => ((centred + split.offset) & 15) - 8,
+            (Some(high), _) => ((centred + split.offset) >> 4) - high.offset,
+            (None, _) => centred,
+        };
+        *o = i8::try_from(v).unwrap_or(0).to_le_bytes()[0];
+    }
+}
+
+/// The raw code of element `i` of one block (Q8_0: its signed value).
+fn code_at(encoding: &Encoding, b: &[u8], i: usize) -> i32 {
+    let nibble = |byte: u8, high: bool| i32::from(if high { byte >> 4 } else { byte & 0xF });
+    match encoding {
+        Encoding::Q8_0 => i32::from(i8::from_le_bytes([b[2 + i]])),
+        Encoding::Q4_0 => nibble(b[2 + i % 16], i >= 16),
+        Encoding::Q4_1 => nibble(b[4 + i % 16], i >= 16),
+        Encoding::Q5_0 | Encoding::Q5_1 => {
+            let (qh, qs) = if *encoding == Encoding::Q5_0 { (2, 6) } else { (4, 8) };
+            let bits = u32::from_le_bytes([b[qh], b[qh + 1], b[qh + 2], b[qh + 3]]);
+            nibble(b[qs + i % 16], i >= 16) | (i32::from((bits >> i) & 1 == 1) << 4)
+        }
+        Encoding::Q4K | Encoding::Q5K => {
+            let (g, w) = (i / 64, i % 64);
+            let l = w % 32;
+            let qs = if *encoding == Encoding::Q4K { 16 } else { 48 };
+            let low = nibble(b[qs + 32 * g + l], w >= 32);
+            if *encoding == Encoding::Q4K {
+                low
+            } else {
+                low | (i32::from((b[16 + l] >> (2 * g + usize::from(w >= 32))) & 1) << 4)
+            }
+        }
+        Encoding::Q6K => {
+            let (h, w) = (i / 128, i % 128);
+            let (l, quarter) = (w % 32, w / 32);
+            let ql = b[64 * h + l + if quarter % 2 == 1 { 32 } else { 0 }];
+            let qh = b[128 + 32 * h + l];
+            nibble(ql, quarter >= 2) | (i32::from((qh >> (2 * quarter)) & 3) << 4)
+        }
+        Encoding::Other(_) => 0,
+    }
+}
+
 /// One block's values of `plane`, with `Quants` as the whole centred codes (`code − offset`, i8).
 fn split_plane(encoding: &Encoding, plane: Plane, block: &[u8], out: &mut [u8]) {
     let Some(split) = Split::of(encoding) else { return };
@@ -292,6 +357,36 @@ fn split_plane(encoding: &Encoding, plane: Plane, block: &[u8], out: &mut [u8]) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Any window of any plane equals the same values of the whole block's split.
+    #[test]
+    fn windows_equal_the_whole_split() {
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        for enc in Encoding::DECODABLE {
+            let s = Split::of(&enc).unwrap();
+            for _ in 0..32 {
+                let block: Vec<u8> = (0..s.block_bytes)
+                    .map(|_| {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        seed.to_le_bytes()[0]
+                    })
+                    .collect();
+                for p in s.planes(&enc) {
+                    let (n, w) =
+                        (usize::try_from(s.values_per_block(p)).unwrap(), usize::try_from(s.tile_width(p)).unwrap());
+                    let mut whole = vec![0u8; n * w];
+                    split_block(&enc, p, &block, &mut whole);
+                    for (v0, v1) in [(0, n), (0, 1), (n - 1, n), (n / 3, n / 2 + 1), (n / 2, n)] {
+                        let mut win = vec![0u8; (v1 - v0) * w];
+                        split_block_window(&enc, p, &block, [v0, v1], &mut win);
+                        assert_eq!(win, whole[v0 * w..v1 * w], "{enc} {p:?} [{v0}, {v1})");
+                    }
+                }
+            }
+        }
+    }
 
     /// The planes recombine to exactly what the dequantizer computes, for every format (random blocks, finite
     /// scales): `W = A·qs + C` evaluated in f64 and rounded, against the f32 dequantizer, within one f32 ulp of

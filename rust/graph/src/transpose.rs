@@ -9,7 +9,7 @@
 use crate::constant::{ByteSink, ConstantData, widen_into};
 use crate::dtype::DType;
 use crate::packed::{self, Encoding};
-use crate::planar::{Plane, Split, split_block};
+use crate::planar::{Plane, Split, split_block, split_block_window};
 use crate::tensor::{HalfLayout, Lent, StreamError};
 
 /// Target size of one decoded tile.
@@ -260,10 +260,15 @@ pub(crate) fn stream_plane(
     };
     let (block_bytes, ow) = (host(split.block_bytes)?, host(plan.ow)?);
     let mut buf = vec![0u8; host(plan.unit_values * plan.ow)?];
+    let whole = host(plan.unit_values)?;
     let mut decode = |gathered: &[u8], [v0, v1]: [usize; 2], tile: &mut Vec<u8>| {
         for block in gathered.chunks_exact(block_bytes) {
-            split_block(encoding, plane, block, &mut buf);
-            tile.extend_from_slice(&buf[v0 * ow..v1 * ow]);
+            if v1 - v0 == whole {
+                split_block(encoding, plane, block, &mut buf);
+            } else {
+                split_block_window(encoding, plane, block, [v0, v1], &mut buf);
+            }
+            tile.extend_from_slice(&buf[..(v1 - v0) * ow]);
         }
         Ok(())
     };
@@ -296,13 +301,27 @@ impl ByteSink for SubByte<'_> {
     fn put(&mut self, codes: &[u8]) -> Result<(), StreamError> {
         let mask = (1u8 << self.bits) - 1;
         let mut packed = Vec::with_capacity(codes.len() / 2 + 1);
-        for &c in codes {
-            self.acc |= (c & mask) << self.filled;
-            self.filled += self.bits;
-            if self.filled == 8 {
-                packed.push(self.acc);
-                (self.acc, self.filled) = (0, 0);
+        let push = |this: &mut Self, c: u8, packed: &mut Vec<u8>| {
+            this.acc |= (c & mask) << this.filled;
+            this.filled += this.bits;
+            if this.filled == 8 {
+                packed.push(this.acc);
+                (this.acc, this.filled) = (0, 0);
             }
+        };
+        // Finish a partly filled byte, then whole bytes at a time, then keep what is left.
+        let mut rest = codes;
+        while self.filled != 0 && !rest.is_empty() {
+            push(self, rest[0], &mut packed);
+            rest = &rest[1..];
+        }
+        let per = usize::try_from(8 / self.bits).unwrap_or(2);
+        let whole = rest.chunks_exact(per);
+        let tail = whole.remainder();
+        let bits = self.bits;
+        packed.extend(whole.map(|g| g.iter().rev().fold(0u8, |acc, &c| (acc << bits) | (c & mask))));
+        for &c in tail {
+            push(self, c, &mut packed);
         }
         self.out.put(&packed)
     }
@@ -310,19 +329,50 @@ impl ByteSink for SubByte<'_> {
 
 /// Copies columns `j0..j1` of the row-major `[n, width]` tile (elements of `ow` bytes) into `piece` as row-major
 /// `[j1 - j0, n]`, 64 × 64 elements at a time so reads and writes both stay in a few cache lines.
-fn transpose_block(tile: &[u8], width: usize, ow: usize, [j0, j1]: [usize; 2], n: usize, piece: &mut [u8]) {
-    const B: usize = 64;
-    for rb in (0..n).step_by(B) {
-        for jb in (j0..j1).step_by(B) {
-            for r in rb..(rb + B).min(n) {
-                let src_row = r * width;
-                for j in jb..(jb + B).min(j1) {
-                    let (s, d) = ((src_row + j) * ow, ((j - j0) * n + r) * ow);
+fn transpose_block(tile: &[u8], width: usize, ow: usize, cols: [usize; 2], n: usize, piece: &mut [u8]) {
+    // Elements of 1, 2 and 4 bytes are copied as such (the codes of a packed plane are single bytes: a generic
+    // slice copy per element would cost more than the decoding).
+    match ow {
+        1 => transpose_elements::<1>(tile, width, cols, n, piece),
+        2 => transpose_elements::<2>(tile, width, cols, n, piece),
+        4 => transpose_elements::<4>(tile, width, cols, n, piece),
+        8 => transpose_elements::<8>(tile, width, cols, n, piece),
+        _ => {
+            let [j0, j1] = cols;
+            for r in 0..n {
+                for j in j0..j1 {
+                    let (s, d) = ((r * width + j) * ow, ((j - j0) * n + r) * ow);
                     piece[d..d + ow].copy_from_slice(&tile[s..s + ow]);
                 }
             }
         }
     }
+}
+
+fn transpose_elements<const W: usize>(tile: &[u8], width: usize, [j0, j1]: [usize; 2], n: usize, piece: &mut [u8]) {
+    const B: usize = 64;
+    let (src, dst): (&[[u8; W]], &mut [[u8; W]]) = (as_elements(tile), as_elements_mut(piece));
+    for rb in (0..n).step_by(B) {
+        for jb in (j0..j1).step_by(B) {
+            for r in rb..(rb + B).min(n) {
+                let row = &src[r * width..(r + 1) * width];
+                for j in jb..(jb + B).min(j1) {
+                    dst[(j - j0) * n + r] = row[j];
+                }
+            }
+        }
+    }
+}
+
+/// Whole `W`-byte elements of `bytes` (the tiles hold whole elements; `[u8; W]` has alignment 1).
+fn as_elements<const W: usize>(bytes: &[u8]) -> &[[u8; W]] {
+    let whole = bytes.len() / W * W;
+    bytemuck::cast_slice(&bytes[..whole])
+}
+
+fn as_elements_mut<const W: usize>(bytes: &mut [u8]) -> &mut [[u8; W]] {
+    let whole = bytes.len() / W * W;
+    bytemuck::cast_slice_mut(&mut bytes[..whole])
 }
 
 #[cfg(test)]
@@ -441,6 +491,32 @@ mod tests {
             })
             .unwrap();
             assert_eq!(got, want, "{plan:?}");
+        }
+    }
+
+    #[test]
+    fn sub_byte_codes_pack_lowest_first_across_any_split() {
+        let codes: Vec<u8> = (0..37u8).map(|i| (i % 16).wrapping_sub(8)).collect(); // -8..=7 as bytes
+        for bits in [4u32, 2] {
+            let mut whole = Vec::new();
+            let mut p = SubByte { out: &mut whole, bits, acc: 0, filled: 0 };
+            p.put(&codes).unwrap();
+            p.finish().unwrap();
+            let per = 8 / usize::try_from(bits).unwrap();
+            assert_eq!(whole.len(), codes.len().div_ceil(per));
+            let mask = (1u8 << bits) - 1;
+            for (i, &c) in codes.iter().enumerate() {
+                let got = (whole[i / per] >> (usize::try_from(bits).unwrap() * (i % per))) & mask;
+                assert_eq!(got, c & mask, "{bits}-bit code {i}");
+            }
+            for cut in [1, 3, 5, 7, 36] {
+                let mut split = Vec::new();
+                let mut p = SubByte { out: &mut split, bits, acc: 0, filled: 0 };
+                p.put(&codes[..cut]).unwrap();
+                p.put(&codes[cut..]).unwrap();
+                p.finish().unwrap();
+                assert_eq!(split, whole, "{bits} bits, cut at {cut}");
+            }
         }
     }
 
