@@ -53,18 +53,24 @@ def write_model(d, dim, layers):
             for _ in range(dim // rows):
                 block = (rng.standard_normal((rows, dim), dtype=np.float32) / np.sqrt(dim)).astype(np.float32)
                 f.write((block.view(np.uint32) >> 16).astype("<u2").tobytes())
+    write_linear_stack(d, dim, layers, "bf16", lambda i: (f"model.layers.{i}.weight", f"w{i}"))
+    return off
+
+
+def write_linear_stack(d, dim, layers, dtype, weight):
+    """d/g.json: a decode step `x [1, dim]` through `layers` linear layers `h = h @ Wᵀ`, each W `[dim, dim]` held
+    `[out, in]` in the weight file; `weight(i)` gives layer i's (key, tensor name in the file)."""
     tensors = [{"name": "x", "shape": [1, dim], "dtype": "f32"}]
-    nodes, h_name = [], "x"
+    nodes, h = [], "x"
     for i in range(layers):
-        tensors += [{"name": f"w{i}", "shape": [dim, dim], "dtype": "bf16", "path": f"model.layers.{i}.weight",
-                     "data": {"tensor": f"w{i}"}},
+        key, name = weight(i)
+        tensors += [{"name": f"w{i}", "shape": [dim, dim], "dtype": dtype, "path": key, "data": {"tensor": name}},
                     {"name": f"wt{i}", "shape": [dim, dim], "dtype": "f32"},
                     {"name": f"h{i}", "shape": [1, dim], "dtype": "f32"}]
         nodes += [{"op": "transpose", "inputs": [f"w{i}"], "outputs": [f"wt{i}"]},
-                  {"op": "matmul", "inputs": [h_name, f"wt{i}"], "outputs": [f"h{i}"]}]
-        h_name = f"h{i}"
-    (d / "g.json").write_text(json.dumps({"name": "step", "tensors": tensors, "nodes": nodes, "outputs": [h_name]}))
-    return off
+                  {"op": "matmul", "inputs": [h, f"wt{i}"], "outputs": [f"h{i}"]}]
+        h = f"h{i}"
+    (d / "g.json").write_text(json.dumps({"name": "step", "tensors": tensors, "nodes": nodes, "outputs": [h]}))
 
 
 def weight_transposes(text):
@@ -203,17 +209,7 @@ def write_packed(d, fmt, dim, layers):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    tensors = [{"name": "x", "shape": [1, dim], "dtype": "f32"}]
-    nodes, h = [], "x"
-    for i in range(layers):
-        tensors += [{"name": f"w{i}", "shape": [dim, dim], "dtype": "f32", "path": f"blk.{i}.w",
-                     "data": {"tensor": f"blk.{i}.w"}},
-                    {"name": f"wt{i}", "shape": [dim, dim], "dtype": "f32"},
-                    {"name": f"h{i}", "shape": [1, dim], "dtype": "f32"}]
-        nodes += [{"op": "transpose", "inputs": [f"w{i}"], "outputs": [f"wt{i}"]},
-                  {"op": "matmul", "inputs": [h, f"wt{i}"], "outputs": [f"h{i}"]}]
-        h = f"h{i}"
-    (d / "g.json").write_text(json.dumps({"name": "step", "tensors": tensors, "nodes": nodes, "outputs": [h]}))
+    write_linear_stack(d, dim, layers, "f32", lambda i: (f"blk.{i}.w", f"blk.{i}.w"))
     return layers * dim * dim // elems * nbytes
 
 
