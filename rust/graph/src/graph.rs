@@ -43,10 +43,10 @@ pub enum HalfConstantHandling {
 /// The layout a weight is written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WeightLayout {
-    /// Chosen for its use (the default): a rank-2 weight of addressable memory (a mapped file, Rust memory)
-    /// whose only use is one 2-D `transpose` (a PyTorch-layout `[out, in]` linear, `x @ Wᵀ`) is written
-    /// transposed, and the transpose leaves the program, so IREE contracts the parameter as stored instead of
-    /// materializing a transposed copy of it.
+    /// Chosen for its use (the default): a rank-2 weight whose uses are one 2-D `transpose` (a PyTorch-layout
+    /// `[out, in]` linear, `x @ Wᵀ`) and, optionally, gathers of its rows (a tied embedding and LM head) is
+    /// written transposed, tile by tile from any lender, and the transpose leaves the program, so IREE contracts
+    /// the parameter as stored instead of materializing a transposed copy of it.
     #[default]
     ChosenForUse,
     /// As the caller holds it.
