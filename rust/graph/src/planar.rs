@@ -156,10 +156,9 @@ impl Split {
     }
 }
 
-fn i8s(codes: impl IntoIterator<Item = i32>, out: &mut [u8]) {
-    for (o, c) in out.iter_mut().zip(codes) {
-        // Every code minus its offset fits i8 (the widest is Q8_0's own i8, offset 0).
-        *o = i8::try_from(c).unwrap_or(0).to_le_bytes()[0];
+fn i8s(values: impl IntoIterator<Item = i32>, out: &mut [u8]) {
+    for (o, v) in out.iter_mut().zip(values) {
+        *o = i8::try_from(v).unwrap_or(0).to_le_bytes()[0];
     }
 }
 
@@ -167,25 +166,12 @@ fn i8s(codes: impl IntoIterator<Item = i32>, out: &mut [u8]) {
 /// `block` is exactly one block.
 pub(crate) fn split_block(encoding: &Encoding, plane: Plane, block: &[u8], out: &mut [u8]) {
     let Some(split) = Split::of(encoding) else { return };
-    match (split.high, plane) {
-        (Some(high), Plane::Quants | Plane::QuantsHigh) => {
-            // The centred codes, then their low 4 bits less 8, or their high bits less the high offset.
-            let mut centred = [0u8; 256];
-            let n = out.len().min(centred.len());
-            split_plane(encoding, Plane::Quants, block, &mut centred[..n]);
-            for (o, &c) in out.iter_mut().zip(&centred[..n]) {
-                let code = i32::from(i8::from_le_bytes([c])) + split.offset;
-                let v = if plane == Plane::Quants { (code & 15) - 8 } else { (code >> 4) - high.offset };
-                *o = i8::try_from(v).unwrap_or(0).to_le_bytes()[0];
-            }
-        }
-        _ => split_plane(encoding, plane, block, out),
-    }
+    let n = usize::try_from(split.values_per_block(plane)).unwrap_or(0);
+    split_block_window(encoding, plane, block, [0, n], out);
 }
 
-/// [`split_block`] for values `v0 .. v1` of the block only (`(v1 − v0) · tile_width` bytes into `out`): the codes
-/// of a window are computed element by element instead of decoding the whole block, so a tall table repacked a
-/// window at a time decodes each code once.
+/// [`split_block`] for values `v0 .. v1` of the block only (`(v1 − v0) · tile_width` bytes into `out`): a tall
+/// table repacked a window at a time computes each code once.
 pub(crate) fn split_block_window(
     encoding: &Encoding,
     plane: Plane,
@@ -199,155 +185,102 @@ pub(crate) fn split_block_window(
         let width = if split.tile_width(plane) == 2 { 2 } else { 1 };
         let mut all = [0u8; 32];
         let n = usize::try_from(split.values_per_block(plane)).unwrap_or(0).min(16) * width;
-        split_plane(encoding, plane, block, &mut all[..n]);
+        split_numbers(encoding, plane, block, &mut all[..n]);
         out[..(v1 - v0) * width].copy_from_slice(&all[v0 * width..v1 * width]);
         return;
     }
-    for (o, i) in out.iter_mut().zip(v0..v1) {
-        let centred = code_at(encoding, block, i) - split.offset;
+    let mut codes = [0i32; 256];
+    let n = (v1 - v0).min(codes.len());
+    raw_codes(encoding, block, v0, &mut codes[..n]);
+    for (o, &code) in out.iter_mut().zip(&codes[..n]) {
         let v = match (split.high, plane) {
-            (Some(_), Plane::Quants) => ((centred + split.offset) & 15) - 8,
-            (Some(high), _) => ((centred + split.offset) >> 4) - high.offset,
-            (None, _) => centred,
+            (Some(_), Plane::Quants) => (code & 15) - 8,
+            (Some(high), _) => (code >> 4) - high.offset,
+            (None, _) => code - split.offset,
         };
+        // Every centred code, low part and high part fits i8 (the widest is Q8_0's own i8, offset 0).
         *o = i8::try_from(v).unwrap_or(0).to_le_bytes()[0];
     }
 }
 
-/// The raw code of element `i` of one block (Q8_0: its signed value).
-fn code_at(encoding: &Encoding, b: &[u8], i: usize) -> i32 {
+/// The raw codes of elements `v0 .. v0 + out.len()` of one block (Q8_0: its signed values), as ggml lays them out
+/// (docs: ../shared/reference/ggml-blocks.md); the one place tapeout reads codes for planes.
+fn raw_codes(encoding: &Encoding, b: &[u8], v0: usize, out: &mut [i32]) {
     let nibble = |byte: u8, high: bool| i32::from(if high { byte >> 4 } else { byte & 0xF });
+    let idx = v0..v0 + out.len();
     match encoding {
-        Encoding::Q8_0 => i32::from(i8::from_le_bytes([b[2 + i]])),
-        Encoding::Q4_0 => nibble(b[2 + i % 16], i >= 16),
-        Encoding::Q4_1 => nibble(b[4 + i % 16], i >= 16),
+        Encoding::Q8_0 => out.iter_mut().zip(idx).for_each(|(o, i)| *o = i32::from(i8::from_le_bytes([b[2 + i]]))),
+        Encoding::Q4_0 | Encoding::Q4_1 => {
+            let qs = if *encoding == Encoding::Q4_0 { 2 } else { 4 };
+            out.iter_mut().zip(idx).for_each(|(o, i)| *o = nibble(b[qs + i % 16], i >= 16));
+        }
         Encoding::Q5_0 | Encoding::Q5_1 => {
             let (qh, qs) = if *encoding == Encoding::Q5_0 { (2, 6) } else { (4, 8) };
             let bits = u32::from_le_bytes([b[qh], b[qh + 1], b[qh + 2], b[qh + 3]]);
-            nibble(b[qs + i % 16], i >= 16) | (i32::from((bits >> i) & 1 == 1) << 4)
+            for (o, i) in out.iter_mut().zip(idx) {
+                *o = nibble(b[qs + i % 16], i >= 16) | (i32::from((bits >> i) & 1 == 1) << 4);
+            }
         }
         Encoding::Q4K | Encoding::Q5K => {
-            let (g, w) = (i / 64, i % 64);
-            let l = w % 32;
-            let qs = if *encoding == Encoding::Q4K { 16 } else { 48 };
-            let low = nibble(b[qs + 32 * g + l], w >= 32);
-            if *encoding == Encoding::Q4K {
-                low
-            } else {
-                low | (i32::from((b[16 + l] >> (2 * g + usize::from(w >= 32))) & 1) << 4)
+            let (qs, five) = if *encoding == Encoding::Q4K { (16, false) } else { (48, true) };
+            for (o, i) in out.iter_mut().zip(idx) {
+                let (g, w) = (i / 64, i % 64);
+                let l = w % 32;
+                let high = if five { i32::from((b[16 + l] >> (2 * g + usize::from(w >= 32))) & 1) << 4 } else { 0 };
+                *o = nibble(b[qs + 32 * g + l], w >= 32) | high;
             }
         }
         Encoding::Q6K => {
-            let (h, w) = (i / 128, i % 128);
-            let (l, quarter) = (w % 32, w / 32);
-            let ql = b[64 * h + l + if quarter % 2 == 1 { 32 } else { 0 }];
-            let qh = b[128 + 32 * h + l];
-            nibble(ql, quarter >= 2) | (i32::from((qh >> (2 * quarter)) & 3) << 4)
+            for (o, i) in out.iter_mut().zip(idx) {
+                let (h, w) = (i / 128, i % 128);
+                let (l, quarter) = (w % 32, w / 32);
+                let ql = b[64 * h + l + if quarter % 2 == 1 { 32 } else { 0 }];
+                let qh = b[128 + 32 * h + l];
+                *o = nibble(ql, quarter >= 2) | (i32::from((qh >> (2 * quarter)) & 3) << 4);
+            }
         }
-        Encoding::Other(_) => 0,
+        Encoding::Other(_) => out.fill(0),
     }
 }
 
-/// One block's values of `plane`, with `Quants` as the whole centred codes (`code − offset`, i8).
-fn split_plane(encoding: &Encoding, plane: Plane, block: &[u8], out: &mut [u8]) {
-    let Some(split) = Split::of(encoding) else { return };
-    let off = split.offset;
+/// One block's per-block numbers of `plane` (every plane but the codes): f16 scales and mins as stored, K-quant
+/// sub-block codes as i8.
+fn split_numbers(encoding: &Encoding, plane: Plane, block: &[u8], out: &mut [u8]) {
+    let f16 = |out: &mut [u8], v: [u8; 2]| out[..2].copy_from_slice(&v);
     match encoding {
-        Encoding::Q8_0 => {
-            let b: &BlockQ8_0 = bytemuck::from_bytes(block);
-            match plane {
-                Plane::Quants => i8s(b.qs.iter().map(|&q| i32::from(q)), out),
-                _ => out[..2].copy_from_slice(&b.d),
-            }
-        }
-        Encoding::Q4_0 => {
-            let b: &BlockQ4_0 = bytemuck::from_bytes(block);
-            match plane {
-                Plane::Quants => {
-                    let lo = b.qs.iter().map(|&q| i32::from(q & 0xF));
-                    let hi = b.qs.iter().map(|&q| i32::from(q >> 4));
-                    i8s(lo.chain(hi).map(|q| q - off), out);
-                }
-                _ => out[..2].copy_from_slice(&b.d),
-            }
-        }
+        Encoding::Q8_0 => f16(out, bytemuck::from_bytes::<BlockQ8_0>(block).d),
+        Encoding::Q4_0 => f16(out, bytemuck::from_bytes::<BlockQ4_0>(block).d),
+        Encoding::Q5_0 => f16(out, bytemuck::from_bytes::<BlockQ5_0>(block).d),
         Encoding::Q4_1 => {
             let b: &BlockQ4_1 = bytemuck::from_bytes(block);
-            match plane {
-                Plane::Quants => {
-                    let lo = b.qs.iter().map(|&q| i32::from(q & 0xF));
-                    let hi = b.qs.iter().map(|&q| i32::from(q >> 4));
-                    i8s(lo.chain(hi).map(|q| q - off), out);
-                }
-                Plane::Min => out[..2].copy_from_slice(&b.m),
-                _ => out[..2].copy_from_slice(&b.d),
-            }
-        }
-        Encoding::Q5_0 => {
-            let b: &BlockQ5_0 = bytemuck::from_bytes(block);
-            match plane {
-                Plane::Quants => i8s(crate::packed::five_bit_codes(b.qh, &b.qs).map(|q| i32::from(q) - off), out),
-                _ => out[..2].copy_from_slice(&b.d),
-            }
+            f16(out, if plane == Plane::Min { b.m } else { b.d });
         }
         Encoding::Q5_1 => {
             let b: &BlockQ5_1 = bytemuck::from_bytes(block);
-            match plane {
-                Plane::Quants => i8s(crate::packed::five_bit_codes(b.qh, &b.qs).map(|q| i32::from(q) - off), out),
-                Plane::Min => out[..2].copy_from_slice(&b.m),
-                _ => out[..2].copy_from_slice(&b.d),
-            }
+            f16(out, if plane == Plane::Min { b.m } else { b.d });
         }
         Encoding::Q4K | Encoding::Q5K => {
-            let (d, dmin, scales, qs, qh) = if *encoding == Encoding::Q4K {
+            let (d, dmin, scales) = if *encoding == Encoding::Q4K {
                 let b: &BlockQ4K = bytemuck::from_bytes(block);
-                (b.d, b.dmin, b.scales, b.qs, None)
+                (b.d, b.dmin, b.scales)
             } else {
                 let b: &BlockQ5K = bytemuck::from_bytes(block);
-                (b.d, b.dmin, b.scales, b.qs, Some(b.qh))
+                (b.d, b.dmin, b.scales)
             };
             match plane {
-                Plane::Quants => {
-                    let mut codes = [0i32; 256];
-                    for (g, q) in qs.chunks_exact(32).enumerate() {
-                        for (l, &byte) in q.iter().enumerate() {
-                            let (h0, h1) = qh.map_or((0, 0), |qh| {
-                                let h = qh[l] >> (2 * g);
-                                (i32::from(h & 1) << 4, i32::from((h >> 1) & 1) << 4)
-                            });
-                            codes[64 * g + l] = i32::from(byte & 0xF) + h0 - off;
-                            codes[64 * g + 32 + l] = i32::from(byte >> 4) + h1 - off;
-                        }
-                    }
-                    i8s(codes, out);
-                }
                 Plane::SubScales => i8s((0..8).map(|j| i32::from(crate::packed::k_scale_min(j, &scales).0)), out),
                 Plane::SubMins => i8s((0..8).map(|j| i32::from(crate::packed::k_scale_min(j, &scales).1)), out),
-                Plane::SuperMin => out[..2].copy_from_slice(&dmin),
-                _ => out[..2].copy_from_slice(&d),
+                Plane::SuperMin => f16(out, dmin),
+                _ => f16(out, d),
             }
         }
         Encoding::Q6K => {
             let b: &BlockQ6K = bytemuck::from_bytes(block);
             match plane {
-                Plane::Quants => {
-                    let mut codes = [0i32; 256];
-                    for h in 0..2 {
-                        let (ql, qh) = (&b.ql[64 * h..64 * h + 64], &b.qh[32 * h..32 * h + 32]);
-                        for l in 0..32 {
-                            let c = |v: u8| i32::from(v) - off;
-                            codes[128 * h + l] = c((ql[l] & 0xF) | ((qh[l] & 3) << 4));
-                            codes[128 * h + l + 32] = c((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
-                            codes[128 * h + l + 64] = c((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
-                            codes[128 * h + l + 96] = c((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
-                        }
-                    }
-                    i8s(codes, out);
-                }
                 // Sub-block j covers values 16j .. 16j + 16: in the decoder's table, scale index i + 2s for the
                 // s-th quarter of a half, which is exactly sc[j].
                 Plane::SubScales => i8s(b.sc.iter().map(|&s| i32::from(s)), out),
-                _ => out[..2].copy_from_slice(&b.d),
+                _ => f16(out, b.d),
             }
         }
         Encoding::Other(_) => {}
