@@ -194,6 +194,37 @@ def test_a_pytorch_layout_linear_is_contracted_as_stored_without_a_transpose(dty
     np.testing.assert_allclose(y, x @ w.T, rtol=1e-5, atol=1e-5)
 
 
+def test_bf16_activations_compute_in_bf16_on_the_stored_weight(tapeout, tmp_path):
+    """A bf16 model: x converted to bf16, y = x @ W^T with the bf16 weight W [out, in] as stored (transposed at
+    export), the product in bf16, converted back. The weight is read in its own type: no convert of it, and IREE's
+    bf16 result matches x @ W^T within bf16 rounding."""
+    rng = np.random.default_rng(12)
+    n_out, n_in = 24, 40
+    w, _ = write_safetensors_2d(tmp_path / "w.safetensors", "w", rng.standard_normal((n_out, n_in)).astype(np.float32), "bf16")
+    graph = {"name": "bf16_linear", "tensors": [
+        {"name": "x", "shape": [3, n_in], "dtype": "f32"},
+        {"name": "xb", "shape": [3, n_in], "dtype": "bf16"},
+        {"name": "w", "shape": [n_out, n_in], "dtype": "bf16", "path": "model.fc.weight", "data": {"tensor": "w"}},
+        {"name": "wt", "shape": [n_in, n_out], "dtype": "bf16"},
+        {"name": "yb", "shape": [3, n_out], "dtype": "bf16"},
+        {"name": "y", "shape": [3, n_out], "dtype": "f32"}],
+        "nodes": [{"op": "convert", "inputs": ["x"], "outputs": ["xb"]},
+                  {"op": "transpose", "inputs": ["w"], "outputs": ["wt"]},
+                  {"op": "matmul", "inputs": ["xb", "wt"], "outputs": ["yb"]},
+                  {"op": "convert", "inputs": ["yb"], "outputs": ["y"]}], "outputs": ["y"]}
+    (tmp_path / "g.json").write_text(json.dumps(graph))
+    out = tmp_path / "out"
+    run(tapeout, "export", tmp_path / "g.json", "--weights", tmp_path / "w.safetensors", "-o", out, "--inline-below", "0")
+    text = (out / "bf16_linear.mlir").read_text()
+    assert f"tensor<{n_in}x{n_out}xbf16>) -> tensor<3x{n_out}xbf16>" in text, text
+    assert text.count("stablehlo.convert") == 2 and "stablehlo.transpose" not in text, text
+    x = rng.standard_normal((3, n_in)).astype(np.float32)
+    [y] = compile_and_run_iree(tmp_path, out / "bf16_linear.mlir", [out / "bf16_linear.irpa"], [x])
+    xb = (x.view(np.uint32) + 0x7FFF + ((x.view(np.uint32) >> 16) & 1)) >> 16 << 16
+    want = xb.view(np.float32) @ w.T
+    np.testing.assert_allclose(y, want, rtol=2e-2, atol=2e-2 * np.abs(want).max())
+
+
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_a_tied_embedding_and_head_is_one_transposed_parameter_gathered_by_columns(dtype, tapeout, tmp_path):
     """ids -> embedding rows -> logits = h @ E^T with one table E [V, D]: stored once as E^T [D, V] (the layout

@@ -303,6 +303,7 @@ fn classify<'a>(
     spec: &mut TensorSpec,
     storage: &Storage<'a>,
     opts: &ExtractOptions,
+    computes_in_stored: bool,
 ) -> Result<Option<ConstantData<'a>>> {
     // 1. forced inputs (storage not even looked at).
     if opts.forced_inputs.contains(&id) {
@@ -350,8 +351,15 @@ fn classify<'a>(
                 },
             };
             let from = spec.dtype;
-            // The program sees f32 either way: ops on a 16-bit weight compute in f32.
-            spec.dtype = DType::F32;
+            // Ops that compute in the weight's own type see it as stored (widening it would be pointless);
+            // otherwise the program sees f32, however it is stored.
+            if computes_in_stored {
+                if *layout == HalfLayout::RowMajor {
+                    return Ok(Some(ConstantData::Raw { dtype: from, bytes: *bytes }));
+                }
+            } else {
+                spec.dtype = DType::F32;
+            }
             if opts.half == HalfConstantHandling::Keep && *layout == HalfLayout::RowMajor {
                 return Ok(Some(ConstantData::Raw { dtype: from, bytes: *bytes }));
             }
@@ -550,6 +558,21 @@ pub fn finalize<'a>(trace: &Trace<'a>, opts: &ExtractOptions) -> Result<ComputeG
     let (tensors, ops) = (trace.tensors(), trace.ops());
     let mut specs: Vec<TensorSpec> = tensors.iter().map(|t| t.spec.clone()).collect();
 
+    // A 16-bit weight is seen in its own type when an op (other than a convert) computes in that type: one of
+    // its results, or another of its operands, has it. Otherwise ops see it as f32.
+    let mut in_stored: HashSet<TensorId> = HashSet::new();
+    for op in ops.iter().filter(|op| op.op != OpKind::Convert) {
+        for &t in &op.inputs {
+            let d = specs[t.index()].dtype;
+            if !matches!(d, DType::F16 | DType::BF16) || !matches!(tensors[t.index()].storage, Storage::Half { .. }) {
+                continue;
+            }
+            let others = op.inputs.iter().filter(|&&o| o != t).chain(&op.outputs);
+            if others.into_iter().any(|&o| specs[o.index()].dtype == d) {
+                in_stored.insert(t);
+            }
+        }
+    }
     let mut inputs = Vec::new();
     let mut constants = Vec::new();
     let mut resolved: HashSet<TensorId> = HashSet::new();
@@ -558,7 +581,7 @@ pub fn finalize<'a>(trace: &Trace<'a>, opts: &ExtractOptions) -> Result<ComputeG
         if producer[id.index()].is_some() || !resolved.insert(id) {
             continue;
         }
-        match classify(id, &mut specs[id.index()], &tensors[id.index()].storage, opts)? {
+        match classify(id, &mut specs[id.index()], &tensors[id.index()].storage, opts, in_stored.contains(&id))? {
             Some(data) => constants.push(Constant { tensor: id, key: String::new(), data }),
             None => inputs.push(id),
         }

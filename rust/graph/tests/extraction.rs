@@ -315,6 +315,30 @@ fn bf16_weights_are_kept_as_stored_by_default_borrowing_the_caller_s_bytes() {
 }
 
 #[test]
+fn a_16_bit_weight_used_by_ops_of_its_own_type_is_seen_in_that_type_even_when_widening() {
+    let bits: Vec<u8> = (0..8u16).flat_map(|i| half::bf16::from_f32(f32::from(i)).to_bits().to_le_bytes()).collect();
+    let program_dtype = |x_dtype: DType, opts: &ExtractOptions| {
+        let mut t = Trace::new();
+        let x = t.add_placeholder(spec("x", &[2, 2], x_dtype));
+        let w = t.add_tensor(Tensor {
+            spec: spec("w", &[2, 4], DType::BF16),
+            storage: Storage::Half { bytes: Lent::Slice(&bits), layout: HalfLayout::RowMajor },
+        });
+        let y = t.add_placeholder(spec("y", &[2, 4], x_dtype));
+        t.record(OpKind::Matmul, Attrs::new(), &[x, w], &[y]);
+        t.set_outputs(&[y]);
+        let g = finalize(&t, opts).unwrap();
+        (g.spec(w).dtype, g.constant(w).unwrap().data.dtype())
+    };
+    // bf16 activations: the program computes in bf16 on the stored bytes, widening or not.
+    assert_eq!(program_dtype(DType::BF16, &ExtractOptions::default()), (DType::BF16, DType::BF16));
+    assert_eq!(program_dtype(DType::BF16, &widen()), (DType::BF16, DType::BF16));
+    // f32 activations: the program sees f32 (kept bf16 and converted, or widened).
+    assert_eq!(program_dtype(DType::F32, &ExtractOptions::default()), (DType::F32, DType::BF16));
+    assert_eq!(program_dtype(DType::F32, &widen()), (DType::F32, DType::F32));
+}
+
+#[test]
 fn bf16_and_f16_widen_exactly_including_specials() {
     let bf16_vals = [1.0f32, -0.0, f32::INFINITY, f32::NEG_INFINITY, 3.140625, -2.5e-38, 1.0e38];
     let bf: Vec<u8> = bf16_vals.iter().flat_map(|v| half::bf16::from_f32(*v).to_bits().to_le_bytes()).collect();

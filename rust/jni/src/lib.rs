@@ -217,3 +217,72 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_knownOps<'l>(
         })
         .resolve::<ThrowMapped>()
 }
+
+/// `NativeBridge.describeWeights(path): String` — a safetensors or GGUF file as JSON, read by the validating
+/// reader: `{"format", "tensors": [{"name", "dtype", "shape", "offset", "length", "encoding"?}], "metadata"}`.
+/// Offsets are absolute in the file; a packed GGUF tensor has logical dtype `f32` and its encoding. Metadata
+/// values are strings (safetensors `__metadata__`) or GGUF numbers, booleans, strings, and arrays as
+/// `{"array_len", "elem_type"}` (contents are not read).
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_dev_tapeout_NativeBridge_describeWeights<'l>(
+    mut unowned: EnvUnowned<'l>,
+    _class: JClass<'l>,
+    path: JString<'l>,
+) -> JObject<'l> {
+    unowned
+        .with_env(|env| -> Result<JObject<'l>, Failure> {
+            let path = string(env, &path)?;
+            let file = tapeout::graph::io::WeightFile::open(&path).map_err(tapeout::Error::from)?;
+            let json = describe_weights(&file).to_string();
+            Ok(env.new_string(json)?.into())
+        })
+        .resolve::<ThrowMapped>()
+}
+
+fn describe_weights(file: &tapeout::graph::io::WeightFile) -> serde_json::Value {
+    use tapeout::graph::io::gguf::GgufValue;
+    use tapeout::graph::io::{Stored, WeightFile};
+    let tensors: Vec<serde_json::Value> = file
+        .tensors()
+        .iter()
+        .map(|t| {
+            let mut v = serde_json::json!({
+                "name": t.name,
+                "dtype": t.dtype().to_string(),
+                "shape": t.shape,
+                "offset": t.offset,
+                "length": t.bytes.len() as u64,
+            });
+            if let Stored::Packed(e) = &t.stored {
+                v["encoding"] = serde_json::Value::String(e.name().to_owned());
+            }
+            v
+        })
+        .collect();
+    let (format, metadata) = match file {
+        WeightFile::SafeTensors(s) => (
+            "safetensors",
+            s.metadata().iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect(),
+        ),
+        WeightFile::Gguf(g) => (
+            "gguf",
+            g.metadata()
+                .iter()
+                .map(|(k, v)| {
+                    let v = match v {
+                        GgufValue::U64(n) => serde_json::json!(n),
+                        GgufValue::I64(n) => serde_json::json!(n),
+                        GgufValue::F64(x) => serde_json::json!(x),
+                        GgufValue::Bool(b) => serde_json::json!(b),
+                        GgufValue::Str(s) => serde_json::json!(s),
+                        GgufValue::Array { elem_type, len } => {
+                            serde_json::json!({"array_len": len, "elem_type": elem_type})
+                        }
+                    };
+                    (k.clone(), v)
+                })
+                .collect::<serde_json::Map<String, serde_json::Value>>(),
+        ),
+    };
+    serde_json::json!({"format": format, "tensors": tensors, "metadata": metadata})
+}

@@ -28,6 +28,7 @@ pub struct SafeTensors {
     map: Option<Mmap>,
     tensors: HashMap<String, SafeTensor>,
     order: Vec<String>,
+    metadata: Vec<(String, String)>,
 }
 
 impl SafeTensors {
@@ -43,9 +44,9 @@ impl SafeTensors {
             // SAFETY: read-only mapping; the file must not be truncated while open (documented on `SafeTensors`).
             Some(unsafe { Mmap::map(&file) }.map_err(|source| IoError::Io { path: path.clone(), source })?)
         };
-        let (tensors, order) = parse(map.as_deref().unwrap_or(&[]))
+        let (tensors, order, metadata) = parse(map.as_deref().unwrap_or(&[]))
             .map_err(|source| IoError::Safetensors { path: path.clone(), source })?;
-        Ok(Self { path, map, tensors, order })
+        Ok(Self { path, map, tensors, order, metadata })
     }
 
     /// The file's path.
@@ -58,6 +59,12 @@ impl SafeTensors {
     #[must_use]
     pub fn names(&self) -> &[String] {
         &self.order
+    }
+
+    /// The header's `__metadata__` string pairs, sorted by key (empty when it has none).
+    #[must_use]
+    pub fn metadata(&self) -> &[(String, String)] {
+        &self.metadata
     }
 
     /// The tensor called `name`.
@@ -80,8 +87,8 @@ impl SafeTensors {
     }
 }
 
-/// Tensors by name, and names in file order.
-type Parsed = (HashMap<String, SafeTensor>, Vec<String>);
+/// Tensors by name, names in file order, and the `__metadata__` pairs sorted by key.
+type Parsed = (HashMap<String, SafeTensor>, Vec<String>, Vec<(String, String)>);
 
 /// Why a safetensors file is refused.
 #[derive(Debug, thiserror::Error)]
@@ -156,7 +163,10 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed, SafetensorsError> {
         tensors.insert(name.clone(), SafeTensor { dtype, shape, start: data_start + begin, end: data_start + end });
         order.push(name);
     }
-    Ok((tensors, order))
+    let mut metadata: Vec<(String, String)> =
+        meta.metadata().iter().flatten().map(|(k, v)| (k.clone(), v.clone())).collect();
+    metadata.sort();
+    Ok((tensors, order, metadata))
 }
 
 #[cfg(test)]
@@ -184,6 +194,7 @@ mod tests {
         let (_d, p) = write(&file(h, &data));
         let st = SafeTensors::open(&p).unwrap();
         assert_eq!(st.names(), ["a", "b"]);
+        assert_eq!(st.metadata(), [("x".to_owned(), "y".to_owned())]);
         let a = st.get("a").unwrap();
         assert_eq!((a.dtype, a.shape.as_slice()), (DType::F32, &[3u64][..]));
         assert_eq!(st.bytes(a), &data[..12]);

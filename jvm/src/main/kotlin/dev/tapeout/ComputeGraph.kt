@@ -47,6 +47,30 @@ sealed class MaterializationPolicy {
  *  `packed_plane` (one plane of a weight kept packed). */
 data class ConstantInfo(val name: String, val key: String, val bytes: Long, val kind: String)
 
+/** A weight that asked for key [wanted] and got [assigned] because another weight had it. */
+data class KeyCollision(val tensor: String, val wanted: String, val assigned: String)
+
+/**
+ * Runs a native call; a [TapeoutException] it throws comes back naming the lines of your code that recorded the
+ * nodes and tensors its message names (`node 3 (…)` is the tape's fourth op).
+ */
+internal fun <T> ExecutionTape.located(call: () -> T): T = try {
+    call()
+} catch (e: TapeoutException) {
+    val sites = LinkedHashSet<String>()
+    Regex("""node (\d+) \(""").findAll(e.detail).forEach { m ->
+        val op = m.groupValues[1].toIntOrNull()?.let { ops.getOrNull(it) }
+        op?.site?.let { sites += "node ${m.groupValues[1]} (${op.op}) was recorded at ${siteText(it)}" }
+    }
+    val byName = tensors.associateBy { it.name }
+    Regex("""['"]([^'"]+)['"]""").findAll(e.detail).forEach { m ->
+        val t = byName[m.groupValues[1]] ?: tensors.firstOrNull { it.path == m.groupValues[1] }
+        t?.site?.let { sites += "'${t.path ?: t.name}' was recorded at ${siteText(it)}" }
+    }
+    if (sites.isEmpty()) throw e
+    throw e.withDetail(sites.joinToString("; ", " (", ")"))
+}
+
 /**
  * What an export wrote. [archives] holds `<name>.irpa`, or the shards `<name>-0000k-of-0000n.irpa` of a set whose
  * [index] is `<name>.irpa.index.json`; [irpa] is the only (or first) archive and [irpaBytes] their total size.
@@ -83,6 +107,13 @@ class ComputeGraph internal constructor(
         ConstantInfo(m["name"] as String, m["key"] as String, (m["bytes"] as Number).toLong(), m["kind"] as String)
     }
 
+    /** Weights whose key another weight already had, so they got `<key>.1`, `<key>.2`, …: usually two weights
+     *  given one path by mistake. */
+    val keyCollisions: List<KeyCollision> = (summary["key_collisions"] as List<*>? ?: emptyList<Any>()).map {
+        val m = it as Map<*, *>
+        KeyCollision(m["tensor"] as String, m["wanted"] as String, m["assigned"] as String)
+    }
+
     /**
      * Writes `<outputDir>/<name>.mlir` and `<outputDir>/<name>.irpa`. With [maxArchiveBytes] > 0 the parameters
      * are split over archives of at most that many bytes each (`<name>-00001-of-0000K.irpa` plus
@@ -96,8 +127,10 @@ class ComputeGraph internal constructor(
     ): ExportResult {
         require(maxArchiveBytes >= 0) { "maxArchiveBytes must be 0 (one archive) or a positive size, not $maxArchiveBytes" }
         val a = Marshalled(tape)
-        val json = NativeBridge.export(tape.toGraphJson(name), a.data, a.kinds, a.encodings, options,
-            forced, outputDir.path, name, policy.scopeName, policy.inlineBelow, maxArchiveBytes)
+        val json = tape.located {
+            NativeBridge.export(tape.toGraphJson(name), a.data, a.kinds, a.encodings, options,
+                forced, outputDir.path, name, policy.scopeName, policy.inlineBelow, maxArchiveBytes)
+        }
         val m = Json.parse(json) as Map<*, *>
         val archives = (m["archives"] as List<*>).map { File(it as String) }
         val sizes = (m["archive_bytes"] as List<*>).map { (it as Number).toLong() }
@@ -110,8 +143,10 @@ class ComputeGraph internal constructor(
     /** The StableHLO module text. */
     fun toStableHlo(policy: MaterializationPolicy = MaterializationPolicy.SizeThreshold(), name: String = "model"): String {
         val a = Marshalled(tape)
-        return NativeBridge.toStableHlo(tape.toGraphJson(name), a.data, a.kinds, a.encodings, options,
-            forced, name, policy.scopeName, policy.inlineBelow)
+        return tape.located {
+            NativeBridge.toStableHlo(tape.toGraphJson(name), a.data, a.kinds, a.encodings, options,
+                forced, name, policy.scopeName, policy.inlineBelow)
+        }
     }
 }
 
@@ -129,7 +164,7 @@ internal class Marshalled(tape: ExecutionTape) {
                 is HalfBitsTensorData -> { data[t.id] = d.bits; kinds[t.id] = 3 }
                 is PackedTensorData -> { data[t.id] = d.bytes; kinds[t.id] = 4; encodings[t.id] = d.encoding }
                 is DenseBytesTensorData -> { data[t.id] = d.bytes; kinds[t.id] = 5 }
-                is MappedTensorData, ShapeOnly -> {}
+                is MappedTensorData, is FileTensorData, ShapeOnly -> {}
             }
         }
     }
@@ -153,7 +188,7 @@ fun ExecutionTape.toComputeGraph(
     val a = Marshalled(this)
     val forced = inputTensorIds.toIntArray()
     val options = nativeOptions(packedConstants, halfConstants)
-    val json = NativeBridge.finalize(toGraphJson("model"), a.data, a.kinds, a.encodings, options, forced)
+    val json = located { NativeBridge.finalize(toGraphJson("model"), a.data, a.kinds, a.encodings, options, forced) }
     val summary = Json.parse(json) as Map<*, *>
     val graph = ComputeGraph(this, options, forced, summary)
     if (!synthesizeExternalInputs) {

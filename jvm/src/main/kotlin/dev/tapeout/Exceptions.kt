@@ -55,3 +55,16 @@ class GraphValidationException(detail: String, remedyName: String?, remedyBytes:
 /** A parameter archive is not valid IRPA (or lacks a key). */
 class IrpaFormatException(detail: String, remedyName: String?, remedyBytes: Long) :
     TapeoutException(detail, remedyName, remedyBytes)
+
+/** The same exception (class, remedy) with [extra] appended to its detail: how the tape adds source lines. */
+internal fun TapeoutException.withDetail(extra: String): TapeoutException {
+    val d = detail + extra
+    val r = remedy?.name
+    return when (this) {
+        is PackedConstantException -> PackedConstantException(d, r, remedyBytes)
+        is ConstantTooLargeException -> ConstantTooLargeException(d, r, remedyBytes)
+        is GraphValidationException -> GraphValidationException(d, r, remedyBytes)
+        is IrpaFormatException -> IrpaFormatException(d, r, remedyBytes)
+        else -> TapeoutException(d, remedy, remedyBytes)
+    }.also { it.initCause(this) }
+}

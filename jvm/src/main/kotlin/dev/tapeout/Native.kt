@@ -106,6 +106,9 @@ internal object NativeBridge {
 
     @JvmStatic external fun archiveEntry(path: String, key: String): LongArray
 
+    /** A safetensors or GGUF file's tensors (absolute offsets) and metadata as JSON, read by the native reader. */
+    @JvmStatic external fun describeWeights(path: String): String
+
     /** The names of every op of the native op table, comma-separated. */
     @JvmStatic external fun knownOps(): String
 

@@ -3,7 +3,8 @@ package dev.tapeout
 /** Element types, named as in tapeout's graph format. */
 enum class DType(val json: String, val byteWidth: Int) {
     F32("f32", 4), F64("f64", 8), F16("f16", 2), BF16("bf16", 2),
-    I8("i8", 1), I16("i16", 2), I32("i32", 4), I64("i64", 8), U8("u8", 1), BOOL("bool", 1);
+    I8("i8", 1), I16("i16", 2), I32("i32", 4), I64("i64", 8), U8("u8", 1), U16("u16", 2), U32("u32", 4), U64("u64", 8),
+    BOOL("bool", 1);
 
     val isFloat: Boolean get() = this == F32 || this == F64 || this == F16 || this == BF16
 }
@@ -33,21 +34,55 @@ class DenseBytesTensorData(val bytes: ByteArray) : TensorData
 /** A file region the program reads at run time: always a graph input. */
 class MappedTensorData(val path: String, val offset: Long, val length: Long) : TensorData
 
+/**
+ * A frozen weight whose bytes stay in a file (a checkpoint tensor, see [Checkpoint]): the native side
+ * memory-maps the file at export and writes the region to the archive; the JVM heap never holds them.
+ * [encoding] names packed GGML blocks (logical dtype f32), `null` for dense little-endian values.
+ */
+class FileTensorData(val path: String, val offset: Long, val length: Long, val encoding: String? = null) : TensorData
+
 /** No values: an activation or a runtime input. */
 object ShapeOnly : TensorData
 
 /** A dimension known only at run time. */
 const val DYNAMIC: Long = -1L
 
-/** A recorded tensor. [path] is the module path (`model.layers.3.attn.q_proj.weight`), the stable parameter key. */
+/**
+ * A recorded tensor. [path] is the module path (`model.layers.3.attn.q_proj.weight`), the stable parameter key.
+ * [name] is how the graph and the module's `tapeout.name` attributes call it ([ExecutionTape.output] can rename
+ * a result). [site] is the line of your code that recorded it (`Model.kt:42`), named in error messages.
+ * A tensor knows its [tape], so the operators in `Operators.kt` (`x + y`, `x * 0.5f`, `x matmul w`) need no
+ * receiver.
+ */
 class Tensor internal constructor(
     val id: Int,
-    val name: String,
+    name: String,
     val shape: LongArray,
     val dtype: DType,
     val path: String?,
     val data: TensorData,
+    /** The tape that recorded this tensor. */
+    val tape: ExecutionTape,
+    /** Where your code recorded it (file and line), if the tape captures call sites. */
+    val site: StackTraceElement?,
 ) {
+    /** The tensor's name in the graph. */
+    var name: String = name
+        internal set
+
     val rank: Int get() = shape.size
+
+    /** `'path'` of a weight or `'name'`, its shape, and the site that recorded it: how error messages name a tensor. */
+    val description: String
+        get() = buildString {
+            append('\'').append(path ?: name).append('\'')
+            append(' ').append(shapeText(shape)).append(' ').append(dtype.json)
+            site?.let { append(" from ").append(siteText(it)) }
+        }
+
     override fun toString(): String = "Tensor($name, ${shape.joinToString("x") { if (it == DYNAMIC) "?" else "$it" }}, $dtype)"
 }
+
+internal fun shapeText(shape: LongArray): String = shape.joinToString(", ", "[", "]") { if (it == DYNAMIC) "?" else "$it" }
+
+internal fun siteText(e: StackTraceElement): String = "${e.fileName ?: e.className}:${e.lineNumber}"
