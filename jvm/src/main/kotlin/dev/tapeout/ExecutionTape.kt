@@ -189,10 +189,10 @@ class ExecutionTape(val compute: DType = DType.F32, val captureSites: Boolean = 
     fun halfWeight(path: String, bits: ShortArray, dtype: DType, vararg shape: Int): Tensor = halfWeight(path, bits, dtype, *longs(shape))
 
     /** A frozen packed weight (logical dtype f32), refused, dequantized or kept packed according to [PackedConstantHandling]. */
-    fun packedWeight(path: String, bytes: ByteArray, encoding: String, vararg shape: Long): Tensor {
-        val k = key(path)
-        return keyed(k, newTensor(null, shape, DType.F32, k, PackedTensorData(bytes, encoding)))
-    }
+    fun packedWeight(path: String, bytes: ByteArray, encoding: String, vararg shape: Long): Tensor = packedWeightAt(key(path), bytes, encoding, shape)
+
+    internal fun packedWeightAt(k: String, bytes: ByteArray, encoding: String, shape: LongArray): Tensor =
+        keyed(k, newTensor(null, shape, DType.F32, k, PackedTensorData(bytes, encoding)))
 
     /** [packedWeight] with Int dimensions. */
     fun packedWeight(path: String, bytes: ByteArray, encoding: String, vararg shape: Int): Tensor = packedWeight(path, bytes, encoding, *longs(shape))

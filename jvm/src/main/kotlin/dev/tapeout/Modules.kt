@@ -69,6 +69,13 @@ abstract class Module {
         return this
     }
 
+    /** Gives the parameter [name] packed GGML [blocks] of [encoding] (`Q8_0`, `Q4_K`, …) in its declared (logical) shape. */
+    fun bindPacked(name: String, blocks: ByteArray, encoding: String): Module {
+        val shape = declared[name] ?: throw IllegalArgumentException("module '$path' has no parameter '$name' (it has ${declared.keys})")
+        bound[name] = { tape, key -> tape.packedWeightAt(key, blocks, encoding, shape) }
+        return this
+    }
+
     /** The parameter [name] of this module on [tape]: its bound array, else the loaded checkpoint's tensor of its key. */
     fun param(tape: ExecutionTape, name: String): Tensor {
         val shape = declared[name] ?: throw IllegalArgumentException("module '$path' has no parameter '$name' (it has ${declared.keys})")

@@ -14,6 +14,7 @@ import org.gradle.api.file.FileCollection;
 import org.gradle.api.provider.Property;
 import org.gradle.api.tasks.Classpath;
 import org.gradle.api.tasks.Input;
+import org.gradle.api.tasks.InputFiles;
 import org.gradle.api.tasks.Internal;
 import org.gradle.api.tasks.OutputDirectory;
 import org.gradle.api.tasks.TaskAction;
@@ -37,8 +38,21 @@ public class ExportIrpaTask extends DefaultTask {
     private final Property<Long> maxArchiveBytes = getProject().getObjects().property(Long.class);
     private final Property<String> maxHeapSize = getProject().getObjects().property(String.class);
 
+    private FileCollection inputFiles;
+    private java.util.Map<String, String> systemProperties = new java.util.LinkedHashMap<>();
+
     @Classpath
     public FileCollection getClasspath() { return classpath; }
+
+    /** Files the model reads ({@code tapeout { inputFiles.from(…) }}): changing one reruns the export. */
+    @InputFiles
+    public FileCollection getInputFiles() { return inputFiles; }
+    public void setInputFiles(FileCollection files) { this.inputFiles = files; }
+
+    /** System properties of the export JVM ({@code tapeout { systemProperty 'k', 'v' }}). */
+    @Input
+    public java.util.Map<String, String> getSystemProperties() { return systemProperties; }
+    public void setSystemProperties(java.util.Map<String, String> p) { this.systemProperties = p; }
     public void setClasspath(FileCollection classpath) { this.classpath = classpath; }
 
     @Internal public Property<String> getModelProperty() { return model; }
@@ -99,6 +113,7 @@ public class ExportIrpaTask extends DefaultTask {
         List<String> cmd = new ArrayList<>();
         cmd.add(java.getAbsolutePath());
         cmd.add("-Xmx" + getMaxHeapSize());
+        for (java.util.Map.Entry<String, String> e : systemProperties.entrySet()) cmd.add("-D" + e.getKey() + "=" + e.getValue());
         cmd.add("-cp");
         cmd.add(classpath.getAsPath());
         cmd.add("dev.tapeout.ExportMain");

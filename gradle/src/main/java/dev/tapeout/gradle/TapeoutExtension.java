@@ -1,8 +1,11 @@
 package dev.tapeout.gradle;
 
 import java.io.File;
+import java.util.LinkedHashMap;
+import java.util.Map;
 
 import org.gradle.api.Project;
+import org.gradle.api.file.ConfigurableFileCollection;
 import org.gradle.api.provider.Property;
 
 /**
@@ -18,6 +21,8 @@ import org.gradle.api.provider.Property;
  *     halfConstants = 'KEEP'            // or 'WIDEN': f16/bf16 weights as stored, or widened to f32
  *     maxArchiveBytes = 0               // > 0: split the archive into files of at most this size (a set + index)
  *     maxHeapSize = '2g'                // heap of the export JVM
+ *     systemProperty 'ckpt', file('w.safetensors').path  // -D for the export JVM (System.getProperty in the model)
+ *     inputFiles.from('weights')        // files the model reads: changing one reruns exportIrpa
  * }
  * </pre>
  */
@@ -31,6 +36,8 @@ public class TapeoutExtension {
     private final Property<String> halfConstants;
     private final Property<Long> maxArchiveBytes;
     private final Property<String> maxHeapSize;
+    private final ConfigurableFileCollection inputFiles;
+    private final Map<String, String> systemProperties = new LinkedHashMap<>();
 
     public TapeoutExtension(Project project) {
         model = project.getObjects().property(String.class);
@@ -50,7 +57,17 @@ public class TapeoutExtension {
         maxArchiveBytes.set(0L);
         maxHeapSize = project.getObjects().property(String.class);
         maxHeapSize.set("2g");
+        inputFiles = project.files();
     }
+
+    /** Files the model reads (checkpoints, tokenizers): task inputs, so changing one reruns the export. */
+    public ConfigurableFileCollection getInputFiles() { return inputFiles; }
+
+    /** System properties of the export JVM, in order. */
+    public Map<String, String> getSystemProperties() { return systemProperties; }
+
+    /** Sets the export JVM's system property {@code name} ({@code System.getProperty(name)} in the model). */
+    public void systemProperty(String name, Object value) { systemProperties.put(name, String.valueOf(value)); }
 
     public Property<String> getModel() { return model; }
     public Property<String> getModuleName() { return moduleName; }

@@ -21,6 +21,8 @@ public class TapeoutPlugin implements Plugin<Project> {
         task.getHalfConstantsProperty().set(ext.getHalfConstants());
         task.getMaxArchiveBytesProperty().set(ext.getMaxArchiveBytes());
         task.getMaxHeapSizeProperty().set(ext.getMaxHeapSize());
+        task.setInputFiles(ext.getInputFiles());
+        task.setSystemProperties(ext.getSystemProperties());
         project.getPluginManager().withPlugin("java", applied -> {
             SourceSet main = KotlinPlugin.sourceSets(project).getByName("main");
             task.setClasspath(main.getRuntimeClasspath());
