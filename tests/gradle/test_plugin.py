@@ -166,3 +166,54 @@ def test_packed_constants_keep_writes_planes_and_the_setting_is_validated(built_
     (p / "build.gradle").write_text(build_file(block % "NOPE"))
     r = gradle(p, "exportIrpa")
     assert r.returncode != 0 and "tapeout { packedConstants = 'NOPE' }: use FAIL, DEQUANTIZE or KEEP" in r.stdout + r.stderr
+
+
+def readme_kotlin_snippet():
+    """The README's "From Kotlin" code block, as a Kotlin file: its imports and classes, then its statements as
+    the body of `main`."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## From Kotlin", 1)[1].split("```kotlin\n", 1)[1].split("```", 1)[0]
+    lines = block.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("val tape"))
+    body = "\n".join("    " + line for line in lines[first:])
+    return "\n".join(lines[:first]) + "\nfun main() {\n" + body + "\n}\n"
+
+
+def test_the_readme_kotlin_snippet_exports_a_checkpoint_that_iree_runs(built_jars, tmp_path):
+    """The README's Kotlin snippet, verbatim, in a new project: it opens a checkpoint written by PyPI safetensors
+    (as PyTorch names the modules), exports it, and IREE's logits match a numpy forward pass."""
+    import numpy as np
+    from safetensors.numpy import save_file
+    from harness import compile_and_run_iree
+
+    p = project(tmp_path, "apply plugin: 'application'\nmainClassName = 'SnippetKt'\n")
+    (p / "src/main/kotlin/demo/Model.kt").unlink()
+    (p / "src/main/kotlin/Snippet.kt").write_text(readme_kotlin_snippet())
+    vocab, dim, hidden = 1000, 64, 256
+    rng = np.random.default_rng(3)
+    w = {"embed_tokens.weight": rng.standard_normal((vocab, dim)).astype(np.float32)}
+    for i in range(2):
+        w[f"layers.{i}.norm.weight"] = (1 + 0.1 * rng.standard_normal(dim)).astype(np.float32)
+        w[f"layers.{i}.fc1.weight"] = (0.2 * rng.standard_normal((hidden, dim))).astype(np.float32)
+        w[f"layers.{i}.fc1.bias"] = (0.1 * rng.standard_normal(hidden)).astype(np.float32)
+        w[f"layers.{i}.fc2.weight"] = (0.2 * rng.standard_normal((dim, hidden))).astype(np.float32)
+        w[f"layers.{i}.fc2.bias"] = (0.1 * rng.standard_normal(dim)).astype(np.float32)
+    save_file(w, str(p / "model.safetensors"))
+    r = gradle(p, "run")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = p / "build/tapeout"
+    text = (out / "model.mlir").read_text()
+    assert 'tapeout.name = "logits"' in text and "stablehlo.transpose %v" not in text.split("gather")[0]
+    ids = rng.integers(0, vocab, 8).astype(np.int32)
+    [got] = compile_and_run_iree(tmp_path, out / "model.mlir", [out / "model.irpa"], [ids])
+
+    def gelu(x):
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+
+    h = w["embed_tokens.weight"].astype(np.float64)[ids]
+    for i in range(2):
+        n = h / np.sqrt((h * h).mean(-1, keepdims=True) + 1e-6) * w[f"layers.{i}.norm.weight"]
+        f = gelu(n @ w[f"layers.{i}.fc1.weight"].T + w[f"layers.{i}.fc1.bias"])
+        h = h + (f @ w[f"layers.{i}.fc2.weight"].T + w[f"layers.{i}.fc2.bias"]) * 0.5
+    want = h @ w["embed_tokens.weight"].T
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())

@@ -276,6 +276,26 @@ class ModelApiTest {
         // Stored transposed [32, 4]: element (k, n) is W[n, k] = (k - 16) * 0.5.
         assertArrayEquals(FloatArray(8) { ((it / 4) - 16) * 0.5f }, readF32(r.irpa, "w", 0, 8))
         assertArrayEquals(f32Bytes(FloatArray(4) { it.toFloat() }), readBytes(r.irpa, "b", 0, 16))
+        // KEEP: the file's blocks become planes (codes and scales), read from the mapping.
+        val kept = t.toComputeGraph(packedConstants = PackedConstantHandling.KEEP)
+        assertEquals(setOf("w.qs", "w.d", "b"), kept.constants.map { it.key }.toSet())
+        assertEquals(0L, kept.export(dir, "k", MaterializationPolicy.ExternalAlways()).pins)
+        dir.deleteRecursively()
+    }
+
+    @Test
+    fun `a checkpoint that does not fit the module says which key and shape`() {
+        val dir = tempDir("tapeout-ckpt-bad")
+        val file = File(dir, "m.safetensors")
+        writeSafetensors(file, mapOf("fc.weight" to FloatArray(12)), mapOf("fc.weight" to longArrayOf(4, 3)), emptyMap())
+        class Net : Module() { val fc = child("fc", Linear(4, 3)) }
+        val t = ExecutionTape().also { it.load(SafeTensors.open(file)) }
+        val line = nextLine()
+        val e = assertThrows<GraphValidationException> { Net().fc(t.input("x", 2, 4)) }
+        val msg = e.message!!
+        assertTrue(msg.contains("'fc.weight' [4, 3] f32") && msg.contains("expects shape [3, 4]") && msg.contains("ModelApiTest.kt:$line"), msg)
+        val e2 = assertThrows<GraphValidationException> { t.param("fc.bias") }
+        assertTrue(e2.message!!.contains("no checkpoint given to load() has a tensor 'fc.bias'"), e2.message)
         dir.deleteRecursively()
     }
 
