@@ -1,7 +1,9 @@
 """Compiles the exported module with iree-compile, runs it with iree-run-module on the checkpoint's input batch, and
 compares the logits with the float64 numpy result make_checkpoint.py wrote.
 
-    python verify.py EXPORT_DIR CHECKPOINT_DIR [IREE_BIN_DIR]
+    python verify.py EXPORT_DIR CHECKPOINT_DIR WORK_DIR [IREE_BIN_DIR]
+
+The compiled module and the results go to WORK_DIR, not the export's directory (another task's output).
 """
 import pathlib
 import subprocess
@@ -10,9 +12,10 @@ import sys
 import numpy as np
 
 
-def main(export: pathlib.Path, ckpt: pathlib.Path, bin_dir: str) -> int:
+def main(export: pathlib.Path, ckpt: pathlib.Path, work: pathlib.Path, bin_dir: str) -> int:
     tool = lambda t: str(pathlib.Path(bin_dir) / t) if bin_dir else t  # noqa: E731
-    vmfb, got = export / "mlp.vmfb", export / "logits.npy"
+    work.mkdir(parents=True, exist_ok=True)
+    vmfb, got = work / "mlp.vmfb", work / "logits.npy"
     text = (export / "mlp.mlir").read_text()
     assert "stablehlo.transpose" not in text, "the [out, in] weights are contracted as stored"
     subprocess.run([tool("iree-compile"), str(export / "mlp.mlir"), "--iree-hal-target-device=local",
@@ -32,4 +35,5 @@ def main(export: pathlib.Path, ckpt: pathlib.Path, bin_dir: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else ""))
+    sys.exit(main(pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3]),
+                  sys.argv[4] if len(sys.argv) > 4 else ""))

@@ -54,6 +54,7 @@ def built_jars():
 
 
 def project(tmp_path, tapeout_block):
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "settings.gradle").write_text("rootProject.name = 'demo'\n")
     (tmp_path / "gradle.properties").write_text(
         "systemProp.gradle-debian-helper.hook.enabled=false\n"
@@ -217,3 +218,162 @@ def test_the_readme_kotlin_snippet_exports_a_checkpoint_that_iree_runs(built_jar
         h = h + (f @ w[f"layers.{i}.fc2.weight"].T + w[f"layers.{i}.fc2.bias"]) * 0.5
     want = h @ w["embed_tokens.weight"].T
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+USER_MODELS = '''
+package demo
+
+import dev.tapeout.*
+import java.io.File
+
+class Broken : ModelProvider {
+    override fun buildTape(): ExecutionTape {
+        val weights: FloatArray? = System.getProperty("demo.none")?.let { FloatArray(1) }
+        return helper(weights)
+    }
+
+    private fun helper(w: FloatArray?): ExecutionTape {
+        val t = ExecutionTape()
+        t.output(t.add(t.input("x", 2), t.weight("w", w!!, 2)))  // line 15: the NullPointerException
+        return t
+    }
+}
+
+class Hungry : ModelProvider {
+    override fun buildTape(): ExecutionTape {
+        val keep = ArrayList<FloatArray>()
+        while (true) keep.add(FloatArray(1 shl 20))
+    }
+}
+
+object Singleton : ModelProvider {
+    override fun buildTape() = ExecutionTape()
+}
+
+class NeedsArgs(val n: Int) : ModelProvider {
+    override fun buildTape() = ExecutionTape()
+}
+
+class Colliding : ModelProvider {
+    override fun buildTape(): ExecutionTape {
+        val t = ExecutionTape()
+        val x = t.input("x", 2)
+        t.output(t.add(t.add(x, t.weight("layer.bias", FloatArray(2), 2)), t.weight("layer.bias", FloatArray(2) { 1f }, 2)))
+        return t
+    }
+}
+
+/** Its size from args, its scale from a system property, its weights from a checkpoint and a raw file. */
+class Configured : ModelProvider {
+    override fun buildTape() = buildTape(emptyList())
+
+    override fun buildTape(args: List<String>): ExecutionTape {
+        val n = args.single().toInt()
+        val scale = System.getProperty("demo.scale")!!.toFloat()
+        val t = ExecutionTape()
+        val ckpt = SafeTensors.open(File(System.getProperty("demo.checkpoint")))
+        val raw = File(System.getProperty("demo.raw")).readBytes()
+        val b = FloatArray(n) { java.nio.ByteBuffer.wrap(raw).order(java.nio.ByteOrder.LITTLE_ENDIAN).getFloat(4 * it) }
+        val x = t.input("x", n)
+        t.output("y", (x + t.weight("model.w", ckpt["w"]) + t.weight("model.b", b, n)) * scale)
+        return t
+    }
+}
+'''
+
+
+def user_project(tmp_path, block):
+    p = project(tmp_path, block)
+    (p / "src/main/kotlin/demo/User.kt").write_text(USER_MODELS)
+    return p
+
+
+def test_failures_in_the_model_point_at_the_model(built_jars, tmp_path):
+    """An exception shows the model's own frames; OutOfMemoryError names maxHeapSize and its value; an object or a
+    class without a no-argument constructor says what is required."""
+    cases = [
+        ("tapeout { model = 'demo.Broken' }",
+         ["the model threw java.lang.NullPointerException", "at demo.Broken.helper(User.kt:15)",
+          "at demo.Broken.buildTape(User.kt:10)"]),
+        ("tapeout { model = 'demo.Hungry'; maxHeapSize = '48m' }",
+         ["the export JVM ran out of heap (tapeout { maxHeapSize = '48m' }", "raise maxHeapSize", "at demo.Hungry.buildTape"]),
+        ("tapeout { model = 'demo.Singleton' }",
+         ["demo.Singleton is a Kotlin object", "needs a class with a public no-argument constructor"]),
+        ("tapeout { model = 'demo.NeedsArgs' }", ["demo.NeedsArgs has no public no-argument constructor"]),
+    ]
+    for i, (block, needles) in enumerate(cases):
+        r = gradle(user_project(tmp_path / str(i), block), "exportIrpa")
+        text = r.stdout + r.stderr
+        assert r.returncode != 0, text
+        for needle in needles:
+            assert needle in text, f"{needle!r} missing from:\n{text}"
+        assert "Exception in thread" not in text and "\tat org.gradle" not in text, text
+
+
+def test_key_collisions_are_a_build_warning_and_progress_is_reported(built_jars, tmp_path):
+    r = gradle(user_project(tmp_path, "tapeout { model = 'demo.Colliding' }"), "exportIrpa")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "tapeout: warning: two weights have the key 'layer.bias'; the second" in r.stdout + r.stderr
+    assert "renamed 'layer.bias.1'" in r.stdout + r.stderr
+    for line in ["tapeout: building the model (demo.Colliding)", "tapeout: exporting to "]:
+        assert line in r.stdout, r.stdout
+
+
+def test_several_models_get_a_task_each_and_exportIrpa_runs_them_all(built_jars, tmp_path):
+    block = """tapeout {
+    packedConstants = 'DEQUANTIZE'
+    models {
+        tiny { model = 'demo.Model' }
+        half { model = 'demo.Half'; halfConstants = 'WIDEN' }
+    }
+}"""
+    p = user_project(tmp_path, block)
+    (p / "src/main/kotlin/demo/Half.kt").write_text(HALF_MODEL)
+    r = gradle(p, "exportIrpaTiny")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (p / "build/tapeout-tiny/tiny.mlir").is_file() and not (p / "build/tapeout-half").exists()
+    r = gradle(p, "exportIrpa")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert ":exportIrpaTiny UP-TO-DATE" in r.stdout and ":exportIrpaHalf" in r.stdout, r.stdout
+    assert ": tensor<32x64xf32>" in (p / "build/tapeout-half/half.mlir").read_text(), "its own setting, WIDEN"
+    assert not (p / "build/tapeout").exists(), "no model of its own: the block's task exports nothing"
+
+
+def test_args_system_properties_and_read_files_reach_the_model_and_rerun_the_export(built_jars, tmp_path):
+    """The model gets args and system properties; a checkpoint it opens reruns the export when it changes (no
+    setting needed), and so does a file it reads itself once declared in inputFiles."""
+    import numpy as np
+    from safetensors.numpy import save_file
+    p = tmp_path / "p"
+    ckpt, raw = tmp_path / "w.safetensors", tmp_path / "b.bin"
+    save_file({"w": np.arange(3, dtype=np.float32)}, str(ckpt))
+    raw.write_bytes(np.full(3, 0.5, np.float32).tobytes())
+    block = f"""tapeout {{
+    model = 'demo.Configured'; moduleName = 'conf'; inlineBelowBytes = 0
+    args '3'
+    systemProperty 'demo.scale', '2.0'
+    systemProperty 'demo.checkpoint', '{ckpt}'
+    systemProperty 'demo.raw', '{raw}'
+    jvmArgs '-XX:+UseSerialGC'
+    inputFiles.from('{raw}')
+}}"""
+    user_project(p, block)
+    out = p / "build/tapeout"
+
+    def exported():
+        from harness import compile_and_run_iree
+        [y] = compile_and_run_iree(tmp_path, out / "conf.mlir", [out / "conf.irpa"], [np.ones(3, np.float32)])
+        return y
+
+    r = gradle(p, "exportIrpa")
+    assert r.returncode == 0, r.stdout + r.stderr
+    np.testing.assert_allclose(exported(), (1 + np.arange(3) + 0.5) * 2)
+    assert ":exportIrpa UP-TO-DATE" in gradle(p, "exportIrpa").stdout
+    save_file({"w": np.arange(3, dtype=np.float32) * 2}, str(ckpt))   # doubled, same size
+    r = gradle(p, "exportIrpa")
+    assert r.returncode == 0 and ":exportIrpa UP-TO-DATE" not in r.stdout, r.stdout
+    np.testing.assert_allclose(exported(), (1 + 2 * np.arange(3) + 0.5) * 2)
+    raw.write_bytes(np.full(3, 1.5, np.float32).tobytes())
+    r = gradle(p, "exportIrpa")
+    assert r.returncode == 0 and ":exportIrpa UP-TO-DATE" not in r.stdout, r.stdout
+    np.testing.assert_allclose(exported(), (1 + 2 * np.arange(3) + 1.5) * 2)

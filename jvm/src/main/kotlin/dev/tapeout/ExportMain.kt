@@ -3,49 +3,116 @@ package dev.tapeout
 import java.io.File
 import kotlin.system.exitProcess
 
-/** Builds a model's tape: the class the Gradle `tapeout { model = "…" }` setting names implements this. */
+/**
+ * Builds a model's tape: the class the Gradle `tapeout { model = "…" }` setting names implements this. It needs a
+ * public no-argument constructor. [buildTape] with `args` receives `tapeout { args … }`; by default it ignores
+ * them.
+ */
 interface ModelProvider {
     fun buildTape(): ExecutionTape
+
+    /** The tape for the given arguments (`tapeout { args 'a', 'b' }`); the default calls [buildTape]. */
+    fun buildTape(args: List<String>): ExecutionTape = buildTape()
 }
 
 /**
  * The entry point the Gradle `exportIrpa` task runs in a forked JVM:
  * `ExportMain <model class> <output dir> <module name> <scope> <inline below bytes> <FAIL|DEQUANTIZE|KEEP> [KEEP|WIDEN]
- * [max archive bytes]` (0: one archive).
- * Prints what it does on stdout; a failure is one line `tapeout: error: <message>` on stderr and exit code 1.
+ * [max archive bytes] [-- model args…]` (0: one archive).
+ * Prints what it does on stdout (`tapeout: warning: …` lines for key collisions); a failure is lines
+ * `tapeout: error: <message>` on stderr and exit code 1: the message, and for an exception thrown by the model
+ * its class and the model's own top stack frames. Writes `<output dir>/<module name>.inputs`: the files the
+ * tape reads (checkpoints, mapped regions) with their sizes and modification times, so the Gradle task reruns
+ * when one changes.
  */
 object ExportMain {
+    private fun fail(lines: List<String>): Nothing {
+        for (l in lines) System.err.println("tapeout: error: $l")
+        exitProcess(1)
+    }
+
+    /** The model's own frames of [e]: the top of its stack down to the call from this class (at most 8). */
+    internal fun modelFrames(e: Throwable): List<String> = e.stackTrace
+        .takeWhile { it.className != ExportMain::class.java.name }
+        .filter { !it.className.startsWith("java.lang.reflect.") && !it.className.startsWith("jdk.internal.") && !it.className.startsWith("sun.reflect.") }
+        .take(8)
+        .map { "  at $it" }
+
+    /** Creates the model class, or says what it must look like. */
+    internal fun instantiate(modelClass: String): ModelProvider {
+        val cls = try {
+            Class.forName(modelClass)
+        } catch (e: ClassNotFoundException) {
+            fail(listOf("model class $modelClass not found on the runtime classpath (tapeout { model = '$modelClass' })"))
+        }
+        val simple = cls.simpleName
+        if (!ModelProvider::class.java.isAssignableFrom(cls)) fail(listOf("$modelClass does not implement dev.tapeout.ModelProvider"))
+        val isObject = try {
+            java.lang.reflect.Modifier.isStatic(cls.getDeclaredField("INSTANCE").modifiers) && cls.getDeclaredField("INSTANCE").type == cls
+        } catch (_: NoSuchFieldException) {
+            false
+        }
+        if (isObject) {
+            fail(listOf("$modelClass is a Kotlin object; tapeout { model } needs a class with a public no-argument constructor " +
+                "(write `class $simple : ModelProvider` instead of `object $simple`)"))
+        }
+        val ctor = cls.constructors.firstOrNull { it.parameterCount == 0 }
+            ?: fail(listOf("$modelClass has no public no-argument constructor; tapeout { model } creates the class with one " +
+                "(give every constructor parameter a default value, or add `constructor() : this(…)`)"))
+        return try {
+            ctor.newInstance() as ModelProvider
+        } catch (e: java.lang.reflect.InvocationTargetException) {
+            throw e.targetException
+        }
+    }
+
     @JvmStatic
-    fun main(args: Array<String>) {
+    fun main(argv: Array<String>) {
+        val dash = argv.indexOf("--")
+        val args = if (dash >= 0) argv.copyOfRange(0, dash) else argv
+        val modelArgs = if (dash >= 0) argv.copyOfRange(dash + 1, argv.size).toList() else emptyList()
         if (args.size !in 6..8) {
-            System.err.println("usage: ExportMain <model class> <output dir> <module name> <scope> <inline below bytes> <FAIL|DEQUANTIZE|KEEP> [KEEP|WIDEN] [max archive bytes]")
+            System.err.println("usage: ExportMain <model class> <output dir> <module name> <scope> <inline below bytes> <FAIL|DEQUANTIZE|KEEP> [KEEP|WIDEN] [max archive bytes] [-- model args…]")
             exitProcess(2)
         }
         val (modelClass, outDir, name, scope) = args
         try {
-            val provider = Class.forName(modelClass).getDeclaredConstructor().newInstance() as? ModelProvider
-                ?: throw TapeoutException("$modelClass does not implement dev.tapeout.ModelProvider")
             val packed = PackedConstantHandling.valueOf(args[5].uppercase())
             val half = HalfConstantHandling.valueOf(args.getOrElse(6) { "KEEP" }.uppercase())
             val maxArchiveBytes = args.getOrElse(7) { "0" }.toLong()
             val t0 = System.nanoTime()
-            val tape = provider.buildTape()
+            println("tapeout: building the model ($modelClass)")
+            val tape = try {
+                instantiate(modelClass).buildTape(modelArgs)
+            } catch (e: TapeoutException) {
+                throw e
+            } catch (e: OutOfMemoryError) {
+                throw e
+            } catch (e: Throwable) {
+                fail(listOf("the model threw ${e.javaClass.name}${e.message?.let { ": $it" } ?: ""}") + modelFrames(e))
+            }
             val graph = tape.toComputeGraph(packedConstants = packed, halfConstants = half)
+            for (k in graph.keyCollisions) {
+                println("tapeout: warning: two weights have the key '${k.wanted}'; the second ('${k.tensor}') was renamed '${k.assigned}'. " +
+                    "Give each weight its own path (a checkpoint loaded by key will not find '${k.assigned}')")
+            }
             val total = graph.constants.sumOf { it.bytes }
             println("tapeout: ${tape.ops.size} ops, ${graph.inputs.size} inputs, ${graph.constants.size} constants (${total} bytes)")
             val policy = MaterializationPolicy.SizeThreshold(args[4].toLong(), scope)
+            println("tapeout: exporting to $outDir/$name.mlir and the parameter archive")
             // Progress from a second thread: the exporting thread makes no JVM calls while an array is pinned.
             val reporter = Thread {
                 try {
                     while (true) {
                         Thread.sleep(1000)
-                        val total = NativeBridge.progressTotal()
-                        if (total > 0) println("tapeout: written ${NativeBridge.progressWritten() shr 20} / ${total shr 20} MiB")
+                        val all = NativeBridge.progressTotal()
+                        if (all > 0) println("tapeout: written ${NativeBridge.progressWritten() shr 20} / ${all shr 20} MiB")
                     }
                 } catch (_: InterruptedException) {
                 }
             }.apply { isDaemon = true; start() }
             val r = try { graph.export(File(outDir), name, policy, maxArchiveBytes) } finally { reporter.interrupt() }
+            writeInputs(File(outDir, "$name.inputs"), tape)
             val secs = (System.nanoTime() - t0) / 1e9
             if (r.index == null) {
                 println("tapeout: wrote ${r.irpa} (${r.externals} parameters, ${r.irpaBytes} bytes) in %.2f s".format(secs))
@@ -56,15 +123,25 @@ object ExportMain {
             println("tapeout: wrote ${r.mlir} (${r.mlirBytes} bytes)")
             println("tapeout: IREE loads the parameters with: ${r.parametersFlags.joinToString(" ")}")
         } catch (e: TapeoutException) {
-            System.err.println("tapeout: error: ${e.describe(::gradleWording)}")
-            exitProcess(1)
-        } catch (e: ClassNotFoundException) {
-            System.err.println("tapeout: error: model class $modelClass not found on the runtime classpath")
-            exitProcess(1)
+            fail(listOf(e.describe(::gradleWording)))
+        } catch (e: OutOfMemoryError) {
+            val heap = Runtime.getRuntime().maxMemory() shr 20
+            val setting = System.getProperty("tapeout.maxHeapSize") ?: "${heap}m"
+            fail(listOf("the export JVM ran out of heap (tapeout { maxHeapSize = '$setting' }: $heap MiB usable): raise maxHeapSize, " +
+                "or keep the weights off the heap (SafeTensors.open / Gguf.open); ${e.message ?: "OutOfMemoryError"}") + modelFrames(e))
         } catch (e: Exception) {
-            System.err.println("tapeout: error: ${e.message ?: e.toString()}")
-            exitProcess(1)
+            fail(listOf(e.message ?: e.toString()))
         }
+    }
+
+    /** `<size> <mtime ms> <path>` per file the tape reads, for the Gradle task's up-to-date check. */
+    private fun writeInputs(file: File, tape: ExecutionTape) {
+        val paths = tape.tensors.mapNotNull { t ->
+            when (val d = t.data) { is FileTensorData -> d.path; is MappedTensorData -> d.path; else -> null }
+        }.map { File(it).absoluteFile }.distinct().sorted()
+        val tmp = File(file.path + ".tmp")
+        tmp.writeText(paths.joinToString("") { "${it.length()} ${it.lastModified()} ${it.path}\n" })
+        if (!tmp.renameTo(file)) throw java.io.IOException("cannot rename $tmp to $file")
     }
 }
 

@@ -5,13 +5,15 @@ import java.io.File;
 import java.io.IOException;
 import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
 import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 
 import org.gradle.api.DefaultTask;
 import org.gradle.api.GradleException;
 import org.gradle.api.file.FileCollection;
-import org.gradle.api.provider.Property;
 import org.gradle.api.tasks.Classpath;
 import org.gradle.api.tasks.Input;
 import org.gradle.api.tasks.InputFiles;
@@ -20,92 +22,142 @@ import org.gradle.api.tasks.OutputDirectory;
 import org.gradle.api.tasks.TaskAction;
 
 /**
- * Exports the model to {@code <outputDir>/<moduleName>.mlir} and {@code .irpa} (or, with {@code maxArchiveBytes},
- * the shards of an archive set and its {@code .irpa.index.json}) in a forked JVM running
- * {@code dev.tapeout.ExportMain} on the project's runtime classpath. Every setting and the classpath are inputs,
- * so a second run is UP-TO-DATE and any change reruns it. A Kotlin exception becomes a build failure whose
- * message is the exception's message.
+ * Exports one model ({@link ModelSpec}) to {@code <outputDir>/<moduleName>.mlir} and {@code .irpa} (or, with
+ * {@code maxArchiveBytes}, the shards of an archive set and its {@code .irpa.index.json}) in a forked JVM running
+ * {@code dev.tapeout.ExportMain} on the project's runtime classpath. Every setting, the classpath and
+ * {@code inputFiles} are inputs, and so are the files the model's tape read last time (checkpoints opened with
+ * {@code SafeTensors.open}/{@code Gguf.open}, listed by ExportMain in {@code <moduleName>.inputs}): a second
+ * run is UP-TO-DATE, any change reruns it. A failure in the model is a build failure with its message, and for an
+ * exception the model's own top stack frames.
  */
 public class ExportIrpaTask extends DefaultTask {
     private FileCollection classpath;
-    private final Property<String> model = getProject().getObjects().property(String.class);
-    private final Property<String> moduleName = getProject().getObjects().property(String.class);
-    private final Property<File> outputDir = getProject().getObjects().property(File.class);
-    private final Property<String> scope = getProject().getObjects().property(String.class);
-    private final Property<Long> inlineBelowBytes = getProject().getObjects().property(Long.class);
-    private final Property<String> packedConstants = getProject().getObjects().property(String.class);
-    private final Property<String> halfConstants = getProject().getObjects().property(String.class);
-    private final Property<Long> maxArchiveBytes = getProject().getObjects().property(Long.class);
-    private final Property<String> maxHeapSize = getProject().getObjects().property(String.class);
+    private ModelSpec spec;
+    private ModelSpec parent;
 
-    private FileCollection inputFiles;
-    private java.util.Map<String, String> systemProperties = new java.util.LinkedHashMap<>();
+    public ExportIrpaTask() {
+        // Checkpoints the tape read last time: an edited one makes the outputs stale.
+        getOutputs().upToDateWhen(t -> readFilesUnchanged());
+    }
+
+    /** The model this task exports, and the block whose lists and files it adds to (null for the block itself). */
+    void setSpec(ModelSpec spec, ModelSpec parent) {
+        this.spec = spec;
+        this.parent = parent;
+    }
 
     @Classpath
     public FileCollection getClasspath() { return classpath; }
-
-    /** Files the model reads ({@code tapeout { inputFiles.from(…) }}): changing one reruns the export. */
-    @InputFiles
-    public FileCollection getInputFiles() { return inputFiles; }
-    public void setInputFiles(FileCollection files) { this.inputFiles = files; }
-
-    /** System properties of the export JVM ({@code tapeout { systemProperty 'k', 'v' }}). */
-    @Input
-    public java.util.Map<String, String> getSystemProperties() { return systemProperties; }
-    public void setSystemProperties(java.util.Map<String, String> p) { this.systemProperties = p; }
     public void setClasspath(FileCollection classpath) { this.classpath = classpath; }
 
-    @Internal public Property<String> getModelProperty() { return model; }
-    @Internal public Property<String> getModuleNameProperty() { return moduleName; }
-    @Internal public Property<File> getOutputDirProperty() { return outputDir; }
-    @Internal public Property<String> getScopeProperty() { return scope; }
-    @Internal public Property<Long> getInlineBelowBytesProperty() { return inlineBelowBytes; }
-    @Internal public Property<String> getPackedConstantsProperty() { return packedConstants; }
-    @Internal public Property<String> getHalfConstantsProperty() { return halfConstants; }
-    @Internal public Property<Long> getMaxArchiveBytesProperty() { return maxArchiveBytes; }
-    @Internal public Property<String> getMaxHeapSizeProperty() { return maxHeapSize; }
+    /** The settings this task reads. */
+    @Internal
+    public ModelSpec getSpec() { return spec; }
 
     @Input
     public String getModel() {
-        if (!model.isPresent()) {
-            throw new GradleException("tapeout { model = '…' } is not set: name the class that implements dev.tapeout.ModelProvider");
+        if (!spec.getModel().isPresent()) {
+            String where = spec.getName().isEmpty() ? "tapeout { model = '…' }" : "tapeout { models { " + spec.getName() + " { model = '…' } } }";
+            throw new GradleException(where + " is not set: name the class that implements dev.tapeout.ModelProvider");
         }
-        return model.get();
+        return spec.getModel().get();
     }
 
-    @Input public String getModuleName() { return moduleName.get(); }
-    @Input public String getScope() { return scope.get(); }
-    @Input public Long getInlineBelowBytes() { return inlineBelowBytes.get(); }
-    @Input public String getMaxHeapSize() { return maxHeapSize.get(); }
+    @Input public String getModuleName() { return spec.getModuleName().get(); }
+    @Input public String getScope() { return spec.getScope().get(); }
+    @Input public Long getInlineBelowBytes() { return spec.getInlineBelowBytes().get(); }
+
+    @Input
+    public String getMaxHeapSize() {
+        String v = spec.getMaxHeapSize().get();
+        if (!v.matches("[0-9]+[kKmMgGtT]?")) {
+            throw new GradleException("tapeout { maxHeapSize = '" + v + "' }: use a JVM heap size such as '512m' or '4g'");
+        }
+        return v;
+    }
 
     @Input
     public Long getMaxArchiveBytes() {
-        long v = maxArchiveBytes.get();
+        long v = spec.getMaxArchiveBytes().get();
         if (v < 0) {
             throw new GradleException("tapeout { maxArchiveBytes = " + v + " }: use 0 (one archive) or a positive size in bytes");
         }
         return v;
     }
 
-    @Input
-    public String getPackedConstants() { return oneOf("packedConstants", packedConstants.get(), "FAIL", "DEQUANTIZE", "KEEP"); }
+    /** What to do with packed weights. */
+    public enum Packed { FAIL, DEQUANTIZE, KEEP }
+
+    /** What to do with 16-bit weights. */
+    public enum Half { KEEP, WIDEN }
 
     @Input
-    public String getHalfConstants() { return oneOf("halfConstants", halfConstants.get(), "KEEP", "WIDEN"); }
+    public String getPackedConstants() { return oneOf("packedConstants", spec.getPackedConstants().get(), Packed.values()).name(); }
 
-    /** {@code value} upper-cased when it is one of {@code allowed}; otherwise a build error naming the setting. */
-    private static String oneOf(String setting, String value, String... allowed) {
-        String v = value.toUpperCase();
-        for (String a : allowed) {
-            if (a.equals(v)) return v;
+    @Input
+    public String getHalfConstants() { return oneOf("halfConstants", spec.getHalfConstants().get(), Half.values()).name(); }
+
+    /** The block's, then the model's own. */
+    @Input
+    public Map<String, String> getSystemProperties() {
+        Map<String, String> all = new LinkedHashMap<>();
+        if (parent != null) all.putAll(parent.getSystemProperties());
+        all.putAll(spec.getSystemProperties());
+        return all;
+    }
+
+    @Input
+    public List<String> getJvmArgs() {
+        List<String> all = new ArrayList<>();
+        if (parent != null) all.addAll(parent.getJvmArgs());
+        all.addAll(spec.getJvmArgs());
+        return all;
+    }
+
+    @Input
+    public List<String> getArgs() { return spec.getArgs().isEmpty() && parent != null ? parent.getArgs() : spec.getArgs(); }
+
+    /** {@code inputFiles}: the block's and the model's. */
+    @InputFiles
+    public FileCollection getInputFiles() { return parent == null ? spec.getInputFiles() : parent.getInputFiles().plus(spec.getInputFiles()); }
+
+    /** {@code value} as one of {@code allowed} (any case); otherwise a build error naming the setting and the choices. */
+    private static <E extends Enum<E>> E oneOf(String setting, String value, E[] allowed) {
+        for (E a : allowed) {
+            if (a.name().equalsIgnoreCase(value)) return a;
         }
-        String choices = allowed.length == 2 ? allowed[0] + " or " + allowed[1]
-            : String.join(", ", java.util.Arrays.copyOf(allowed, allowed.length - 1)) + " or " + allowed[allowed.length - 1];
+        StringBuilder choices = new StringBuilder();
+        for (int i = 0; i < allowed.length; i++) {
+            if (i > 0) choices.append(i == allowed.length - 1 ? " or " : ", ");
+            choices.append(allowed[i].name());
+        }
         throw new GradleException("tapeout { " + setting + " = '" + value + "' }: use " + choices);
     }
 
     @OutputDirectory
-    public File getOutputDir() { return outputDir.get(); }
+    public File getOutputDir() { return spec.getOutputDir().get().getAsFile(); }
+
+    /** {@code <outputDir>/<moduleName>.inputs}, ExportMain's list of {@code size mtime path} of the files read. */
+    private File readList() { return new File(getOutputDir(), getModuleName() + ".inputs"); }
+
+    private boolean readFilesUnchanged() {
+        File list = readList();
+        if (!list.isFile()) return true;   // nothing recorded: the declared inputs decide
+        try {
+            for (String line : Files.readAllLines(list.toPath(), StandardCharsets.UTF_8)) {
+                String[] f = line.split(" ", 3);
+                if (f.length != 3) return false;
+                File file = new File(f[2]);
+                if (!file.isFile() || file.length() != Long.parseLong(f[0]) || file.lastModified() != Long.parseLong(f[1])) {
+                    getLogger().lifecycle("tapeout: " + file + " changed since the last export");
+                    return false;
+                }
+            }
+            return true;
+        } catch (IOException | NumberFormatException e) {
+            return false;
+        }
+    }
 
     @TaskAction
     public void export() throws IOException, InterruptedException {
@@ -113,7 +165,9 @@ public class ExportIrpaTask extends DefaultTask {
         List<String> cmd = new ArrayList<>();
         cmd.add(java.getAbsolutePath());
         cmd.add("-Xmx" + getMaxHeapSize());
-        for (java.util.Map.Entry<String, String> e : systemProperties.entrySet()) cmd.add("-D" + e.getKey() + "=" + e.getValue());
+        cmd.add("-Dtapeout.maxHeapSize=" + getMaxHeapSize());
+        cmd.addAll(getJvmArgs());
+        for (Map.Entry<String, String> e : getSystemProperties().entrySet()) cmd.add("-D" + e.getKey() + "=" + e.getValue());
         cmd.add("-cp");
         cmd.add(classpath.getAsPath());
         cmd.add("dev.tapeout.ExportMain");
@@ -125,16 +179,19 @@ public class ExportIrpaTask extends DefaultTask {
         cmd.add(getPackedConstants());
         cmd.add(getHalfConstants());
         cmd.add(String.valueOf(getMaxArchiveBytes()));
+        if (!getArgs().isEmpty()) {
+            cmd.add("--");
+            cmd.addAll(getArgs());
+        }
         getLogger().info("tapeout: {}", cmd);
 
-        ProcessBuilder pb = new ProcessBuilder(cmd);
-        Process p = pb.start();
-        List<String> errors = new ArrayList<>();
+        Process p = new ProcessBuilder(cmd).start();
+        List<String> stderr = new ArrayList<>();
         Thread err = new Thread(() -> {
             try (BufferedReader r = new BufferedReader(new InputStreamReader(p.getErrorStream(), StandardCharsets.UTF_8))) {
                 String line;
                 while ((line = r.readLine()) != null) {
-                    synchronized (errors) { errors.add(line); }
+                    synchronized (stderr) { stderr.add(line); }
                 }
             } catch (IOException ignored) {
                 // the process is gone; its exit code tells
@@ -143,19 +200,26 @@ public class ExportIrpaTask extends DefaultTask {
         err.start();
         try (BufferedReader r = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
             String line;
-            while ((line = r.readLine()) != null) getLogger().lifecycle(line);
+            while ((line = r.readLine()) != null) {
+                if (line.startsWith("tapeout: warning: ")) getLogger().warn(line);
+                else getLogger().lifecycle(line);
+            }
         }
         int rc = p.waitFor();
         err.join();
         if (rc != 0) {
-            String message = null;
-            for (String e : errors) {
-                if (e.startsWith("tapeout: error: ")) message = e.substring("tapeout: error: ".length());
+            StringBuilder message = new StringBuilder();
+            for (String e : stderr) {
+                if (e.startsWith("tapeout: error: ")) {
+                    if (message.length() > 0) message.append('\n');
+                    message.append(e.substring("tapeout: error: ".length()));
+                }
             }
-            if (message == null) {
-                message = "the export JVM exited with code " + rc + (errors.isEmpty() ? "" : ":\n" + String.join("\n", errors));
+            if (message.length() == 0) {
+                message.append("the export JVM exited with code ").append(rc);
+                if (!stderr.isEmpty()) message.append(":\n").append(String.join("\n", stderr));
             }
-            throw new GradleException(message);
+            throw new GradleException(message.toString());
         }
     }
 }

@@ -1,28 +1,49 @@
 package dev.tapeout.gradle;
 
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.Callable;
+
 import org.gradle.api.Plugin;
 import org.gradle.api.Project;
 import org.gradle.api.tasks.SourceSet;
 
-/** {@code dev.tapeout}: the {@code tapeout { }} extension and the {@code exportIrpa} task. */
+/**
+ * {@code dev.tapeout}: the {@code tapeout { }} extension and the {@code exportIrpa} task, plus one task
+ * {@code exportIrpa<Name>} per entry of {@code tapeout { models { } }}, which {@code exportIrpa} runs too.
+ */
 public class TapeoutPlugin implements Plugin<Project> {
     @Override
     public void apply(Project project) {
         TapeoutExtension ext = project.getExtensions().create("tapeout", TapeoutExtension.class, project);
-        ExportIrpaTask task = project.getTasks().create("exportIrpa", ExportIrpaTask.class);
+        Object main = Gradle.register(project, "exportIrpa", ExportIrpaTask.class, task -> {
+            task.setDescription("Exports the model to <outputDir>/<moduleName>.mlir + .irpa (StableHLO + IREE parameters)"
+                + " and every model of tapeout { models { } }");
+            configure(project, task, ext);
+            // With named models and no model of its own, exportIrpa only runs theirs.
+            task.onlyIf(t -> ext.getModel().isPresent() || ext.getModels().isEmpty());
+            task.dependsOn((Callable<List<String>>) () -> {
+                List<String> names = new ArrayList<>();
+                for (ModelSpec spec : ext.getModels()) names.add(taskName(spec));
+                return names;
+            });
+        });
+        ext.getModels().all(spec -> Gradle.register(project, taskName(spec), ExportIrpaTask.class, task -> {
+            task.setDescription("Exports the model " + spec.getName() + " (tapeout { models { " + spec.getName() + " } })");
+            configure(project, task, spec);
+        }));
+        if (main == null) throw new IllegalStateException("exportIrpa was not registered");
+    }
+
+    /** {@code exportIrpa<Name>}. */
+    static String taskName(ModelSpec spec) {
+        String n = spec.getName();
+        return "exportIrpa" + Character.toUpperCase(n.charAt(0)) + n.substring(1);
+    }
+
+    private static void configure(Project project, ExportIrpaTask task, ModelSpec spec) {
         task.setGroup("tapeout");
-        task.setDescription("Exports the model to <outputDir>/<moduleName>.mlir + .irpa (StableHLO + IREE parameters)");
-        task.getModelProperty().set(ext.getModel());
-        task.getModuleNameProperty().set(ext.getModuleName());
-        task.getOutputDirProperty().set(ext.getOutputDir());
-        task.getScopeProperty().set(ext.getScope());
-        task.getInlineBelowBytesProperty().set(ext.getInlineBelowBytes());
-        task.getPackedConstantsProperty().set(ext.getPackedConstants());
-        task.getHalfConstantsProperty().set(ext.getHalfConstants());
-        task.getMaxArchiveBytesProperty().set(ext.getMaxArchiveBytes());
-        task.getMaxHeapSizeProperty().set(ext.getMaxHeapSize());
-        task.setInputFiles(ext.getInputFiles());
-        task.setSystemProperties(ext.getSystemProperties());
+        task.setSpec(spec, spec instanceof TapeoutExtension ? null : (ModelSpec) project.getExtensions().getByType(TapeoutExtension.class));
         project.getPluginManager().withPlugin("java", applied -> {
             SourceSet main = KotlinPlugin.sourceSets(project).getByName("main");
             task.setClasspath(main.getRuntimeClasspath());

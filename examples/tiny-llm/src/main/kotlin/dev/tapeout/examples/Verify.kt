@@ -7,7 +7,8 @@ import kotlin.math.abs
 import kotlin.system.exitProcess
 
 /**
- * `Verify <dir> <module name> <iree bin dir>`: compiles `<dir>/<name>.mlir` with iree-compile, runs it with
+ * `Verify <dir> <module name> <iree bin dir> <work dir>`: compiles `<dir>/<name>.mlir` with iree-compile (the
+ * compiled module and the npy files go to `<work dir>`, not the export's directory), runs it with
  * iree-run-module and `--parameters=model=<dir>/<name>.irpa` on [TinyLlm.TOKENS], and compares the logits with
  * [TinyLlm.referenceLogits] (float64 Kotlin). Prints sizes and the max abs error; exits 1 when it is too large.
  */
@@ -42,15 +43,16 @@ object Verify {
 
     @JvmStatic
     fun main(args: Array<String>) {
-        val (dir, name, bin) = args.map { it } + List(3 - args.size.coerceAtMost(3)) { "" }
+        val (dir, name, bin, workDir) = args.map { it } + List(4 - args.size.coerceAtMost(4)) { "" }
         val d = File(dir)
-        val mlir = File(d, "$name.mlir"); val irpa = File(d, "$name.irpa"); val vmfb = File(d, "$name.vmfb")
+        val work = if (workDir.isEmpty()) d else File(workDir).also { it.mkdirs() }
+        val mlir = File(d, "$name.mlir"); val irpa = File(d, "$name.irpa"); val vmfb = File(work, "$name.vmfb")
         val tool = { t: String -> if (bin.isEmpty()) t else File(bin, t).path }
         println("verify: ${mlir.path} (${mlir.length()} bytes), ${irpa.path} (${irpa.length()} bytes)")
         run(listOf(tool("iree-compile"), mlir.path, "--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
             "--iree-llvmcpu-target-cpu=generic", "-o", vmfb.path))
-        val tokens = File(d, "tokens.npy").also { it.writeBytes(npyInt32(TinyLlm.TOKENS)) }
-        val out = File(d, "logits.npy")
+        val tokens = File(work, "tokens.npy").also { it.writeBytes(npyInt32(TinyLlm.TOKENS)) }
+        val out = File(work, "logits.npy")
         run(listOf(tool("iree-run-module"), "--device=local-task", "--module=${vmfb.path}", "--function=main",
             "--parameters=model=${irpa.path}", "--input=@${tokens.path}", "--output=@${out.path}"))
         val got = npyFloat32(out)
