@@ -222,7 +222,7 @@ OPS = {
     "gelu": lambda a, at, s: 0.5 * f64(a[0]) * (1 + np.tanh(math.sqrt(2 / math.pi) * (f64(a[0]) + 0.044715 * f64(a[0]) ** 3))),
     "convert": lambda a, at, s: np.trunc(a[0]) if s["dtype"] in ("i8", "i16", "i32", "i64") else a[0],
     "broadcast": broadcast,
-    "reshape": lambda a, at, s: np.reshape(a[0], static_shape(s)),
+    "reshape": lambda a, at, s: np.reshape(a[0], [int(d) if d not in (None, "?") else -1 for d in s["shape"]]),
     "transpose": lambda a, at, s: np.transpose(a[0], at.get("perm")),
     "concat": lambda a, at, s: np.concatenate(a, axis=at.get("axis", 0)),
     "slice": lambda a, at, s: a[0][tuple(slice(b, e, st) for b, e, st in

@@ -32,6 +32,55 @@ impl Val {
     }
 }
 
+/// The dimensions of `many` grouped under each dimension of `few` for a reshape that splits (or, read the
+/// other way, merges) whole dimensions: consecutive groups whose static sizes multiply to the `few` size, a `?`
+/// of `few` owning exactly one `?` of `many`. Trailing 1s join the last group. `None` when no such grouping exists.
+fn group_dims(few: &[Dim], many: &[Dim]) -> Option<Vec<Vec<usize>>> {
+    let mut groups = Vec::with_capacity(few.len());
+    let mut j = 0;
+    for d in few {
+        let mut g = Vec::new();
+        match d {
+            Dim::Static(n) => {
+                let mut p = 1u64;
+                while p < *n || (g.is_empty() && *n == 1) {
+                    match many.get(j)? {
+                        Dim::Static(m) => p = p.checked_mul(*m)?,
+                        Dim::Dynamic => return None,
+                    }
+                    g.push(j);
+                    j += 1;
+                }
+                if p != *n {
+                    return None;
+                }
+            }
+            Dim::Dynamic => loop {
+                let m = many.get(j)?;
+                g.push(j);
+                j += 1;
+                if *m == Dim::Dynamic {
+                    break;
+                }
+            },
+        }
+        groups.push(g);
+    }
+    while j < many.len() {
+        if many[j] != Dim::Static(1) {
+            return None;
+        }
+        groups.last_mut()?.push(j);
+        j += 1;
+    }
+    Some(groups)
+}
+
+/// `: a, b` for `array<i64: a, b>`; empty for an empty array (`array<i64>`).
+fn i64_array(v: &[usize]) -> String {
+    if v.is_empty() { String::new() } else { format!(": {}", list(v)) }
+}
+
 pub(crate) fn list<T: std::fmt::Display>(items: impl IntoIterator<Item = T>) -> String {
     items.into_iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
 }
@@ -242,11 +291,25 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         if shape.is_dynamic() {
             if let Some(like) = like {
                 let st = self.shape_tensor(like)?;
+                // Which operand dimensions keep their size and which grow from 1: IREE only lowers a dynamic
+                // broadcast whose every operand dimension is known one way or the other. Equal dimensions (`?`
+                // to `?` is equal in the graph format) do not expand; a static 1 to another size does.
+                let (mut expanding, mut same) = (Vec::new(), Vec::new());
+                for (i, &d) in dims.iter().enumerate() {
+                    match (x.shape.0.get(i), shape.0.get(d)) {
+                        (Some(a), Some(b)) if a == b => same.push(i),
+                        (Some(Dim::Static(1)), Some(_)) => expanding.push(i),
+                        _ => {}
+                    }
+                }
                 let rhs = format!(
-                    "stablehlo.dynamic_broadcast_in_dim {}, {}, dims = [{}] : ({}, {}) -> {out}",
+                    "stablehlo.dynamic_broadcast_in_dim {}, {}, dims = [{}] {{known_expanding_dimensions = \
+                     array<i64{}>, known_nonexpanding_dimensions = array<i64{}>}} : ({}, {}) -> {out}",
                     x.name,
                     st.name,
                     list(dims),
+                    i64_array(&expanding),
+                    i64_array(&same),
                     x.ty(),
                     st.ty()
                 );
@@ -267,15 +330,141 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         self.broadcast_to(x, &dims, &like.shape, Some(like))
     }
 
+    /// The run-time size of dimension `i` of `x` as a `tensor<i32>` (a constant when it is static).
+    pub(crate) fn dim_size(&mut self, x: &Val, i: usize) -> Result<Val> {
+        match x.shape.0.get(i) {
+            Some(Dim::Static(n)) => {
+                let n = i32::try_from(*n).map_err(|_| {
+                    self.err(format!("dimension {i} of [{}] is {n}, above the i32 extent of a run-time shape", x.shape))
+                })?;
+                Ok(self.splat(f64::from(n), &Shape::scalar(), DType::I32))
+            }
+            Some(Dim::Dynamic) => Ok(self.assign(
+                &format!("stablehlo.get_dimension_size {}, dim = {i} : ({}) -> tensor<i32>", x.name, x.ty()),
+                Shape::scalar(),
+                DType::I32,
+            )),
+            None => Err(self.err(format!("no dimension {i} in [{}]", x.shape))),
+        }
+    }
+
+    /// A `tensor<Nxi32>` shape from one `tensor<i32>` per dimension.
+    fn shape_of_parts(&mut self, parts: &[Val]) -> Val {
+        let ones: Vec<Val> = parts
+            .iter()
+            .map(|p| {
+                self.assign(
+                    &format!("stablehlo.reshape {} : (tensor<i32>) -> tensor<1xi32>", p.name),
+                    Shape::of(&[1]),
+                    DType::I32,
+                )
+            })
+            .collect();
+        if ones.len() == 1 {
+            return ones[0].clone();
+        }
+        let rank = ones.len() as u64;
+        let rhs = format!(
+            "stablehlo.concatenate {}, dim = 0 : ({}) -> tensor<{rank}xi32>",
+            list(ones.iter().map(|p| p.name.clone())),
+            list(ones.iter().map(Val::ty))
+        );
+        self.assign(&rhs, Shape::of(&[rank]), DType::I32)
+    }
+
+    /// `x` reshaped to `shape`. With `?` dimensions the reshape must split or merge whole dimensions (each `?`
+    /// on one side in a group with exactly one `?` on the other), written as `tensor.expand_shape` /
+    /// `tensor.collapse_shape`: IREE 3.13 does not lower `stablehlo.dynamic_reshape` at all. Anything else is
+    /// an error naming the shapes, never MLIR IREE rejects.
     pub(crate) fn reshape(&mut self, x: &Val, shape: &Shape) -> Result<Val> {
-        if shape.is_dynamic() || x.shape.is_dynamic() {
-            return Err(self.err("reshape needs static shapes"));
+        if !shape.is_dynamic() && !x.shape.is_dynamic() {
+            if shape.element_count() != x.shape.element_count() {
+                return Err(self.err(format!("cannot reshape [{}] to [{shape}]: the element counts differ", x.shape)));
+            }
+            let rhs = format!("stablehlo.reshape {} : ({}) -> {}", x.name, x.ty(), ty(shape, x.dtype));
+            return Ok(self.assign(&rhs, shape.clone(), x.dtype));
         }
-        if shape.element_count() != x.shape.element_count() {
-            return Err(self.err(format!("cannot reshape [{}] to [{shape}]: the element counts differ", x.shape)));
+        let unsupported = || {
+            self.err(format!(
+                "cannot reshape [{}] to [{shape}] with `?` dimensions: a dynamic reshape must split or merge whole \
+                 dimensions, each `?` grouped with exactly one `?` of the other shape (IREE 3.13 lowers only those)",
+                x.shape
+            ))
+        };
+        let expand = shape.0.len() >= x.shape.0.len();
+        let (few, many) = if expand { (&x.shape.0, &shape.0) } else { (&shape.0, &x.shape.0) };
+        let groups = group_dims(few, many).ok_or_else(unsupported)?;
+        let assoc = format!("[{}]", list(groups.iter().map(|g| format!("[{}]", list(g.clone())))));
+        if !expand {
+            let rhs = format!("tensor.collapse_shape {} {assoc} : {} into {}", x.name, x.ty(), ty(shape, x.dtype));
+            return Ok(self.assign(&rhs, shape.clone(), x.dtype));
         }
-        let rhs = format!("stablehlo.reshape {} : ({}) -> {}", x.name, x.ty(), ty(shape, x.dtype));
+        // expand_shape names every output size: static ones as numbers, a `?` as the input size divided by the
+        // static sizes of its group.
+        let mut sizes = Vec::with_capacity(shape.0.len());
+        for (i, g) in groups.iter().enumerate() {
+            let statics: u64 =
+                g.iter().filter_map(|&j| if let Dim::Static(n) = shape.0[j] { Some(n) } else { None }).product();
+            for &j in g {
+                match shape.0[j] {
+                    Dim::Static(n) => sizes.push(n.to_string()),
+                    Dim::Dynamic => {
+                        let idx = self.fresh();
+                        self.line(&format!("{idx} = arith.constant {i} : index"));
+                        let d = self.fresh();
+                        self.line(&format!("{d} = tensor.dim {}, {idx} : {}", x.name, x.ty()));
+                        let size = if statics > 1 {
+                            let c = self.fresh();
+                            self.line(&format!("{c} = arith.constant {statics} : index"));
+                            let q = self.fresh();
+                            self.line(&format!("{q} = arith.divui {d}, {c} : index"));
+                            q
+                        } else {
+                            d
+                        };
+                        sizes.push(size);
+                    }
+                }
+            }
+        }
+        let rhs = format!(
+            "tensor.expand_shape {} {assoc} output_shape [{}] : {} into {}",
+            x.name,
+            list(&sizes),
+            x.ty(),
+            ty(shape, x.dtype)
+        );
         Ok(self.assign(&rhs, shape.clone(), x.dtype))
+    }
+
+    /// The reduction `r` of `x` over `axes` with those axes put back as size 1 (`keepdims`): a broadcast, which
+    /// IREE lowers for dynamic shapes where it does not lower a dynamic reshape.
+    pub(crate) fn keep_dims(&mut self, r: &Val, x: &Val, axes: &[usize], shape: &Shape) -> Result<Val> {
+        if !shape.is_dynamic() {
+            return self.reshape(r, shape);
+        }
+        let mut parts = Vec::with_capacity(x.rank());
+        for i in 0..x.rank() {
+            parts.push(if axes.contains(&i) {
+                self.splat(1.0, &Shape::scalar(), DType::I32)
+            } else {
+                self.dim_size(x, i)?
+            });
+        }
+        let st = self.shape_of_parts(&parts);
+        let dims: Vec<usize> = (0..x.rank()).filter(|i| !axes.contains(i)).collect();
+        let rhs = format!(
+            "stablehlo.dynamic_broadcast_in_dim {}, {}, dims = [{}] {{known_expanding_dimensions = array<i64>, \
+             known_nonexpanding_dimensions = array<i64{}>}} : ({}, {}) -> {}",
+            r.name,
+            st.name,
+            list(&dims),
+            i64_array(&(0..dims.len()).collect::<Vec<_>>()),
+            r.ty(),
+            st.ty(),
+            ty(shape, r.dtype)
+        );
+        Ok(self.assign(&rhs, shape.clone(), r.dtype))
     }
 
     /// A real `stablehlo.reduce` over `axes` with `body` (add or maximum).
@@ -303,22 +492,36 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         self.broadcast_to(r, &dims, &like.shape, Some(like))
     }
 
-    pub(crate) fn count_of(&self, x: &Val, axes: &[usize]) -> Result<f64> {
+    /// The mean of `x` over `axes`: the sum divided by the number of elements reduced, counted at run time
+    /// when an axis is `?`.
+    pub(crate) fn mean(&mut self, x: &Val, axes: &[usize]) -> Result<Val> {
+        let s = self.reduce(x, axes, "add");
         let mut n = 1u64;
+        let mut dynamic = Vec::new();
         for &a in axes {
             match x.shape.0[a] {
                 Dim::Static(d) => n = n.saturating_mul(d),
-                Dim::Dynamic => return Err(self.err("a mean over a dynamic dimension is not supported")),
+                Dim::Dynamic => dynamic.push(a),
             }
         }
         #[allow(clippy::cast_precision_loss)] // element counts of reduced axes are small
-        Ok(n as f64)
-    }
-
-    pub(crate) fn mean(&mut self, x: &Val, axes: &[usize]) -> Result<Val> {
-        let n = self.count_of(x, axes)?;
-        let s = self.reduce(x, axes, "add");
-        let c = self.fill_like(n, &s, s.dtype)?;
+        let c = if dynamic.is_empty() {
+            self.fill_like(n as f64, &s, s.dtype)?
+        } else {
+            let mut count = self.dim_size(x, dynamic[0])?;
+            for &a in &dynamic[1..] {
+                let d = self.dim_size(x, a)?;
+                count = self.binary_same("multiply", &count, &d);
+            }
+            let count = self.assign(
+                &format!("stablehlo.convert {} : (tensor<i32>) -> {}", count.name, ty(&Shape::scalar(), s.dtype)),
+                Shape::scalar(),
+                s.dtype,
+            );
+            let statics = self.splat(n as f64, &Shape::scalar(), s.dtype);
+            let count = self.binary_same("multiply", &count, &statics);
+            self.broadcast_to(&count, &[], &s.shape, Some(&s))?
+        };
         Ok(self.binary_same("divide", &s, &c))
     }
 
@@ -420,17 +623,45 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
 
     /// `select(pred, x, fill)` where `pred` is `[S, T]` i1 broadcast over `x`'s leading dims.
     pub(crate) fn causal(&mut self, x: &Val) -> Result<Val> {
-        let dims = self.static_dims(x)?;
-        let r = dims.len();
+        let r = x.rank();
         if r < 2 {
             return Err(self.err("a causal mask needs scores of rank >= 2 ([.., S, T])"));
         }
-        let (s, t) = (dims[r - 2], dims[r - 1]);
-        let st = Shape::of(&[s, t]);
-        let row = self.assign(&format!("stablehlo.iota dim = 0 : {}", ty(&st, DType::I64)), st.clone(), DType::I64);
-        let col = self.assign(&format!("stablehlo.iota dim = 1 : {}", ty(&st, DType::I64)), st.clone(), DType::I64);
-        #[allow(clippy::cast_precision_loss)] // sequence lengths are far below 2^53
-        let offset = self.splat(t.saturating_sub(s) as f64, &st, DType::I64);
+        let st = Shape(vec![x.shape.0[r - 2], x.shape.0[r - 1]]);
+        let (row, col, offset) = if let Some(&[s, t]) = st.static_dims().as_deref() {
+            let row = self.assign(&format!("stablehlo.iota dim = 0 : {}", ty(&st, DType::I64)), st.clone(), DType::I64);
+            let col = self.assign(&format!("stablehlo.iota dim = 1 : {}", ty(&st, DType::I64)), st.clone(), DType::I64);
+            #[allow(clippy::cast_precision_loss)] // sequence lengths are far below 2^53
+            let offset = self.splat(t.saturating_sub(s) as f64, &st, DType::I64);
+            (row, col, offset)
+        } else {
+            // Query and key lengths known at run time: iotas of the run-time [S, T], offset T - S.
+            let s = self.dim_size(x, r - 2)?;
+            let t = self.dim_size(x, r - 1)?;
+            let shape = self.shape_of_parts(&[s.clone(), t.clone()]);
+            let iota = |e: &mut Self, dim: usize| {
+                e.assign(
+                    &format!(
+                        "stablehlo.dynamic_iota {}, dim = {dim} : ({}) -> {}",
+                        shape.name,
+                        shape.ty(),
+                        ty(&st, DType::I64)
+                    ),
+                    st.clone(),
+                    DType::I64,
+                )
+            };
+            let row = iota(self, 0);
+            let col = iota(self, 1);
+            let diff = self.binary_same("subtract", &t, &s);
+            let diff = self.assign(
+                &format!("stablehlo.convert {} : (tensor<i32>) -> tensor<i64>", diff.name),
+                Shape::scalar(),
+                DType::I64,
+            );
+            let offset = self.broadcast_to(&diff, &[], &st, Some(&row))?;
+            (row, col, offset)
+        };
         let shifted = self.binary_same("add", &row, &offset);
         let keep = self.assign(
             &format!(
@@ -444,13 +675,59 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
             st,
             DType::Bool,
         );
-        let keep = self.broadcast_to(&keep, &[r - 2, r - 1], &x.shape, None)?;
+        let keep = self.broadcast_to(&keep, &[r - 2, r - 1], &x.shape, Some(x))?;
         let fill = self.fill_like(f64::NEG_INFINITY, x, x.dtype)?;
         Ok(self.assign(
             &format!("stablehlo.select {}, {}, {} : {}, {}", keep.name, x.name, fill.name, keep.ty(), x.ty()),
             x.shape.clone(),
             x.dtype,
         ))
+    }
+
+    /// `x[..., lo:hi]` along its last (static) dimension, the other dimensions whole, static or `?`.
+    pub(crate) fn slice_last(&mut self, x: &Val, lo: u64, hi: u64) -> Result<Val> {
+        let last = x.rank() - 1;
+        if !x.shape.is_dynamic() {
+            let dims = self.static_dims(x)?;
+            let mut ranges: Vec<(u64, u64, u64)> = dims.iter().map(|&n| (0, n, 1)).collect();
+            ranges[last] = (lo, hi, 1);
+            return Ok(self.slice(x, &ranges));
+        }
+        let mut shape = x.shape.clone();
+        shape.0[last] = Dim::Static(hi - lo);
+        let as_i32 = |e: &Self, v: u64| i32::try_from(v).map_err(|_| e.err(format!("slice bound {v} is above i32")));
+        let mut starts = Vec::with_capacity(x.rank());
+        let mut limits = Vec::with_capacity(x.rank());
+        for i in 0..x.rank() {
+            let (a, b) = if i == last {
+                let (a, b) = (as_i32(self, lo)?, as_i32(self, hi)?);
+                (
+                    self.splat(f64::from(a), &Shape::scalar(), DType::I32),
+                    self.splat(f64::from(b), &Shape::scalar(), DType::I32),
+                )
+            } else {
+                (self.splat(0.0, &Shape::scalar(), DType::I32), self.dim_size(x, i)?)
+            };
+            starts.push(a);
+            limits.push(b);
+        }
+        let start = self.shape_of_parts(&starts);
+        let limit = self.shape_of_parts(&limits);
+        let rank = x.rank() as u64;
+        let strides = self.splat(1.0, &Shape::of(&[rank]), DType::I32);
+        let rhs = format!(
+            "stablehlo.real_dynamic_slice {}, {}, {}, {} : ({}, {}, {}, {}) -> {}",
+            x.name,
+            start.name,
+            limit.name,
+            strides.name,
+            x.ty(),
+            start.ty(),
+            limit.ty(),
+            strides.ty(),
+            ty(&shape, x.dtype)
+        );
+        Ok(self.assign(&rhs, shape, x.dtype))
     }
 
     pub(crate) fn val(&self, id: TensorId) -> Result<Val> {

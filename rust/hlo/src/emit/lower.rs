@@ -221,7 +221,7 @@ impl<'g> Emitter<'g, '_, '_> {
                     OpKind::ReduceMax => self.reduce(x, &axes, "maximum"),
                     _ => self.mean(x, &axes)?,
                 };
-                if self.attr_bool("keepdims", false)? { self.reshape(&r, &out_shape)? } else { r }
+                if self.attr_bool("keepdims", false)? { self.keep_dims(&r, x, &axes, &out_shape)? } else { r }
             }
             OpKind::Softmax => {
                 arity(1, 1)?;

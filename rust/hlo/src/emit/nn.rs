@@ -1,5 +1,6 @@
 //! Neural-network ops: convolution, pooling, normalization, attention and rotary embedding.
 
+use tapeout_graph::Dim;
 use tapeout_graph::Shape;
 
 use super::builder::{Emitter, Val, Window, ty};
@@ -171,17 +172,18 @@ impl Emitter<'_, '_, '_> {
         if r < 2 || k.rank() != r || v.rank() != r {
             return Err(self.err("q, k and v must have one rank >= 2 ([.., S, D], [.., T, D], [.., T, Dv])"));
         }
-        let qd = self.static_dims(q)?;
-        let kd = self.static_dims(k)?;
+        let Dim::Static(head) = q.shape.0[r - 1] else {
+            return Err(self.err("sdpa needs a static head dimension (the last dimension of q)"));
+        };
         #[allow(clippy::cast_precision_loss)] // head dims are small
-        let default_scale = 1.0 / (qd[r - 1] as f64).sqrt();
+        let default_scale = 1.0 / (head as f64).sqrt();
         let scale = self.attr_f64("scale", default_scale)?;
         let mut perm: Vec<usize> = (0..r).collect();
         perm.swap(r - 1, r - 2);
         let kt = self.transpose(k, &perm);
-        let mut sdims = qd.clone();
-        sdims[r - 1] = kd[r - 2];
-        let scores = self.matmul(q, &kt, &Shape::of(&sdims))?;
+        let mut sdims = q.shape.clone();
+        sdims.0[r - 1] = k.shape.0[r - 2];
+        let scores = self.matmul(q, &kt, &sdims)?;
         let sc = self.fill_like(scale, &scores, scores.dtype)?;
         let mut s = self.binary_same("multiply", &scores, &sc);
         if let Some(mask) = ins.get(3) {
@@ -197,19 +199,15 @@ impl Emitter<'_, '_, '_> {
 
     pub(crate) fn rope(&mut self, ins: &[Val]) -> Result<Val> {
         let (x, cos, sin) = (&ins[0], &ins[1], &ins[2]);
-        let dims = self.static_dims(x)?;
-        let d = *dims.last().ok_or_else(|| self.err("rope needs rank >= 1"))?;
+        let Some(&Dim::Static(d)) = x.shape.0.last() else {
+            return Err(self.err("rope needs a static last dimension"));
+        };
         if d % 2 != 0 {
             return Err(self.err(format!("rope needs an even last dimension, got {d}")));
         }
-        let full: Vec<(u64, u64, u64)> = dims.iter().map(|&n| (0, n, 1)).collect();
-        let mut lo = full.clone();
-        let mut hi = full;
-        let last = dims.len() - 1;
-        lo[last] = (0, d / 2, 1);
-        hi[last] = (d / 2, d, 1);
-        let x1 = self.slice(x, &lo);
-        let x2 = self.slice(x, &hi);
+        let last = x.rank() - 1;
+        let x1 = self.slice_last(x, 0, d / 2)?;
+        let x2 = self.slice_last(x, d / 2, d)?;
         let nx2 = self.unary("negate", &x2);
         let rot = self.concat(&[nx2, x1], last)?;
         let cb = self.numpy_broadcast(cos, x)?;

@@ -1,0 +1,122 @@
+"""Dynamic dimensions, op by op: each graph is exported once with `?` dimensions, compiled once by iree-compile,
+and run by iree-run-module at two run-time sizes, each compared with the numpy interpreter (reference.py). The
+same graph with static dimensions is the control."""
+import json
+import sys
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from harness import ROOT, compile_and_run_iree, run
+
+sys.path.insert(0, str(ROOT / "tests/graphs"))
+import reference  # noqa: E402
+
+D = "?"
+RNG = np.random.default_rng(7)
+
+
+def t(name, shape, dtype="f32", weight=None):
+    spec = {"name": name, "shape": shape, "dtype": dtype}
+    if weight is not None:
+        spec["data"] = {"safetensors": name}
+        spec["_value"] = weight
+    return spec
+
+
+def n(op, inputs, out, **attrs):
+    return {"op": op, "inputs": inputs, "outputs": [out], "attrs": attrs}
+
+
+W4x5 = RNG.standard_normal((4, 5)).astype(np.float32)
+G8 = (1 + 0.1 * RNG.standard_normal(8)).astype(np.float32)
+B8 = (0.1 * RNG.standard_normal(8)).astype(np.float32)
+TABLE = RNG.standard_normal((10, 4)).astype(np.float32)
+
+# name: (tensors, nodes, outputs, {input: shape with S for the run-time size})
+CASES = {
+    "add_broadcast": ([t("x", [D, 4]), t("b", [4], weight=W4x5[:, 0].copy()), t("y", [D, 4])],
+                      [n("add", ["x", "b"], "y")], {"x": ["S", 4]}),
+    "softmax": ([t("x", [D, 8]), t("y", [D, 8])], [n("softmax", ["x"], "y", axis=-1)], {"x": ["S", 8]}),
+    "softmax_over_dynamic_axis": ([t("x", [D, 8]), t("y", [D, 8])], [n("softmax", ["x"], "y", axis=0)], {"x": ["S", 8]}),
+    "layer_norm": ([t("x", [D, 8]), t("g", [8], weight=G8), t("b", [8], weight=B8), t("y", [D, 8])],
+                   [n("layer_norm", ["x", "g", "b"], "y")], {"x": ["S", 8]}),
+    "rms_norm": ([t("x", [2, D, 8]), t("g", [8], weight=G8), t("y", [2, D, 8])],
+                 [n("rms_norm", ["x", "g"], "y")], {"x": [2, "S", 8]}),
+    "reduce_mean_keepdims": ([t("x", [D, 3]), t("y", [D, 1])], [n("reduce_mean", ["x"], "y", axes=[1], keepdims=True)],
+                             {"x": ["S", 3]}),
+    "reduce_mean_over_dynamic_axis": ([t("x", [D, 3]), t("y", [3])], [n("reduce_mean", ["x"], "y", axes=[0])],
+                                      {"x": ["S", 3]}),
+    "reduce_sum_max": ([t("x", [D, 3]), t("s", [3]), t("m", [D]), t("y", [D, 3])],
+                       [n("reduce_sum", ["x"], "s", axes=[0]), n("reduce_max", ["x"], "m", axes=[1])], {"x": ["S", 3]},
+                       ["s", "m"]),
+    "matmul": ([t("x", [D, 4]), t("w", [4, 5], weight=W4x5), t("y", [D, 5])], [n("matmul", ["x", "w"], "y")],
+               {"x": ["S", 4]}),
+    "batched_matmul": ([t("a", [2, D, 4]), t("b", [2, 4, D]), t("y", [2, D, D])], [n("matmul", ["a", "b"], "y")],
+                       {"a": [2, "S", 4], "b": [2, 4, "S"]}),
+    "gather": ([t("table", [10, 4], weight=TABLE), t("ids", [D], "i32"), t("y", [D, 4])],
+               [n("gather", ["table", "ids"], "y")], {"ids": ["S"]}),
+    "concat": ([t("x", [D, 4]), t("z", [D, 4]), t("y", [D, 8])], [n("concat", ["x", "z"], "y", axis=1)],
+               {"x": ["S", 4], "z": ["S", 4]}),
+    "transpose": ([t("x", [D, 4]), t("y", [4, D])], [n("transpose", ["x"], "y", perm=[1, 0])], {"x": ["S", 4]}),
+    "reshape_split": ([t("x", [D, 4]), t("y", [D, 2, 2])], [n("reshape", ["x"], "y")], {"x": ["S", 4]}),
+    "reshape_merge": ([t("x", [D, 2, 2]), t("y", [D, 4])], [n("reshape", ["x"], "y")], {"x": ["S", 2, 2]}),
+    "rope": ([t("x", [2, D, 8]), t("c", [D, 8]), t("s", [D, 8]), t("y", [2, D, 8])],
+             [n("rope", ["x", "c", "s"], "y")], {"x": [2, "S", 8], "c": ["S", 8], "s": ["S", 8]}),
+    "causal_mask": ([t("x", [D, D]), t("y", [D, D])], [n("causal_mask", ["x"], "y")], {"x": ["S", "S"]}),
+    "sdpa_causal": ([t("q", [2, D, 8]), t("k", [2, D, 8]), t("v", [2, D, 8]), t("y", [2, D, 8])],
+                    [n("sdpa", ["q", "k", "v"], "y", causal=True)], {"q": [2, "S", 8], "k": [2, "S", 8], "v": [2, "S", 8]}),
+}
+
+
+def write_graph(tmp, name, tensors, nodes, outputs, static=None):
+    """The graph (its `?` dims made `static` when given) and its weights; returns the graph file."""
+    weights = {}
+    specs = []
+    for spec in tensors:
+        spec = dict(spec)
+        if "_value" in spec:
+            weights[spec["name"]] = spec.pop("_value")
+        if static is not None:
+            spec["shape"] = [static if d == D else d for d in spec["shape"]]
+        specs.append(spec)
+    doc = {"name": name, "tensors": specs, "nodes": nodes, "outputs": outputs}
+    g = tmp / f"{name}.json"
+    g.write_text(json.dumps(doc))
+    save_file(weights or {"unused": np.zeros(1, np.float32)}, str(tmp / f"{name}.safetensors"))
+    return g
+
+
+def feeds_for(graph, shapes, size):
+    out = []
+    for name in graph.inputs:
+        shape = [size if d == "S" else d for d in shapes[name]]
+        dt = reference.NP[graph.specs[name]["dtype"]]
+        if np.issubdtype(dt, np.integer):
+            out.append((name, RNG.integers(0, 10, size=shape).astype(dt)))
+        else:
+            out.append((name, RNG.standard_normal(shape).astype(dt)))
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("dims", ["dynamic", "static"])
+def test_op_with_dynamic_dims_compiles_once_and_runs_at_two_sizes(case, dims, tapeout, tmp_path):
+    tensors, nodes, shapes, *outs = CASES[case]
+    outputs = outs[0] if outs else [nodes[-1]["outputs"][0]]
+    sizes = [3, 5] if dims == "dynamic" else [4]
+    g = write_graph(tmp_path, case, tensors, nodes, outputs, static=None if dims == "dynamic" else sizes[0])
+    out = tmp_path / "out"
+    run(tapeout, "export", g, "--weights", tmp_path / f"{case}.safetensors", "-o", out, "--inline-below", "0")
+    graph = reference.Graph(g, tmp_path / f"{case}.safetensors")
+    text = (out / f"{case}.mlir").read_text()
+    order = [m for m in graph.inputs if f'tapeout.name = "{m}"' in text]
+    for i, size in enumerate(sizes):
+        feeds = dict(feeds_for(graph, shapes, size))
+        work = tmp_path / f"run{i}"
+        work.mkdir()
+        got = compile_and_run_iree(work, out / f"{case}.mlir", [out / f"{case}.irpa"], [feeds[k] for k in order],
+                                   outputs=len(outputs))
+        for o, (g_, w) in enumerate(zip(got, graph.evaluate(feeds))):
+            np.testing.assert_allclose(g_, w, rtol=1e-5, atol=1e-5, err_msg=f"{case} at size {size}, output {o}")
