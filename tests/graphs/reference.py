@@ -225,7 +225,7 @@ OPS = {
     "reshape": lambda a, at, s: np.reshape(a[0], [int(d) if d not in (None, "?") else -1 for d in s["shape"]]),
     "transpose": lambda a, at, s: np.transpose(a[0], at.get("perm")),
     "concat": lambda a, at, s: np.concatenate(a, axis=at.get("axis", 0)),
-    "slice": lambda a, at, s: a[0][tuple(slice(b, e, st) for b, e, st in
+    "slice": lambda a, at, s: a[0][tuple(slice(b, None if e == -1 else e, st) for b, e, st in
                                          zip(at["start"], at["limit"], at.get("stride", [1] * len(at["start"]))))],
     "gather": lambda a, at, s: np.take(a[0], a[1], axis=at.get("axis", 0)),
     "matmul": lambda a, at, s: f64(a[0]) @ f64(a[1]),

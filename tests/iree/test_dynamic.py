@@ -59,6 +59,8 @@ CASES = {
                [n("gather", ["table", "ids"], "y")], {"ids": ["S"]}),
     "concat": ([t("x", [D, 4]), t("z", [D, 4]), t("y", [D, 8])], [n("concat", ["x", "z"], "y", axis=1)],
                {"x": ["S", 4], "z": ["S", 4]}),
+    "slice_static_axes": ([t("x", [D, 8]), t("y", [D, 2])], [n("slice", ["x"], "y", start=[0, 2], limit=[-1, 6], stride=[1, 2])],
+                          {"x": ["S", 8]}),
     "transpose": ([t("x", [D, 4]), t("y", [4, D])], [n("transpose", ["x"], "y", perm=[1, 0])], {"x": ["S", 4]}),
     "reshape_split": ([t("x", [D, 4]), t("y", [D, 2, 2])], [n("reshape", ["x"], "y")], {"x": ["S", 4]}),
     "reshape_merge": ([t("x", [D, 2, 2]), t("y", [D, 4])], [n("reshape", ["x"], "y")], {"x": ["S", 2, 2]}),
@@ -98,6 +100,24 @@ def feeds_for(graph, shapes, size):
         else:
             out.append((name, RNG.standard_normal(shape).astype(dt)))
     return out
+
+
+def test_a_dynamic_op_that_cannot_be_lowered_is_an_export_error_naming_node_and_dimension(tapeout, tmp_path):
+    cases = [
+        ([t("x", [D, 8]), t("y", [2, 8])], [n("slice", ["x"], "y", start=[1, 0], limit=[3, 8])],
+         ["node 0 (slice -> 'y')", "dimension 0 is `?`"]),
+        ([t("x", [D, 2, 3]), t("y", [D, 3, 2])], [n("reshape", ["x"], "y")],
+         ["node 0 (reshape -> 'y')", "must split or merge whole dimensions"]),
+        ([t("x", [D, 4]), t("z", [D, 4]), t("y", [D, 4])], [n("concat", ["x", "z"], "y", axis=0)],
+         ["node 0 (concat -> 'y')", "dynamic dimension"]),
+    ]
+    for i, (tensors, nodes, needles) in enumerate(cases):
+        g = write_graph(tmp_path, f"bad{i}", tensors, nodes, [nodes[-1]["outputs"][0]])
+        r = run(tapeout, "export", g, "--weights", tmp_path / f"bad{i}.safetensors", "-o", tmp_path / f"o{i}", check=False)
+        assert r.returncode == 1, r.stdout + r.stderr
+        for needle in needles:
+            assert needle in r.stderr, f"{needle!r} missing from {r.stderr}"
+        assert not (tmp_path / f"o{i}" / f"bad{i}.mlir").exists(), "no MLIR is written"
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

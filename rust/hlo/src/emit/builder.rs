@@ -687,44 +687,54 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     /// `x[..., lo:hi]` along its last (static) dimension, the other dimensions whole, static or `?`.
     pub(crate) fn slice_last(&mut self, x: &Val, lo: u64, hi: u64) -> Result<Val> {
         let last = x.rank() - 1;
+        let ranges: Vec<Option<(u64, u64, u64)>> = (0..x.rank()).map(|i| (i == last).then_some((lo, hi, 1))).collect();
+        self.slice_whole_or(x, &ranges)
+    }
+
+    /// A slice where `None` takes a dimension whole (static or `?`) and `Some((start, limit, stride))` a range of
+    /// a static one: `stablehlo.slice` for static shapes, `stablehlo.real_dynamic_slice` otherwise.
+    pub(crate) fn slice_whole_or(&mut self, x: &Val, ranges: &[Option<(u64, u64, u64)>]) -> Result<Val> {
         if !x.shape.is_dynamic() {
             let dims = self.static_dims(x)?;
-            let mut ranges: Vec<(u64, u64, u64)> = dims.iter().map(|&n| (0, n, 1)).collect();
-            ranges[last] = (lo, hi, 1);
-            return Ok(self.slice(x, &ranges));
+            let full: Vec<(u64, u64, u64)> =
+                dims.iter().zip(ranges).map(|(&n, r)| r.unwrap_or((0, n, 1))).collect();
+            return Ok(self.slice(x, &full));
         }
         let mut shape = x.shape.clone();
-        shape.0[last] = Dim::Static(hi - lo);
         let as_i32 = |e: &Self, v: u64| i32::try_from(v).map_err(|_| e.err(format!("slice bound {v} is above i32")));
-        let mut starts = Vec::with_capacity(x.rank());
-        let mut limits = Vec::with_capacity(x.rank());
-        for i in 0..x.rank() {
-            let (a, b) = if i == last {
-                let (a, b) = (as_i32(self, lo)?, as_i32(self, hi)?);
-                (
-                    self.splat(f64::from(a), &Shape::scalar(), DType::I32),
-                    self.splat(f64::from(b), &Shape::scalar(), DType::I32),
-                )
-            } else {
-                (self.splat(0.0, &Shape::scalar(), DType::I32), self.dim_size(x, i)?)
+        let (mut starts, mut limits, mut strides) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, r) in ranges.iter().enumerate() {
+            let (a, b, st) = match *r {
+                Some((lo, hi, st)) => {
+                    shape.0[i] = Dim::Static((hi - lo).div_ceil(st));
+                    let (lo, hi, st) = (as_i32(self, lo)?, as_i32(self, hi)?, as_i32(self, st)?);
+                    (
+                        self.splat(f64::from(lo), &Shape::scalar(), DType::I32),
+                        self.splat(f64::from(hi), &Shape::scalar(), DType::I32),
+                        self.splat(f64::from(st), &Shape::scalar(), DType::I32),
+                    )
+                }
+                None => (
+                    self.splat(0.0, &Shape::scalar(), DType::I32),
+                    self.dim_size(x, i)?,
+                    self.splat(1.0, &Shape::scalar(), DType::I32),
+                ),
             };
             starts.push(a);
             limits.push(b);
+            strides.push(st);
         }
-        let start = self.shape_of_parts(&starts);
-        let limit = self.shape_of_parts(&limits);
-        let rank = x.rank() as u64;
-        let strides = self.splat(1.0, &Shape::of(&[rank]), DType::I32);
+        let (start, limit, stride) = (self.shape_of_parts(&starts), self.shape_of_parts(&limits), self.shape_of_parts(&strides));
         let rhs = format!(
             "stablehlo.real_dynamic_slice {}, {}, {}, {} : ({}, {}, {}, {}) -> {}",
             x.name,
             start.name,
             limit.name,
-            strides.name,
+            stride.name,
             x.ty(),
             start.ty(),
             limit.ty(),
-            strides.ty(),
+            stride.ty(),
             ty(&shape, x.dtype)
         );
         Ok(self.assign(&rhs, shape, x.dtype))

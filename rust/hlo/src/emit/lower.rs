@@ -138,33 +138,49 @@ impl<'g> Emitter<'g, '_, '_> {
             }
             OpKind::Slice => {
                 arity(1, 1)?;
-                let dims = self.static_dims(&ins[0])?;
+                let x = &ins[0];
+                let rank = x.rank();
                 let start = self.attr_ints("start")?.ok_or_else(|| self.attr_err("start", "is required"))?;
                 let limit = self.attr_ints("limit")?.ok_or_else(|| self.attr_err("limit", "is required"))?;
-                let stride = self.attr_ints("stride")?.unwrap_or_else(|| vec![1; dims.len()]);
-                if start.len() != dims.len() || limit.len() != dims.len() || stride.len() != dims.len() {
+                let stride = self.attr_ints("stride")?.unwrap_or_else(|| vec![1; rank]);
+                if start.len() != rank || limit.len() != rank || stride.len() != rank {
                     return Err(self.attr_err(
                         "start",
-                        format!("start, limit and stride need one entry per dimension ({})", dims.len()),
+                        format!("start, limit and stride need one entry per dimension ({rank})"),
                     ));
                 }
-                let mut ranges = Vec::new();
-                for (i, &d) in dims.iter().enumerate() {
-                    let (s, l, st) = (u64::try_from(start[i]), u64::try_from(limit[i]), u64::try_from(stride[i]));
-                    match (s, l, st) {
-                        (Ok(s), Ok(l), Ok(st)) if s <= l && l <= d && st > 0 => ranges.push((s, l, st)),
-                        _ => {
+                let mut ranges = Vec::with_capacity(rank);
+                for i in 0..rank {
+                    let to_end = |d: u64| if limit[i] == -1 { Ok(d) } else { u64::try_from(limit[i]) };
+                    let (s, st) = (u64::try_from(start[i]), u64::try_from(stride[i]));
+                    let l = match x.shape.0[i] {
+                        Dim::Static(d) => to_end(d),
+                        Dim::Dynamic => u64::try_from(limit[i]),
+                    };
+                    let range = match (x.shape.0[i], s, l, st) {
+                        // A `?` dimension is taken whole: start 0, limit -1 (to the end), stride 1.
+                        (Dim::Dynamic, _, _, _) if start[i] == 0 && limit[i] == -1 && stride[i] == 1 => None,
+                        (Dim::Dynamic, ..) => {
                             return Err(self.attr_err(
                                 "start",
                                 format!(
-                                    "dimension {i}: [{}:{}:{}] does not fit size {d}",
+                                    "dimension {i} is `?`: it can only be taken whole (start 0, limit -1, stride 1), \
+                                     not [{}:{}:{}]",
                                     start[i], limit[i], stride[i]
                                 ),
                             ));
                         }
-                    }
+                        (Dim::Static(d), Ok(s), Ok(l), Ok(st)) if s <= l && l <= d && st > 0 => Some((s, l, st)),
+                        (Dim::Static(d), ..) => {
+                            return Err(self.attr_err(
+                                "start",
+                                format!("dimension {i}: [{}:{}:{}] does not fit size {d}", start[i], limit[i], stride[i]),
+                            ));
+                        }
+                    };
+                    ranges.push(range);
                 }
-                self.slice(&ins[0], &ranges)
+                self.slice_whole_or(x, &ranges)?
             }
             OpKind::Gather => {
                 arity(2, 1)?;
