@@ -197,6 +197,20 @@ def iota(a, at, spec):
     return np.broadcast_to(np.arange(shape[dim]).reshape([-1 if i == dim else 1 for i in range(len(shape))]), shape)
 
 
+def dynamic_slice(a, at, spec):
+    x = np.asarray(a[0])
+    sizes = at["sizes"]
+    starts = [min(max(int(o), 0), d - n) for o, d, n in zip(a[1:], x.shape, sizes)]
+    return x[tuple(slice(s, s + n) for s, n in zip(starts, sizes))]
+
+
+def dynamic_update_slice(a, at, spec):
+    x, u = np.array(a[0]), np.asarray(a[1])
+    starts = [min(max(int(o), 0), d - n) for o, d, n in zip(a[2:], x.shape, u.shape)]
+    x[tuple(slice(s, s + n) for s, n in zip(starts, u.shape))] = u
+    return x
+
+
 CMP = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal, "GT": np.greater, "GE": np.greater_equal}
 
 OPS = {
@@ -245,4 +259,7 @@ OPS = {
     "select": lambda a, at, s: np.where(a[0], a[1], a[2]),
     "compare": lambda a, at, s: CMP[at["direction"]](a[0], a[1]),
     "clamp": clamp,
+    "dynamic_slice": dynamic_slice,
+    "dynamic_update_slice": dynamic_update_slice,
+    "argmax": lambda a, at, s: np.argmax(a[0], axis=at.get("axis", -1)),
 }

@@ -61,6 +61,16 @@ CASES = {
                {"x": ["S", 4], "z": ["S", 4]}),
     "slice_static_axes": ([t("x", [D, 8]), t("y", [D, 2])], [n("slice", ["x"], "y", start=[0, 2], limit=[-1, 6], stride=[1, 2])],
                           {"x": ["S", 8]}),
+    "dynamic_slice": ([t("x", [D, 8]), t("o0", [], "i32"), t("o1", [], "i32"), t("y", [2, 4])],
+                      [n("dynamic_slice", ["x", "o0", "o1"], "y", sizes=[2, 4])], {"x": ["S", 8], "o0": [], "o1": []}),
+    # The updated tensor is static (IREE 3.13 does not lower the op on `?` dims: see the error test); the
+    # update's offsets are run-time values, and the values written come from a `?`-shaped input.
+    "dynamic_update_slice": ([t("c", [6, 8]), t("x", [D, 8]), t("u", [1, 8]), t("o0", [], "i64"), t("o1", [], "i64"),
+                              t("y", [6, 8])],
+                             [n("reduce_sum", ["x"], "u", axes=[0], keepdims=True),
+                              n("dynamic_update_slice", ["c", "u", "o0", "o1"], "y")],
+                             {"c": [6, 8], "x": ["S", 8], "o0": [], "o1": []}),
+    "argmax": ([t("x", [D, 8]), t("y", [D], "i32")], [n("argmax", ["x"], "y", axis=-1)], {"x": ["S", 8]}),
     "transpose": ([t("x", [D, 4]), t("y", [4, D])], [n("transpose", ["x"], "y", perm=[1, 0])], {"x": ["S", 4]}),
     "reshape_split": ([t("x", [D, 4]), t("y", [D, 2, 2])], [n("reshape", ["x"], "y")], {"x": ["S", 4]}),
     "reshape_merge": ([t("x", [D, 2, 2]), t("y", [D, 4])], [n("reshape", ["x"], "y")], {"x": ["S", 2, 2]}),
@@ -110,6 +120,9 @@ def test_a_dynamic_op_that_cannot_be_lowered_is_an_export_error_naming_node_and_
          ["node 0 (reshape -> 'y')", "must split or merge whole dimensions"]),
         ([t("x", [D, 4]), t("z", [D, 4]), t("y", [D, 4])], [n("concat", ["x", "z"], "y", axis=0)],
          ["node 0 (concat -> 'y')", "dynamic dimension"]),
+        ([t("x", [D, 8]), t("u", [1, 8]), t("o0", [], "i32"), t("o1", [], "i32"), t("y", [D, 8])],
+         [n("dynamic_update_slice", ["x", "u", "o0", "o1"], "y")],
+         ["node 0 (dynamic_update_slice -> 'y')", "static maximum size"]),
     ]
     for i, (tensors, nodes, needles) in enumerate(cases):
         g = write_graph(tmp_path, f"bad{i}", tensors, nodes, [nodes[-1]["outputs"][0]])

@@ -116,6 +116,8 @@ op_table! {
     Add = "add": Exactly(2), Exactly(1), ElementwiseBinary;
     /// 2-D average pooling (NCHW).
     AvgPool2d = "avg_pool2d": Exactly(1), Exactly(1), ElementwiseUnaryDType;
+    /// Index of the largest element along `axis` (the first one on ties), an integer result.
+    Argmax = "argmax": Exactly(1), Exactly(1), Free;
     /// Broadcast to the result shape (`dims` maps operand dimensions).
     Broadcast = "broadcast": Exactly(1), Exactly(1), Free;
     /// Mask the scores above the diagonal with -inf.
@@ -134,6 +136,10 @@ op_table! {
     Cos = "cos": Exactly(1), Exactly(1), ElementwiseUnary;
     /// `a / b`, broadcast.
     Div = "div": Exactly(2), Exactly(1), ElementwiseBinary;
+    /// A window of static `sizes` at run-time offsets (one integer scalar per dimension), clamped into range.
+    DynamicSlice = "dynamic_slice": AtLeast(2), Exactly(1), Free;
+    /// `x` with `update` written at run-time offsets (one integer scalar per dimension), clamped into range.
+    DynamicUpdateSlice = "dynamic_update_slice": AtLeast(3), Exactly(1), Free;
     /// `e^x`.
     Exp = "exp": Exactly(1), Exactly(1), ElementwiseUnary;
     /// Rows of a table by index along `axis`.

@@ -696,8 +696,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     pub(crate) fn slice_whole_or(&mut self, x: &Val, ranges: &[Option<(u64, u64, u64)>]) -> Result<Val> {
         if !x.shape.is_dynamic() {
             let dims = self.static_dims(x)?;
-            let full: Vec<(u64, u64, u64)> =
-                dims.iter().zip(ranges).map(|(&n, r)| r.unwrap_or((0, n, 1))).collect();
+            let full: Vec<(u64, u64, u64)> = dims.iter().zip(ranges).map(|(&n, r)| r.unwrap_or((0, n, 1))).collect();
             return Ok(self.slice(x, &full));
         }
         let mut shape = x.shape.clone();
@@ -724,7 +723,8 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
             limits.push(b);
             strides.push(st);
         }
-        let (start, limit, stride) = (self.shape_of_parts(&starts), self.shape_of_parts(&limits), self.shape_of_parts(&strides));
+        let (start, limit, stride) =
+            (self.shape_of_parts(&starts), self.shape_of_parts(&limits), self.shape_of_parts(&strides));
         let rhs = format!(
             "stablehlo.real_dynamic_slice {}, {}, {}, {} : ({}, {}, {}, {}) -> {}",
             x.name,
@@ -738,6 +738,85 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
             ty(&shape, x.dtype)
         );
         Ok(self.assign(&rhs, shape, x.dtype))
+    }
+
+    /// Run-time offsets: integer scalars of one type.
+    pub(crate) fn check_offsets(&self, offsets: &[Val]) -> Result<()> {
+        let first = offsets.first().map(|o| o.dtype);
+        for (i, o) in offsets.iter().enumerate() {
+            if !o.shape.0.is_empty() || !matches!(o.dtype, DType::I32 | DType::I64) || Some(o.dtype) != first {
+                return Err(self.err(format!(
+                    "offset {i} must be an i32 or i64 scalar like the others, got [{}] {}",
+                    o.shape, o.dtype
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The index of the largest element of `x` along `axis` (the first on ties; NaN counts as largest), as
+    /// `dtype`: one `stablehlo.reduce` over (value, index) pairs.
+    pub(crate) fn argmax(&mut self, x: &Val, axis: usize, dtype: DType) -> Result<Val> {
+        if !matches!(dtype, DType::I32 | DType::I64) {
+            return Err(self.err(format!("the result must be i32 or i64, not {dtype}")));
+        }
+        let idx_ty = ty(&x.shape, dtype);
+        let iota = if x.shape.is_dynamic() {
+            let parts = (0..x.rank()).map(|i| self.dim_size(x, i)).collect::<Result<Vec<_>>>()?;
+            let st = self.shape_of_parts(&parts);
+            self.assign(
+                &format!("stablehlo.dynamic_iota {}, dim = {axis} : ({}) -> {idx_ty}", st.name, st.ty()),
+                x.shape.clone(),
+                dtype,
+            )
+        } else {
+            self.assign(&format!("stablehlo.iota dim = {axis} : {idx_ty}"), x.shape.clone(), dtype)
+        };
+        if !x.dtype.is_float() {
+            return Err(self.err(format!("argmax takes a float tensor, not {}; convert it first", x.dtype)));
+        }
+        let init_v = self.splat(f64::NEG_INFINITY, &Shape::scalar(), x.dtype);
+        let init_i = self.splat(0.0, &Shape::scalar(), dtype);
+        let kept = Shape(x.shape.0.iter().enumerate().filter(|&(i, _)| i != axis).map(|(_, d)| *d).collect());
+        let (sv, si) = (ty(&Shape::scalar(), x.dtype), ty(&Shape::scalar(), dtype));
+        let kind = "FLOAT";
+        let r = self.fresh();
+        let (a, b, c, d) = (self.fresh(), self.fresh(), self.fresh(), self.fresh());
+        let (gt, eq, lt, nan, tie, pick, v, i) = (
+            self.fresh(),
+            self.fresh(),
+            self.fresh(),
+            self.fresh(),
+            self.fresh(),
+            self.fresh(),
+            self.fresh(),
+            self.fresh(),
+        );
+        let kept_v = ty(&kept, x.dtype);
+        let kept_i = ty(&kept, dtype);
+        self.line(&format!(
+            "{r}:2 = stablehlo.reduce({} init: {}), ({} init: {}) across dimensions = [{axis}] : ({}, {idx_ty}, {sv}, {si}) -> ({kept_v}, {kept_i})",
+            x.name,
+            init_v.name,
+            iota.name,
+            init_i.name,
+            x.ty()
+        ));
+        self.line(&format!("  reducer({a}: {sv}, {c}: {sv}) ({b}: {si}, {d}: {si}) {{"));
+        self.line(&format!("  {gt} = stablehlo.compare GT, {a}, {c}, {kind} : ({sv}, {sv}) -> tensor<i1>"));
+        self.line(&format!("  {eq} = stablehlo.compare EQ, {a}, {c}, {kind} : ({sv}, {sv}) -> tensor<i1>"));
+        self.line(&format!("  {lt} = stablehlo.compare LT, {b}, {d}, SIGNED : ({si}, {si}) -> tensor<i1>"));
+        // NaN is the largest value, as in NumPy: a != a.
+        self.line(&format!("  {nan} = stablehlo.compare NE, {a}, {a}, {kind} : ({sv}, {sv}) -> tensor<i1>"));
+        self.line(&format!("  {tie} = stablehlo.and {eq}, {lt} : tensor<i1>"));
+        let p1 = self.fresh();
+        self.line(&format!("  {p1} = stablehlo.or {gt}, {tie} : tensor<i1>"));
+        self.line(&format!("  {pick} = stablehlo.or {p1}, {nan} : tensor<i1>"));
+        self.line(&format!("  {v} = stablehlo.select {pick}, {a}, {c} : tensor<i1>, {sv}"));
+        self.line(&format!("  {i} = stablehlo.select {pick}, {b}, {d} : tensor<i1>, {si}"));
+        self.line(&format!("  stablehlo.return {v}, {i} : {sv}, {si}"));
+        self.line("}");
+        Ok(Val { name: format!("{r}#1"), shape: kept, dtype })
     }
 
     pub(crate) fn val(&self, id: TensorId) -> Result<Val> {

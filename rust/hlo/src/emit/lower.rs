@@ -144,10 +144,8 @@ impl<'g> Emitter<'g, '_, '_> {
                 let limit = self.attr_ints("limit")?.ok_or_else(|| self.attr_err("limit", "is required"))?;
                 let stride = self.attr_ints("stride")?.unwrap_or_else(|| vec![1; rank]);
                 if start.len() != rank || limit.len() != rank || stride.len() != rank {
-                    return Err(self.attr_err(
-                        "start",
-                        format!("start, limit and stride need one entry per dimension ({rank})"),
-                    ));
+                    return Err(self
+                        .attr_err("start", format!("start, limit and stride need one entry per dimension ({rank})")));
                 }
                 let mut ranges = Vec::with_capacity(rank);
                 for i in 0..rank {
@@ -174,7 +172,10 @@ impl<'g> Emitter<'g, '_, '_> {
                         (Dim::Static(d), ..) => {
                             return Err(self.attr_err(
                                 "start",
-                                format!("dimension {i}: [{}:{}:{}] does not fit size {d}", start[i], limit[i], stride[i]),
+                                format!(
+                                    "dimension {i}: [{}:{}:{}] does not fit size {d}",
+                                    start[i], limit[i], stride[i]
+                                ),
                             ));
                         }
                     };
@@ -261,6 +262,96 @@ impl<'g> Emitter<'g, '_, '_> {
             OpKind::Rope => {
                 arity(3, 1)?;
                 self.rope(&ins)?
+            }
+            OpKind::DynamicSlice => {
+                let x = &ins[0];
+                let offsets = &ins[1..];
+                if offsets.len() != x.rank() || outs.len() != 1 {
+                    return Err(self.err(format!(
+                        "takes the tensor and one offset per dimension ({}), got {} offsets",
+                        x.rank(),
+                        offsets.len()
+                    )));
+                }
+                let sizes = self.attr_ints("sizes")?.ok_or_else(|| self.attr_err("sizes", "is required"))?;
+                if sizes.len() != x.rank() {
+                    return Err(self.attr_err("sizes", format!("needs one entry per dimension ({})", x.rank())));
+                }
+                let mut shape = Vec::with_capacity(sizes.len());
+                for (i, &n) in sizes.iter().enumerate() {
+                    let fits = |d: &Dim| match d {
+                        Dim::Static(d) => u64::try_from(n).is_ok_and(|n| n <= *d),
+                        Dim::Dynamic => n >= 0,
+                    };
+                    if !fits(&x.shape.0[i]) {
+                        return Err(self.attr_err("sizes", format!("dimension {i}: {n} does not fit [{}]", x.shape)));
+                    }
+                    shape.push(u64::try_from(n).unwrap_or(0));
+                }
+                let shape = Shape::of(&shape);
+                self.check_offsets(offsets)?;
+                let rhs = format!(
+                    "stablehlo.dynamic_slice {}, {}, sizes = [{}] : ({}, {}) -> {}",
+                    x.name,
+                    list(offsets.iter().map(|o| o.name.clone())),
+                    list(&sizes),
+                    x.ty(),
+                    list(offsets.iter().map(Val::ty)),
+                    ty(&shape, x.dtype)
+                );
+                self.assign(&rhs, shape, x.dtype)
+            }
+            OpKind::DynamicUpdateSlice => {
+                let (x, u) = (&ins[0], &ins[1]);
+                let offsets = &ins[2..];
+                if offsets.len() != x.rank() || u.rank() != x.rank() || outs.len() != 1 {
+                    return Err(self.err(format!(
+                        "takes the tensor, an update of its rank ({}) and one offset per dimension, got an update of \
+                         rank {} and {} offsets",
+                        x.rank(),
+                        u.rank(),
+                        offsets.len()
+                    )));
+                }
+                if u.dtype != x.dtype {
+                    return Err(self.err(format!("the update is {}, the tensor {}", u.dtype, x.dtype)));
+                }
+                if x.shape.is_dynamic() || u.shape.is_dynamic() {
+                    return Err(self.err(format!(
+                        "needs static shapes (the tensor is [{}], the update [{}]): IREE 3.13 does not lower it on `?` \
+                         dimensions; give the updated tensor (a cache) a static maximum size",
+                        x.shape, u.shape
+                    )));
+                }
+                for i in 0..x.rank() {
+                    if let (Dim::Static(a), Dim::Static(b)) = (u.shape.0[i], x.shape.0[i]) {
+                        if a > b {
+                            return Err(self.err(format!(
+                                "the update [{}] does not fit the tensor [{}] (dimension {i})",
+                                u.shape, x.shape
+                            )));
+                        }
+                    }
+                }
+                self.check_offsets(offsets)?;
+                let rhs = format!(
+                    "stablehlo.dynamic_update_slice {}, {}, {} : ({}, {}, {}) -> {}",
+                    x.name,
+                    u.name,
+                    list(offsets.iter().map(|o| o.name.clone())),
+                    x.ty(),
+                    u.ty(),
+                    list(offsets.iter().map(Val::ty)),
+                    x.ty()
+                );
+                self.assign(&rhs, x.shape.clone(), x.dtype)
+            }
+            OpKind::Argmax => {
+                arity(1, 1)?;
+                let x = &ins[0];
+                let axis = self.axis("axis", self.attr_int("axis", -1)?, x.rank())?;
+                let (_, dtype) = outs[0].clone();
+                self.argmax(x, axis, dtype)?
             }
             OpKind::Iota => {
                 arity(0, 1)?;

@@ -416,6 +416,46 @@ class ExecutionTape(val compute: DType = DType.F32, val captureSites: Boolean = 
         return record("gather", listOf(table, indices), shape, one("gather", table), mapOf("axis" to a))
     }
 
+    /** A window of static [sizes] of [x] at run-time [offsets] (one integer scalar per dimension, i32 or i64;
+     *  clamped so the window fits), e.g. the rows of a cache up to a position. */
+    fun dynamicSlice(x: Tensor, offsets: List<Tensor>, vararg sizes: Int): Tensor {
+        checkOffsets("dynamic_slice", x, offsets)
+        if (sizes.size != x.rank) fail("dynamic_slice", listOf(x) + offsets, "sizes need one entry per dimension (${x.rank})")
+        for (i in sizes.indices) if (sizes[i] < 0 || (x.shape[i] != DYNAMIC && sizes[i] > x.shape[i])) {
+            fail("dynamic_slice", listOf(x) + offsets, "size ${sizes[i]} of dimension $i does not fit")
+        }
+        return record("dynamic_slice", listOf(x) + offsets, longs(sizes), one("dynamic_slice", x), mapOf("sizes" to sizes.toList()))
+    }
+
+    /** [x] with [update] written at run-time [offsets] (one integer scalar per dimension; clamped so it fits):
+     *  a KV-cache write. [x] and [update] need static shapes (IREE 3.13 does not lower the op on `?` dims). */
+    fun dynamicUpdateSlice(x: Tensor, update: Tensor, offsets: List<Tensor>): Tensor {
+        checkOffsets("dynamic_update_slice", x, offsets)
+        val ins = listOf(x, update) + offsets
+        if (update.rank != x.rank) fail("dynamic_update_slice", ins, "the update needs the tensor's rank (${x.rank})")
+        if (x.shape.any { it == DYNAMIC } || update.shape.any { it == DYNAMIC }) {
+            fail("dynamic_update_slice", ins, "needs static shapes (IREE 3.13 does not lower it on ? dimensions); give the cache a static maximum size")
+        }
+        for (i in 0 until x.rank) if (update.shape[i] > x.shape[i]) fail("dynamic_update_slice", ins, "the update does not fit (dimension $i)")
+        return record("dynamic_update_slice", ins, x.shape, pair("dynamic_update_slice", x, update))
+    }
+
+    private fun checkOffsets(op: String, x: Tensor, offsets: List<Tensor>) {
+        if (offsets.size != x.rank) fail(op, listOf(x) + offsets, "needs one offset per dimension (${x.rank}), got ${offsets.size}")
+        for (o in offsets) if (o.rank != 0 || (o.dtype != DType.I32 && o.dtype != DType.I64) || o.dtype != offsets[0].dtype) {
+            fail(op, listOf(x) + offsets, "offsets must be i32 or i64 scalars of one type; ${o.description} is not")
+        }
+    }
+
+    /** The index of the largest element of float [x] along [axis] (the first on ties), as [dtype] (I32 or I64):
+     *  greedy sampling of logits. */
+    fun argmax(x: Tensor, axis: Int = -1, dtype: DType = DType.I32): Tensor {
+        val a = axis("argmax", x, axis)
+        if (!seen(x, null, "argmax").isFloat) fail("argmax", listOf(x), "takes a float tensor; convert it first")
+        if (dtype != DType.I32 && dtype != DType.I64) fail("argmax", listOf(x), "the result must be I32 or I64, not $dtype")
+        return record("argmax", listOf(x), x.shape.filterIndexed { i, _ -> i != a }.toLongArray(), dtype, mapOf("axis" to a))
+    }
+
     /** `[.., K] x [K, N]`, or batched `[B.., M, K] x [B.., K, N]`. For a PyTorch `[out, in]` weight use [linear]. */
     fun matmul(a: Tensor, b: Tensor): Tensor {
         if (a.rank < 1 || b.rank < 2) fail("matmul", listOf(a, b), "needs a [.., K] left operand and a [K, N] (or batched) right one")

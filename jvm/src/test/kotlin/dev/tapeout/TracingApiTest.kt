@@ -40,7 +40,11 @@ class TracingApiTest {
         val ap = t.avgPool2d(img, intArrayOf(3, 3))
         val io = t.iota(longArrayOf(3, 8), 1)
         val sel = t.select(t.compare(g, bc, "GT"), g, t.convert(io, DType.F32))
-        t.output(h, red, mx, att, masked, mp, ap, sel)
+        val pos = t.input("pos", LongArray(0), DType.I32)
+        val window = t.dynamicSlice(h, listOf(pos, pos), 1, 8)
+        val cache = t.dynamicUpdateSlice(h, window, listOf(pos, pos))
+        val best = t.argmax(cache)
+        t.output(h, red, mx, att, masked, mp, ap, sel, window, best)
         return t
     }
 
