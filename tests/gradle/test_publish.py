@@ -49,7 +49,7 @@ def export_and_check(project, kotlin_home, env_extra=None):
     env = {k: v for k, v in os.environ.items() if k not in ("KOTLIN_HOME", "GRADLE_OPTS")}
     env.update(env_extra or {})
     env["KOTLIN_HOME"] = str(kotlin_home)
-    r = subprocess.run([GRADLE, "--offline", "--no-daemon", "--console=plain", "exportIrpa"], cwd=project, env=env,
+    r = subprocess.run([GRADLE, "--no-daemon", "--console=plain", "exportIrpa"], cwd=project, env=env,
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     out = project / "build/tapeout"

@@ -359,6 +359,8 @@ class ExecutionTape(val compute: DType = DType.F32, val captureSites: Boolean = 
         return record("compare", listOf(a, b), broadcastShape("compare", a, b), DType.BOOL, mapOf("direction" to direction))
     }
     fun iota(shape: LongArray, dim: Int, dtype: DType = DType.I32) = record("iota", emptyList(), shape, dtype, mapOf("dim" to dim))
+    /** [iota] with Int dimensions. */
+    fun iota(shape: IntArray, dim: Int, dtype: DType = DType.I32) = iota(longs(shape), dim, dtype)
 
     // --- shapes ---------------------------------------------------------------------------------------
 
