@@ -15,9 +15,9 @@ def run(*args, check=True, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([str(a) for a in args], capture_output=True, text=True, check=check, **kw)
 
 
-def compile_and_run_iree(work, mlir, archives, inputs, outputs=1, scope="model"):
-    """Compiles `mlir` for a generic CPU, runs `main` on the `inputs` (numpy arrays, in argument order) with every
-    archive bound to `scope`, and returns the `outputs` results as numpy arrays."""
+def compile_and_run_iree(work, mlir, archives, inputs, outputs=1, scope="model", function="main"):
+    """Compiles `mlir` for a generic CPU, runs `function` on the `inputs` (numpy arrays, in argument order) with
+    every archive bound to `scope`, and returns the `outputs` results as numpy arrays."""
     import numpy as np
     work = pathlib.Path(work)
     vmfb = work / "m.vmfb"
@@ -28,7 +28,7 @@ def compile_and_run_iree(work, mlir, archives, inputs, outputs=1, scope="model")
         np.save(work / f"in{i}.npy", x)
         args.append(f"--input=@{work / f'in{i}.npy'}")
     outs = [work / f"out{i}.npy" for i in range(outputs)]
-    run(iree_tool("iree-run-module"), "--device=local-task", f"--module={vmfb}", "--function=main",
+    run(iree_tool("iree-run-module"), "--device=local-task", f"--module={vmfb}", f"--function={function}",
         *[f"--parameters={scope}={a}" for a in archives], *args, *[f"--output=@{o}" for o in outs])
     return [np.load(o) for o in outs]
 

@@ -118,7 +118,35 @@ fn buffer(len: u64) -> Vec<f32> {
     vec![0f32; usize::try_from(len.min(CHUNK_VALUES)).unwrap_or(0)]
 }
 
+impl<T> Lent<'_, T> {
+    /// Where the values live: the address and length of a slice, the address of a lender. Two constants with
+    /// one identity read the same memory.
+    #[must_use]
+    pub fn identity(&self) -> String {
+        match self {
+            Lent::Slice(s) => format!("slice@{:p}+{}", s.as_ptr(), s.len()),
+            Lent::Chunked(l) => format!("lender@{:p}", std::ptr::from_ref(*l).cast::<u8>()),
+        }
+    }
+}
+
 impl ConstantData<'_> {
+    /// The memory this constant reads and how it converts it: equal for two constants that write the same
+    /// values (a weight shared by the functions of one module).
+    #[must_use]
+    pub fn identity(&self) -> String {
+        match self {
+            ConstantData::F32(l) => format!("f32 {}", l.identity()),
+            ConstantData::Widen { from, bytes, .. } => format!("widen {from} {}", bytes.identity()),
+            ConstantData::Dequantize { encoding, bytes, .. } => format!("dequantize {encoding} {}", bytes.identity()),
+            ConstantData::Transposed { of, rows, cols } => format!("transposed {rows}x{cols} {}", of.identity()),
+            ConstantData::Plane { encoding, bytes, plane, .. } => {
+                format!("plane {encoding} {} {}", plane.suffix(), bytes.identity())
+            }
+            ConstantData::Raw { dtype, bytes } => format!("raw {dtype} {}", bytes.identity()),
+        }
+    }
+
     /// The dtype of the bytes this constant produces (`f32` unless [`ConstantData::Raw`] or
     /// [`ConstantData::Transposed`]).
     #[must_use]

@@ -114,10 +114,10 @@ op_table! {
     Abs = "abs": Exactly(1), Exactly(1), ElementwiseUnary;
     /// `a + b`, broadcast.
     Add = "add": Exactly(2), Exactly(1), ElementwiseBinary;
-    /// 2-D average pooling (NCHW).
-    AvgPool2d = "avg_pool2d": Exactly(1), Exactly(1), ElementwiseUnaryDType;
     /// Index of the largest element along `axis` (the first one on ties), an integer result.
     Argmax = "argmax": Exactly(1), Exactly(1), Free;
+    /// 2-D average pooling (NCHW).
+    AvgPool2d = "avg_pool2d": Exactly(1), Exactly(1), ElementwiseUnaryDType;
     /// Broadcast to the result shape (`dims` maps operand dimensions).
     Broadcast = "broadcast": Exactly(1), Exactly(1), Free;
     /// Mask the scores above the diagonal with -inf.
@@ -307,7 +307,7 @@ mod tests {
             assert_eq!(OpKind::from_name(op.name()), Some(op));
         }
         assert_eq!(OpKind::from_name("frobnicate"), None);
-        assert!(known_op_names().starts_with("abs, add, avg_pool2d"));
+        assert!(known_op_names().starts_with("abs, add, argmax, avg_pool2d"));
     }
 
     #[test]

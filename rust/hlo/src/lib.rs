@@ -15,4 +15,4 @@ pub mod text;
 
 pub use emit::{EmitOptions, ExternalParameter, INLINE_CEILING, MaterializationPolicy, Module, emit, emit_to};
 pub use error::{HloError, Result};
-pub use pipe::emit_pipelined;
+pub use pipe::{emit_functions_pipelined, emit_pipelined};

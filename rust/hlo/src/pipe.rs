@@ -6,7 +6,7 @@ use std::sync::mpsc::{Receiver, SyncSender, channel, sync_channel};
 
 use tapeout_graph::ComputeGraph;
 
-use crate::emit::{EmitOptions, ExternalParameter, SPILL_BYTES, TextOut, emit_into};
+use crate::emit::{EmitOptions, ExternalParameter, SPILL_BYTES, TextOut, emit_functions_into, emit_into};
 use crate::error::{HloError, Result};
 
 /// Emits the module into `sink` like [`crate::emit_to`], but converts on this thread while a second thread writes
@@ -21,6 +21,23 @@ pub fn emit_pipelined<W: Write + Send>(
     sink: W,
 ) -> Result<Vec<ExternalParameter>> {
     pipelined(sink, |out| emit_into(graph, opts, out)).map_err(|e| match e {
+        PipeError::Produce(e) => e,
+        PipeError::Sink(e) => HloError::Output(e),
+    })
+}
+
+/// [`emit_pipelined`] for a module of several public functions sharing parameters (`(name, graph)` each;
+/// [`EmitOptions::function`] is not used): a constant used under one key by several functions is one
+/// `util.global`, and [`ExternalParameter::function`] says which graph holds it.
+///
+/// # Errors
+/// As [`emit_pipelined`]; two functions with one name, or one key with two types, name them.
+pub fn emit_functions_pipelined<W: Write + Send>(
+    functions: &[(&str, &ComputeGraph<'_>)],
+    opts: &EmitOptions,
+    sink: W,
+) -> Result<Vec<ExternalParameter>> {
+    pipelined(sink, |out| emit_functions_into(functions, opts, out)).map_err(|e| match e {
         PipeError::Produce(e) => e,
         PipeError::Sink(e) => HloError::Output(e),
     })

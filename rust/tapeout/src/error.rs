@@ -12,6 +12,10 @@ use tapeout_irpa::IrpaError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// The functions of one module do not fit together (two with one name, one key naming two values, a tensor
+    /// of one function used by another).
+    #[error("{0}")]
+    Functions(String),
     /// The trace is invalid, or extraction refused a weight.
     #[error(transparent)]
     Graph(#[from] GraphError),

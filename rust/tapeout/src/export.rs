@@ -96,21 +96,40 @@ pub fn export(
     out_dir: &Path,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<ExportSummary> {
+    export_functions(&[(opts.function.as_str(), graph)], opts, max_archive_bytes, out_dir, progress)
+}
+
+/// [`export`] for a module of several public functions (`(name, graph)` each) that share their parameters: a
+/// weight several functions use under one key is one `util.global` and one archive entry. One key naming
+/// different values in two functions is [`Error::Functions`].
+///
+/// # Errors
+/// As [`export`], and [`Error::Functions`].
+pub fn export_functions(
+    functions: &[(&str, &ComputeGraph<'_>)],
+    opts: &EmitOptions,
+    max_archive_bytes: Option<u64>,
+    out_dir: &Path,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<ExportSummary> {
+    check_shared_keys(functions)?;
     std::fs::create_dir_all(out_dir).map_err(|source| Error::Write { path: out_dir.to_path_buf(), source })?;
     let stem = file_stem(&opts.module_name);
     let mlir = out_dir.join(format!("{stem}.mlir"));
 
     // The module first, uncommitted: an emission error stops the export before any archive work.
     let mut module_file = AtomicFile::create(&mlir)?;
-    let externals = tapeout_hlo::emit_pipelined(graph, opts, module_file.file()).map_err(|e| match e {
-        HloError::Output(source) => Error::Write { path: mlir.clone(), source },
-        other => Error::Emit(other),
-    })?;
+    let externals =
+        tapeout_hlo::emit_functions_pipelined(functions, opts, module_file.file()).map_err(|e| match e {
+            HloError::Output(source) => Error::Write { path: mlir.clone(), source },
+            other => Error::Emit(other),
+        })?;
     let mlir_bytes = module_file.file().metadata().map_err(|source| Error::Write { path: mlir.clone(), source })?.len();
 
     let mut writer = ArchiveWriter::new();
     for ext in &externals {
-        // Every external parameter the emitter declares is one of the graph's constants.
+        // Every external parameter the emitter declares is one of its function's constants.
+        let Some((_, graph)) = functions.get(ext.function) else { continue };
         let Some(constant) = graph.constant(ext.tensor) else { continue };
         let md = metadata(graph, &constant.data, ext.tensor);
         writer.add_data_with_metadata(ext.key.clone(), md, ConstantPayload(constant.data.clone()))?;
@@ -123,15 +142,42 @@ pub fn export(
     };
     let archives = shards::write(writer, max_archive_bytes, out_dir, &stem, scope, progress)?;
     module_file.commit()?;
+    let constants: usize = functions.iter().map(|(_, g)| g.constants().len()).sum();
     Ok(ExportSummary {
         mlir,
         mlir_bytes,
         parameters_flags: archives.parameters_flags(scope),
         archives,
         externals: externals.len(),
-        inline_constants: graph.constants().len() - externals.len(),
-        key_collisions: graph.key_collisions().to_vec(),
+        inline_constants: constants.saturating_sub(externals.len()),
+        key_collisions: functions.iter().flat_map(|(_, g)| g.key_collisions().iter().cloned()).collect(),
     })
+}
+
+/// One key in two functions must be one value: the same tensor of the same weight file (or the same borrowed
+/// memory), stored the same way.
+fn check_shared_keys(functions: &[(&str, &ComputeGraph<'_>)]) -> Result<()> {
+    let mut first: std::collections::HashMap<&str, (&str, String)> = std::collections::HashMap::new();
+    for (name, graph) in functions {
+        for c in graph.constants() {
+            let spec = graph.spec(c.tensor);
+            let identity = format!("{} {} {}", spec.shape, c.data.dtype(), c.data.identity());
+            match first.get(c.key.as_str()) {
+                Some((other, id)) if *id != identity => {
+                    return Err(Error::Functions(format!(
+                        "parameter '{}' is one value in function '{other}' and another in function '{name}'; a key \
+                         shared by functions must name the same weight (the same array or checkpoint tensor)",
+                        c.key
+                    )));
+                }
+                Some(_) => {}
+                None => {
+                    first.insert(c.key.as_str(), (name, identity));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Validates `trace` and extracts its constants: [`tapeout_graph::finalize`], in the pipeline's error.
@@ -184,20 +230,25 @@ pub fn export_graph_file(
 ) -> Result<ExportSummary> {
     let file = GraphFile::load(graph_path)?.with_file_access(opts.file_access);
     let weights = WeightSet::open(&file, opts.weights)?;
-    let trace = file.to_trace(&weights)?;
-    let extract = ExtractOptions {
-        forced_inputs: file.forced_inputs(),
-        packed: opts.packed,
-        half: opts.half,
-        layout: opts.layout,
-    };
-    let graph = finalize(&trace, &extract)?;
+    let names = file.function_names();
+    let mut graphs = Vec::with_capacity(names.len());
+    for f in 0..names.len() {
+        let trace = file.to_trace_of(f, &weights, |_, _| None)?;
+        let extract = ExtractOptions {
+            forced_inputs: file.forced_inputs_of(f),
+            packed: opts.packed,
+            half: opts.half,
+            layout: opts.layout,
+        };
+        graphs.push(finalize(&trace, &extract)?);
+    }
     let emit = EmitOptions {
         module_name: opts.module_name.clone().unwrap_or_else(|| file.name.clone()),
         function: "main".into(),
         policy: opts.policy.clone(),
     };
-    export(&graph, &emit, opts.max_archive_bytes, out_dir, progress)
+    let functions: Vec<(&str, &ComputeGraph<'_>)> = names.iter().copied().zip(graphs.iter()).collect();
+    export_functions(&functions, &emit, opts.max_archive_bytes, out_dir, progress)
 }
 
 #[cfg(test)]

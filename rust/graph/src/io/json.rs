@@ -23,6 +23,24 @@ struct RawGraph {
     format: Option<String>,
     name: String,
     tensors: Vec<RawTensor>,
+    #[serde(default)]
+    nodes: Vec<RawNode>,
+    #[serde(default)]
+    outputs: Vec<String>,
+    #[serde(default)]
+    inputs: Vec<String>,
+    #[serde(default)]
+    functions: Vec<RawFunction>,
+}
+
+/// One public function of a module: its own tensors (activations, inputs), nodes and results, over the
+/// top-level tensors every function shares (the weights).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFunction {
+    name: String,
+    #[serde(default)]
+    tensors: Vec<RawTensor>,
     nodes: Vec<RawNode>,
     outputs: Vec<String>,
     #[serde(default)]
@@ -110,6 +128,13 @@ pub struct GraphFile {
     specs: Vec<TensorSpec>,
     weights: Vec<Option<WeightRef>>,
     index: HashMap<String, usize>,
+    functions: Vec<Function>,
+}
+
+/// One function of a graph file: indices into the graph's one tensor table.
+#[derive(Debug)]
+struct Function {
+    name: String,
     nodes: Vec<(OpKind, Attrs, Vec<usize>, Vec<usize>)>,
     outputs: Vec<usize>,
     forced: Vec<usize>,
@@ -168,15 +193,14 @@ impl GraphFile {
                 return Err(bad(format!("format {f:?} is not supported; this tapeout reads \"tapeout-graph/1\"")));
             }
         }
-        let mut index = HashMap::new();
-        let mut specs = Vec::with_capacity(raw.tensors.len());
-        let mut weights = Vec::with_capacity(raw.tensors.len());
-        for (i, t) in raw.tensors.into_iter().enumerate() {
-            if index.insert(t.name.clone(), i).is_some() {
-                return Err(bad(format!("tensor {:?} is declared twice", t.name)));
+        let mut specs = Vec::new();
+        let mut weights = Vec::new();
+        let mut parse_tensor = |t: RawTensor, scope: &mut HashMap<String, usize>, what: &str| -> Result<(), IoError> {
+            if scope.contains_key(&t.name) {
+                return Err(bad(format!("{what}tensor {:?} is declared twice", t.name)));
             }
             let dtype = DType::parse(&t.dtype)
-                .ok_or_else(|| bad(format!("tensor {:?}: unknown dtype {:?}", t.name, t.dtype)))?;
+                .ok_or_else(|| bad(format!("{what}tensor {:?}: unknown dtype {:?}", t.name, t.dtype)))?;
             let dims = t
                 .shape
                 .iter()
@@ -186,51 +210,117 @@ impl GraphFile {
                     v => v.as_u64().map(Dim::Static),
                 })
                 .collect::<Option<Vec<_>>>()
-                .ok_or_else(|| bad(format!("tensor {:?}: shape entries must be sizes or \"?\"", t.name)))?;
+                .ok_or_else(|| bad(format!("{what}tensor {:?}: shape entries must be sizes or \"?\"", t.name)))?;
             let mut spec = TensorSpec::new(t.name.clone(), Shape(dims), dtype);
             spec.path = t.path;
-            specs.push(spec);
-            weights.push(
-                t.data
-                    .map(|d| {
-                        let source = match (d.tensor, d.file) {
-                            (Some(s), None) => Source::Named(s),
-                            (None, Some(f)) => Source::File(PathBuf::from(f), d.offset),
-                            _ => {
-                                return Err(bad(format!(
-                                    "tensor {:?}: data needs exactly one of \"tensor\" (in the --weights file) or \"file\"",
-                                    t.name
-                                )));
-                            }
-                        };
-                        Ok(WeightRef {
-                            source,
-                            encoding: d.encoding.as_deref().map(Encoding::parse),
-                            mapped: d.mapped,
-                            column_major: d.column_major,
-                        })
+            let weight = t
+                .data
+                .map(|d| {
+                    let source = match (d.tensor, d.file) {
+                        (Some(s), None) => Source::Named(s),
+                        (None, Some(f)) => Source::File(PathBuf::from(f), d.offset),
+                        _ => {
+                            return Err(bad(format!(
+                                "{what}tensor {:?}: data needs exactly one of \"tensor\" (in the --weights file) or \"file\"",
+                                t.name
+                            )));
+                        }
+                    };
+                    Ok(WeightRef {
+                        source,
+                        encoding: d.encoding.as_deref().map(Encoding::parse),
+                        mapped: d.mapped,
+                        column_major: d.column_major,
                     })
-                    .transpose()?,
-            );
-        }
-        let lookup = |name: &str, what: &str| {
-            index.get(name).copied().ok_or_else(|| bad(format!("{what} refers to unknown tensor {name:?}")))
+                })
+                .transpose()?;
+            scope.insert(t.name, specs.len());
+            specs.push(spec);
+            weights.push(weight);
+            Ok(())
         };
-        let mut nodes = Vec::with_capacity(raw.nodes.len());
-        for (n, node) in raw.nodes.iter().enumerate() {
-            let what = format!("node {n} (op '{}')", node.op);
-            let op = OpKind::from_name(&node.op)
-                .ok_or_else(|| bad(format!("{what}: unknown op '{}'. Known ops: {}", node.op, known_op_names())))?;
-            let ins = node.inputs.iter().map(|s| lookup(s, &what)).collect::<Result<Vec<_>, _>>()?;
-            let outs = node.outputs.iter().map(|s| lookup(s, &what)).collect::<Result<Vec<_>, _>>()?;
-            let mut attrs = Attrs::new();
-            for (k, v) in &node.attrs {
-                attrs.insert(k.clone(), attr(v).map_err(|why| bad(format!("{what}: attribute {k:?} {why}")))?);
-            }
-            nodes.push((op, attrs, ins, outs));
+        let mut index = HashMap::new();
+        for t in raw.tensors {
+            parse_tensor(t, &mut index, "")?;
         }
-        let outputs = raw.outputs.iter().map(|s| lookup(s, "outputs")).collect::<Result<Vec<_>, _>>()?;
-        let forced = raw.inputs.iter().map(|s| lookup(s, "inputs")).collect::<Result<Vec<_>, _>>()?;
+        let single = raw.functions.is_empty();
+        let raw_functions = if single {
+            vec![RawFunction {
+                name: "main".into(),
+                tensors: Vec::new(),
+                nodes: raw.nodes,
+                outputs: raw.outputs,
+                inputs: raw.inputs,
+            }]
+        } else {
+            if !raw.nodes.is_empty() || !raw.outputs.is_empty() || !raw.inputs.is_empty() {
+                return Err(bad(
+                    "a graph with \"functions\" keeps its nodes, outputs and inputs inside each function".into()
+                ));
+            }
+            raw.functions
+        };
+        // Which function declares each local tensor, for messages about another function's tensors.
+        let mut owner: HashMap<String, String> = HashMap::new();
+        let mut scopes = Vec::with_capacity(raw_functions.len());
+        let mut seen_names = HashSet::new();
+        for f in &raw_functions {
+            if !seen_names.insert(f.name.clone()) {
+                return Err(bad(format!("two functions are named {:?}; give each its own name", f.name)));
+            }
+        }
+        let mut functions = Vec::with_capacity(raw_functions.len());
+        for f in raw_functions {
+            let what = if single { String::new() } else { format!("function {:?}: ", f.name) };
+            let mut scope = index.clone();
+            for t in f.tensors {
+                if index.contains_key(&t.name) {
+                    return Err(bad(format!(
+                        "{what}tensor {:?} is also a top-level (shared) tensor; give it another name",
+                        t.name
+                    )));
+                }
+                owner.entry(t.name.clone()).or_insert_with(|| f.name.clone());
+                parse_tensor(t, &mut scope, &what)?;
+            }
+            let lookup = |name: &str, at: &str| {
+                scope.get(name).copied().ok_or_else(|| match owner.get(name) {
+                    Some(other) if !single && *other != f.name => bad(format!(
+                        "{what}{at} refers to tensor {name:?} of function {other:?}; functions share only the \
+                         top-level tensors"
+                    )),
+                    _ => bad(format!("{what}{at} refers to unknown tensor {name:?}")),
+                })
+            };
+            let mut nodes = Vec::with_capacity(f.nodes.len());
+            for (n, node) in f.nodes.iter().enumerate() {
+                let at = format!("node {n} (op '{}')", node.op);
+                let op = OpKind::from_name(&node.op).ok_or_else(|| {
+                    bad(format!("{what}{at}: unknown op '{}'. Known ops: {}", node.op, known_op_names()))
+                })?;
+                let ins = node.inputs.iter().map(|s| lookup(s, &at)).collect::<Result<Vec<_>, _>>()?;
+                let outs = node.outputs.iter().map(|s| lookup(s, &at)).collect::<Result<Vec<_>, _>>()?;
+                if !single {
+                    if let Some(o) = node.outputs.iter().find(|o| index.contains_key(*o)) {
+                        return Err(bad(format!(
+                            "{what}{at} writes the top-level tensor {o:?}; a function's results and activations are \
+                             declared in its own \"tensors\""
+                        )));
+                    }
+                }
+                let mut attrs = Attrs::new();
+                for (k, v) in &node.attrs {
+                    attrs.insert(k.clone(), attr(v).map_err(|why| bad(format!("{what}{at}: attribute {k:?} {why}")))?);
+                }
+                nodes.push((op, attrs, ins, outs));
+            }
+            let outputs = f.outputs.iter().map(|s| lookup(s, "outputs")).collect::<Result<Vec<_>, _>>()?;
+            let forced = f.inputs.iter().map(|s| lookup(s, "inputs")).collect::<Result<Vec<_>, _>>()?;
+            scopes.push(scope);
+            functions.push(Function { name: f.name, nodes, outputs, forced });
+        }
+        // The single-function form keeps its names at the top level.
+        let index = if single { scopes.pop().unwrap_or(index) } else { index };
         Ok(Self {
             path: path.to_path_buf(),
             access: FileAccess::default(),
@@ -238,9 +328,7 @@ impl GraphFile {
             specs,
             weights,
             index,
-            nodes,
-            outputs,
-            forced,
+            functions,
         })
     }
 
@@ -329,10 +417,22 @@ impl GraphFile {
         Ok(file)
     }
 
-    /// The tensor ids listed under `"inputs"` (forced graph inputs).
+    /// The tensor ids listed under `"inputs"` (forced graph inputs) of the first function.
     #[must_use]
     pub fn forced_inputs(&self) -> HashSet<TensorId> {
-        self.forced.iter().map(|&i| TensorId::at(i)).collect()
+        self.forced_inputs_of(0)
+    }
+
+    /// The names of the module's functions (`main` for a graph without `"functions"`).
+    #[must_use]
+    pub fn function_names(&self) -> Vec<&str> {
+        self.functions.iter().map(|f| f.name.as_str()).collect()
+    }
+
+    /// The forced inputs of function `f` (an index into [`Self::function_names`]).
+    #[must_use]
+    pub fn forced_inputs_of(&self, f: usize) -> HashSet<TensorId> {
+        self.functions.get(f).map(|f| f.forced.iter().map(|&i| TensorId::at(i)).collect()).unwrap_or_default()
     }
 
     /// The id of the tensor called `name`.
@@ -341,9 +441,9 @@ impl GraphFile {
         self.index.get(name).map(|&i| TensorId::at(i))
     }
 
-    /// Builds the trace, borrowing every weight from `weights`.
+    /// Builds the trace of the first function, borrowing every weight from `weights`.
     pub fn to_trace<'a>(&self, weights: &'a WeightSet) -> Result<Trace<'a>, IoError> {
-        self.to_trace_with(weights, |_, _| None)
+        self.to_trace_of(0, weights, |_, _| None)
     }
 
     /// Builds the trace; `provide(i, spec)` may supply the storage of tensor `i` itself (the JNI
@@ -351,8 +451,24 @@ impl GraphFile {
     pub fn to_trace_with<'a>(
         &self,
         weights: &'a WeightSet,
+        provide: impl FnMut(usize, &TensorSpec) -> Option<Storage<'a>>,
+    ) -> Result<Trace<'a>, IoError> {
+        self.to_trace_of(0, weights, provide)
+    }
+
+    /// The trace of function `f` (an index into [`Self::function_names`]) over the graph's one tensor table:
+    /// the same [`TensorId`] is the same tensor in every function, so a shared weight is one constant under one key.
+    pub fn to_trace_of<'a>(
+        &self,
+        f: usize,
+        weights: &'a WeightSet,
         mut provide: impl FnMut(usize, &TensorSpec) -> Option<Storage<'a>>,
     ) -> Result<Trace<'a>, IoError> {
+        let function = self.functions.get(f).ok_or_else(|| IoError::Format {
+            path: self.path.clone(),
+            format: "graph JSON",
+            detail: format!("no function #{f}"),
+        })?;
         let mut trace = Trace::new();
         for (i, (spec, w)) in self.specs.iter().zip(&self.weights).enumerate() {
             let storage = match (provide(i, spec), w) {
@@ -362,12 +478,12 @@ impl GraphFile {
             };
             trace.add_tensor(Tensor { spec: spec.clone(), storage });
         }
-        for (op, attrs, ins, outs) in &self.nodes {
+        for (op, attrs, ins, outs) in &function.nodes {
             let ins: Vec<_> = ins.iter().map(|&i| TensorId::at(i)).collect();
             let outs: Vec<_> = outs.iter().map(|&i| TensorId::at(i)).collect();
             trace.record(*op, attrs.clone(), &ins, &outs);
         }
-        trace.set_outputs(&self.outputs.iter().map(|&i| TensorId::at(i)).collect::<Vec<_>>());
+        trace.set_outputs(&function.outputs.iter().map(|&i| TensorId::at(i)).collect::<Vec<_>>());
         Ok(trace)
     }
 }

@@ -9,7 +9,7 @@ mod constants;
 mod lower;
 mod nn;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::io::Write;
 
@@ -72,8 +72,10 @@ pub struct ExternalParameter {
     pub scope: String,
     /// Its key (the archive entry name).
     pub key: String,
-    /// The graph tensor it provides.
+    /// The graph tensor it provides (in the graph of [`Self::function`]).
     pub tensor: TensorId,
+    /// Which function's graph first declares it (0 for a single-function module).
+    pub function: usize,
 }
 
 /// An emitted module.
@@ -129,112 +131,170 @@ pub(crate) fn emit_into(
     opts: &EmitOptions,
     out: &mut dyn TextOut,
 ) -> Result<Vec<ExternalParameter>> {
-    let func_symbol = symbol(&opts.function);
+    emit_functions_into(&[(opts.function.as_str(), graph)], opts, out)
+}
+
+/// One module holding a public function per `(name, graph)`, into any [`TextOut`]. A constant that several
+/// functions use under one key (a shared weight) is one `util.global` (and so one archive entry); each
+/// function loads it. One key for two different types is an error naming the key and both functions.
+pub(crate) fn emit_functions_into(
+    functions: &[(&str, &ComputeGraph<'_>)],
+    opts: &EmitOptions,
+    out: &mut dyn TextOut,
+) -> Result<Vec<ExternalParameter>> {
+    let mut seen_fn = HashSet::new();
+    for (name, _) in functions {
+        if !seen_fn.insert(*name) {
+            return Err(HloError::Unsupported {
+                node: format!("function '{name}'"),
+                op: "module",
+                detail: "two functions have this name; give each its own".into(),
+            });
+        }
+    }
+    let func_symbols: HashSet<String> = functions.iter().map(|(n, _)| symbol(n)).collect();
     let mut text = String::new();
     let _ = writeln!(text, "module {} {{", symbol(&opts.module_name));
 
-    // Globals first: decide where every constant goes.
+    // Globals first: decide where every constant of every function goes.
     let mut externals = Vec::new();
-    let mut placement = Vec::with_capacity(graph.constants().len());
-    for c in graph.constants() {
-        let spec = graph.spec(c.tensor);
-        match is_external(&opts.policy, &c.data, &spec.shape) {
-            Some(scope) => {
-                let mut sym = symbol(&c.key);
-                if sym == func_symbol {
-                    sym = symbol(&format!("{}.global", c.key));
+    // key -> (symbol, declared type, first function)
+    let mut declared: HashMap<String, (String, String, usize)> = HashMap::new();
+    let mut placements: Vec<Vec<Option<String>>> = Vec::with_capacity(functions.len());
+    for (fi, (fname, graph)) in functions.iter().enumerate() {
+        let mut placement = Vec::with_capacity(graph.constants().len());
+        for c in graph.constants() {
+            let spec = graph.spec(c.tensor);
+            match is_external(&opts.policy, &c.data, &spec.shape) {
+                Some(scope) => {
+                    // The parameter has the dtype it is stored in (bf16 kept as bf16); the program converts it.
+                    let t = ty(&spec.shape, c.data.dtype());
+                    if let Some((sym, first_ty, first_fn)) = declared.get(&c.key) {
+                        if *first_ty != t {
+                            return Err(HloError::Unsupported {
+                                node: format!("parameter '{}'", c.key),
+                                op: "module",
+                                detail: format!(
+                                    "function '{}' uses it as {first_ty} and function '{fname}' as {t}; one key is one \
+                                     parameter",
+                                    functions[*first_fn].0
+                                ),
+                            });
+                        }
+                        placement.push(Some(sym.clone()));
+                        continue;
+                    }
+                    let mut sym = symbol(&c.key);
+                    if func_symbols.contains(&sym) {
+                        sym = symbol(&format!("{}.global", c.key));
+                    }
+                    let _ = writeln!(
+                        text,
+                        "  util.global private {sym} = #flow.parameter.named<{}::{}> : {t}",
+                        string_literal(&scope),
+                        string_literal(&c.key),
+                    );
+                    externals.push(ExternalParameter { scope, key: c.key.clone(), tensor: c.tensor, function: fi });
+                    declared.insert(c.key.clone(), (sym.clone(), t, fi));
+                    placement.push(Some(sym));
                 }
-                // The parameter has the dtype it is stored in (bf16 kept as bf16); the program converts it.
-                let _ = writeln!(
-                    text,
-                    "  util.global private {sym} = #flow.parameter.named<{}::{}> : {}",
-                    string_literal(&scope),
-                    string_literal(&c.key),
-                    ty(&spec.shape, c.data.dtype())
-                );
-                externals.push(ExternalParameter { scope, key: c.key.clone(), tensor: c.tensor });
-                placement.push(Some(sym));
-            }
-            None => {
-                if c.data.dtype().is_sub_byte() {
-                    return Err(HloError::Unsupported {
-                        node: format!("constant '{}'", spec.label()),
-                        op: "constant",
-                        detail:
-                            "its 4- or 2-bit codes (a packed weight kept packed) can only be an external parameter, \
+                None => {
+                    if c.data.dtype().is_sub_byte() {
+                        return Err(HloError::Unsupported {
+                            node: format!("constant '{}'", spec.label()),
+                            op: "constant",
+                            detail:
+                                "its 4- or 2-bit codes (a packed weight kept packed) can only be an external parameter, \
                                  not inline text; use an external policy, or dequantize the weight"
-                                .into(),
-                    });
+                                    .into(),
+                        });
+                    }
+                    let bytes = c.data.byte_len();
+                    if bytes > INLINE_CEILING {
+                        return Err(HloError::ConstantTooLarge {
+                            tensor: spec.label().to_owned(),
+                            bytes,
+                            ceiling: INLINE_CEILING,
+                        });
+                    }
+                    placement.push(None);
                 }
-                let bytes = c.data.byte_len();
-                if bytes > INLINE_CEILING {
-                    return Err(HloError::ConstantTooLarge {
-                        tensor: spec.label().to_owned(),
-                        bytes,
-                        ceiling: INLINE_CEILING,
-                    });
-                }
-                placement.push(None);
             }
         }
+        placements.push(placement);
     }
 
-    // Argument and result names travel as discardable `tapeout.name` attributes, so a caller can
-    // match tensors to positions (IREE ignores them).
-    let named = |id: TensorId| {
-        format!("{} {{tapeout.name = {}}}", graph.spec(id).mlir_type(), string_literal(&graph.spec(id).name))
-    };
-    let args = list(graph.inputs().iter().enumerate().map(|(i, &id)| format!("%arg{i}: {}", named(id))));
-    let result_decls = list(graph.outputs().iter().map(|&o| named(o)));
-    let _ = writeln!(text, "  func.func {func_symbol}({args}) -> ({result_decls}) {{");
+    let mut next = 0;
+    for ((fname, graph), placement) in functions.iter().zip(&placements) {
+        let func_symbol = symbol(fname);
+        // Argument and result names travel as discardable `tapeout.name` attributes, so a caller can
+        // match tensors to positions (IREE ignores them).
+        let named = |id: TensorId| {
+            format!("{} {{tapeout.name = {}}}", graph.spec(id).mlir_type(), string_literal(&graph.spec(id).name))
+        };
+        let args = list(graph.inputs().iter().enumerate().map(|(i, &id)| format!("%arg{i}: {}", named(id))));
+        let result_decls = list(graph.outputs().iter().map(|&o| named(o)));
+        let _ = writeln!(text, "  func.func {func_symbol}({args}) -> ({result_decls}) {{");
 
-    let mut e = Emitter { g: graph, body: text, out, next: 0, vals: HashMap::new(), node: None };
-    for (i, &id) in graph.inputs().iter().enumerate() {
-        let s = graph.spec(id);
-        e.vals.insert(id, Val { name: format!("%arg{i}"), shape: s.shape.clone(), dtype: s.dtype });
-    }
-    for (c, place) in graph.constants().iter().zip(&placement) {
-        let spec = graph.spec(c.tensor);
-        let stored = c.data.dtype();
-        let t = ty(&spec.shape, stored);
-        let v = match place {
-            Some(sym) => e.assign(&format!("util.global.load {sym} : {t}"), spec.shape.clone(), stored),
-            None => {
-                let name = e.fresh();
-                let _ = write!(e.body, "    {name} = stablehlo.constant dense<\"0x");
-                let streamed = splat_element(&c.data).and_then(|splat| match splat {
-                    Some(one) => {
-                        push_hex(&mut e.body, &one);
-                        Ok(())
-                    }
-                    None => c.data.stream(&mut HexSink { text: &mut e.body, out: &mut *e.out }),
-                });
-                streamed.map_err(|err| constant_failed(spec.label(), err))?;
-                let _ = writeln!(e.body, "\"> : {t}");
-                e.spill(false)?;
-                Val { name, shape: spec.shape.clone(), dtype: stored }
-            }
+        let mut e = Emitter {
+            g: graph,
+            body: std::mem::take(&mut text),
+            out: &mut *out,
+            next,
+            vals: HashMap::new(),
+            node: None,
         };
-        // A 16-bit weight kept as stored is widened where it is used: IREE fuses the convert into the consumer.
-        let v = if stored == spec.dtype {
-            v
-        } else {
-            let rhs = format!("stablehlo.convert {} : ({t}) -> {}", v.name, spec.mlir_type());
-            e.assign(&rhs, spec.shape.clone(), spec.dtype)
-        };
-        e.vals.insert(c.tensor, v);
-    }
-    for node in graph.nodes() {
-        e.lower(node)?;
+        for (i, &id) in graph.inputs().iter().enumerate() {
+            let s = graph.spec(id);
+            e.vals.insert(id, Val { name: format!("%arg{i}"), shape: s.shape.clone(), dtype: s.dtype });
+        }
+        for (c, place) in graph.constants().iter().zip(placement) {
+            let spec = graph.spec(c.tensor);
+            let stored = c.data.dtype();
+            let t = ty(&spec.shape, stored);
+            let v = match place {
+                Some(sym) => e.assign(&format!("util.global.load {sym} : {t}"), spec.shape.clone(), stored),
+                None => {
+                    let name = e.fresh();
+                    let _ = write!(e.body, "    {name} = stablehlo.constant dense<\"0x");
+                    let streamed = splat_element(&c.data).and_then(|splat| match splat {
+                        Some(one) => {
+                            push_hex(&mut e.body, &one);
+                            Ok(())
+                        }
+                        None => c.data.stream(&mut HexSink { text: &mut e.body, out: &mut *e.out }),
+                    });
+                    streamed.map_err(|err| constant_failed(spec.label(), err))?;
+                    let _ = writeln!(e.body, "\"> : {t}");
+                    e.spill(false)?;
+                    Val { name, shape: spec.shape.clone(), dtype: stored }
+                }
+            };
+            // A 16-bit weight kept as stored is widened where it is used: IREE fuses the convert into the consumer.
+            let v = if stored == spec.dtype {
+                v
+            } else {
+                let rhs = format!("stablehlo.convert {} : ({t}) -> {}", v.name, spec.mlir_type());
+                e.assign(&rhs, spec.shape.clone(), spec.dtype)
+            };
+            e.vals.insert(c.tensor, v);
+        }
+        for node in graph.nodes() {
+            e.lower(node)?;
+            e.spill(false)?;
+        }
+        e.node = None;
+
+        let results: Vec<Val> = graph.outputs().iter().map(|&o| e.val(o)).collect::<Result<_>>()?;
+        let result_types = list(results.iter().map(Val::ty));
+        let _ = writeln!(e.body, "    return {} : {result_types}", list(results.iter().map(|r| r.name.clone())));
+        e.body.push_str("  }\n");
         e.spill(false)?;
+        next = e.next;
+        text = std::mem::take(&mut e.body);
     }
-    e.node = None;
-
-    let results: Vec<Val> = graph.outputs().iter().map(|&o| e.val(o)).collect::<Result<_>>()?;
-    let result_types = list(results.iter().map(Val::ty));
-    let _ = writeln!(e.body, "    return {} : {result_types}", list(results.iter().map(|r| r.name.clone())));
-    e.body.push_str("  }\n}\n");
-    e.spill(true)?;
+    text.push_str("}\n");
+    spill(&mut text, out, true)?;
     Ok(externals)
 }
 
