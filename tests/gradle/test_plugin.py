@@ -263,6 +263,17 @@ class Colliding : ModelProvider {
     }
 }
 
+/** Two functions over one weight: `prefill` for a sequence, `decode` for one token. */
+class Served : ModuleProvider {
+    override fun buildTapes(args: List<String>): Map<String, ExecutionTape> {
+        val w = FloatArray(3 * 2) { it.toFloat() }
+        fun tape(seq: Int) = ExecutionTape().also { t ->
+            t.output("y", t.linear(t.input("x", seq, 2), t.weight("model.fc.weight", w, 3, 2)))
+        }
+        return mapOf("prefill" to tape(4), "decode" to tape(1))
+    }
+}
+
 /** Its size from args, its scale from a system property, its weights from a checkpoint and a raw file. */
 class Configured : ModelProvider {
     override fun buildTape() = buildTape(emptyList())
@@ -377,3 +388,21 @@ def test_args_system_properties_and_read_files_reach_the_model_and_rerun_the_exp
     r = gradle(p, "exportIrpa")
     assert r.returncode == 0 and ":exportIrpa UP-TO-DATE" not in r.stdout, r.stdout
     np.testing.assert_allclose(exported(), (1 + 2 * np.arange(3) + 1.5) * 2)
+
+
+def test_a_module_provider_exports_one_module_with_a_function_per_tape(built_jars, tmp_path):
+    import numpy as np
+    from harness import compile_and_run_iree
+    p = user_project(tmp_path / "p", "tapeout { model = 'demo.Served'; moduleName = 'served'; inlineBelowBytes = 0 }")
+    r = gradle(p, "exportIrpa")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "tapeout: functions prefill, decode" in r.stdout, r.stdout
+    out = p / "build/tapeout"
+    text = (out / "served.mlir").read_text()
+    assert text.count("util.global private") == 1, text
+    w = np.arange(6, dtype=np.float32).reshape(3, 2)
+    for fn, seq in (("prefill", 4), ("decode", 1)):
+        x = np.arange(seq * 2, dtype=np.float32).reshape(seq, 2)
+        (tmp_path / fn).mkdir()
+        [y] = compile_and_run_iree(tmp_path / fn, out / "served.mlir", [out / "served.irpa"], [x], function=fn)
+        np.testing.assert_allclose(y, x @ w.T)

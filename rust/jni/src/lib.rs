@@ -34,7 +34,7 @@ mod marshal;
 mod pin;
 
 use error::{Failure, ThrowMapped};
-use marshal::{TapeArgs, emit_options, string, summary, with_graph};
+use marshal::{TapeArgs, emit_options, string, summary, with_graph, with_graphs};
 
 /// Progress of the export in flight: payload bytes written and in total. Updated by the archive writer
 /// (no JNI call); read by `NativeBridge.progressWritten/progressTotal` from another Kotlin thread, which is
@@ -102,15 +102,25 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_export<'l>(
                 options,
                 forced: &forced,
             };
-            with_graph(env, &tape, |graph, stats| {
-                let opts = emit_options(name, scope, inline_below);
+            // A tape is one function (`main`); several tapes exported as one module are a graph with "functions".
+            with_graphs(env, &tape, |functions, stats| {
+                let mut opts = emit_options(name, scope, inline_below);
+                if let [(only, _)] = functions {
+                    opts.function = (*only).to_owned();
+                }
                 PROGRESS_WRITTEN.store(0, Ordering::Relaxed);
                 PROGRESS_TOTAL.store(0, Ordering::Relaxed);
-                let s = tapeout::export(graph, &opts, max_archive_bytes, Path::new(&out_dir), &mut |p| {
-                    PROGRESS_TOTAL.store(p.total, Ordering::Relaxed);
-                    PROGRESS_WRITTEN.store(p.written, Ordering::Relaxed);
-                })?;
+                let s =
+                    tapeout::export_functions(functions, &opts, max_archive_bytes, Path::new(&out_dir), &mut |p| {
+                        PROGRESS_TOTAL.store(p.total, Ordering::Relaxed);
+                        PROGRESS_WRITTEN.store(p.written, Ordering::Relaxed);
+                    })?;
+                let graph = functions
+                    .first()
+                    .map(|(_, g)| *g)
+                    .ok_or_else(|| Failure::invalid("the graph has no function".to_owned()))?;
                 let mut v = summary(graph, stats);
+                v["functions"] = functions.iter().map(|(n, _)| n.to_string()).collect::<Vec<_>>().into();
                 v["mlir"] = s.mlir.display().to_string().into();
                 v["mlir_bytes"] = s.mlir_bytes.into();
                 let archives = &s.archives.archives;

@@ -137,12 +137,24 @@ pub(crate) fn lenders<'e, 'l>(
 }
 
 /// The request's graph with the storage `provide` gives each tensor, extracted.
+#[cfg(feature = "test-hooks")]
 pub(crate) fn finalize_with<'a>(
     req: &Request,
     weights: &'a WeightSet,
+    provide: impl FnMut(usize) -> Option<Storage<'a>>,
+) -> Result<ComputeGraph<'a>, Failure> {
+    finalize_function(req, 0, weights, provide)
+}
+
+/// The request's graph's function `f` (0 for a single tape) with the storage `provide` gives each tensor,
+/// extracted.
+pub(crate) fn finalize_function<'a>(
+    req: &Request,
+    f: usize,
+    weights: &'a WeightSet,
     mut provide: impl FnMut(usize) -> Option<Storage<'a>>,
 ) -> Result<ComputeGraph<'a>, Failure> {
-    let trace = req.graph.to_trace_with(weights, |i, _spec| provide(i))?;
+    let trace = req.graph.to_trace_of(f, weights, |i, _spec| provide(i))?;
     let forced_inputs = req
         .forced
         .iter()
@@ -166,7 +178,20 @@ pub(crate) fn extract<'a>(
     encodings: &[Option<String>],
     lenders: &'a [Option<Lender<'_, '_>>],
 ) -> Result<ComputeGraph<'a>, Failure> {
-    finalize_with(req, weights, |i| {
+    extract_function(req, 0, weights, kinds, encodings, lenders)
+}
+
+/// [`extract`] for function `f`: every function borrows the same lenders, so a weight the functions share is one
+/// constant with one identity.
+pub(crate) fn extract_function<'a>(
+    req: &Request,
+    f: usize,
+    weights: &'a WeightSet,
+    kinds: &[i32],
+    encodings: &[Option<String>],
+    lenders: &'a [Option<Lender<'_, '_>>],
+) -> Result<ComputeGraph<'a>, Failure> {
+    finalize_function(req, f, weights, |i| {
         let lender = lenders.get(i)?.as_ref()?;
         let kind = kinds.get(i).copied().and_then(Kind::from_code)?;
         Some(match (lender, kind) {
@@ -210,6 +235,30 @@ pub(crate) fn with_graph<'l>(
         let lenders = lenders(&cell, tape.data, &kinds, &stats)?;
         let graph = extract(&req, &weights, &kinds, &encs, &lenders)?;
         f(&graph, &stats)?
+    };
+    Ok(env.new_string(text)?.into())
+}
+
+/// [`with_graph`] for every function of the tape's graph: `f` gets `(name, graph)` per function, in order.
+pub(crate) fn with_graphs<'l>(
+    env: &mut Env<'l>,
+    tape: &TapeArgs<'_, 'l>,
+    f: impl FnOnce(&[(&str, &ComputeGraph<'_>)], &Pins) -> Result<String, Failure>,
+) -> Result<JObject<'l>, Failure> {
+    let req = parse(env, tape.graph_json, tape.options, tape.forced)?;
+    let kinds = ints(env, tape.kinds)?;
+    let encs = encodings(env, tape.encodings)?;
+    let weights = WeightSet::open(&req.graph, None)?;
+    let text = {
+        let cell = RefCell::new(&mut *env);
+        let stats = Pins::default();
+        let lenders = lenders(&cell, tape.data, &kinds, &stats)?;
+        let names = req.graph.function_names();
+        let graphs = (0..names.len())
+            .map(|i| extract_function(&req, i, &weights, &kinds, &encs, &lenders))
+            .collect::<Result<Vec<_>, _>>()?;
+        let functions: Vec<(&str, &ComputeGraph<'_>)> = names.iter().copied().zip(graphs.iter()).collect();
+        f(&functions, &stats)?
     };
     Ok(env.new_string(text)?.into())
 }

@@ -21,5 +21,7 @@ pub use tapeout_irpa as irpa;
 pub use archive::ConstantPayload;
 pub use convert::{ConvertOptions, ConvertSummary, convert};
 pub use error::{Error, Remedy, Result};
-pub use export::{ExportSummary, GraphFileExport, export, export_graph_file, file_stem, finalize, module_text};
+pub use export::{
+    ExportSummary, GraphFileExport, export, export_functions, export_graph_file, file_stem, finalize, module_text,
+};
 pub use shards::{ArchiveFiles, ArchiveSet, INDEX_FORMAT, index_file_name, shard_file_name};

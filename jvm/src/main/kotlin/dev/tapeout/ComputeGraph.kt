@@ -131,13 +131,7 @@ class ComputeGraph internal constructor(
             NativeBridge.export(tape.toGraphJson(name), a.data, a.kinds, a.encodings, options,
                 forced, outputDir.path, name, policy.scopeName, policy.inlineBelow, maxArchiveBytes)
         }
-        val m = Json.parse(json) as Map<*, *>
-        val archives = (m["archives"] as List<*>).map { File(it as String) }
-        val sizes = (m["archive_bytes"] as List<*>).map { (it as Number).toLong() }
-        return ExportResult(File(m["mlir"] as String), archives.first(), (m["mlir_bytes"] as Number).toLong(),
-            sizes.sum(), (m["externals"] as Number).toInt(), (m["pins"] as Number).toLong(),
-            (m["copies"] as Number).toLong(), archives, (m["index"] as String?)?.let(::File),
-            (m["parameters_flags"] as List<*>).map { it as String })
+        return exportResult(Json.parse(json) as Map<*, *>)
     }
 
     /** The StableHLO module text. */

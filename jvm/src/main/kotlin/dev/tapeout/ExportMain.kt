@@ -16,6 +16,16 @@ interface ModelProvider {
 }
 
 /**
+ * A model served as several public functions over one set of weights (a language model's `prefill` and
+ * `decode`): the class `tapeout { model = "…" }` names may implement this instead of [ModelProvider]; the export
+ * is then [exportModule] of its tapes.
+ */
+interface ModuleProvider {
+    /** One tape per function name; weights the tapes share (same array or checkpoint tensor) are stored once. */
+    fun buildTapes(args: List<String>): Map<String, ExecutionTape>
+}
+
+/**
  * The entry point the Gradle `exportIrpa` task runs in a forked JVM:
  * `ExportMain <model class> <output dir> <module name> <scope> <inline below bytes> <FAIL|DEQUANTIZE|KEEP> [KEEP|WIDEN]
  * [max archive bytes] [-- model args…]` (0: one archive).
@@ -39,14 +49,16 @@ object ExportMain {
         .map { "  at $it" }
 
     /** Creates the model class, or says what it must look like. */
-    internal fun instantiate(modelClass: String): ModelProvider {
+    internal fun instantiate(modelClass: String): Any {
         val cls = try {
             Class.forName(modelClass)
         } catch (e: ClassNotFoundException) {
             fail(listOf("model class $modelClass not found on the runtime classpath (tapeout { model = '$modelClass' })"))
         }
         val simple = cls.simpleName
-        if (!ModelProvider::class.java.isAssignableFrom(cls)) fail(listOf("$modelClass does not implement dev.tapeout.ModelProvider"))
+        if (!ModelProvider::class.java.isAssignableFrom(cls) && !ModuleProvider::class.java.isAssignableFrom(cls)) {
+            fail(listOf("$modelClass implements neither dev.tapeout.ModelProvider nor dev.tapeout.ModuleProvider"))
+        }
         val isObject = try {
             java.lang.reflect.Modifier.isStatic(cls.getDeclaredField("INSTANCE").modifiers) && cls.getDeclaredField("INSTANCE").type == cls
         } catch (_: NoSuchFieldException) {
@@ -60,7 +72,7 @@ object ExportMain {
             ?: fail(listOf("$modelClass has no public no-argument constructor; tapeout { model } creates the class with one " +
                 "(give every constructor parameter a default value, or add `constructor() : this(…)`)"))
         return try {
-            ctor.newInstance() as ModelProvider
+            ctor.newInstance()
         } catch (e: java.lang.reflect.InvocationTargetException) {
             throw e.targetException
         }
@@ -82,8 +94,11 @@ object ExportMain {
             val maxArchiveBytes = args.getOrElse(7) { "0" }.toLong()
             val t0 = System.nanoTime()
             println("tapeout: building the model ($modelClass)")
-            val tape = try {
-                instantiate(modelClass).buildTape(modelArgs)
+            val built = try {
+                when (val p = instantiate(modelClass)) {
+                    is ModuleProvider -> p.buildTapes(modelArgs)
+                    else -> mapOf("main" to (p as ModelProvider).buildTape(modelArgs))
+                }
             } catch (e: TapeoutException) {
                 throw e
             } catch (e: OutOfMemoryError) {
@@ -91,6 +106,11 @@ object ExportMain {
             } catch (e: Throwable) {
                 fail(listOf("the model threw ${e.javaClass.name}${e.message?.let { ": $it" } ?: ""}") + modelFrames(e))
             }
+            if (built.size != 1 || built.keys.single() != "main") {
+                exportFunctions(built, outDir, name, scope, args[4].toLong(), packed, half, maxArchiveBytes, t0)
+                return
+            }
+            val tape = built.getValue("main")
             val graph = tape.toComputeGraph(packedConstants = packed, halfConstants = half)
             for (k in graph.keyCollisions) {
                 println("tapeout: warning: two weights have the key '${k.wanted}'; the second ('${k.tensor}') was renamed '${k.assigned}'. " +
@@ -134,9 +154,23 @@ object ExportMain {
         }
     }
 
+    /** The export of a [ModuleProvider]'s tapes as one module. */
+    private fun exportFunctions(tapes: Map<String, ExecutionTape>, outDir: String, name: String, scope: String, inlineBelow: Long,
+                                packed: PackedConstantHandling, half: HalfConstantHandling, maxArchiveBytes: Long, t0: Long) {
+        println("tapeout: functions ${tapes.keys.joinToString()}: ${tapes.values.sumOf { it.ops.size }} ops")
+        println("tapeout: exporting to $outDir/$name.mlir and the parameter archive")
+        val r = exportModule(File(outDir), name, tapes, packed, half, MaterializationPolicy.SizeThreshold(inlineBelow, scope), maxArchiveBytes)
+        writeInputs(File(outDir, "$name.inputs"), tapes.values.toList())
+        println("tapeout: wrote ${r.irpa} (${r.externals} parameters, ${r.irpaBytes} bytes) in %.2f s".format((System.nanoTime() - t0) / 1e9))
+        println("tapeout: wrote ${r.mlir} (${r.mlirBytes} bytes)")
+        println("tapeout: IREE loads the parameters with: ${r.parametersFlags.joinToString(" ")}")
+    }
+
     /** `<size> <mtime ms> <path>` per file the tape reads, for the Gradle task's up-to-date check. */
-    private fun writeInputs(file: File, tape: ExecutionTape) {
-        val paths = tape.tensors.mapNotNull { t ->
+    private fun writeInputs(file: File, tape: ExecutionTape) = writeInputs(file, listOf(tape))
+
+    private fun writeInputs(file: File, tapes: List<ExecutionTape>) {
+        val paths = tapes.flatMap { it.tensors }.mapNotNull { t ->
             when (val d = t.data) { is FileTensorData -> d.path; is MappedTensorData -> d.path; else -> null }
         }.map { File(it).absoluteFile }.distinct().sorted()
         val tmp = File(file.path + ".tmp")

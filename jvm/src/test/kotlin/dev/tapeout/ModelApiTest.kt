@@ -299,6 +299,34 @@ class ModelApiTest {
         dir.deleteRecursively()
     }
 
+    @Test
+    fun `several tapes export as one module whose functions share the weights`() {
+        val emb = FloatArray(10 * 4) { it * 0.1f }
+        val w = FloatArray(8 * 4) { it * 0.01f }
+        fun tape(seq: Int): ExecutionTape {
+            val t = ExecutionTape()
+            val ids = t.input("tokens", seq, dtype = DType.I32)
+            val h = t.embedding(t.weight("model.embed.weight", emb, 10, 4), ids)
+            t.output("logits", t.linear(h, t.weight("model.proj.weight", w, 8, 4)))
+            return t
+        }
+        val dir = tempDir("tapeout-module")
+        val r = exportModule(dir, "lm", mapOf("prefill" to tape(6), "decode" to tape(1)), policy = MaterializationPolicy.ExternalAlways())
+        val text = r.mlir.readText()
+        assertTrue(text.contains("func.func @prefill(") && text.contains("func.func @decode("), text)
+        assertEquals(2, Regex("util.global private").findAll(text).count(), "one global per shared weight: $text")
+        assertEquals(2, r.externals)
+        assertArrayEquals(FloatArray(4) { w[it * 4] }, readF32(r.irpa, "model.proj.weight", 0, 4), "stored [in, out]")
+
+        // One key, two different arrays: refused, naming the key and the functions.
+        val other = ExecutionTape().also { t ->
+            t.output(t.linear(t.input("x", 1, 4), t.weight("model.proj.weight", FloatArray(32), 8, 4)))
+        }
+        val e = assertThrows<GraphValidationException> { exportModule(dir, "bad", mapOf("prefill" to tape(6), "decode" to other)) }
+        assertTrue(e.message!!.contains("parameter 'model.proj.weight' is one value in function 'prefill' and another in function 'decode'"), e.message)
+        dir.deleteRecursively()
+    }
+
     companion object {
         fun f32Bytes(v: FloatArray): ByteArray =
             ByteBuffer.allocate(v.size * 4).order(ByteOrder.LITTLE_ENDIAN).also { b -> v.forEach { b.putFloat(it) } }.array()
