@@ -4,7 +4,7 @@ import dev.tapeout.DType
 import dev.tapeout.Embedding
 import dev.tapeout.ExecutionTape
 import dev.tapeout.Linear
-import dev.tapeout.ModelProvider
+import dev.tapeout.ModuleProvider
 import dev.tapeout.Module
 import dev.tapeout.ModuleList
 import dev.tapeout.RMSNorm
@@ -24,11 +24,19 @@ import kotlin.math.sqrt
  * A two-layer decoder-only transformer written as modules, the way Hugging Face's Llama is: its parameter keys
  * are `LlamaForCausalLM`'s `state_dict()` names, every projection is a [Linear] with its weight in PyTorch's
  * `[out, in]` layout, and the LM head is tied to the token embedding (one parameter, stored once). RMSNorm,
- * rotary embeddings, causal self-attention, SwiGLU MLP; the embedding is scaled by √DIM (a scalar constant).
- * Weights are deterministic pseudo-random; the attention q/k/v projections are bf16, and layer 1's down
- * projection is packed Q8_0 (so the default FAIL shows the remedy, and DEQUANTIZE or KEEP export it).
+ * rotary embeddings (cos/sin rows gathered by position), causal self-attention, SwiGLU MLP; the embedding is
+ * scaled by √DIM (a scalar constant). Weights are deterministic pseudo-random; the attention q/k/v projections
+ * are bf16, and layer 1's down projection is packed Q8_0 (so the default FAIL shows the remedy, and DEQUANTIZE
+ * or KEEP export it).
+ *
+ * Served as one module with two functions over one set of weights ([ModuleProvider]):
+ * - `prefill(tokens [?], positions [?])` → `logits [?, VOCAB]`, `next [?]` (argmax), and each layer's keys and
+ *   values `k<i>`, `v<i>` `[HEADS, ?, HEAD_DIM]` for the cache: a prompt of any length;
+ * - `decode(token [1], position [1], pos, k0, v0, k1, v1)` with caches `[HEADS, MAX, HEAD_DIM]` → `logits [1,
+ *   VOCAB]`, `next [1]` and the caches with this token's keys and values written at `pos`; attention masks the
+ *   cache beyond `pos`.
  */
-class TinyLlm : ModelProvider {
+class TinyLlm : ModuleProvider {
     companion object {
         const val VOCAB = 64
         const val DIM = 32
@@ -36,7 +44,8 @@ class TinyLlm : ModelProvider {
         const val HEAD_DIM = DIM / HEADS
         const val FFN = 64
         const val LAYERS = 2
-        const val SEQ = 8
+        /** The cache length: the longest sequence decode serves. */
+        const val MAX = 64
         const val EPS = 1e-6
         val TOKENS = intArrayOf(3, 14, 15, 9, 26, 5, 35, 8)
     }
@@ -47,13 +56,26 @@ class TinyLlm : ModelProvider {
         val vProj = child("v_proj", Linear(DIM, DIM, bias = false))
         val oProj = child("o_proj", Linear(DIM, DIM, bias = false))
 
-        fun forward(x: Tensor, cos: Tensor, sin: Tensor): Tensor {
+        /** `[S, DIM]` → `[HEADS, S, HEAD_DIM]` (S static, or `?`: DYNAMIC is -1). */
+        private fun heads(p: Linear, x: Tensor) = p(x).reshape(x.shape[0].toInt(), HEADS, HEAD_DIM).transpose(1, 0, 2)
+
+        /** A prompt: causal attention over itself; returns the output and this layer's keys and values. */
+        fun prefill(x: Tensor, cos: Tensor, sin: Tensor): Triple<Tensor, Tensor, Tensor> {
             val t = x.tape
-            fun heads(p: Linear) = p(x).reshape(SEQ, HEADS, HEAD_DIM).transpose(1, 0, 2)
-            val q = t.rope(heads(qProj), cos, sin)
-            val k = t.rope(heads(kProj), cos, sin)
-            val a = t.sdpa(q, k, heads(vProj), causal = true)
-            return oProj(a.transpose(1, 0, 2).reshape(SEQ, DIM))
+            val k = t.rope(heads(kProj, x), cos, sin)
+            val v = heads(vProj, x)
+            val a = t.sdpa(t.rope(heads(qProj, x), cos, sin), k, v, causal = true)
+            return Triple(oProj(a.transpose(1, 0, 2).reshape(-1, DIM)), k, v)
+        }
+
+        /** One token at `pos`: its keys and values written into the caches, attention over the cache up to `pos`. */
+        fun decode(x: Tensor, cos: Tensor, sin: Tensor, cacheK: Tensor, cacheV: Tensor, pos: Tensor, mask: Tensor): Triple<Tensor, Tensor, Tensor> {
+            val t = x.tape
+            val zero = t.scalar(0.0, DType.I64)
+            val k = t.dynamicUpdateSlice(cacheK, t.rope(heads(kProj, x), cos, sin), listOf(zero, pos, zero))
+            val v = t.dynamicUpdateSlice(cacheV, heads(vProj, x), listOf(zero, pos, zero))
+            val a = t.sdpa(t.rope(heads(qProj, x), cos, sin), k, v, mask = mask)
+            return Triple(oProj(a.transpose(1, 0, 2).reshape(1, DIM)), k, v)
         }
     }
 
@@ -71,8 +93,9 @@ class TinyLlm : ModelProvider {
         val inputLayernorm = child("input_layernorm", RMSNorm(DIM, EPS))
         val postAttentionLayernorm = child("post_attention_layernorm", RMSNorm(DIM, EPS))
 
-        fun forward(h: Tensor, cos: Tensor, sin: Tensor): Tensor {
-            val a = h + selfAttn.forward(inputLayernorm(h), cos, sin)
+        /** The rest of the layer once attention has run: residual, MLP, residual. */
+        fun finish(h: Tensor, attention: Tensor): Tensor {
+            val a = h + attention
             return a + mlp(postAttentionLayernorm(a))
         }
     }
@@ -88,11 +111,8 @@ class TinyLlm : ModelProvider {
         val model = child("model", Decoder())
         val lmHead = child("lm_head", Linear(DIM, VOCAB, bias = false)).tieTo(model.embedTokens)
 
-        fun forward(tokens: Tensor, cos: Tensor, sin: Tensor): Tensor {
-            var h = model.embedTokens(tokens) * sqrt(DIM.toDouble())
-            for (layer in model.layers) h = layer.forward(h, cos, sin)
-            return lmHead(model.norm(h))
-        }
+        fun embed(tokens: Tensor) = model.embedTokens(tokens) * sqrt(DIM.toDouble())
+        fun head(h: Tensor) = lmHead(model.norm(h))
     }
 
     /** All weights in PyTorch's layouts (`[out, in]`), as the model uses them (bf16 rounded, Q8_0 dequantized). */
@@ -143,20 +163,66 @@ class TinyLlm : ModelProvider {
         }
     }
 
-    override fun buildTape(): ExecutionTape {
+    /** cos/sin tables `[MAX, HEAD_DIM]`, one array each for both functions (so the weight is shared). */
+    private val rope = ropeTables(MAX)
+
+    private fun ropeRows(t: ExecutionTape, positions: Tensor): Pair<Tensor, Tensor> =
+        t.gather(t.weight("model.rope.cos", rope.first, MAX, HEAD_DIM), positions) to
+            t.gather(t.weight("model.rope.sin", rope.second, MAX, HEAD_DIM), positions)
+
+    /** The prompt: any length. */
+    fun prefillTape(): ExecutionTape {
         val t = ExecutionTape()
-        val tokens = t.input("tokens", SEQ, dtype = DType.I32)
-        val (cosT, sinT) = ropeTables()
-        val cos = t.weight("model.rope.cos", cosT, SEQ, HEAD_DIM)
-        val sin = t.weight("model.rope.sin", sinT, SEQ, HEAD_DIM)
-        t.output("logits", module.forward(tokens, cos, sin))
+        val tokens = t.input("tokens", -1, dtype = DType.I32)
+        val (cos, sin) = ropeRows(t, t.input("positions", -1, dtype = DType.I32))
+        var h = module.embed(tokens)
+        val caches = ArrayList<Pair<Tensor, Tensor>>()
+        for (layer in module.model.layers) {
+            val (a, k, v) = layer.selfAttn.prefill(layer.inputLayernorm(h), cos, sin)
+            caches += k to v
+            h = layer.finish(h, a)
+        }
+        val logits = module.head(h)
+        t.output("logits", logits)
+        t.output("next", t.argmax(logits))
+        caches.forEachIndexed { i, (k, v) -> t.output("k$i", k); t.output("v$i", v) }
         return t
     }
+
+    /** One token at position `pos`, attending to the caches. */
+    fun decodeTape(): ExecutionTape {
+        val t = ExecutionTape()
+        val token = t.input("token", 1, dtype = DType.I32)
+        val (cos, sin) = ropeRows(t, t.input("position", 1, dtype = DType.I32))
+        val pos = t.input("pos", LongArray(0), DType.I64)
+        val caches = (0 until LAYERS).map { i ->
+            t.input("cache_k$i", HEADS, MAX, HEAD_DIM) to t.input("cache_v$i", HEADS, MAX, HEAD_DIM)
+        }
+        // -1e9 on the cache rows after pos: softmax gives them weight 0.
+        val later = t.compare(t.iota(intArrayOf(1, MAX), 1, DType.I64), t.broadcast(pos, 1, MAX), "GT")
+        val mask = t.convert(later, DType.F32) * -1e9
+        var h = module.embed(token)
+        val updated = ArrayList<Pair<Tensor, Tensor>>()
+        for ((layer, cache) in module.model.layers.zip(caches)) {
+            val (a, k, v) = layer.selfAttn.decode(layer.inputLayernorm(h), cos, sin, cache.first, cache.second, pos, mask)
+            updated += k to v
+            h = layer.finish(h, a)
+        }
+        val logits = module.head(h)
+        t.output("logits", logits)
+        t.output("next", t.argmax(logits))
+        updated.forEachIndexed { i, (k, v) -> t.output("k$i", k); t.output("v$i", v) }
+        return t
+    }
+
+    override fun buildTapes(args: List<String>): Map<String, ExecutionTape> =
+        mapOf("prefill" to prefillTape(), "decode" to decodeTape())
 
     /** The same forward pass in float64 Kotlin: the reference the IREE result is compared with. */
     fun referenceLogits(tokens: IntArray = TOKENS): DoubleArray {
         val w = weights
-        val (cosT, sinT) = ropeTables()
+        val SEQ = tokens.size
+        val (cosT, sinT) = ropeTables(SEQ)
         val scale = sqrt(DIM.toDouble())
         var h = Array(SEQ) { s -> DoubleArray(DIM) { w.embed[tokens[s] * DIM + it] * scale } }
         fun rms(x: Array<DoubleArray>, g: FloatArray) = Array(SEQ) { s ->
@@ -196,12 +262,12 @@ class TinyLlm : ModelProvider {
     }
 }
 
-/** cos/sin tables `[SEQ, HEAD_DIM]` for rotate-half RoPE (base 10000). */
-fun ropeTables(): Pair<FloatArray, FloatArray> {
+/** cos/sin tables `[n, HEAD_DIM]` for rotate-half RoPE (base 10000), position p in row p. */
+fun ropeTables(n: Int): Pair<FloatArray, FloatArray> {
     val hd = TinyLlm.HEAD_DIM
-    val c = FloatArray(TinyLlm.SEQ * hd)
-    val s = FloatArray(TinyLlm.SEQ * hd)
-    for (p in 0 until TinyLlm.SEQ) for (i in 0 until hd) {
+    val c = FloatArray(n * hd)
+    val s = FloatArray(n * hd)
+    for (p in 0 until n) for (i in 0 until hd) {
         val angle = p / 10000.0.pow((2 * (i % (hd / 2))).toDouble() / hd)
         c[p * hd + i] = cos(angle).toFloat(); s[p * hd + i] = sin(angle).toFloat()
     }
