@@ -80,19 +80,20 @@ def weight_transposes(text):
     return sum(op in weights for op in re.findall(r"stablehlo\.transpose (%v\d+)", text))
 
 
-def run_module(d, label, mlir, irpas, inputs, scope="model"):
+def run_module(d, label, mlir, irpas, inputs, scope="model", function="main", outputs=1):
     """Compiles `mlir` for the host CPU and measures it with IREE: `iree-run-module` peak RSS and outputs, and the
     `iree-benchmark-module` median time of one call. `inputs` are .npy files, `irpas` every archive of the export."""
     vmfb = d / f"{label}.vmfb"
     subprocess.run([iree_tool("iree-compile"), mlir, "--iree-hal-target-device=local",
                     "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host",
                     "-o", vmfb], check=True, capture_output=True)
-    common = [f"--module={vmfb}", "--device=local-task", "--function=main",
+    common = [f"--module={vmfb}", "--device=local-task", f"--function={function}",
               *[f"--parameters={scope}={p}" for p in irpas], *[f"--input=@{i}" for i in inputs]]
     rss_file = d / f"{label}.rss"
     out = d / f"{label}.out.npy"
+    extra = [f"--output=@{d / f'{label}.out{i}.npy'}" for i in range(1, outputs)]
     subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss_file, iree_tool("iree-run-module"), *common,
-                    f"--output=@{out}"], check=True, capture_output=True)
+                    f"--output=@{out}", *extra], check=True, capture_output=True)
     rss = int(rss_file.read_text().split()[-1]) * 1024
     b = subprocess.run([iree_tool("iree-benchmark-module"), *common, "--benchmark_repetitions=5",
                         "--benchmark_format=json"], check=True, capture_output=True, text=True)
@@ -167,23 +168,76 @@ def tied(a):
             print(json.dumps(r))
 
 
+def arg_order(mlir, fn):
+    """The `tapeout.name`s of `fn`'s arguments in order (tapeout orders arguments by first use)."""
+    import re
+    sig = re.search(r"func\.func @" + fn + r"\((.*?)\) ->", pathlib.Path(mlir).read_text(), re.S).group(1)
+    return re.findall(r'tapeout\.name = "([^"]*)"', sig)
+
+
 def tiny_llm(a):
-    """The Gradle exports of examples/tiny-llm, 16-bit kept (`--keep DIR`) and widened (`--widen DIR`)."""
+    """The Gradle exports of examples/tiny-llm (functions prefill and decode), 16-bit kept (`--keep DIR`) and
+    widened (`--widen DIR`): prefill of the 8-token prompt with iree-benchmark-module; then, on the kept export,
+    one decode step at position 63 (a full 64-token cache) against re-running prefill on all 64 tokens."""
     with tempfile.TemporaryDirectory(dir=a.out) as d:
         d = pathlib.Path(d)
-        tokens = d / "tokens.npy"
-        np.save(tokens, np.array([3, 14, 15, 9, 26, 5, 35, 8], np.int32))  # TinyLlm.TOKENS
+        feeds = {"tokens": np.array([3, 14, 15, 9, 26, 5, 35, 8], np.int32),  # TinyLlm.TOKENS
+                 "positions": np.arange(8, dtype=np.int32)}
         rows = []
         for form, src in (("keep", a.keep), ("widen", a.widen)):
             src = pathlib.Path(src)
-            m = run_module(d, form, src / "tiny_llm.mlir", [src / "tiny_llm.irpa"], [tokens])
+            inputs = []
+            for name in arg_order(src / "tiny_llm.mlir", "prefill"):
+                np.save(d / f"{name}.npy", feeds[name])
+                inputs.append(d / f"{name}.npy")
+            m = run_module(d, form, src / "tiny_llm.mlir", [src / "tiny_llm.irpa"], inputs, function="prefill",
+                           outputs=6)
             rows.append({"figure": "iree_tiny_llm", "form": form, **m})
         keep, widen = rows
         assert np.allclose(keep["output"], widen["output"], rtol=1e-5, atol=1e-5), rows
         keep["step_vs_widened"] = keep["step_ms"] / widen["step_ms"]
         keep["archive_vs_widened"] = keep["irpa_bytes"] / widen["irpa_bytes"]
+        rows.append(serving(d, pathlib.Path(a.keep)))
         for r in rows:
             print(json.dumps(r))
+
+
+def serving(d, src, seq=64, repeats=200):
+    """IREE's Python runtime on the kept export: the median time of one decode step with a full cache (position
+    seq - 1) and of prefill on all `seq` tokens, in one process, interleaved."""
+    import time
+    import iree.runtime as rt
+    vmfb = d / "serving.vmfb"
+    subprocess.run([iree_tool("iree-compile"), src / "tiny_llm.mlir", "--iree-hal-target-device=local",
+                    "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host",
+                    "-o", vmfb], check=True, capture_output=True)
+    config = rt.Config("local-task")
+    index = rt.ParameterIndex()
+    index.load(str(src / "tiny_llm.irpa"))
+    params = rt.create_io_parameters_module(config.vm_instance, index.create_provider(scope="model"))
+    m = rt.load_vm_modules(params, rt.create_hal_module(config.vm_instance, config.device),
+                           rt.VmModule.mmap(config.vm_instance, str(vmfb)), config=config)[-1]
+    order = {fn: arg_order(src / "tiny_llm.mlir", fn) for fn in ("prefill", "decode")}
+    rng = np.random.default_rng(5)
+    tokens = rng.integers(0, 64, seq).astype(np.int32)
+    pre = {"tokens": tokens, "positions": np.arange(seq, dtype=np.int32)}
+    out = [np.array(o.to_host(), copy=True) for o in m.prefill(*[pre[n] for n in order["prefill"]])]
+    caches = {f"cache_{k}{i}": out[2 + 2 * i + (k == "v")] for i in range(2) for k in "kv"}
+    dec = {"token": tokens[-1:], "position": np.array([seq - 1], np.int32), "pos": np.array(seq - 1, np.int64), **caches}
+    dec_args = [dec[n] for n in order["decode"]]
+    pre_args = [pre[n] for n in order["prefill"]]
+    t_dec, t_pre = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        m.decode(*dec_args)[0].to_host()
+        t1 = time.perf_counter()
+        m.prefill(*pre_args)[0].to_host()
+        t2 = time.perf_counter()
+        t_dec.append(t1 - t0)
+        t_pre.append(t2 - t1)
+    decode_ms, prefill_ms = 1e3 * float(np.median(t_dec)), 1e3 * float(np.median(t_pre))
+    return {"figure": "iree_tiny_llm_serving", "sequence": seq, "decode_step_ms": decode_ms,
+            "prefill_all_ms": prefill_ms, "decode_vs_prefill": decode_ms / prefill_ms, "repeats": repeats}
 
 
 def write_packed(d, fmt, dim, layers):
