@@ -79,7 +79,13 @@ def test_functions_that_do_not_fit_together_are_errors_naming_function_and_tenso
     leaky["tensors"] = [t for t in leaky["tensors"] if t["name"] != "e"]
     leaky["nodes"][0]["outputs"] = ["h"]
     leaky["nodes"] = leaky["nodes"][1:]
+    small_cache = json.loads(json.dumps(DECODE))
+    for t in small_cache["tensors"]:
+        if t["name"] in ("cache", "updated"):
+            t["shape"] = [6, 4]
     cases = [
+        (graph([PREFILL, small_cache]), "function 'decode': node 3 (dynamic_update_slice -> 'updated'): the update [1x8] "
+                                        "does not fit the tensor [6x4]"),
         (graph([PREFILL, dict(PREFILL)]), 'two functions are named "prefill"'),
         (graph([PREFILL, {**leaky, "name": "decode"}]),
          'function "decode": node 0 (op \'matmul\') refers to tensor "e" of function "prefill"'),

@@ -4,6 +4,15 @@
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum HloError {
+    /// An error in one function of a module with several.
+    #[error("function '{function}': {source}")]
+    InFunction {
+        /// The function's name.
+        function: String,
+        /// What went wrong in it.
+        source: Box<HloError>,
+    },
+
     /// A node's attribute is missing or malformed.
     #[error("{node}: attribute '{attr}' {detail}")]
     BadAttribute {

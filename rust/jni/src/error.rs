@@ -57,6 +57,7 @@ impl From<jni::errors::Error> for Failure {
 
 fn class_of(e: &Error) -> &'static str {
     match e {
+        Error::InFunction { source, .. } => class_of(source),
         Error::Graph(GraphError::PackedConstant { .. }) => "dev/tapeout/PackedConstantException",
         Error::Emit(HloError::ConstantTooLarge { .. }) => "dev/tapeout/ConstantTooLargeException",
         Error::Emit(HloError::Output(_)) | Error::Write { .. } | Error::Read(IoError::Io { .. }) => IO,

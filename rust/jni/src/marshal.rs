@@ -254,8 +254,16 @@ pub(crate) fn with_graphs<'l>(
         let stats = Pins::default();
         let lenders = lenders(&cell, tape.data, &kinds, &stats)?;
         let names = req.graph.function_names();
+        let several = names.len() > 1;
         let graphs = (0..names.len())
-            .map(|i| extract_function(&req, i, &weights, &kinds, &encs, &lenders))
+            .map(|i| {
+                extract_function(&req, i, &weights, &kinds, &encs, &lenders).map_err(|e| match e {
+                    Failure::Tapeout { class, message, remedy } if several => {
+                        Failure::Tapeout { class, message: format!("function '{}': {message}", names[i]), remedy }
+                    }
+                    other => other,
+                })
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let functions: Vec<(&str, &ComputeGraph<'_>)> = names.iter().copied().zip(graphs.iter()).collect();
         f(&functions, &stats)?

@@ -12,6 +12,14 @@ use tapeout_irpa::IrpaError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// An error in one function of a module with several.
+    #[error("function '{function}': {source}")]
+    InFunction {
+        /// The function's name.
+        function: String,
+        /// What went wrong in it.
+        source: Box<Error>,
+    },
     /// The functions of one module do not fit together (two with one name, one key naming two values, a tensor
     /// of one function used by another).
     #[error("{0}")]
@@ -82,6 +90,7 @@ impl Error {
             Error::Graph(GraphError::NoOutputs) => Some(Remedy::DeclareOutputs),
             Error::Read(IoError::OutsideGraphDir { .. }) => Some(Remedy::AllowFilesOutsideGraphDir),
             Error::Emit(HloError::ConstantTooLarge { bytes, .. }) => Some(Remedy::ExternalAtOrBelow { bytes: *bytes }),
+            Error::InFunction { source, .. } => source.remedy(),
             _ => None,
         }
     }

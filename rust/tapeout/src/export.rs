@@ -240,7 +240,10 @@ pub fn export_graph_file(
             half: opts.half,
             layout: opts.layout,
         };
-        graphs.push(finalize(&trace, &extract)?);
+        let graph = finalize(&trace, &extract).map_err(|e| {
+            if names.len() > 1 { Error::InFunction { function: names[f].to_owned(), source: Box::new(e) } } else { e }
+        })?;
+        graphs.push(graph);
     }
     let emit = EmitOptions {
         module_name: opts.module_name.clone().unwrap_or_else(|| file.name.clone()),

@@ -225,7 +225,13 @@ pub(crate) fn emit_functions_into(
     }
 
     let mut next = 0;
+    let several = functions.len() > 1;
     for ((fname, graph), placement) in functions.iter().zip(&placements) {
+        let in_function = |e: HloError| match e {
+            HloError::Output(_) => e,
+            e if several => HloError::InFunction { function: (*fname).to_owned(), source: Box::new(e) },
+            e => e,
+        };
         let func_symbol = symbol(fname);
         // Argument and result names travel as discardable `tapeout.name` attributes, so a caller can
         // match tensors to positions (IREE ignores them).
@@ -264,7 +270,7 @@ pub(crate) fn emit_functions_into(
                         }
                         None => c.data.stream(&mut HexSink { text: &mut e.body, out: &mut *e.out }),
                     });
-                    streamed.map_err(|err| constant_failed(spec.label(), err))?;
+                    streamed.map_err(|err| in_function(constant_failed(spec.label(), err)))?;
                     let _ = writeln!(e.body, "\"> : {t}");
                     e.spill(false)?;
                     Val { name, shape: spec.shape.clone(), dtype: stored }
@@ -280,12 +286,13 @@ pub(crate) fn emit_functions_into(
             e.vals.insert(c.tensor, v);
         }
         for node in graph.nodes() {
-            e.lower(node)?;
+            e.lower(node).map_err(in_function)?;
             e.spill(false)?;
         }
         e.node = None;
 
-        let results: Vec<Val> = graph.outputs().iter().map(|&o| e.val(o)).collect::<Result<_>>()?;
+        let results: Vec<Val> =
+            graph.outputs().iter().map(|&o| e.val(o)).collect::<Result<_>>().map_err(in_function)?;
         let result_types = list(results.iter().map(Val::ty));
         let _ = writeln!(e.body, "    return {} : {result_types}", list(results.iter().map(|r| r.name.clone())));
         e.body.push_str("  }\n");
