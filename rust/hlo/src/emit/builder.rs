@@ -372,6 +372,32 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         self.assign(&rhs, Shape::of(&[rank]), DType::I32)
     }
 
+    /// The operands NumPy-broadcast to one shape (for ops StableHLO wants equal shapes for: select, compare).
+    /// With `?` dimensions one operand must already have the result's shape (its run-time shape is used).
+    pub(crate) fn broadcast_all(&mut self, xs: &[Val]) -> Result<Vec<Val>> {
+        let mut target = xs[0].shape.clone();
+        for x in &xs[1..] {
+            target = tapeout_graph::ops::broadcast(&target, &x.shape)
+                .ok_or_else(|| self.err(format!("operand shapes [{}] and [{}] do not broadcast", target, x.shape)))?;
+        }
+        let like = xs.iter().find(|x| x.shape == target).cloned();
+        if target.is_dynamic() && like.is_none() {
+            return Err(self.err(format!(
+                "with `?` dimensions one operand must have the result's shape [{target}]; broadcast one first"
+            )));
+        }
+        xs.iter()
+            .map(|x| {
+                if x.shape == target {
+                    return Ok(x.clone());
+                }
+                let offset = target.rank() - x.rank();
+                let dims: Vec<usize> = (offset..target.rank()).collect();
+                self.broadcast_to(x, &dims, &target, like.as_ref())
+            })
+            .collect()
+    }
+
     /// `x` reshaped to `shape`. With `?` dimensions the reshape must split or merge whole dimensions (each `?`
     /// on one side in a group with exactly one `?` on the other), written as `tensor.expand_shape` /
     /// `tensor.collapse_shape`: IREE 3.13 does not lower `stablehlo.dynamic_reshape` at all. Anything else is

@@ -361,10 +361,11 @@ impl<'g> Emitter<'g, '_, '_> {
             }
             OpKind::Select => {
                 arity(3, 1)?;
-                let (p, a, b) = (&ins[0], &ins[1], &ins[2]);
-                if p.dtype != DType::Bool {
-                    return Err(self.err(format!("the predicate must be bool (i1), got {}", p.dtype)));
+                if ins[0].dtype != DType::Bool {
+                    return Err(self.err(format!("the predicate must be bool (i1), got {}", ins[0].dtype)));
                 }
+                let all = self.broadcast_all(&ins[..3])?;
+                let (p, a, b) = (&all[0], &all[1], &all[2]);
                 let rhs = format!("stablehlo.select {}, {}, {} : {}, {}", p.name, a.name, b.name, p.ty(), a.ty());
                 self.assign(&rhs, a.shape.clone(), a.dtype)
             }
@@ -374,7 +375,8 @@ impl<'g> Emitter<'g, '_, '_> {
                     Some(Attr::Str(s)) if ["EQ", "NE", "LT", "LE", "GT", "GE"].contains(&s.as_str()) => s.clone(),
                     _ => return Err(self.attr_err("direction", "must be one of EQ, NE, LT, LE, GT, GE")),
                 };
-                let (a, b) = (&ins[0], &ins[1]);
+                let both = self.broadcast_all(&ins[..2])?;
+                let (a, b) = (&both[0], &both[1]);
                 let kind = match a.dtype {
                     d if d.is_float() => "FLOAT",
                     DType::U8 | DType::U16 | DType::U32 | DType::U64 | DType::Bool => "UNSIGNED",

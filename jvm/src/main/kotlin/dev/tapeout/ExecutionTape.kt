@@ -295,18 +295,20 @@ class ExecutionTape(val compute: DType = DType.F32, val captureSites: Boolean = 
 
     // --- elementwise --------------------------------------------------------------------------------
 
-    private fun broadcastShape(op: String, a: Tensor, b: Tensor): LongArray {
-        val r = maxOf(a.rank, b.rank)
+    private fun broadcastShape(op: String, a: Tensor, b: Tensor): LongArray = broadcastShape(op, a.shape, b.shape, listOf(a, b))
+
+    private fun broadcastShape(op: String, sa: LongArray, sb: LongArray, operands: List<Tensor>): LongArray {
+        val r = maxOf(sa.size, sb.size)
         return LongArray(r) { i ->
-            val x = a.shape.getOrElse(i - (r - a.rank)) { 1L }
-            val y = b.shape.getOrElse(i - (r - b.rank)) { 1L }
+            val x = sa.getOrElse(i - (r - sa.size)) { 1L }
+            val y = sb.getOrElse(i - (r - sb.size)) { 1L }
             when {
                 x == y -> x
                 x == 1L -> y
                 y == 1L -> x
                 x == DYNAMIC -> y
                 y == DYNAMIC -> x
-                else -> fail(op, listOf(a, b), "shapes do not broadcast (dimension $i of the aligned shapes: $x vs $y)")
+                else -> fail(op, operands, "shapes do not broadcast (dimension $i of the aligned shapes: $x vs $y)")
             }
         }
     }
@@ -351,7 +353,8 @@ class ExecutionTape(val compute: DType = DType.F32, val captureSites: Boolean = 
     fun select(pred: Tensor, a: Tensor, b: Tensor): Tensor {
         if (pred.dtype != DType.BOOL) fail("select", listOf(pred, a, b), "the predicate must be bool, not ${pred.dtype.json}")
         val dtype = pair("select", a, b)
-        return record("select", listOf(pred, a, b), broadcastShape("select", a, b), dtype)
+        val shape = broadcastShape("select", pred.shape, broadcastShape("select", a, b), listOf(pred, a, b))
+        return record("select", listOf(pred, a, b), shape, dtype)
     }
     fun compare(a: Tensor, b: Tensor, direction: String): Tensor {
         if (direction !in setOf("EQ", "NE", "LT", "LE", "GT", "GE")) fail("compare", listOf(a, b), "direction '$direction' is not one of EQ NE LT LE GT GE")
