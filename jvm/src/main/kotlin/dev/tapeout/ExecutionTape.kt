@@ -176,6 +176,9 @@ class ExecutionTape(val compute: DType = DType.F32, val captureSites: Boolean = 
         return keyed(k, newTensor(null, shape, dtype, k, HalfTensorData(bytes)))
     }
 
+    /** [halfWeight] of little-endian bytes with Int dimensions. */
+    fun halfWeight(path: String, bytes: ByteArray, dtype: DType, vararg shape: Int): Tensor = halfWeight(path, bytes, dtype, *longs(shape))
+
     /** A frozen bf16 or f16 weight given as 16-bit patterns (`bits[i]` is element i), kept as stored (or widened when exported). */
     fun halfWeight(path: String, bits: ShortArray, dtype: DType, vararg shape: Long): Tensor = halfWeightAt(key(path), bits, dtype, shape)
 
@@ -209,6 +212,10 @@ class ExecutionTape(val compute: DType = DType.F32, val captureSites: Boolean = 
     /** A file region the program reads at run time (a graph input). */
     fun mapped(name: String, file: String, offset: Long, length: Long, dtype: DType, vararg shape: Long): Tensor =
         newTensor(name, shape, dtype, null, MappedTensorData(file, offset, length))
+
+    /** [mapped] with Int dimensions. */
+    fun mapped(name: String, file: String, offset: Long, length: Long, dtype: DType, vararg shape: Int): Tensor =
+        mapped(name, file, offset, length, dtype, *longs(shape))
 
     /**
      * A scalar constant of [dtype] (a float type, or an integer type for whole values): written inline in the
