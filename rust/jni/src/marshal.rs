@@ -171,6 +171,7 @@ pub(crate) fn finalize_function<'a>(
     Ok(tapeout::finalize(&trace, &opts)?)
 }
 
+#[cfg(feature = "test-hooks")]
 pub(crate) fn extract<'a>(
     req: &Request,
     weights: &'a WeightSet,
@@ -225,18 +226,11 @@ pub(crate) fn with_graph<'l>(
     tape: &TapeArgs<'_, 'l>,
     f: impl FnOnce(&ComputeGraph<'_>, &Pins) -> Result<String, Failure>,
 ) -> Result<JObject<'l>, Failure> {
-    let req = parse(env, tape.graph_json, tape.options, tape.forced)?;
-    let kinds = ints(env, tape.kinds)?;
-    let encs = encodings(env, tape.encodings)?;
-    let weights = WeightSet::open(&req.graph, None)?;
-    let text = {
-        let cell = RefCell::new(&mut *env);
-        let stats = Pins::default();
-        let lenders = lenders(&cell, tape.data, &kinds, &stats)?;
-        let graph = extract(&req, &weights, &kinds, &encs, &lenders)?;
-        f(&graph, &stats)?
-    };
-    Ok(env.new_string(text)?.into())
+    // A tape is one function; a graph of several is for `export` (with_graphs) and takes its first here.
+    with_graphs(env, tape, |functions, stats| {
+        let (_, graph) = functions.first().ok_or_else(|| Failure::invalid("the graph has no function".to_owned()))?;
+        f(graph, stats)
+    })
 }
 
 /// [`with_graph`] for every function of the tape's graph: `f` gets `(name, graph)` per function, in order.
