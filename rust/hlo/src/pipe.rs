@@ -6,7 +6,7 @@ use std::sync::mpsc::{Receiver, SyncSender, channel, sync_channel};
 
 use tapeout_graph::ComputeGraph;
 
-use crate::emit::{EmitOptions, ExternalParameter, SPILL_BYTES, TextOut, emit_functions_into, emit_into};
+use crate::emit::{EmitOptions, ExternalParameter, SPILL_BYTES, TextOut, emit_functions_into};
 use crate::error::{HloError, Result};
 
 /// Emits the module into `sink` like [`crate::emit_to`], but converts on this thread while a second thread writes
@@ -20,10 +20,7 @@ pub fn emit_pipelined<W: Write + Send>(
     opts: &EmitOptions,
     sink: W,
 ) -> Result<Vec<ExternalParameter>> {
-    pipelined(sink, |out| emit_into(graph, opts, out)).map_err(|e| match e {
-        PipeError::Produce(e) => e,
-        PipeError::Sink(e) => HloError::Output(e),
-    })
+    emit_functions_pipelined(&[(opts.function.as_str(), graph)], opts, sink)
 }
 
 /// [`emit_pipelined`] for a module of several public functions sharing parameters (`(name, graph)` each;

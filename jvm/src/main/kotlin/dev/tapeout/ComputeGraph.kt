@@ -151,16 +151,19 @@ internal class Marshalled(tape: ExecutionTape) {
     val encodings: Array<String?> = arrayOfNulls(tape.tensors.size)
 
     init {
-        for (t in tape.tensors) {
-            when (val d = t.data) {
-                is FloatArrayTensorData -> { data[t.id] = d.values; kinds[t.id] = 1 }
-                is HalfTensorData -> { data[t.id] = d.bytes; kinds[t.id] = 2 }
-                is HalfBitsTensorData -> { data[t.id] = d.bits; kinds[t.id] = 3 }
-                is PackedTensorData -> { data[t.id] = d.bytes; kinds[t.id] = 4; encodings[t.id] = d.encoding }
-                is DenseBytesTensorData -> { data[t.id] = d.bytes; kinds[t.id] = 5 }
-                is MappedTensorData, is FileTensorData, ShapeOnly -> {}
-            }
-        }
+        for (t in tape.tensors) lend(t.data, t.id, data, kinds, encodings)
+    }
+}
+
+/** Puts [d]'s JVM array, if any, at slot [i] with the kind code the native side expects (and its encoding). */
+internal fun lend(d: TensorData, i: Int, data: Array<Any?>, kinds: IntArray, encodings: Array<String?>) {
+    when (d) {
+        is FloatArrayTensorData -> { data[i] = d.values; kinds[i] = 1 }
+        is HalfTensorData -> { data[i] = d.bytes; kinds[i] = 2 }
+        is HalfBitsTensorData -> { data[i] = d.bits; kinds[i] = 3 }
+        is PackedTensorData -> { data[i] = d.bytes; kinds[i] = 4; encodings[i] = d.encoding }
+        is DenseBytesTensorData -> { data[i] = d.bytes; kinds[i] = 5 }
+        is MappedTensorData, is FileTensorData, ShapeOnly -> {}
     }
 }
 

@@ -585,37 +585,47 @@ class ExecutionTape(val compute: DType = DType.F32, val captureSites: Boolean = 
     internal fun toGraphJson(name: String): String {
         val sb = StringBuilder()
         sb.append("{\"format\":\"tapeout-graph/1\",\"name\":").append(Json.quote(name)).append(",\"tensors\":[")
-        tensorList.forEachIndexed { i, t ->
-            if (i > 0) sb.append(',')
-            sb.append("{\"name\":").append(Json.quote(t.name)).append(",\"dtype\":\"").append(t.dtype.json).append("\",\"shape\":[")
-            t.shape.forEachIndexed { j, d -> if (j > 0) sb.append(','); sb.append(if (d == DYNAMIC) "\"?\"" else d.toString()) }
-            sb.append(']')
-            if (t.path != null) sb.append(",\"path\":").append(Json.quote(t.path))
-            val data = t.data
-            if (data is MappedTensorData) {
-                sb.append(",\"data\":{\"file\":").append(Json.quote(data.path)).append(",\"offset\":").append(data.offset).append(",\"mapped\":true}")
-            }
-            if (data is FileTensorData) {
-                sb.append(",\"data\":{\"file\":").append(Json.quote(data.path)).append(",\"offset\":").append(data.offset)
-                if (data.encoding != null) sb.append(",\"encoding\":").append(Json.quote(data.encoding))
-                sb.append('}')
-            }
-            sb.append('}')
-        }
-        sb.append("],\"nodes\":[")
-        opList.forEachIndexed { i, op ->
-            if (i > 0) sb.append(',')
-            sb.append("{\"op\":").append(Json.quote(op.op)).append(",\"inputs\":[")
-            sb.append(op.inputs.joinToString(",") { Json.quote(it.name) }).append("],\"outputs\":[")
-            sb.append(op.outputs.joinToString(",") { Json.quote(it.name) }).append("],\"attrs\":{")
-            sb.append(op.attrs.entries.joinToString(",") { (k, v) -> Json.quote(k) + ":" + Json.value(v) }).append("}}")
-        }
-        sb.append("],\"outputs\":[").append(outputList.joinToString(",") { Json.quote(it.name) }).append("]}")
-        return sb.toString()
+        tensorList.forEachIndexed { i, t -> if (i > 0) sb.append(','); appendTensorJson(sb, t.name, t) }
+        sb.append("],")
+        appendFunctionBody(sb, opList, outputList) { it.name }
+        return sb.append('}').toString()
     }
 }
 
-private val LIBRARY_FILES = setOf("ExecutionTape.kt", "Operators.kt", "Modules.kt", "Checkpoints.kt", "Tensors.kt", "ComputeGraph.kt")
+/** One tensor of the graph JSON, called [name]: dtype, shape, path, and the file region of file-backed data. */
+internal fun appendTensorJson(sb: StringBuilder, name: String, t: Tensor) {
+    sb.append("{\"name\":").append(Json.quote(name)).append(",\"dtype\":\"").append(t.dtype.json).append("\",\"shape\":[")
+    t.shape.forEachIndexed { j, d -> if (j > 0) sb.append(','); sb.append(if (d == DYNAMIC) "\"?\"" else d.toString()) }
+    sb.append(']')
+    if (t.path != null) sb.append(",\"path\":").append(Json.quote(t.path))
+    when (val d = t.data) {
+        is MappedTensorData ->
+            sb.append(",\"data\":{\"file\":").append(Json.quote(d.path)).append(",\"offset\":").append(d.offset).append(",\"mapped\":true}")
+        is FileTensorData -> {
+            sb.append(",\"data\":{\"file\":").append(Json.quote(d.path)).append(",\"offset\":").append(d.offset)
+            if (d.encoding != null) sb.append(",\"encoding\":").append(Json.quote(d.encoding))
+            sb.append('}')
+        }
+        else -> {}
+    }
+    sb.append('}')
+}
+
+/** `"nodes":[…],"outputs":[…]` of the graph JSON, tensors named by [nameOf]. */
+internal fun appendFunctionBody(sb: StringBuilder, ops: List<TapeOp>, outputs: List<Tensor>, nameOf: (Tensor) -> String) {
+    sb.append("\"nodes\":[")
+    ops.forEachIndexed { i, op ->
+        if (i > 0) sb.append(',')
+        sb.append("{\"op\":").append(Json.quote(op.op)).append(",\"inputs\":[")
+        sb.append(op.inputs.joinToString(",") { Json.quote(nameOf(it)) }).append("],\"outputs\":[")
+        sb.append(op.outputs.joinToString(",") { Json.quote(nameOf(it)) }).append("],\"attrs\":{")
+        sb.append(op.attrs.entries.joinToString(",") { (k, v) -> Json.quote(k) + ":" + Json.value(v) }).append("}}")
+    }
+    sb.append("],\"outputs\":[").append(outputs.joinToString(",") { Json.quote(nameOf(it)) }).append(']')
+}
+
+private val LIBRARY_FILES =
+    setOf("ExecutionTape.kt", "Operators.kt", "Modules.kt", "Checkpoints.kt", "Tensors.kt", "ComputeGraph.kt", "ModuleExport.kt")
 
 /** A frame of the tapeout library itself (or of the JDK and Kotlin runtime), which a call site skips. */
 internal fun isLibraryFrame(e: StackTraceElement): Boolean {

@@ -104,57 +104,24 @@ private class ModuleTables(val functions: Map<String, ExecutionTape>) {
         data = arrayOfNulls(all.size)
         kinds = IntArray(all.size)
         encodings = arrayOfNulls(all.size)
-        all.forEachIndexed { i, t ->
-            when (val d = t.data) {
-                is FloatArrayTensorData -> { data[i] = d.values; kinds[i] = 1 }
-                is HalfTensorData -> { data[i] = d.bytes; kinds[i] = 2 }
-                is HalfBitsTensorData -> { data[i] = d.bits; kinds[i] = 3 }
-                is PackedTensorData -> { data[i] = d.bytes; kinds[i] = 4; encodings[i] = d.encoding }
-                is DenseBytesTensorData -> { data[i] = d.bytes; kinds[i] = 5 }
-                is MappedTensorData, is FileTensorData, ShapeOnly -> {}
-            }
-        }
+        all.forEachIndexed { i, t -> lend(t.data, i, data, kinds, encodings) }
     }
 
     fun json(module: String): String {
         val sb = StringBuilder()
         sb.append("{\"format\":\"tapeout-graph/1\",\"name\":").append(Json.quote(module)).append(",\"tensors\":[")
-        shared.forEachIndexed { i, t -> if (i > 0) sb.append(','); tensorJson(sb, sharedNameOf(t), t) }
+        shared.forEachIndexed { i, t -> if (i > 0) sb.append(','); appendTensorJson(sb, sharedNameOf(t), t) }
         sb.append("],\"functions\":[")
         functions.entries.forEachIndexed { fi, (fn, tape) ->
             if (fi > 0) sb.append(',')
             sb.append("{\"name\":").append(Json.quote(fn)).append(",\"tensors\":[")
-            locals[fi].forEachIndexed { i, t -> if (i > 0) sb.append(','); tensorJson(sb, t.name, t) }
-            sb.append("],\"nodes\":[")
-            tape.ops.forEachIndexed { i, op ->
-                if (i > 0) sb.append(',')
-                sb.append("{\"op\":").append(Json.quote(op.op)).append(",\"inputs\":[")
-                sb.append(op.inputs.joinToString(",") { Json.quote(nameIn(tape, it)) }).append("],\"outputs\":[")
-                sb.append(op.outputs.joinToString(",") { Json.quote(nameIn(tape, it)) }).append("],\"attrs\":{")
-                sb.append(op.attrs.entries.joinToString(",") { (k, v) -> Json.quote(k) + ":" + Json.value(v) }).append("}}")
-            }
-            sb.append("],\"outputs\":[").append(tape.outputs.joinToString(",") { Json.quote(nameIn(tape, it)) }).append("]}")
+            locals[fi].forEachIndexed { i, t -> if (i > 0) sb.append(','); appendTensorJson(sb, t.name, t) }
+            sb.append("],")
+            appendFunctionBody(sb, tape.ops, tape.outputs) { nameIn(tape, it) }
+            sb.append('}')
         }
         return sb.append("]}").toString()
     }
 
     private fun sharedNameOf(t: Tensor): String = weightOf.getValue(t.tape).getValue(t.id)
-
-    private fun tensorJson(sb: StringBuilder, name: String, t: Tensor) {
-        sb.append("{\"name\":").append(Json.quote(name)).append(",\"dtype\":\"").append(t.dtype.json).append("\",\"shape\":[")
-        t.shape.forEachIndexed { j, d -> if (j > 0) sb.append(','); sb.append(if (d == DYNAMIC) "\"?\"" else d.toString()) }
-        sb.append(']')
-        if (t.path != null) sb.append(",\"path\":").append(Json.quote(t.path))
-        when (val d = t.data) {
-            is MappedTensorData ->
-                sb.append(",\"data\":{\"file\":").append(Json.quote(d.path)).append(",\"offset\":").append(d.offset).append(",\"mapped\":true}")
-            is FileTensorData -> {
-                sb.append(",\"data\":{\"file\":").append(Json.quote(d.path)).append(",\"offset\":").append(d.offset)
-                if (d.encoding != null) sb.append(",\"encoding\":").append(Json.quote(d.encoding))
-                sb.append('}')
-            }
-            else -> {}
-        }
-        sb.append('}')
-    }
 }
