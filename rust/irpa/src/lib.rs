@@ -2,7 +2,9 @@
 //!
 //! * [`ArchiveWriter`] streams payloads from [`ByteSource`]s in bounded chunks into a temporary
 //!   file beside the destination, then syncs and renames it into place. Its output is
-//!   byte-identical to IREE's own builder (`iree.runtime.ParameterIndex.create_archive_file`).
+//!   byte-identical to IREE's own builder (`iree.runtime.ParameterIndex.create_archive_file`), except that a
+//!   large entry copied from a file starts at its source offset modulo 64 KiB, where the kernel copies it
+//!   fastest ([`ArchiveWriter::iree_placement`] turns that off).
 //! * [`Archive`] memory-maps an archive, validates every field with checked arithmetic, and hands
 //!   out zero-copy views of the entries.
 //!

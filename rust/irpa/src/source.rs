@@ -7,6 +7,7 @@
 use std::fs::File;
 use std::io::{Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::error::{IrpaError, Result};
 
@@ -30,7 +31,7 @@ pub(crate) trait SinkTarget {
     fn skip_zeros(&mut self, len: u64) -> Result<()>;
     /// Copies up to `len` bytes from `src`'s current position (fewer only at its end); returns how many.
     /// The archive writer lets the kernel move them (`copy_file_range`), never through a user buffer.
-    fn copy_from(&mut self, src: &mut File, len: u64) -> Result<u64>;
+    fn copy_from(&mut self, src: &File, len: u64) -> Result<u64>;
 }
 
 impl ChunkSink<'_> {
@@ -70,7 +71,7 @@ impl ChunkSink<'_> {
     /// Appends up to `len` bytes read from `src` at its current position, copied by the kernel file to file
     /// (`copy_file_range` on Linux, which a file system that shares extents may turn into a reflink); returns
     /// how many were copied, fewer than `len` only when `src` ends first.
-    pub fn copy_file(&mut self, src: &mut File, len: u64) -> Result<u64> {
+    pub fn copy_file(&mut self, src: &File, len: u64) -> Result<u64> {
         self.reserve(len)?;
         match self.out.copy_from(src, len) {
             Ok(copied) => {
@@ -124,6 +125,14 @@ pub trait ByteSource {
 
     /// Writes every byte, in chunks of at most [`MAX_CHUNK_BYTES`], into `sink`.
     fn write_into(&mut self, sink: &mut ChunkSink<'_>) -> Result<()>;
+
+    /// For bytes copied from a file with [`ChunkSink::copy_file`]: where they start in that file. The writer
+    /// places a large entry at the same offset modulo 64 KiB ([`crate::layout::COPY_PHASE`]), where the kernel
+    /// copies fastest (and a file system that shares extents can share them). `None` (the default) for bytes
+    /// produced in memory.
+    fn file_offset(&self) -> Option<u64> {
+        None
+    }
 }
 
 impl<S: ByteSource + ?Sized> ByteSource for Box<S> {
@@ -132,6 +141,9 @@ impl<S: ByteSource + ?Sized> ByteSource for Box<S> {
     }
     fn write_into(&mut self, sink: &mut ChunkSink<'_>) -> Result<()> {
         (**self).write_into(sink)
+    }
+    fn file_offset(&self) -> Option<u64> {
+        (**self).file_offset()
     }
 }
 
@@ -180,6 +192,8 @@ pub struct FileRegionSource {
     path: PathBuf,
     offset: u64,
     len: u64,
+    /// The file already open (and checked) by the caller; `None`: opened at `path` when written.
+    open: Option<Arc<File>>,
 }
 
 impl FileRegionSource {
@@ -190,13 +204,20 @@ impl FileRegionSource {
         let len = std::fs::metadata(&path)
             .map_err(|source| IrpaError::Io { action: "cannot read", path: path.clone(), source })?
             .len();
-        Ok(Self { path, offset: 0, len })
+        Ok(Self { path, offset: 0, len, open: None })
     }
 
     /// `len` bytes of `path` starting at `offset`.
     #[must_use]
     pub fn region(path: impl AsRef<Path>, offset: u64, len: u64) -> Self {
-        Self { path: path.as_ref().to_path_buf(), offset, len }
+        Self { path: path.as_ref().to_path_buf(), offset, len, open: None }
+    }
+
+    /// `len` bytes at `offset` of a file the caller holds open (read from that handle, never reopened by
+    /// name: what was checked is what is copied); `path` names it in errors. The handle's position is moved.
+    #[must_use]
+    pub fn of_open_file(file: Arc<File>, path: impl AsRef<Path>, offset: u64, len: u64) -> Self {
+        Self { path: path.as_ref().to_path_buf(), offset, len, open: Some(file) }
     }
 }
 
@@ -204,14 +225,25 @@ impl ByteSource for FileRegionSource {
     fn byte_len(&self) -> u64 {
         self.len
     }
+    fn file_offset(&self) -> Option<u64> {
+        Some(self.offset)
+    }
     fn write_into(&mut self, sink: &mut ChunkSink<'_>) -> Result<()> {
         let io = |source| IrpaError::Io { action: "cannot read", path: self.path.clone(), source };
-        let mut file = File::open(&self.path).map_err(io)?;
-        file.seek(SeekFrom::Start(self.offset)).map_err(io)?;
+        let opened;
+        let file: &File = match &self.open {
+            Some(f) => f,
+            None => {
+                opened = File::open(&self.path).map_err(io)?;
+                &opened
+            }
+        };
+        let mut position = file;
+        position.seek(SeekFrom::Start(self.offset)).map_err(io)?;
         // The kernel moves the bytes file to file; 64 MiB at a time so that progress keeps moving.
         let mut left = self.len;
         while left > 0 {
-            let n = sink.copy_file(&mut file, left.min(MAX_CHUNK_BYTES as u64))?;
+            let n = sink.copy_file(file, left.min(MAX_CHUNK_BYTES as u64))?;
             if n == 0 {
                 return Err(IrpaError::PayloadLengthMismatch {
                     key: sink.key().to_owned(),

@@ -44,7 +44,10 @@ pub struct WriteSummary {
 }
 
 /// Builds an IRPA v0 archive that IREE 3.13 reads, byte-identical to IREE's own builder for the
-/// same entries in the same order.
+/// same entries in the same order, with one difference by default: an entry of at least 8 MiB copied from a file
+/// ([`ByteSource::file_offset`]) starts at its source offset modulo 64 KiB, where the kernel copies it fastest
+/// ([`layout::EntryShape::Data`]). [`ArchiveWriter::iree_placement`] turns that off for byte-for-byte comparisons
+/// with IREE's tools.
 ///
 /// ```
 /// use tapeout_irpa::{ArchiveWriter, F32Source};
@@ -61,6 +64,17 @@ pub struct WriteSummary {
 pub struct ArchiveWriter<'a> {
     entries: Vec<Pending<'a>>,
     keys: HashSet<String>,
+    iree_placement: bool,
+}
+
+fn shape(e: &Pending<'_>, iree_placement: bool) -> (EntryShape, u64, u64) {
+    let shape = match &e.payload {
+        Payload::Data(s) => {
+            EntryShape::Data { len: s.byte_len(), file_offset: if iree_placement { None } else { s.file_offset() } }
+        }
+        Payload::Splat { .. } => EntryShape::Splat,
+    };
+    (shape, e.key.len() as u64, e.metadata.len() as u64)
 }
 
 impl<'a> ArchiveWriter<'a> {
@@ -68,6 +82,14 @@ impl<'a> ArchiveWriter<'a> {
     #[must_use]
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Places every entry exactly as IREE's builder does (64-byte alignment only), so that the archive is
+    /// byte-identical to IREE's `ParameterIndex.create_archive_file` output for the same entries.
+    #[must_use]
+    pub fn iree_placement(mut self, on: bool) -> Self {
+        self.iree_placement = on;
+        self
     }
 
     /// Number of entries added so far.
@@ -143,13 +165,7 @@ impl<'a> ArchiveWriter<'a> {
 
     /// The layout the archive will have.
     pub fn layout(&self) -> Result<Layout> {
-        layout::compute(self.entries.iter().map(|e| {
-            let shape = match &e.payload {
-                Payload::Data(s) => EntryShape::Data { len: s.byte_len() },
-                Payload::Splat { .. } => EntryShape::Splat,
-            };
-            (shape, e.key.len() as u64, e.metadata.len() as u64)
-        }))
+        layout::compute(self.entries.iter().map(|e| shape(e, self.iree_placement)))
     }
 
     /// Splits the entries, in order, into archives of at most `max_file_bytes` each (the padded file size): an
@@ -159,14 +175,9 @@ impl<'a> ArchiveWriter<'a> {
     /// # Errors
     /// [`IrpaError::LayoutOverflow`] when an archive's layout cannot be computed.
     pub fn split(self, max_file_bytes: u64) -> Result<Vec<ArchiveWriter<'a>>> {
-        let shape = |e: &Pending<'_>| {
-            let shape = match &e.payload {
-                Payload::Data(s) => EntryShape::Data { len: s.byte_len() },
-                Payload::Splat { .. } => EntryShape::Splat,
-            };
-            (shape, e.key.len() as u64, e.metadata.len() as u64)
-        };
-        let mut shards = vec![ArchiveWriter::new()];
+        let iree = self.iree_placement;
+        let shape = |e: &Pending<'_>| shape(e, iree);
+        let mut shards = vec![ArchiveWriter::new().iree_placement(iree)];
         let mut shapes = Vec::new();
         for entry in self.entries {
             shapes.push(shape(&entry));
@@ -174,7 +185,7 @@ impl<'a> ArchiveWriter<'a> {
                 && layout::compute(shapes.iter().copied())?.file_size > max_file_bytes;
             if full {
                 shapes = vec![shape(&entry)];
-                shards.push(ArchiveWriter::new());
+                shards.push(ArchiveWriter::new().iree_placement(iree));
             }
             if let Some(w) = shards.last_mut() {
                 w.keys.insert(entry.key.clone());
@@ -307,7 +318,7 @@ struct Target<'f, 'p> {
 }
 
 impl SinkTarget for Target<'_, '_> {
-    fn copy_from(&mut self, src: &mut File, len: u64) -> Result<u64> {
+    fn copy_from(&mut self, src: &File, len: u64) -> Result<u64> {
         let copied = self.copy(src, len).map_err(|source| IrpaError::Io {
             action: "cannot copy the input into",
             path: self.path.to_path_buf(),
@@ -351,7 +362,7 @@ impl SinkTarget for Target<'_, '_> {
 }
 
 impl Target<'_, '_> {
-    fn copy(&mut self, src: &mut File, len: u64) -> std::io::Result<u64> {
+    fn copy(&mut self, src: &File, len: u64) -> std::io::Result<u64> {
         use std::io::Read;
         self.inner.flush()?;
         // File to file through `std::io::copy`: `copy_file_range` on Linux (the kernel moves the bytes; a
@@ -664,6 +675,39 @@ mod tests {
         assert!(bytes[s + 69..].iter().all(|&b| b == 0));
         // Between the end of the first record (96+76) and the next 16-byte boundary.
         assert!(bytes[172..176].iter().all(|&b| b == 0));
+        Ok(())
+    }
+
+    #[test]
+    fn a_large_file_region_is_copied_to_its_source_phase_unless_iree_placement() -> Result<()> {
+        use crate::layout::{COPY_PHASE, COPY_PHASE_MIN_LEN};
+        use crate::reader::IndexKind;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let src = dir.path().join("src.bin");
+        let offset = COPY_PHASE + 4096 + 192; // a tensor inside a checkpoint: 64-aligned, not page-aligned
+        let len = COPY_PHASE_MIN_LEN + 5;
+        let bytes: Vec<u8> = (0..offset + len).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&src, &bytes).expect("write source");
+        let region = || crate::source::FileRegionSource::region(&src, offset, len);
+        let start = |iree: bool| -> Result<(u64, Vec<u8>)> {
+            let path = dir.path().join(format!("p{iree}.irpa"));
+            let mut w = ArchiveWriter::new().iree_placement(iree);
+            w.add_data("small", BytesSource(&[7; 3]))?;
+            w.add_data("w", region())?;
+            w.write(&path)?;
+            let a = Archive::open(&path)?;
+            let e = a.get("w")?;
+            let (IndexKind::Data(r), Payload::Data(got)) = (e.location.kind, e.payload) else { panic!("w is data") };
+            Ok((r.offset, got.to_vec()))
+        };
+        let usize_of = |v: u64| usize::try_from(v).expect("small");
+        let want = &bytes[usize_of(offset)..];
+        let (placed, got) = start(false)?;
+        assert_eq!((placed % COPY_PHASE, placed % 64), (offset % COPY_PHASE, 0));
+        assert!(got == want, "the bytes arrive whole");
+        let (iree, got) = start(true)?;
+        assert!(iree < 4096 && iree % 64 == 0, "IREE's placement: right after the small entry ({iree})");
+        assert!(got == want);
         Ok(())
     }
 
