@@ -174,3 +174,74 @@ def test_a_graph_takes_packed_weights_from_gguf_and_runs_in_iree(tapeout, gguf_f
     norm = t["blk.0.attn_norm.weight"].data.astype(np.float64)
     want = ((x * norm) @ wq.T).astype(np.float32)
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, rtol=1e-5, atol=1e-6)
+
+
+def _aligned_safetensors(path, tensors):
+    """A safetensors file whose data section starts 64-aligned (the header padded with a metadata string), with
+    each tensor's absolute offset in the file."""
+    import struct
+    from safetensors.numpy import save_file
+    for pad in range(64):
+        save_file(tensors, str(path), metadata={"pad": "x" * pad})
+        raw = path.read_bytes()
+        (n,) = struct.unpack("<Q", raw[:8])
+        if (8 + n) % 64 == 0:
+            header = json.loads(raw[8:8 + n])
+            return {k: 8 + n + v["data_offsets"][0] for k, v in header.items() if k != "__metadata__"}
+    raise AssertionError("no padding gives a 64-aligned data section")
+
+
+def _iree_starts(path):
+    out = run(iree_tool("iree-dump-parameters"), f"--parameters=model={path}").stdout
+    cells = [[c.strip() for c in line.split("|")] for line in out.splitlines()]
+    return {c[3].strip("`"): int(c[0]) for c in cells if len(c) == 4 and c[3].startswith("`")}
+
+
+def test_tensors_copied_from_a_checkpoint_keep_their_offset_modulo_64_kib(tapeout, tmp_path):
+    """convert and export copy a tensor kept as stored file to file (the kernel's copy_file_range); one of 8 MiB
+    or more starts at its offset in the checkpoint modulo 64 KiB, where that copy is fastest. IREE reads the bytes
+    and runs the module on them."""
+    w = RNG.standard_normal((1024, 2304)).astype(np.float32)  # 9 MiB, [in, out]: x @ w as stored
+    b = RNG.standard_normal(2304).astype(np.float32)
+    st = tmp_path / "w.safetensors"
+    offsets = _aligned_safetensors(st, {"b": b, "w": w})
+    phase = 64 << 10
+    assert offsets["w"] % 64 == 0 and offsets["w"] % phase != 0
+
+    run(tapeout, "convert", st, "-o", tmp_path / "c.irpa")
+    run(tapeout, "convert", st, "-o", tmp_path / "iree.irpa", "--iree-placement")
+    starts, iree = _iree_starts(tmp_path / "c.irpa"), _iree_starts(tmp_path / "iree.irpa")
+    assert starts["w"] % phase == offsets["w"] % phase, (starts, offsets)
+    assert iree["w"] - iree["b"] == -(-b.nbytes // 64) * 64, "--iree-placement: the next 64-byte boundary"
+    assert iree["w"] % phase != offsets["w"] % phase, "the two placements differ for this file"
+    assert entries(tmp_path / "c.irpa")["w"][0] == w.tobytes()
+
+    graph = {
+        "format": "tapeout-graph/1", "name": "proj",
+        "tensors": [
+            {"name": "x", "shape": [2, 1024], "dtype": "f32"},
+            {"name": "w", "shape": [1024, 2304], "dtype": "f32", "data": {"tensor": "w"}},
+            {"name": "b", "shape": [2304], "dtype": "f32", "data": {"tensor": "b"}},
+            {"name": "xw", "shape": [2, 2304], "dtype": "f32"},
+            {"name": "y", "shape": [2, 2304], "dtype": "f32"},
+        ],
+        "nodes": [
+            {"op": "matmul", "inputs": ["x", "w"], "outputs": ["xw"]},
+            {"op": "add", "inputs": ["xw", "b"], "outputs": ["y"]},
+        ],
+        "outputs": ["y"],
+    }
+    (tmp_path / "g.json").write_text(json.dumps(graph))
+    run(tapeout, "export", tmp_path / "g.json", "--weights", st, "-o", tmp_path / "out", "--inline-below", "0")
+    starts = _iree_starts(tmp_path / "out/proj.irpa")
+    assert starts["w"] % phase == offsets["w"] % phase, (starts, offsets)
+    run(iree_tool("iree-compile"), tmp_path / "out/proj.mlir", "--iree-hal-target-device=local",
+        "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=generic",
+        "-o", tmp_path / "m.vmfb")
+    x = RNG.standard_normal((2, 1024)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    run(iree_tool("iree-run-module"), f"--module={tmp_path / 'm.vmfb'}", "--function=main",
+        f"--parameters=model={tmp_path / 'out/proj.irpa'}", f"--input=@{tmp_path / 'x.npy'}",
+        f"--output=@{tmp_path / 'y.npy'}")
+    want = (x.astype(np.float64) @ w + b).astype(np.float32)
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, rtol=1e-4, atol=1e-4)

@@ -40,6 +40,11 @@ enum Command {
         /// Metadata blob for an entry: KEY=FILE.
         #[arg(long, value_name = "KEY=FILE")]
         meta: Vec<String>,
+        /// Place every entry exactly as IREE's builder does (the archive is then byte-identical to IREE's
+        /// `ParameterIndex.create_archive_file` for the same entries). By default a file of 8 MiB or more starts
+        /// at a 64 KiB boundary, where the kernel copies it fastest.
+        #[arg(long)]
+        iree_placement: bool,
     },
     /// List the entries of an archive (absolute start, end, length, type, key, metadata size).
     Dump {
@@ -115,6 +120,11 @@ enum Command {
         /// Store tensor OLD under key NEW; repeatable.
         #[arg(long, value_name = "OLD=NEW")]
         rename: Vec<String>,
+        /// Place every entry at the offset IREE's builder gives it (the next 64-byte boundary). By default a
+        /// tensor of 8 MiB or more starts at its offset in the input modulo 64 KiB, where the kernel copies it
+        /// fastest.
+        #[arg(long)]
+        iree_placement: bool,
     },
     /// Check that an archive (or a set of them) is valid; exit 0 if it is, 1 with the reason if not.
     Verify {
@@ -201,9 +211,9 @@ fn main() -> ExitCode {
         Err(e) => e.exit(),
     };
     let result = match cli.command {
-        Command::Pack { output, data, splat, meta } => {
+        Command::Pack { output, data, splat, meta, iree_placement } => {
             let sub = matches.subcommand_matches("pack");
-            pack(&output, &data, &splat, &meta, sub)
+            pack(&output, &data, &splat, &meta, iree_placement, sub)
         }
         Command::Dump { files, json } => dump(&files, json),
         Command::Export {
@@ -252,8 +262,11 @@ fn main() -> ExitCode {
             };
             export(&graph, &opts, &output)
         }
-        Command::Convert { input, output, dequantize, keep_dtype, include, exclude, rename } => {
-            convert(&input, &output, dequantize, keep_dtype, include, exclude, &rename)
+        Command::Convert { input, output, dequantize, keep_dtype, include, exclude, rename, iree_placement } => {
+            split_renames(&rename).and_then(|rename| {
+                let opts = tapeout::ConvertOptions { dequantize, keep_dtype, include, exclude, rename, iree_placement };
+                convert(&input, &output, &opts)
+            })
         }
         Command::Verify { files } => verify(&files),
         Command::Extract { file, key, output } => extract(&file, &key, &output),
@@ -283,6 +296,7 @@ fn pack(
     data: &[String],
     splat: &[String],
     meta: &[String],
+    iree_placement: bool,
     matches: Option<&ArgMatches>,
 ) -> Result<(), Failure> {
     // Keep the command-line order across the positional and --splat entries.
@@ -306,7 +320,7 @@ fn pack(
         metadata.insert(key, bytes);
     }
 
-    let mut writer = ArchiveWriter::new();
+    let mut writer = ArchiveWriter::new().iree_placement(iree_placement);
     for (_, p) in &planned {
         match p {
             Planned::Data { key, file } => {
@@ -411,23 +425,14 @@ fn export(graph: &Path, opts: &GraphFileExport<'_>, out_dir: &Path) -> Result<()
     Ok(())
 }
 
-fn convert(
-    input: &Path,
-    output: &Path,
-    dequantize: bool,
-    keep_dtype: bool,
-    include: Vec<String>,
-    exclude: Vec<String>,
-    rename: &[String],
-) -> Result<(), Failure> {
-    let rename = rename
-        .iter()
-        .map(|r| split_kv(r, "--rename").map(|(a, b)| (a.to_owned(), b.to_owned())))
-        .collect::<Result<Vec<_>, _>>()?;
+fn split_renames(rename: &[String]) -> Result<Vec<(String, String)>, Failure> {
+    rename.iter().map(|r| split_kv(r, "--rename").map(|(a, b)| (a.to_owned(), b.to_owned()))).collect()
+}
+
+fn convert(input: &Path, output: &Path, opts: &tapeout::ConvertOptions) -> Result<(), Failure> {
     let file = tapeout::graph::io::WeightFile::open(input).map_err(tapeout::Error::from)?;
-    let opts = tapeout::ConvertOptions { dequantize, keep_dtype, include, exclude, rename };
     let mut meter = ProgressMeter::new();
-    let s = tapeout::convert(&file, &opts, output, &mut |p| meter.update(p))?;
+    let s = tapeout::convert(&file, opts, output, &mut |p| meter.update(p))?;
     meter.finish();
     println!(
         "wrote {} ({} entries, {} payload bytes; {} decoded to f32, {} left out)",

@@ -131,6 +131,17 @@ impl<T> Lent<'_, T> {
 }
 
 impl ConstantData<'_> {
+    /// The bytes this constant writes when they are one borrowed slice written as is (f32 or another dtype as
+    /// stored, not widened, decoded or transposed): what a writer may copy from the file they are mapped from.
+    #[must_use]
+    pub fn as_stored_bytes(&self) -> Option<&[u8]> {
+        match self {
+            ConstantData::Raw { bytes: Lent::Slice(b), .. } => Some(b),
+            ConstantData::F32(Lent::Slice(v)) if cfg!(target_endian = "little") => Some(bytemuck::cast_slice(v)),
+            _ => None,
+        }
+    }
+
     /// The memory this constant reads and how it converts it: equal for two constants that write the same
     /// values (a weight shared by the functions of one module).
     #[must_use]

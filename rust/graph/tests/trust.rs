@@ -150,3 +150,25 @@ fn a_symlink_swapped_during_the_check_never_lets_the_outside_file_in() {
     });
     assert!(read_inside > 0 && refused_n > 0, "the race was exercised: {read_inside} inside, {refused_n} refused");
 }
+
+/// The export copies a weight file to file from the handle opened (and checked) here: pointing the name at a file
+/// outside the tree afterwards changes nothing, and bytes that are not from one of the set's files have no region.
+#[test]
+fn the_kernel_copy_reads_the_checked_file_not_the_name_swapped_later() {
+    use std::os::unix::fs::FileExt;
+    let (tmp, dir) = layout();
+    let g = graph(&dir, "w.bin", false);
+    let weights = WeightSet::open(&g, None).unwrap();
+    std::fs::remove_file(dir.join("w.bin")).unwrap();
+    std::os::unix::fs::symlink(tmp.path().join("private/key"), dir.join("w.bin")).unwrap();
+    let t = g.to_trace(&weights).unwrap();
+    let Storage::Dense(lent) = &t.tensors()[0].storage else { panic!("dense bytes expected") };
+    let bytes = lent.as_slice().unwrap();
+    let (file, path, offset) = weights.file_region(bytes).expect("the bytes are a region of w.bin");
+    assert_eq!((path.file_name().and_then(|n| n.to_str()), offset), (Some("w.bin"), 0));
+    let mut got = [0u8; 4];
+    file.read_exact_at(&mut got, offset).unwrap();
+    assert_eq!(&got, b"ok!!", "the handle opened at the check, not the swapped name");
+    assert!(weights.file_region(b"ok!!").is_none(), "bytes outside every mapping have no file");
+    assert!(weights.file_region(&bytes[..0]).is_none());
+}

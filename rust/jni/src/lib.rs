@@ -103,18 +103,24 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_export<'l>(
                 forced: &forced,
             };
             // A tape is one function (`main`); several tapes exported as one module are a graph with "functions".
-            with_graphs(env, &tape, |functions, stats| {
+            with_graphs(env, &tape, |functions, files, stats| {
                 let mut opts = emit_options(name, scope, inline_below);
                 if let [(only, _)] = functions {
                     opts.function = (*only).to_owned();
                 }
                 PROGRESS_WRITTEN.store(0, Ordering::Relaxed);
                 PROGRESS_TOTAL.store(0, Ordering::Relaxed);
-                let s =
-                    tapeout::export_functions(functions, &opts, max_archive_bytes, Path::new(&out_dir), &mut |p| {
+                let s = tapeout::export_functions(
+                    functions,
+                    &opts,
+                    Some(files),
+                    max_archive_bytes,
+                    Path::new(&out_dir),
+                    &mut |p| {
                         PROGRESS_TOTAL.store(p.total, Ordering::Relaxed);
                         PROGRESS_WRITTEN.store(p.written, Ordering::Relaxed);
-                    })?;
+                    },
+                )?;
                 let graph = functions
                     .first()
                     .map(|(_, g)| *g)

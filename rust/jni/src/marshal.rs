@@ -227,17 +227,18 @@ pub(crate) fn with_graph<'l>(
     f: impl FnOnce(&ComputeGraph<'_>, &Pins) -> Result<String, Failure>,
 ) -> Result<JObject<'l>, Failure> {
     // A tape is one function; a graph of several is for `export` (with_graphs) and takes its first here.
-    with_graphs(env, tape, |functions, stats| {
+    with_graphs(env, tape, |functions, _, stats| {
         let (_, graph) = functions.first().ok_or_else(|| Failure::invalid("the graph has no function".to_owned()))?;
         f(graph, stats)
     })
 }
 
-/// [`with_graph`] for every function of the tape's graph: `f` gets `(name, graph)` per function, in order.
+/// [`with_graph`] for every function of the tape's graph: `f` gets `(name, graph)` per function, in order, and the
+/// files the graph's file-backed weights are mapped from.
 pub(crate) fn with_graphs<'l>(
     env: &mut Env<'l>,
     tape: &TapeArgs<'_, 'l>,
-    f: impl FnOnce(&[(&str, &ComputeGraph<'_>)], &Pins) -> Result<String, Failure>,
+    f: impl FnOnce(&[(&str, &ComputeGraph<'_>)], &WeightSet, &Pins) -> Result<String, Failure>,
 ) -> Result<JObject<'l>, Failure> {
     let req = parse(env, tape.graph_json, tape.options, tape.forced)?;
     let kinds = ints(env, tape.kinds)?;
@@ -260,7 +261,7 @@ pub(crate) fn with_graphs<'l>(
             })
             .collect::<Result<Vec<_>, _>>()?;
         let functions: Vec<(&str, &ComputeGraph<'_>)> = names.iter().copied().zip(graphs.iter()).collect();
-        f(&functions, &stats)?
+        f(&functions, &weights, &stats)?
     };
     Ok(env.new_string(text)?.into())
 }

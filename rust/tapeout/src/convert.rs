@@ -2,6 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::Arc;
 
 use tapeout_graph::io::{Stored, WeightFile};
 use tapeout_graph::{ConstantData, DType, HalfLayout, Lent};
@@ -23,6 +24,8 @@ pub struct ConvertOptions {
     pub exclude: Vec<String>,
     /// `(old, new)` key renames.
     pub rename: Vec<(String, String)>,
+    /// Place entries exactly as IREE's builder does ([`ArchiveWriter::iree_placement`]).
+    pub iree_placement: bool,
 }
 
 /// What a conversion wrote.
@@ -78,7 +81,7 @@ pub fn convert(
     }
     let include = globs(&opts.include, "--include", file.path())?;
     let exclude = globs(&opts.exclude, "--exclude", file.path())?;
-    let mut writer = ArchiveWriter::new();
+    let mut writer = ArchiveWriter::new().iree_placement(opts.iree_placement);
     let (mut skipped, mut converted) = (0, 0);
     for t in &tensors {
         let included = include.is_empty() || include.iter().any(|g| g.matches(t.name));
@@ -111,7 +114,12 @@ pub fn convert(
                     Stored::Dense(d) => metadata(d.name(), &t.shape, None, None),
                 };
                 // Bytes as stored: the kernel copies them from the file into the archive.
-                let region = FileRegionSource::region(file.path(), t.offset, t.bytes.len() as u64);
+                let region = FileRegionSource::of_open_file(
+                    Arc::clone(file.file()),
+                    file.path(),
+                    t.offset,
+                    t.bytes.len() as u64,
+                );
                 writer.add_data_with_metadata(key, md, region)?;
             }
         }

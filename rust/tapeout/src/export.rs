@@ -1,6 +1,7 @@
 //! Export in one pass: the module text, and every external constant streamed into the archive.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use tapeout_graph::io::{FileAccess, GraphFile, WeightSet};
 use tapeout_graph::{
@@ -8,7 +9,7 @@ use tapeout_graph::{
     WeightLayout,
 };
 use tapeout_hlo::{EmitOptions, HloError, MaterializationPolicy};
-use tapeout_irpa::{ArchiveWriter, AtomicFile, Progress};
+use tapeout_irpa::{ArchiveWriter, AtomicFile, FileRegionSource, Progress};
 
 use crate::archive::ConstantPayload;
 use crate::error::{Error, Result};
@@ -96,18 +97,20 @@ pub fn export(
     out_dir: &Path,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<ExportSummary> {
-    export_functions(&[(opts.function.as_str(), graph)], opts, max_archive_bytes, out_dir, progress)
+    export_functions(&[(opts.function.as_str(), graph)], opts, None, max_archive_bytes, out_dir, progress)
 }
 
 /// [`export`] for a module of several public functions (`(name, graph)` each) that share their parameters: a
 /// weight several functions use under one key is one `util.global` and one archive entry. One key naming
-/// different values in two functions is [`Error::Functions`].
+/// different values in two functions is [`Error::Functions`]. With `files` (the weight files the graphs' constants
+/// were mapped from), a constant written as stored is copied by the kernel from its file, not from its mapping.
 ///
 /// # Errors
 /// As [`export`], and [`Error::Functions`].
 pub fn export_functions(
     functions: &[(&str, &ComputeGraph<'_>)],
     opts: &EmitOptions,
+    files: Option<&WeightSet>,
     max_archive_bytes: Option<u64>,
     out_dir: &Path,
     progress: &mut dyn FnMut(Progress),
@@ -132,7 +135,15 @@ pub fn export_functions(
         let Some((_, graph)) = functions.get(ext.function) else { continue };
         let Some(constant) = graph.constant(ext.tensor) else { continue };
         let md = metadata(graph, &constant.data, ext.tensor);
-        writer.add_data_with_metadata(ext.key.clone(), md, ConstantPayload(constant.data.clone()))?;
+        // Bytes written as stored from a mapped weight file: the kernel copies them from that file.
+        let region = constant.data.as_stored_bytes().and_then(|b| Some((files?.file_region(b)?, b.len() as u64)));
+        match region {
+            Some(((file, path, offset), len)) => {
+                let source = FileRegionSource::of_open_file(Arc::clone(file), path, offset, len);
+                writer.add_data_with_metadata(ext.key.clone(), md, source)?;
+            }
+            None => writer.add_data_with_metadata(ext.key.clone(), md, ConstantPayload(constant.data.clone()))?,
+        }
     }
     let scope = match &opts.policy {
         MaterializationPolicy::ExternalAlways { scope } | MaterializationPolicy::SizeThreshold { scope, .. } => {
@@ -251,7 +262,7 @@ pub fn export_graph_file(
         policy: opts.policy.clone(),
     };
     let functions: Vec<(&str, &ComputeGraph<'_>)> = names.iter().copied().zip(graphs.iter()).collect();
-    export_functions(&functions, &emit, opts.max_archive_bytes, out_dir, progress)
+    export_functions(&functions, &emit, Some(&weights), opts.max_archive_bytes, out_dir, progress)
 }
 
 #[cfg(test)]

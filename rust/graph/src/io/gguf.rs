@@ -8,6 +8,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
+use std::sync::Arc;
 
 use crate::dtype::DType;
 use crate::io::IoError;
@@ -193,6 +194,7 @@ pub enum GgufValue {
 /// An open GGUF file.
 pub struct GgufFile {
     path: PathBuf,
+    file: Arc<File>,
     map: Mmap,
     version: u32,
     alignment: u64,
@@ -326,13 +328,18 @@ impl GgufFile {
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
         let parsed = parse(&map).map_err(|source| IoError::Gguf { path: path.clone(), source })?;
         let (version, alignment, metadata, tensors) = parsed;
-        Ok(Self { path, map, version, alignment, metadata, tensors })
+        Ok(Self { path, file: Arc::new(file), map, version, alignment, metadata, tensors })
     }
 
     /// The file's path.
     #[must_use]
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The open file and its whole mapping.
+    pub(crate) fn mapping(&self) -> (&Arc<File>, &[u8]) {
+        (&self.file, &self.map)
     }
 
     /// The GGUF version (2 or 3).

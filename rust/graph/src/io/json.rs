@@ -6,6 +6,7 @@ use std::path::{Component, Path, PathBuf};
 
 use memmap2::Mmap;
 use serde::Deserialize;
+use std::sync::Arc;
 
 use super::IoError;
 use super::weights::{Stored, WeightFile};
@@ -143,7 +144,8 @@ struct Function {
 /// The memory-mapped weight files a graph refers to.
 pub struct WeightSet {
     weights: Option<WeightFile>,
-    files: HashMap<PathBuf, Mmap>,
+    /// Raw files by the name the graph writes: the path opened, the open file, its mapping.
+    files: HashMap<PathBuf, (PathBuf, Arc<File>, Mmap)>,
 }
 
 /// An attribute value: integers stay integers (one above `i64::MAX` is an error, not a lossy float), any
@@ -537,7 +539,8 @@ impl GraphFile {
                 }
             }
             Source::File(path, offset) => {
-                let map = weights.files.get(path).ok_or_else(|| bad(format!("{} is not open", path.display())))?;
+                let (_, _, map) =
+                    weights.files.get(path).ok_or_else(|| bad(format!("{} is not open", path.display())))?;
                 let start = usize::try_from(*offset).map_err(|_| bad("offset too large".into()))?;
                 let stored = match &w.encoding {
                     Some(e) => Stored::Packed(e.clone()),
@@ -613,10 +616,29 @@ impl WeightSet {
                 let path = graph.dir().join(written);
                 let f = graph.open_data_file(spec.label(), written, &path)?;
                 // SAFETY: read-only mapping of a weight file that must not change during export.
-                let map = unsafe { Mmap::map(&f) }.map_err(|source| IoError::Io { path, source })?;
-                files.insert(written.clone(), map);
+                let map = unsafe { Mmap::map(&f) }.map_err(|source| IoError::Io { path: path.clone(), source })?;
+                files.insert(written.clone(), (path, Arc::new(f), map));
             }
         }
         Ok(Self { weights, files })
+    }
+
+    /// Where `bytes` come from when they lie inside one of this set's mappings (the weights file, or a raw file
+    /// the graph names): the open file, its path and the offset. The export then lets the kernel copy them file to
+    /// file, from the handle that was opened and checked, never from the path reopened.
+    #[must_use]
+    pub fn file_region(&self, bytes: &[u8]) -> Option<(&Arc<File>, &Path, u64)> {
+        let within = |map: &[u8]| -> Option<u64> {
+            let (start, at) = (map.as_ptr().addr(), bytes.as_ptr().addr());
+            let inside = !bytes.is_empty() && at >= start && at - start + bytes.len() <= map.len();
+            inside.then(|| (at - start) as u64)
+        };
+        let weights = self.weights.as_ref().and_then(|w| {
+            let (file, map) = w.mapping();
+            within(map).map(|offset| (file, w.path(), offset))
+        });
+        weights.or_else(|| {
+            self.files.values().find_map(|(path, file, map)| within(map).map(|offset| (file, path.as_path(), offset)))
+        })
     }
 }

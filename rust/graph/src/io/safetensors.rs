@@ -5,6 +5,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
+use std::sync::Arc;
 
 use crate::dtype::DType;
 use crate::io::IoError;
@@ -25,6 +26,7 @@ pub struct SafeTensor {
 /// An open safetensors file.
 pub struct SafeTensors {
     path: PathBuf,
+    file: Arc<File>,
     map: Option<Mmap>,
     tensors: HashMap<String, SafeTensor>,
     order: Vec<String>,
@@ -46,13 +48,18 @@ impl SafeTensors {
         };
         let (tensors, order, metadata) = parse(map.as_deref().unwrap_or(&[]))
             .map_err(|source| IoError::Safetensors { path: path.clone(), source })?;
-        Ok(Self { path, map, tensors, order, metadata })
+        Ok(Self { path, file: Arc::new(file), map, tensors, order, metadata })
     }
 
     /// The file's path.
     #[must_use]
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The open file and its whole mapping (empty for an empty file).
+    pub(crate) fn mapping(&self) -> (&Arc<File>, &[u8]) {
+        (&self.file, self.map.as_deref().unwrap_or(&[]))
     }
 
     /// Tensor names in file order.

@@ -101,6 +101,20 @@ impl WeightFile {
         }
     }
 
+    /// The open file and its whole mapping.
+    pub(crate) fn mapping(&self) -> (&std::sync::Arc<std::fs::File>, &[u8]) {
+        match self {
+            WeightFile::SafeTensors(s) => s.mapping(),
+            WeightFile::Gguf(g) => g.mapping(),
+        }
+    }
+
+    /// The open file (read by the kernel's copy of a tensor kept as stored: [`StoredTensor::offset`]).
+    #[must_use]
+    pub fn file(&self) -> &std::sync::Arc<std::fs::File> {
+        self.mapping().0
+    }
+
     /// Every tensor, in file order.
     #[must_use]
     pub fn tensors(&self) -> Vec<StoredTensor<'_>> {

@@ -29,7 +29,7 @@ object CheckpointProof {
         val bytes = ROWS.toLong() * COLS * 4
         var header = "{\"embed.weight\":{\"dtype\":\"F32\",\"shape\":[$ROWS,$COLS],\"data_offsets\":[0,$bytes]}," +
             "\"__metadata__\":{\"format\":\"pt\"}}"
-        while (header.length % 8 != 0) header += " "
+        while ((8 + header.length) % 64 != 0) header += " " // the data starts 64-aligned, as torch's writer pads it
         FileChannel.open(file.toPath(), StandardOpenOption.CREATE, StandardOpenOption.WRITE, StandardOpenOption.TRUNCATE_EXISTING).use { ch ->
             val head = ByteBuffer.allocate(8 + header.length).order(ByteOrder.LITTLE_ENDIAN)
             head.putLong(header.length.toLong()).put(header.toByteArray()).flip()
@@ -100,6 +100,15 @@ object CheckpointProof {
             check(heap < table.length / 4) { "run with -Xmx256m: the heap ($heap bytes) must be far smaller than the tensor" }
             check(r.pins == 0L) { "a JVM array was pinned: ${r.pins}" }
             check(grew <= 64L shl 20) { "RssAnon grew by $grew bytes" }
+            // Copied file to file by the kernel: the entry starts at the tensor's offset in the checkpoint modulo 64 KiB.
+            val start = FileChannel.open(r.irpa.toPath()).use { ch ->
+                val b = ByteBuffer.allocate(168).order(ByteOrder.LITTLE_ENDIAN)
+                while (b.hasRemaining() && ch.read(b) >= 0) Unit
+                b.getLong(72) + b.getLong(96 + 60) // storage segment + the only entry's storage offset
+            }
+            val source = 8L + ckpt.inputStream().use { ByteBuffer.wrap(it.readNBytes(8)).order(ByteOrder.LITTLE_ENDIAN).long }
+            println("checkpoint-proof: the tensor starts at $source in the checkpoint and at $start in the archive")
+            check(start % 65536 == source % 65536) { "the entry starts at $start, not at $source modulo 64 KiB: not copied file to file" }
             ckpt.delete() // IREE reads the archive, not the checkpoint
 
             val vmfb = File(work, "ckpt.vmfb")
