@@ -10,6 +10,7 @@ Prints one JSON object per measurement on stdout.
 """
 import json
 import os
+import resource
 import pathlib
 import struct
 import subprocess
@@ -30,8 +31,8 @@ def median(xs):
 
 
 def iree_builder(nbytes, rounds=5):
-    """Same input file, same output bytes: `tapeout pack` against ParameterIndex.add_buffer(np.memmap) +
-    create_archive_file, alternating, medians; both outputs are compared byte for byte."""
+    """Same input file, same output bytes: `tapeout pack --iree-placement` against ParameterIndex.add_buffer(np.memmap)
+    + create_archive_file, alternating, medians; both outputs are compared byte for byte."""
     import iree.runtime as rt
     WORK.mkdir(parents=True, exist_ok=True)
     src = WORK / "payload.bin"
@@ -44,7 +45,8 @@ def iree_builder(nbytes, rounds=5):
         for out in (WORK / "ours.irpa", WORK / "iree.irpa"):
             out.unlink(missing_ok=True)
         t = time.perf_counter()
-        subprocess.run([TAPEOUT, "pack", "-o", WORK / "ours.irpa", f"weight={src}"], check=True, capture_output=True)
+        subprocess.run([TAPEOUT, "pack", "--iree-placement", "-o", WORK / "ours.irpa", f"weight={src}"], check=True,
+                       capture_output=True)
         ours_t.append(time.perf_counter() - t)
         t = time.perf_counter()
         idx = rt.ParameterIndex()
@@ -59,11 +61,37 @@ def iree_builder(nbytes, rounds=5):
             "ratio": median(iree_t) / median(ours_t), "byte_identical": same}
 
 
+def fill_page_cache():
+    """Fills the free memory with clean page cache (a sparse file read once: zero pages, no disk writes), so that
+    every measured write afterwards reclaims clean cache. Without it a write takes its pages from memory the VM's
+    balloon has handed back to the host, which costs 1.3 s or 4 s for the same 2 GiB depending on whether the
+    balloon reported them yet (see docs/performance.md, this machine's memory). Returns the file to delete."""
+    with open("/proc/meminfo") as f:
+        free_kib = next(int(line.split()[1]) for line in f if line.startswith("MemFree:"))
+    ballast = WORK / "page-cache-ballast"
+    with open(ballast, "wb") as f:
+        f.truncate(free_kib * 1024)
+    subprocess.run(["cat", ballast], stdout=subprocess.DEVNULL, check=True)
+    return ballast
+
+
+def timed(cmd):
+    """(wall seconds, CPU seconds of the process and its children) of one command."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True)
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
 def pack_vs_cat(nbytes, rounds=9):
     """`tapeout pack` of one file against `cat` of the same file into the same directory (cat moves the bytes with
-    copy_file_range) followed by `sync` of the copy (pack fsyncs its archive), alternating, medians. The disk of
-    this machine is a virtual one whose speed drifts by 2-4x within a minute, so the figure also gives the median of
-    the per-round ratios (each pack against the cat next to it)."""
+    copy_file_range) followed by `sync` of the copy (pack fsyncs its archive), alternating, medians. Every run
+    writes a new name and the previous output is deleted first, with the page cache full of clean pages (see
+    fill_page_cache). The disk of this machine is a virtual one whose speed drifts by 2-4x within a minute, so the
+    figure also gives the median of the per-round ratios (each pack against the cat next to it) and the CPU time
+    of each tool (the kernel's copy into the page cache; the disk's wait is not in it)."""
     WORK.mkdir(parents=True, exist_ok=True)
     src = WORK / "payload.bin"
     rng = np.random.default_rng(3)
@@ -72,25 +100,29 @@ def pack_vs_cat(nbytes, rounds=9):
         for _ in range(nbytes // len(block)):
             f.write(block)
     os.sync()
-    ours_t, cat_t = [], []
+    ballast = fill_page_cache()
+    times = {"ours": [], "cat": []}
+    previous = None
     for r in range(rounds):
         for variant in (("ours", "cat") if r % 2 == 0 else ("cat", "ours")):
-            for out in (WORK / "ours.irpa", WORK / "copy.bin"):
-                out.unlink(missing_ok=True)
+            out = WORK / f"copy-{r}-{variant}.bin"
+            if previous is not None:
+                previous.unlink(missing_ok=True)
             os.sync()
-            t = time.perf_counter()
             if variant == "ours":
-                subprocess.run([TAPEOUT, "pack", "-o", WORK / "ours.irpa", f"w={src}"], check=True, capture_output=True)
-                ours_t.append(time.perf_counter() - t)
+                times[variant].append(timed([TAPEOUT, "pack", "-o", out, f"w={src}"]))
             else:
-                subprocess.run(["sh", "-c", f"cat '{src}' > '{WORK / 'copy.bin'}' && sync '{WORK / 'copy.bin'}'"],
-                               check=True)
-                cat_t.append(time.perf_counter() - t)
-    for p in (src, WORK / "ours.irpa", WORK / "copy.bin"):
+                times[variant].append(timed(["sh", "-c", f"cat '{src}' > '{out}' && sync '{out}'"]))
+            previous = out
+    for p in (src, previous, ballast):
         p.unlink(missing_ok=True)
+    ours_t, cat_t = [w for w, _ in times["ours"]], [w for w, _ in times["cat"]]
+    ours_cpu, cat_cpu = [c for _, c in times["ours"]], [c for _, c in times["cat"]]
     return {"figure": "pack_vs_cat", "bytes": nbytes, "tapeout_s": median(ours_t), "cat_s": median(cat_t),
             "ratio": median(cat_t) / median(ours_t),
             "paired_ratio_median": median([c / o for c, o in zip(cat_t, ours_t)]),
+            "tapeout_cpu_s": median(ours_cpu), "cat_cpu_s": median(cat_cpu),
+            "cpu_ratio": median(cat_cpu) / median(ours_cpu),
             "tapeout_rounds_s": ours_t, "cat_rounds_s": cat_t}
 
 
