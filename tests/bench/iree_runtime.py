@@ -202,6 +202,50 @@ def tiny_llm(a):
             print(json.dumps(r))
 
 
+def arg_types(mlir, fn):
+    """`{tapeout.name: (shape, numpy dtype)}` of `fn`'s arguments."""
+    import re
+    sig = re.search(r"func\.func @" + fn + r"\((.*?)\) ->", pathlib.Path(mlir).read_text(), re.S).group(1)
+    out = {}
+    for t, name in re.findall(r'%arg\d+: tensor<([^>]*)> \{tapeout\.name = "([^"]*)"\}', sig):
+        *dims, dtype = t.split("x")
+        out[name] = (tuple(int(x) for x in dims), {"f32": np.float32, "i32": np.int32, "i64": np.int64}[dtype])
+    return out
+
+
+def tiny_llm_decode(a):
+    """One decode step (one token, position 63, the 64-row caches as arguments) of two Gradle exports of
+    examples/tiny-llm at the same size, 16-bit kept (`--keep DIR`) and widened (`--widen DIR`): archive bytes,
+    `iree-run-module` peak RSS and the `iree-benchmark-module` time of the step, side by side."""
+    with tempfile.TemporaryDirectory(dir=a.out) as d:
+        d = pathlib.Path(d)
+        rows = []
+        for form, src in (("keep", a.keep), ("widen", a.widen)):
+            src = pathlib.Path(src)
+            mlir = src / "tiny_llm.mlir"
+            types = arg_types(mlir, "decode")
+            rng = np.random.default_rng(8)
+            feeds = {"token": np.array([5], np.int32), "position": np.array([63], np.int32), "pos": np.array(63)}
+            inputs = []
+            for name in arg_order(mlir, "decode"):
+                shape, dtype = types[name]
+                value = feeds.get(name)
+                if value is None:  # a cache: random keys and values, the same for both forms
+                    value = (rng.standard_normal(shape) * 0.5).astype(dtype)
+                np.save(d / f"{form}-{name}.npy", np.asarray(value, dtype).reshape(shape))
+                inputs.append(d / f"{form}-{name}.npy")
+            caches = sum(n.startswith("cache_") for n in types)
+            m = run_module(d, f"decode-{form}", mlir, [src / "tiny_llm.irpa"], inputs, function="decode",
+                           outputs=2 + caches)  # logits, next and each updated cache
+            rows.append({"figure": "iree_tiny_llm_decode", "form": form, "size": a.size, **m})
+        keep, widen = rows
+        assert np.allclose(keep["output"], widen["output"], rtol=1e-4, atol=1e-4), rows
+        keep["step_vs_widened"] = keep["step_ms"] / widen["step_ms"]
+        keep["archive_vs_widened"] = keep["irpa_bytes"] / widen["irpa_bytes"]
+        for r in rows:
+            print(json.dumps(r))
+
+
 def with_cache_globals(text):
     """The module with decode's caches as mutable module globals instead of arguments and results: each cache
     argument becomes a `util.global private mutable` loaded at the start of decode, each updated cache is stored
@@ -377,12 +421,13 @@ def pytorch_layout(a):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", nargs="?", default="pytorch-layout", choices=["pytorch-layout", "tied", "tiny-llm", "packed"])
+    ap.add_argument("what", nargs="?", default="pytorch-layout", choices=["pytorch-layout", "tied", "tiny-llm", "tiny-llm-decode", "packed"])
     ap.add_argument("--dim", type=int, default=None)
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--vocab", type=int, default=262144)
     ap.add_argument("--keep")
     ap.add_argument("--widen")
+    ap.add_argument("--size", default="", help="tiny-llm-decode: the size the exports were made at (a label)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--formats", default="Q8_0,Q4_0,Q4_K,Q5_K,Q6_K")
     a = ap.parse_args()
@@ -391,6 +436,8 @@ def main():
         tied(a)
     elif a.what == "tiny-llm":
         tiny_llm(a)
+    elif a.what == "tiny-llm-decode":
+        tiny_llm_decode(a)
     elif a.what == "packed":
         a.dim = a.dim or 4096
         a.layers = 4 if a.layers == 8 else a.layers

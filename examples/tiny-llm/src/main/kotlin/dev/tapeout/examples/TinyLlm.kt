@@ -38,12 +38,16 @@ import kotlin.math.sqrt
  */
 class TinyLlm : ModuleProvider {
     companion object {
-        const val VOCAB = 64
-        const val DIM = 32
-        const val HEADS = 2
-        const val HEAD_DIM = DIM / HEADS
-        const val FFN = 64
-        const val LAYERS = 2
+        // The sizes: these defaults, or system properties (`tapeout { systemProperty 'tinyLlm.dim', 1024 }`; the bench
+        // exports the same model at a serving size this way).
+        val VOCAB: Int = Integer.getInteger("tinyLlm.vocab", 64)
+        val DIM: Int = Integer.getInteger("tinyLlm.dim", 32)
+        val HEADS: Int = Integer.getInteger("tinyLlm.heads", 2)
+        val HEAD_DIM: Int = DIM / HEADS
+        val FFN: Int = Integer.getInteger("tinyLlm.ffn", 64)
+        val LAYERS: Int = Integer.getInteger("tinyLlm.layers", 2)
+        /** `tinyLlm.bf16=all`: every matrix and the embedding held as bf16, as in a bf16 checkpoint (default: q/k/v). */
+        val ALL_BF16: Boolean = System.getProperty("tinyLlm.bf16") == "all"
         /** The cache length: the longest sequence decode serves. */
         const val MAX = 64
         const val EPS = 1e-6
@@ -120,7 +124,10 @@ class TinyLlm : ModuleProvider {
         private val rng = Random(20261130)
         private fun randn(n: Int, scale: Double) = FloatArray(n) { (rng.nextGaussian() * scale).toFloat() }
 
-        val embed = randn(VOCAB * DIM, 0.5)
+        /** As the model holds it: f32, or bf16-rounded with [ALL_BF16]. */
+        private fun held(v: FloatArray) = if (ALL_BF16) bf16Round(v) else v
+
+        val embed = held(randn(VOCAB * DIM, 0.5))
         val norm = FloatArray(DIM) { 1f + (rng.nextGaussian() * 0.1).toFloat() }
         val layers = List(LAYERS) { Layer(it) }
 
@@ -130,12 +137,12 @@ class TinyLlm : ModuleProvider {
             val wq = bf16Round(randn(DIM * DIM, 0.3))
             val wk = bf16Round(randn(DIM * DIM, 0.3))
             val wv = bf16Round(randn(DIM * DIM, 0.3))
-            val wo = randn(DIM * DIM, 0.3)
-            val wg = randn(FFN * DIM, 0.3)
-            val wu = randn(FFN * DIM, 0.3)
+            val wo = held(randn(DIM * DIM, 0.3))
+            val wg = held(randn(FFN * DIM, 0.3))
+            val wu = held(randn(FFN * DIM, 0.3))
             /** `[DIM, FFN]` (out × in) Q8_0 codes for layer 1. */
             val wdCodes: ByteArray? = if (index == 1) q8Codes(randn(DIM * FFN, 0.3)) else null
-            val wd: FloatArray = wdCodes?.let { q8Values(it) } ?: randn(DIM * FFN, 0.3)
+            val wd: FloatArray = wdCodes?.let { q8Values(it) } ?: held(randn(DIM * FFN, 0.3))
         }
     }
 
@@ -144,7 +151,8 @@ class TinyLlm : ModuleProvider {
     /** The module tree with the weights bound to it (borrowed arrays; nothing copied). */
     val module = ForCausalLm().also { m ->
         val w = weights
-        m.model.embedTokens.bind("weight", w.embed)
+        fun Module.bindHeld(values: FloatArray) = if (ALL_BF16) bindHalf("weight", bf16Shorts(values), DType.BF16) else bind("weight", values)
+        m.model.embedTokens.bindHeld(w.embed)
         m.model.norm.bind("weight", w.norm)
         for ((layer, l) in m.model.layers.zip(w.layers)) {
             layer.inputLayernorm.bind("weight", l.ln1)
@@ -153,12 +161,12 @@ class TinyLlm : ModuleProvider {
                 qProj.bindHalf("weight", bf16Shorts(l.wq), DType.BF16)
                 kProj.bindHalf("weight", bf16Shorts(l.wk), DType.BF16)
                 vProj.bindHalf("weight", bf16Shorts(l.wv), DType.BF16)
-                oProj.bind("weight", l.wo)
+                oProj.bindHeld(l.wo)
             }
             with(layer.mlp) {
-                gateProj.bind("weight", l.wg)
-                upProj.bind("weight", l.wu)
-                if (l.wdCodes != null) downProj.bindPacked("weight", q8Blocks(l.wdCodes), "Q8_0") else downProj.bind("weight", l.wd)
+                gateProj.bindHeld(l.wg)
+                upProj.bindHeld(l.wu)
+                if (l.wdCodes != null) downProj.bindPacked("weight", q8Blocks(l.wdCodes), "Q8_0") else downProj.bindHeld(l.wd)
             }
         }
     }
