@@ -8,7 +8,7 @@ import iree.runtime as rt
 from gguf import GGUFReader, GGUFWriter, GGMLQuantizationType as T
 from gguf.quants import dequantize, quantize
 
-from harness import iree_tool, run
+from harness import compile_and_run_iree, iree_tool, run
 
 RNG = np.random.default_rng(7)
 
@@ -235,13 +235,7 @@ def test_tensors_copied_from_a_checkpoint_keep_their_offset_modulo_64_kib(tapeou
     run(tapeout, "export", tmp_path / "g.json", "--weights", st, "-o", tmp_path / "out", "--inline-below", "0")
     starts = _iree_starts(tmp_path / "out/proj.irpa")
     assert starts["w"] % phase == offsets["w"] % phase, (starts, offsets)
-    run(iree_tool("iree-compile"), tmp_path / "out/proj.mlir", "--iree-hal-target-device=local",
-        "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=generic",
-        "-o", tmp_path / "m.vmfb")
     x = RNG.standard_normal((2, 1024)).astype(np.float32)
-    np.save(tmp_path / "x.npy", x)
-    run(iree_tool("iree-run-module"), f"--module={tmp_path / 'm.vmfb'}", "--function=main",
-        f"--parameters=model={tmp_path / 'out/proj.irpa'}", f"--input=@{tmp_path / 'x.npy'}",
-        f"--output=@{tmp_path / 'y.npy'}")
+    (y,) = compile_and_run_iree(tmp_path, tmp_path / "out/proj.mlir", [tmp_path / "out/proj.irpa"], [x])
     want = (x.astype(np.float64) @ w + b).astype(np.float32)
-    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
