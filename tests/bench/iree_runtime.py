@@ -203,8 +203,7 @@ def tiny_llm(a):
 
 
 def arg_types(mlir, fn):
-    """`{tapeout.name: (shape, numpy dtype)}` of `fn`'s arguments."""
-    import re
+    """`{tapeout.name: (shape, numpy dtype)}` of `fn`'s arguments, in argument order."""
     sig = re.search(r"func\.func @" + fn + r"\((.*?)\) ->", pathlib.Path(mlir).read_text(), re.S).group(1)
     out = {}
     for t, name in re.findall(r'%arg\d+: tensor<([^>]*)> \{tapeout\.name = "([^"]*)"\}', sig):
@@ -227,8 +226,7 @@ def tiny_llm_decode(a):
             rng = np.random.default_rng(8)
             feeds = {"token": np.array([5], np.int32), "position": np.array([63], np.int32), "pos": np.array(63)}
             inputs = []
-            for name in arg_order(mlir, "decode"):
-                shape, dtype = types[name]
+            for name, (shape, dtype) in types.items():
                 value = feeds.get(name)
                 if value is None:  # a cache: random keys and values, the same for both forms
                     value = (rng.standard_normal(shape) * 0.5).astype(dtype)
