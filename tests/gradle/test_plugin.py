@@ -290,6 +290,14 @@ class Configured : ModelProvider {
         return t
     }
 }
+
+/** Its size checked when the class is initialised, as the tiny LLM example checks its system properties. */
+class BadSize : ModelProvider {
+    companion object {
+        val N: Int = Integer.getInteger("demo.n", 0).also { require(it > 0) { "demo.n must be positive, not $it" } }
+    }
+    override fun buildTape() = ExecutionTape().also { t -> t.output("y", t.input("x", N)) }
+}
 '''
 
 
@@ -311,6 +319,9 @@ def test_failures_in_the_model_point_at_the_model(built_jars, tmp_path):
         ("tapeout { model = 'demo.Singleton' }",
          ["demo.Singleton is a Kotlin object", "needs a class with a public no-argument constructor"]),
         ("tapeout { model = 'demo.NeedsArgs' }", ["demo.NeedsArgs has no public no-argument constructor"]),
+        ("tapeout { model = 'demo.BadSize' }",
+         ["the model threw java.lang.IllegalArgumentException: demo.n must be positive, not 0 (initializing "
+          "demo.BadSize)", "at demo.BadSize.<clinit>(User.kt:"]),
     ]
     for i, (block, needles) in enumerate(cases):
         r = gradle(user_project(tmp_path / str(i), block), "exportIrpa")

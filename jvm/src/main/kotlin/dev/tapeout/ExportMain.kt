@@ -44,7 +44,7 @@ object ExportMain {
     /** The model's own frames of [e]: the top of its stack down to the call from this class (at most 8). */
     internal fun modelFrames(e: Throwable): List<String> = e.stackTrace
         .takeWhile { it.className != ExportMain::class.java.name }
-        .filter { !it.className.startsWith("java.lang.reflect.") && !it.className.startsWith("jdk.internal.") && !it.className.startsWith("sun.reflect.") }
+        .filter { !it.className.startsWith("java.lang.reflect.") && !it.className.startsWith("jdk.internal.") && !it.className.startsWith("sun.reflect.") && it.className != "java.lang.Class" }
         .take(8)
         .map { "  at $it" }
 
@@ -104,7 +104,10 @@ object ExportMain {
             } catch (e: OutOfMemoryError) {
                 throw e
             } catch (e: Throwable) {
-                fail(listOf("the model threw ${e.javaClass.name}${e.message?.let { ": $it" } ?: ""}") + modelFrames(e))
+                // A failure in the model class's static initialisation (a companion object's vals) arrives wrapped.
+                val cause = (e as? ExceptionInInitializerError)?.cause ?: e
+                val during = if (cause !== e) " (initializing $modelClass)" else ""
+                fail(listOf("the model threw ${cause.javaClass.name}${cause.message?.let { ": $it" } ?: ""}$during") + modelFrames(cause))
             }
             if (built.size != 1 || built.keys.single() != "main") {
                 exportFunctions(built, outDir, name, scope, args[4].toLong(), packed, half, maxArchiveBytes, t0)

@@ -43,6 +43,9 @@ class TinyLlm : ModuleProvider {
         val VOCAB: Int = Integer.getInteger("tinyLlm.vocab", 64)
         val DIM: Int = Integer.getInteger("tinyLlm.dim", 32)
         val HEADS: Int = Integer.getInteger("tinyLlm.heads", 2)
+        init {
+            require(HEADS > 0 && DIM % HEADS == 0) { "tinyLlm.dim ($DIM) must be a multiple of tinyLlm.heads ($HEADS)" }
+        }
         val HEAD_DIM: Int = DIM / HEADS
         val FFN: Int = Integer.getInteger("tinyLlm.ffn", 64)
         val LAYERS: Int = Integer.getInteger("tinyLlm.layers", 2)
