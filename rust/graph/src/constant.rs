@@ -60,8 +60,14 @@ pub enum ConstantData<'a> {
         bytes: Lent<'a, u8>,
         /// The packed weight's logical `[rows, cols]`.
         dims: [u64; 2],
+        /// The rows every plane is written with: `dims[0]` rounded up to
+        /// [`Split::row_multiple`](crate::planar::Split::row_multiple); the rows past `dims[0]` are zero.
+        padded_rows: u64,
         /// Which plane.
         plane: crate::planar::Plane,
+        /// The dtype it is written as: the split's own ([`Split::dtype`](crate::planar::Split::dtype)), or `i8`
+        /// for sub-byte codes of a weight the program also dequantizes whole.
+        dtype: DType,
     },
     /// Values of another dtype written as stored (little-endian bytes).
     Raw {
@@ -165,9 +171,7 @@ impl ConstantData<'_> {
         match self {
             ConstantData::Raw { dtype, .. } => *dtype,
             ConstantData::Transposed { of, .. } => of.dtype(),
-            ConstantData::Plane { encoding, plane, .. } => {
-                crate::planar::Split::of(encoding).map_or(DType::I8, |s| s.dtype(*plane))
-            }
+            ConstantData::Plane { dtype, .. } => *dtype,
             _ => DType::F32,
         }
     }
@@ -181,8 +185,10 @@ impl ConstantData<'_> {
             ConstantData::Dequantize { elements, .. } => *elements,
             ConstantData::Raw { dtype, bytes } => bytes.len() / dtype.byte_width(),
             ConstantData::Transposed { of, .. } => of.element_count(),
-            ConstantData::Plane { encoding, dims: [rows, cols], plane, .. } => crate::planar::Split::of(encoding)
-                .map_or(0, |s| rows * (cols / s.block_values.max(1)) * s.values_per_block(*plane)),
+            ConstantData::Plane { encoding, dims: [_, cols], padded_rows, plane, .. } => {
+                crate::planar::Split::of(encoding)
+                    .map_or(0, |s| padded_rows * (cols / s.block_values.max(1)) * s.values_per_block(*plane))
+            }
         }
     }
 
@@ -212,8 +218,8 @@ impl ConstantData<'_> {
                 lend(out, bytes, MAX_LEND_BYTES, |o: &mut dyn ByteSink, chunk: &[_]| o.put(chunk))
             }
             ConstantData::Transposed { of, rows, cols } => crate::transpose::stream(of, *rows, *cols, out),
-            ConstantData::Plane { encoding, bytes, dims, plane } => {
-                crate::transpose::stream_plane(encoding, bytes, *dims, *plane, out)
+            ConstantData::Plane { encoding, bytes, dims, padded_rows, plane, dtype } => {
+                crate::transpose::stream_plane(encoding, bytes, *dims, *padded_rows, *plane, *dtype, out)
             }
             ConstantData::Widen { from, bytes, layout: HalfLayout::RowMajor, .. } => {
                 let mut buf = buffer(bytes.len() / 2);

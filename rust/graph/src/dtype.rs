@@ -87,6 +87,16 @@ impl DType {
         matches!(self, DType::I4 | DType::I2)
     }
 
+    /// Bits per element of a sub-byte type (4 for [`DType::I4`], 2 for [`DType::I2`]); `None` for the others.
+    #[must_use]
+    pub const fn sub_byte_bits(self) -> Option<u64> {
+        match self {
+            DType::I4 => Some(4),
+            DType::I2 => Some(2),
+            _ => None,
+        }
+    }
+
     /// True for the floating-point types.
     #[must_use]
     pub const fn is_float(self) -> bool {

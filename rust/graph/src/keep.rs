@@ -32,6 +32,10 @@ static THIRTY_TWO: [u8; 4] = 32.0f32.to_le_bytes();
 struct Builder<'s> {
     specs: &'s mut Vec<TensorSpec>,
     ops: Vec<Op>,
+    /// Per op: whether it derives a value from the planes alone that several uses share (the f32 codes, `A` as
+    /// `[Kb, 1, N]`, …). Those stay in the prelude wherever they were first built, so that every use sees them.
+    shared: Vec<bool>,
+    sharing: bool,
     index: usize,
 }
 
@@ -44,7 +48,31 @@ impl Builder<'_> {
 
     fn op_into(&mut self, op: OpKind, attrs: Attrs, inputs: &[TensorId], out: TensorId) -> TensorId {
         self.ops.push(Op { index: self.index, op, attrs, inputs: inputs.to_vec(), outputs: vec![out] });
+        self.shared.push(self.sharing);
         out
+    }
+
+    /// Builds a shared value with `f` (see [`Builder::shared`]).
+    fn share<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
+        let was = std::mem::replace(&mut self.sharing, true);
+        let t = f(self);
+        self.sharing = was;
+        t
+    }
+
+    /// The ops built since `start` for one use, which replace its node; the shared ones among them stay behind.
+    fn take_use(&mut self, start: usize) -> Vec<Op> {
+        let (ops, shared) = (self.ops.split_off(start), self.shared.split_off(start));
+        let mut seq = Vec::new();
+        for (op, s) in ops.into_iter().zip(shared) {
+            if s {
+                self.ops.push(op);
+                self.shared.push(true);
+            } else {
+                seq.push(op);
+            }
+        }
+        seq
     }
 
     fn op(
@@ -76,7 +104,9 @@ fn axis(a: i64) -> Attrs {
 /// One kept weight's planes and the shared values derived from them.
 struct Planes {
     name: String,
+    /// The weight's rows, and the rows its planes hold ([`Split::padded_rows`]).
     n: u64,
+    np: u64,
     k: u64,
     kb: u64,
     b: u64,
@@ -102,14 +132,9 @@ impl Planes {
         if let Some(t) = self.high_f32 {
             return Some(t);
         }
-        let t = b.op(
-            OpKind::Convert,
-            Attrs::new(),
-            &[h],
-            format!("{}.qh_f32", self.name),
-            &[self.kb, self.b, self.n],
-            DType::F32,
-        );
+        let dims = [self.kb, self.b, self.np];
+        let t =
+            b.share(|b| b.op(OpKind::Convert, Attrs::new(), &[h], format!("{}.qh_f32", self.name), &dims, DType::F32));
         Some(*self.high_f32.insert(t))
     }
 
@@ -121,10 +146,13 @@ impl Planes {
         let lo = self.codes_f32(b);
         let t = match (self.high_f32(b), self.high) {
             (Some(hf), Some((_, sixteen))) => {
-                let dims = [self.kb, self.b, self.n];
-                let h16 =
-                    b.op(OpKind::Mul, Attrs::new(), &[hf, sixteen], format!("{}.qh16", self.name), &dims, DType::F32);
-                b.op(OpKind::Add, Attrs::new(), &[lo, h16], format!("{}.codes", self.name), &dims, DType::F32)
+                let dims = [self.kb, self.b, self.np];
+                let name = &self.name;
+                b.share(|b| {
+                    let h16 =
+                        b.op(OpKind::Mul, Attrs::new(), &[hf, sixteen], format!("{name}.qh16"), &dims, DType::F32);
+                    b.op(OpKind::Add, Attrs::new(), &[lo, h16], format!("{name}.codes"), &dims, DType::F32)
+                })
             }
             _ => lo,
         };
@@ -135,14 +163,9 @@ impl Planes {
         if let Some(t) = self.codes_f32 {
             return t;
         }
-        let t = b.op(
-            OpKind::Convert,
-            Attrs::new(),
-            &[self.quants],
-            format!("{}.qs_f32", self.name),
-            &[self.kb, self.b, self.n],
-            DType::F32,
-        );
+        let (q, dims) = (self.quants, [self.kb, self.b, self.np]);
+        let t =
+            b.share(|b| b.op(OpKind::Convert, Attrs::new(), &[q], format!("{}.qs_f32", self.name), &dims, DType::F32));
         *self.codes_f32.insert(t)
     }
 
@@ -150,14 +173,8 @@ impl Planes {
         if let Some(t) = self.scale_3d {
             return t;
         }
-        let t = b.op(
-            OpKind::Reshape,
-            Attrs::new(),
-            &[self.scale],
-            format!("{}.a3", self.name),
-            &[self.kb, 1, self.n],
-            DType::F32,
-        );
+        let (a, dims) = (self.scale, [self.kb, 1, self.np]);
+        let t = b.share(|b| b.op(OpKind::Reshape, Attrs::new(), &[a], format!("{}.a3", self.name), &dims, DType::F32));
         *self.scale_3d.insert(t)
     }
 
@@ -166,8 +183,8 @@ impl Planes {
         if let Some(t) = self.offset_3d {
             return Some(t);
         }
-        let t =
-            b.op(OpKind::Reshape, Attrs::new(), &[c], format!("{}.c3", self.name), &[self.kb, 1, self.n], DType::F32);
+        let dims = [self.kb, 1, self.np];
+        let t = b.share(|b| b.op(OpKind::Reshape, Attrs::new(), &[c], format!("{}.c3", self.name), &dims, DType::F32));
         Some(*self.offset_3d.insert(t))
     }
 
@@ -179,7 +196,7 @@ impl Planes {
             Attrs::new(),
             &[q, a],
             format!("{}.wa", self.name),
-            &[self.kb, self.b, self.n],
+            &[self.kb, self.b, self.np],
             DType::F32,
         );
         if let Some(c) = self.offset_3d(b) {
@@ -188,12 +205,20 @@ impl Planes {
                 Attrs::new(),
                 &[v, c],
                 format!("{}.wc", self.name),
-                &[self.kb, self.b, self.n],
+                &[self.kb, self.b, self.np],
                 DType::F32,
             );
         }
+        // A weight dequantized whole is not padded (its codes are i8), so `v` holds exactly `out`'s values.
         b.op_into(OpKind::Reshape, Attrs::new(), &[v], out);
     }
+}
+
+/// Attributes of a `slice` of the leading `dims` of a tensor (start 0, stride 1).
+fn slice_to(dims: &[u64]) -> Attrs {
+    let mut a = ints("start", dims.iter().map(|_| 0));
+    a.extend(ints("limit", dims.iter().copied()));
+    a
 }
 
 /// Rewrites every packed constant listed in `kept` into planes; see the module docs.
@@ -234,23 +259,48 @@ pub(crate) fn keep_packed<'a>(
         if k % split.block_values != 0 {
             return Err(cannot(format!("its rows of {k} values are not whole {}-value blocks", split.block_values)));
         }
+        // A weight the program dequantizes whole (any use but a linear layer of static shape and a gather of rows)
+        // has its codes as i8: IREE 3.13 cannot compile the elementwise dispatch that reads i4 codes whole at most
+        // row counts (docs/graph-format.md). Otherwise every plane holds `np` rows (`n` rounded up so that no i4/i2
+        // row starts inside a byte; the extra rows are zero) and the program computes on `np`, slicing the `n`
+        // real rows out at the end.
+        let whole = needs_whole(c.tensor, nodes, &uses, outputs, specs, &replaced, k);
+        let dtype_of = |p: Plane| if whole && split.dtype(p).is_sub_byte() { DType::I8 } else { split.dtype(p) };
+        let np = if whole {
+            n
+        } else {
+            split.padded_rows(n).ok_or_else(|| cannot(format!("its {n} rows cannot be padded")))?
+        };
         kept_ids.push(c.tensor);
         let (kb, ks, bsub) = (k / split.sub_values, k / split.block_values, split.sub_values);
         let first_use = uses.get(&c.tensor).and_then(|u| u.first().copied()).unwrap_or(0);
-        let mut b = Builder { specs, ops: Vec::new(), index: nodes.get(first_use).map_or(0, |n| n.index) };
+        let mut b = Builder {
+            specs,
+            ops: Vec::new(),
+            shared: Vec::new(),
+            sharing: false,
+            index: nodes.get(first_use).map_or(0, |n| n.index),
+        };
         let name = spec.name.clone();
 
         // The planes, as constants of their own.
         let mut plane_ids = HashMap::new();
         for p in split.planes(encoding) {
             let pdims: Vec<u64> = match p {
-                Plane::Quants | Plane::QuantsHigh => vec![kb, bsub, n],
-                Plane::Scale | Plane::SuperMin if split.two_level => vec![ks, n],
-                _ => vec![kb, n],
+                Plane::Quants | Plane::QuantsHigh => vec![kb, bsub, np],
+                Plane::Scale | Plane::SuperMin if split.two_level => vec![ks, np],
+                _ => vec![kb, np],
             };
-            let t = b.tensor(format!("{name}.{}", p.suffix()), &pdims, split.dtype(p));
+            let t = b.tensor(format!("{name}.{}", p.suffix()), &pdims, dtype_of(p));
             plane_ids.insert(p, t);
-            let data = ConstantData::Plane { encoding: encoding.clone(), bytes: *bytes, dims: [n, k], plane: p };
+            let data = ConstantData::Plane {
+                encoding: encoding.clone(),
+                bytes: *bytes,
+                dims: [n, k],
+                padded_rows: np,
+                plane: p,
+                dtype: dtype_of(p),
+            };
             planes_out.push(Constant { tensor: t, key: format!("{}.{}", c.key, p.suffix()), data });
         }
         let scalar = |b: &mut Builder<'_>, planes_out: &mut Vec<Constant<'a>>, v: i32| {
@@ -287,31 +337,31 @@ pub(crate) fn keep_packed<'a>(
                 ints("dims", [0, 2]),
                 &[t],
                 format!("{name}.{what}_b"),
-                &[ks, kb / ks, n],
+                &[ks, kb / ks, np],
                 DType::F32,
             );
-            b.op(OpKind::Reshape, Attrs::new(), &[spread], format!("{name}.{what}_kb"), &[kb, n], DType::F32)
+            b.op(OpKind::Reshape, Attrs::new(), &[spread], format!("{name}.{what}_kb"), &[kb, np], DType::F32)
         };
         let scale = if split.two_level {
-            let d = f32_of(&mut b, Plane::Scale, &[ks, n]);
+            let d = f32_of(&mut b, Plane::Scale, &[ks, np]);
             let d = per_super(&mut b, d, "d");
-            let sc = f32_of(&mut b, Plane::SubScales, &[kb, n]);
-            b.op(OpKind::Mul, Attrs::new(), &[d, sc], format!("{name}.a"), &[kb, n], DType::F32)
+            let sc = f32_of(&mut b, Plane::SubScales, &[kb, np]);
+            b.op(OpKind::Mul, Attrs::new(), &[d, sc], format!("{name}.a"), &[kb, np], DType::F32)
         } else {
-            f32_of(&mut b, Plane::Scale, &[kb, n])
+            f32_of(&mut b, Plane::Scale, &[kb, np])
         };
         let base_offset = if split.has_offset_term {
             let o = scalar(&mut b, &mut planes_out, split.offset);
-            let oa = b.op(OpKind::Mul, Attrs::new(), &[scale, o], format!("{name}.oa"), &[kb, n], DType::F32);
+            let oa = b.op(OpKind::Mul, Attrs::new(), &[scale, o], format!("{name}.oa"), &[kb, np], DType::F32);
             Some(if split.two_level {
-                let dmin = f32_of(&mut b, Plane::SuperMin, &[ks, n]);
+                let dmin = f32_of(&mut b, Plane::SuperMin, &[ks, np]);
                 let dmin = per_super(&mut b, dmin, "dmin");
-                let mn = f32_of(&mut b, Plane::SubMins, &[kb, n]);
-                let m = b.op(OpKind::Mul, Attrs::new(), &[dmin, mn], format!("{name}.mk"), &[kb, n], DType::F32);
-                b.op(OpKind::Sub, Attrs::new(), &[oa, m], format!("{name}.c"), &[kb, n], DType::F32)
+                let mn = f32_of(&mut b, Plane::SubMins, &[kb, np]);
+                let m = b.op(OpKind::Mul, Attrs::new(), &[dmin, mn], format!("{name}.mk"), &[kb, np], DType::F32);
+                b.op(OpKind::Sub, Attrs::new(), &[oa, m], format!("{name}.c"), &[kb, np], DType::F32)
             } else {
-                let m = f32_of(&mut b, Plane::Min, &[kb, n]);
-                b.op(OpKind::Add, Attrs::new(), &[oa, m], format!("{name}.c"), &[kb, n], DType::F32)
+                let m = f32_of(&mut b, Plane::Min, &[kb, np]);
+                b.op(OpKind::Add, Attrs::new(), &[oa, m], format!("{name}.c"), &[kb, np], DType::F32)
             })
         } else {
             None
@@ -320,9 +370,9 @@ pub(crate) fn keep_packed<'a>(
         let (offset, high) = match split.high {
             Some(hb) => {
                 let bias = scalar(&mut b, &mut planes_out, hb.bias);
-                let ba = b.op(OpKind::Mul, Attrs::new(), &[scale, bias], format!("{name}.ba"), &[kb, n], DType::F32);
+                let ba = b.op(OpKind::Mul, Attrs::new(), &[scale, bias], format!("{name}.ba"), &[kb, np], DType::F32);
                 let c = match base_offset {
-                    Some(c) => b.op(OpKind::Add, Attrs::new(), &[c, ba], format!("{name}.cb"), &[kb, n], DType::F32),
+                    Some(c) => b.op(OpKind::Add, Attrs::new(), &[c, ba], format!("{name}.cb"), &[kb, np], DType::F32),
                     None => ba,
                 };
                 let sixteen = scalar(&mut b, &mut planes_out, 16);
@@ -333,6 +383,7 @@ pub(crate) fn keep_packed<'a>(
         let mut pl = Planes {
             name: name.clone(),
             n,
+            np,
             k,
             kb,
             b: bsub,
@@ -357,19 +408,15 @@ pub(crate) fn keep_packed<'a>(
                 let mut tt_whole = outputs.contains(&tt);
                 for &j in uses.get(&tt).map(Vec::as_slice).unwrap_or(&[]) {
                     let m = &nodes[j];
-                    let linear =
-                        m.op == OpKind::Matmul && m.inputs.get(1) == Some(&tt) && m.inputs.first() != Some(&tt);
-                    let x = m.inputs.first().map(|x| &b.specs[x.index()]);
-                    let x_dims = x.filter(|x| x.dtype == DType::F32).and_then(|x| x.shape.static_dims());
-                    match (linear, x_dims, m.outputs.as_slice()) {
-                        (true, Some(xd), &[y]) if xd.last() == Some(&k) && !replaced.contains_key(&j) => {
+                    match linear_x(m, tt, b.specs, k, &replaced, j) {
+                        Some(xd) => {
                             b.index = m.index;
                             let start = b.ops.len();
-                            linear_use(&mut b, &mut pl, m.inputs[0], &xd, y);
-                            let seq = b.ops.split_off(start);
+                            linear_use(&mut b, &mut pl, m.inputs[0], &xd, m.outputs[0]);
+                            let seq = b.take_use(start);
                             replaced.insert(j, seq);
                         }
-                        _ => tt_whole = true,
+                        None => tt_whole = true,
                     }
                 }
                 if tt_whole {
@@ -377,20 +424,15 @@ pub(crate) fn keep_packed<'a>(
                 }
                 continue;
             }
-            let gather_rows = node.op == OpKind::Gather
-                && node.inputs.first() == Some(&c.tensor)
-                && node.inputs.get(1) != Some(&c.tensor)
-                && matches!(node.attrs.get("axis"), None | Some(Attr::Int(0 | -2)));
-            let ids_dims = node.inputs.get(1).and_then(|t| b.specs[t.index()].shape.static_dims());
-            match (gather_rows, ids_dims, node.outputs.as_slice()) {
-                (true, Some(ids), &[g]) if !replaced.contains_key(&i) => {
+            match gather_ids(node, c.tensor, b.specs, &replaced, i) {
+                Some(ids) => {
                     b.index = node.index;
                     let start = b.ops.len();
-                    gather_use(&mut b, &mut pl, node.inputs[1], &ids, g);
-                    let seq = b.ops.split_off(start);
+                    gather_use(&mut b, &mut pl, node.inputs[1], &ids, node.outputs[0]);
+                    let seq = b.take_use(start);
                     replaced.insert(i, seq);
                 }
-                _ => needs_whole = true,
+                None => needs_whole = true,
             }
         }
         if needs_whole {
@@ -418,9 +460,65 @@ pub(crate) fn keep_packed<'a>(
     Ok(())
 }
 
+/// Whether the program needs the weight `w` dequantized whole: it is an output, or it has a use that is neither a
+/// linear layer of static shape on its transpose nor a gather of its rows with static ids (the conditions the
+/// rewrite below applies, one for one).
+fn needs_whole(
+    w: TensorId,
+    nodes: &[Op],
+    uses: &HashMap<TensorId, Vec<usize>>,
+    outputs: &[TensorId],
+    specs: &[TensorSpec],
+    replaced: &HashMap<usize, Vec<Op>>,
+    k: u64,
+) -> bool {
+    let users = |t: &TensorId| uses.get(t).map(Vec::as_slice).unwrap_or(&[]);
+    outputs.contains(&w)
+        || users(&w).iter().any(|&i| {
+            let node = &nodes[i];
+            if crate::graph::swaps_two_dims(node) && node.outputs.len() == 1 {
+                let tt = node.outputs[0];
+                return outputs.contains(&tt)
+                    || users(&tt).iter().any(|&j| linear_x(&nodes[j], tt, specs, k, replaced, j).is_none());
+            }
+            gather_ids(node, w, specs, replaced, i).is_none()
+        })
+}
+
+/// The static dims of `x` when `m` is a linear layer `matmul(x, tt)` the rewrite contracts per block.
+fn linear_x(
+    m: &Op,
+    tt: TensorId,
+    specs: &[TensorSpec],
+    k: u64,
+    replaced: &HashMap<usize, Vec<Op>>,
+    j: usize,
+) -> Option<Vec<u64>> {
+    let linear = m.op == OpKind::Matmul && m.inputs.get(1) == Some(&tt) && m.inputs.first() != Some(&tt);
+    let x = m.inputs.first().map(|x| &specs[x.index()]);
+    let xd = x.filter(|x| x.dtype == DType::F32).and_then(|x| x.shape.static_dims())?;
+    (linear && m.outputs.len() == 1 && xd.last() == Some(&k) && !replaced.contains_key(&j)).then_some(xd)
+}
+
+/// The static dims of the ids when `node` gathers rows of `w` the rewrite gathers from the planes.
+fn gather_ids(
+    node: &Op,
+    w: TensorId,
+    specs: &[TensorSpec],
+    replaced: &HashMap<usize, Vec<Op>>,
+    i: usize,
+) -> Option<Vec<u64>> {
+    let gather_rows = node.op == OpKind::Gather
+        && node.inputs.first() == Some(&w)
+        && node.inputs.get(1) != Some(&w)
+        && matches!(node.attrs.get("axis"), None | Some(Attr::Int(0 | -2)));
+    let ids = node.inputs.get(1).and_then(|t| specs[t.index()].shape.static_dims())?;
+    (gather_rows && node.outputs.len() == 1 && !replaced.contains_key(&i)).then_some(ids)
+}
+
 /// `y = x @ Wᵀ` per sub-block, for `x` of static dims `xd` (last `K`).
 fn linear_use(b: &mut Builder<'_>, pl: &mut Planes, x: TensorId, xd: &[u64], y: TensorId) {
-    let (kb, bs, n) = (pl.kb, pl.b, pl.n);
+    let (kb, bs, n) = (pl.kb, pl.b, pl.np);
     let p: u64 = xd[..xd.len() - 1].iter().product();
     let y_name = b.specs[y.index()].name.clone();
     let xb = b.op(OpKind::Reshape, Attrs::new(), &[x], format!("{y_name}.xb"), &[p, kb, bs], DType::F32);
@@ -435,7 +533,9 @@ fn linear_use(b: &mut Builder<'_>, pl: &mut Planes, x: TensorId, xd: &[u64], y: 
     }
     let a = pl.scale_3d(b);
     let sa = b.op(OpKind::Mul, Attrs::new(), &[s, a], format!("{y_name}.sa"), &[kb, p, n], DType::F32);
-    let flat = xd.len() == 2;
+    // The result is written straight into `y` when nothing follows: no reshape back to `x`'s leading dims, no slice
+    // of the padding rows.
+    let flat = xd.len() == 2 && pl.np == pl.n;
     let offset = pl.offset;
     let sum_into = |b: &mut Builder<'_>, last: bool, op: OpKind, attrs: Attrs, ins: &[TensorId], label: &str| {
         if last && flat {
@@ -451,9 +551,17 @@ fn linear_use(b: &mut Builder<'_>, pl: &mut Planes, x: TensorId, xd: &[u64], y: 
         let y1 = b.op(OpKind::Matmul, Attrs::new(), &[xst, c], format!("{y_name}.y1"), &[p, n], DType::F32);
         out = sum_into(b, true, OpKind::Add, Attrs::new(), &[out, y1], "y");
     }
-    if !flat {
-        b.op_into(OpKind::Reshape, Attrs::new(), &[out], y);
+    if flat {
+        return;
     }
+    if pl.np != pl.n {
+        let sliced = if xd.len() == 2 { y } else { b.tensor(format!("{y_name}.ys"), &[p, pl.n], DType::F32) };
+        out = b.op_into(OpKind::Slice, slice_to(&[p, pl.n]), &[out], sliced);
+        if xd.len() == 2 {
+            return;
+        }
+    }
+    b.op_into(OpKind::Reshape, Attrs::new(), &[out], y);
 }
 
 /// `g = W[ids]` (rows), from the planes gathered by columns.
@@ -471,7 +579,8 @@ fn gather_use(b: &mut Builder<'_>, pl: &mut Planes, ids: TensorId, id_dims: &[u6
     );
     let mut gqf = b.op(OpKind::Convert, Attrs::new(), &[gq], format!("{g_name}.qs_f32"), &with(&[kb, bs]), DType::F32);
     if let Some((h, sixteen)) = pl.high {
-        let gh = b.op(OpKind::Gather, axis(2), &[h, ids], format!("{g_name}.qh"), &with(&[kb, bs]), DType::I2);
+        let qh_dtype = b.specs[h.index()].dtype;
+        let gh = b.op(OpKind::Gather, axis(2), &[h, ids], format!("{g_name}.qh"), &with(&[kb, bs]), qh_dtype);
         let ghf = b.op(OpKind::Convert, Attrs::new(), &[gh], format!("{g_name}.qh_f32"), &with(&[kb, bs]), DType::F32);
         let gh16 =
             b.op(OpKind::Mul, Attrs::new(), &[ghf, sixteen], format!("{g_name}.qh16"), &with(&[kb, bs]), DType::F32);

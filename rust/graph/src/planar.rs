@@ -149,6 +149,26 @@ impl Split {
         }
     }
 
+    /// The multiple the rows of a kept weight are padded to in every plane: the smallest count whose innermost rows
+    /// fill whole bytes in each sub-byte plane (2 for i4 codes, 4 with an i2 plane, 1 for i8 codes). IREE 3.13's
+    /// llvm-cpu code reads an `i4`/`i2` tensor whose innermost rows start inside a byte from the wrong place (see
+    /// docs/graph-format.md), so no plane is written that way.
+    #[must_use]
+    pub fn row_multiple(&self) -> u64 {
+        let narrowest = if self.high.is_some() { DType::I2 } else { self.quants };
+        match narrowest.sub_byte_bits() {
+            Some(bits) => 8 / bits,
+            None => 1,
+        }
+    }
+
+    /// `rows` rounded up to [`Split::row_multiple`]; `None` past `u64::MAX`.
+    #[must_use]
+    pub fn padded_rows(&self, rows: u64) -> Option<u64> {
+        let m = self.row_multiple();
+        rows.div_ceil(m).checked_mul(m)
+    }
+
     /// Bytes per value in the tile a plane is assembled in (i4 codes are packed two per byte afterwards).
     #[must_use]
     pub fn tile_width(&self, plane: Plane) -> u64 {

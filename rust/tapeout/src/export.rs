@@ -72,10 +72,13 @@ fn metadata(graph: &ComputeGraph<'_>, data: &ConstantData<'_>, tensor: tapeout_g
     match held {
         ConstantData::Widen { from, .. } => m["from"] = from.name().into(),
         ConstantData::Dequantize { encoding, .. } => m["from"] = encoding.name().into(),
-        ConstantData::Plane { encoding, dims, plane, .. } => {
+        ConstantData::Plane { encoding, dims, padded_rows, plane, .. } => {
             m["from"] = encoding.name().into();
             m["plane"] = plane.suffix().into();
             m["packed_shape"] = serde_json::json!(dims);
+            if *padded_rows != dims[0] {
+                m["padded_rows"] = (*padded_rows).into();
+            }
         }
         _ => {}
     }

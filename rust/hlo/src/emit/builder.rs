@@ -601,6 +601,23 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
             }
             None => {}
         }
+        if let (true, true, [Dim::Static(k), Dim::Static(1)]) = (rb == 2 && ra >= 1, out.is_dynamic(), bd.as_slice()) {
+            // `[.., K] x [K, 1]` with a `?` dimension: IREE 3.13 folds the unit dimension of such a `dot_general`
+            // into a dynamic `stablehlo.reshape`, which it then refuses. The same sum as a multiply and a
+            // reduction over K, its unit dimension put back by a broadcast (which IREE lowers).
+            let column = self.reshape(b, &Shape(vec![Dim::Static(*k)]))?;
+            let spread = self.numpy_broadcast(&column, a)?;
+            let product = self.binary_same("multiply", a, &spread);
+            let sum = self.reduce(&product, &[ra - 1], "add");
+            return self.keep_dims(&sum, &product, &[ra - 1], out);
+        }
+        if let (true, true, [Dim::Static(1), Dim::Static(n)]) = (rb == 2 && ra >= 1, out.is_dynamic(), bd.as_slice()) {
+            // `[.., 1] x [1, N]` with a `?` dimension: the contracted unit dimension is folded the same way. Padded
+            // with a zero to 2 on both sides, the product is the same, exactly.
+            let (a0, b0) = (self.fill_like(0.0, a, a.dtype)?, self.splat(0.0, &Shape::of(&[1, *n]), b.dtype));
+            let (a2, b2) = (self.concat(&[a.clone(), a0], ra - 1)?, self.concat(&[b.clone(), b0], 0)?);
+            return self.matmul(&a2, &b2, out);
+        }
         let rhs = if rb == 2 && ra >= 1 {
             format!("stablehlo.dot_general {}, {}, contracting_dims = [{}] x [0]", a.name, b.name, ra - 1)
         } else if ra == rb && ra >= 3 {

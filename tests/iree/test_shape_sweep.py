@@ -1,0 +1,153 @@
+"""The shape sweep of the IREE gate: every packed format kept packed, and weights kept as stored (f32, bf16, f16,
+as held and transposed at export), at every row count of a sweep that holds odd, even, prime and power-of-two sizes,
+in every kind of use (a linear layer `x @ Wᵀ`, a gather of rows, a tied embedding and head, a plain `x' @ W`) at a
+static batch of 1, a static batch of 3 and a dynamic batch; each result compared with an independent oracle
+(PyPI gguf's dequantizer, numpy in float64) within 1e-5 of the output's scale.
+
+IREE 3.13 silently misreads an `i4`/`i2` tensor whose innermost rows do not fill whole bytes (docs/graph-format.md);
+this sweep is what keeps a shape-dependent error of that kind from hiding again. One module per format (all sizes,
+uses and batches as the results of one function) keeps the compile count small."""
+import json
+import re
+
+import iree.runtime as rt
+import numpy as np
+import pytest
+from gguf import GGUFReader, GGUFWriter, GGML_QUANT_SIZES, GGMLQuantizationType as T
+from gguf.quants import dequantize
+
+from harness import iree_tool, run
+from test_packed import FORMATS, random_blocks
+
+ROWS = [1, 2, 3, 4, 5, 7, 8, 9, 15, 17, 33]
+BATCHES = {"b1": 1, "b3": 3, "dyn": "?"}
+DYN = 2  # the run-time size of the dynamic batch
+USES = ["linear", "gather", "tied", "matmul"]
+# The uses a packed weight's sub-byte planes serve as they are (static linear layers and gathers), and all of them
+# (a dynamic batch or a plain matmul dequantizes the weight whole: its codes are then i8).
+KEPT = ({"b1": 1, "b3": 3}, ["linear", "gather", "tied"])
+EVERY = (BATCHES, USES)
+
+
+def cols_of(fmt):
+    """Row length: two 32-value blocks (one K-quant super-block), so every plane has more than one block row."""
+    return GGML_QUANT_SIZES[T[fmt]][0] * (1 if GGML_QUANT_SIZES[T[fmt]][0] == 256 else 2)
+
+
+def sweep_graph(name, k, weight, rows=ROWS, batches=BATCHES, uses=USES):
+    """Every use of W_n [n, k] for each n, at each batch: inputs `x_<b>` [B, k], `ids<n>_<b>` [B], `m<n>_<b>` [B, n];
+    results `<use>_<n>_<b>`. `weight(n)` gives W_n's tensor entry (its name, shape and dtype are set here)."""
+    f32 = lambda nm, shape: {"name": nm, "shape": shape, "dtype": "f32"}  # noqa: E731
+    tensors, nodes, outputs = [], [], []
+    for b, size in batches.items():
+        tensors.append(f32(f"x_{b}", [size, k]))
+    for n in rows:
+        w, wt = f"w{n}", f"w{n}t"
+        tensors += [{**weight(n), "name": w, "shape": [n, k]}, f32(wt, [k, n])]
+        nodes.append({"op": "transpose", "inputs": [w], "outputs": [wt]})
+        for b, size in batches.items():
+            tensors += [{"name": f"ids{n}_{b}", "shape": [size], "dtype": "i32"},
+                        f32(f"linear_{n}_{b}", [size, n]), f32(f"gather_{n}_{b}", [size, k]),
+                        f32(f"tied_{n}_{b}", [size, n])]
+            nodes += [{"op": "matmul", "inputs": [f"x_{b}", wt], "outputs": [f"linear_{n}_{b}"]},
+                      {"op": "gather", "inputs": [w, f"ids{n}_{b}"], "outputs": [f"gather_{n}_{b}"]},
+                      {"op": "matmul", "inputs": [f"gather_{n}_{b}", wt], "outputs": [f"tied_{n}_{b}"]}]
+            if "matmul" in uses:
+                tensors += [f32(f"m{n}_{b}", [size, n]), f32(f"matmul_{n}_{b}", [size, k])]
+                nodes.append({"op": "matmul", "inputs": [f"m{n}_{b}", w], "outputs": [f"matmul_{n}_{b}"]})
+            # A gather whose rows only feed the tied head is still a result: every use is checked.
+            outputs += [f"{u}_{n}_{b}" for u in uses]
+    return {"name": name, "tensors": tensors, "nodes": nodes, "outputs": outputs}
+
+
+def feeds_and_oracle(k, dense, rng, rows=ROWS, batches=BATCHES, uses=USES):
+    """Inputs by name, and the float64 results numpy computes from the dense weights `dense[n]`."""
+    feeds, want = {}, {}
+    for b, size in batches.items():
+        p = DYN if size == "?" else size
+        feeds[f"x_{b}"] = rng.standard_normal((p, k)).astype(np.float32)
+        for n in rows:
+            feeds[f"m{n}_{b}"] = rng.standard_normal((p, n)).astype(np.float32)
+            # The last row first (the edge of a padded plane), then the first, then one in the middle.
+            feeds[f"ids{n}_{b}"] = np.array([[n - 1, 0, n // 2][i % 3] for i in range(p)], np.int32)
+    for b in batches:
+        for n in rows:
+            w = dense[n]
+            ids = feeds[f"ids{n}_{b}"]
+            x, m = feeds[f"x_{b}"].astype(np.float64), feeds[f"m{n}_{b}"].astype(np.float64)
+            want[f"linear_{n}_{b}"] = x @ w.T
+            want[f"gather_{n}_{b}"] = w[ids]
+            want[f"tied_{n}_{b}"] = w[ids] @ w.T
+            want[f"matmul_{n}_{b}"] = m @ w
+    want = {r: v for r, v in want.items() if r.split("_")[0] in uses}
+    feeds = {a: v for a, v in feeds.items() if not a.startswith("m") or "matmul" in uses}
+    return feeds, want
+
+
+def run_sweep(tmp_path, out, name, feeds, want):
+    """Compiles `out/<name>.mlir`, runs `main` in IREE's Python runtime with the archive, and checks every result."""
+    mlir = (out / f"{name}.mlir").read_text()
+    sig = mlir[mlir.index("func.func @main("):mlir.index("->")]
+    args = re.findall(r'tapeout\.name = "([^"]+)"', sig)
+    results = re.findall(r'tapeout\.name = "([^"]+)"', mlir[mlir.index("->"):mlir.index("{\n", mlir.index("->"))])
+    assert sorted(results) == sorted(want), (len(results), len(want))
+    vmfb = tmp_path / f"{name}.vmfb"
+    run(iree_tool("iree-compile"), out / f"{name}.mlir", "--iree-hal-target-device=local",
+        "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=generic", "-o", vmfb)
+    inst = rt.VmInstance()
+    dev = rt.get_device("local-task")
+    idx = rt.ParameterIndex()
+    idx.load(str(out / f"{name}.irpa"))
+    mods = [rt.create_io_parameters_module(inst, idx.create_provider(scope="model")),
+            rt.create_hal_module(inst, dev), rt.VmModule.mmap(inst, str(vmfb))]
+    ctx = rt.VmContext(inst, modules=mods)
+    main = rt.FunctionInvoker(ctx, dev, mods[-1].lookup_function("main"))
+    outs = main(*[feeds[a] for a in args])
+    wrong = []
+    for r, o in zip(results, outs):
+        got = np.asarray(o.to_host()).astype(np.float64)
+        w = want[r]
+        scale = max(np.abs(w).max(), 1e-30)
+        if got.shape != w.shape or not np.allclose(got, w, rtol=1e-5, atol=1e-5 * scale):
+            err = np.abs(got - w).max() / scale if got.shape == w.shape else f"shape {got.shape} != {w.shape}"
+            wrong.append(f"{r}: {err}")
+    return len(results), wrong
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("uses", ["kept", "every"])
+def test_packed_weights_kept_packed_are_exact_at_every_row_count(fmt, uses, tapeout, tmp_path):
+    batches, names = KEPT if uses == "kept" else EVERY
+    rng = np.random.default_rng(ROWS[-1] + FORMATS.index(fmt))
+    k = cols_of(fmt)
+    path = tmp_path / "w.gguf"
+    w = GGUFWriter(str(path), "llama")
+    for n in ROWS:
+        w.add_tensor(f"w{n}", random_blocks(fmt, n, k, rng), raw_dtype=T[fmt])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    dense = {int(t.name[1:]): dequantize(t.data, t.tensor_type).astype(np.float64).reshape(
+        [int(d) for d in reversed(t.shape)]) for t in GGUFReader(str(path)).tensors}
+    g = sweep_graph("sweep", k, lambda n: {"dtype": "f32", "data": {"tensor": f"w{n}"}}, batches=batches, uses=names)
+    (tmp_path / "g.json").write_text(json.dumps(g))
+    out = tmp_path / "out"
+    run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", out, "--packed", "keep", "--inline-below", "1")
+    # Kept packed: the planes are parameters, no f32 copy of any weight is; sub-byte codes stay sub-byte where the
+    # program only contracts and gathers them, padded to whole bytes per row.
+    idx = rt.ParameterIndex()
+    idx.load(str(out / "sweep.irpa"))
+    entries = {key: json.loads(bytes(e.metadata).decode().removeprefix("TENSORv0:")) for key, e in idx.items()}
+    assert "w5" not in entries and entries["w5.qs"]["packed_shape"] == [5, k], sorted(entries)
+    sub_byte = fmt != "Q8_0" and uses == "kept"
+    for n in ROWS:
+        meta = entries[f"w{n}.qs"]
+        assert meta["dtype"] == ("i4" if sub_byte else "i8"), meta
+        multiple = (4 if f"w{n}.qh" in entries else 2) if sub_byte else 1
+        padded = -(-n // multiple) * multiple
+        assert meta["shape"][-1] == padded and meta.get("padded_rows", n) == padded, meta
+    feeds, want = feeds_and_oracle(k, dense, rng, batches=batches, uses=names)
+    count, wrong = run_sweep(tmp_path, out, "sweep", feeds, want)
+    assert count == len(ROWS) * len(batches) * len(names)
+    assert not wrong, f"{fmt}: {len(wrong)} of {count} results wrong: {wrong}"
