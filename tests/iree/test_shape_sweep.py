@@ -151,3 +151,66 @@ def test_packed_weights_kept_packed_are_exact_at_every_row_count(fmt, uses, tape
     count, wrong = run_sweep(tmp_path, out, "sweep", feeds, want)
     assert count == len(ROWS) * len(batches) * len(names)
     assert not wrong, f"{fmt}: {len(wrong)} of {count} results wrong: {wrong}"
+
+
+def write_safetensors(path, tensors):
+    """`tensors`: name -> (safetensors dtype, numpy array of the stored bits)."""
+    header, blobs, at = {}, [], 0
+    for name, (dtype, a) in tensors.items():
+        blob = np.ascontiguousarray(a).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [at, at + len(blob)]}
+        blobs.append(blob)
+        at += len(blob)
+    h = json.dumps(header).encode()
+    h += b" " * ((-len(h)) % 8)
+    path.write_bytes(len(h).to_bytes(8, "little") + h + b"".join(blobs))
+
+
+@pytest.mark.parametrize("layout", ["transposed", "as-held"])
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f16"])
+def test_weights_kept_as_stored_are_exact_at_every_row_count(dtype, layout, tapeout, tmp_path):
+    """f32 borrowed, bf16/f16 kept 16-bit, each transposed at export (the default for a weight used as `x @ Wᵀ`) or
+    as held: every use, batch and row count of the sweep against numpy; plus a bool mask of each row count (`i1`,
+    inline) selecting between two results."""
+    rng = np.random.default_rng(ROWS[-1] + len(dtype))
+    k = 48
+    stored, dense = {}, {}
+    for n in ROWS:
+        w = rng.standard_normal((n, k)).astype(np.float32)
+        if dtype == "bf16":
+            bits = (w.view(np.uint32) >> 16).astype("<u2")
+            stored[f"w{n}"], dense[n] = ("BF16", bits), (bits.astype(np.uint32) << 16).view(np.float32)
+        elif dtype == "f16":
+            stored[f"w{n}"], dense[n] = ("F16", w.astype("<f2")), w.astype(np.float16).astype(np.float32)
+        else:
+            stored[f"w{n}"], dense[n] = ("F32", w), w
+        dense[n] = dense[n].astype(np.float64)
+        stored[f"mask{n}"] = ("BOOL", (rng.integers(0, 2, (3, n)) == 1))
+    write_safetensors(tmp_path / "w.safetensors", stored)
+    # Transposed at export needs a weight whose only uses are its transpose and gathers of its rows.
+    names = USES if layout == "as-held" else ["linear", "gather", "tied"]
+    g = sweep_graph("sweep", k, lambda n: {"dtype": dtype, "data": {"tensor": f"w{n}"}}, uses=names)
+    for n in ROWS:
+        g["tensors"] += [{"name": f"mask{n}", "shape": [3, n], "dtype": "bool", "data": {"tensor": f"mask{n}"}},
+                         {"name": f"select_{n}", "shape": [3, n], "dtype": "f32"}]
+        g["nodes"].append({"op": "select", "inputs": [f"mask{n}", f"linear_{n}_b3", f"tied_{n}_b3"],
+                           "outputs": [f"select_{n}"]})
+        g["outputs"].append(f"select_{n}")
+    (tmp_path / "g.json").write_text(json.dumps(g))
+    out = tmp_path / "out"
+    flags = ["--layout", "as-held"] if layout == "as-held" else []
+    run(tapeout, "export", tmp_path / "g.json", "--weights", tmp_path / "w.safetensors", "-o", out,
+        "--inline-below", "1", *flags)
+    idx = rt.ParameterIndex()
+    idx.load(str(out / "sweep.irpa"))
+    entries = {key: json.loads(bytes(e.metadata).decode().removeprefix("TENSORv0:")) for key, e in idx.items()}
+    for n in ROWS:
+        meta = entries[f"w{n}"]
+        assert meta["dtype"] == dtype and ("transposed_from" in meta) == (layout == "transposed"), meta
+        assert meta["shape"] == ([k, n] if layout == "transposed" else [n, k]), meta
+    feeds, want = feeds_and_oracle(k, dense, rng, uses=names)
+    for n in ROWS:
+        want[f"select_{n}"] = np.where(stored[f"mask{n}"][1], want[f"linear_{n}_b3"], want[f"tied_{n}_b3"])
+    count, wrong = run_sweep(tmp_path, out, "sweep", feeds, want)
+    assert count == len(ROWS) * (len(BATCHES) * len(names) + 1)
+    assert not wrong, f"{dtype} {layout}: {len(wrong)} of {count} results wrong: {wrong}"
