@@ -73,10 +73,15 @@ def spot_check(irpa, params, samples=16):
     for p in params:
         n = int(np.prod(p["shape"]))
         if p["kind"] == "q4k":  # kept packed: its i4 codes are an entry (the small planes may be inline); the
-            # values of every plane are checked by the logits
+            # values of every plane are checked by the logits. Its rows are padded to a multiple of 64.
             qs = entries.get(f"{p['key']}.qs")
-            if qs is None or qs.length != n // 2:
-                raise SystemExit(f"gemma_scale: {p['key']}: no i4 code plane of {n // 2} bytes in the archive")
+            meta = json.loads(bytes(qs.metadata).decode().removeprefix("TENSORv0:")) if qs is not None else {}
+            rows, cols = meta.get("packed_shape", [0, 0])
+            padded = -(-rows // 64) * 64
+            if (qs is None or meta["dtype"] != "i4" or rows * cols != n or meta["shape"][-1] != padded
+                    or qs.length != padded * cols // 2):
+                raise SystemExit(f"gemma_scale: {p['key']}: no i4 code plane of [{n} values, rows padded to a multiple of 64] "
+                                 f"in the archive: {meta}")
             checked += 1
             continue
         entry = entries.get(p["key"])
@@ -128,7 +133,7 @@ def main():
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     flags = (a.jvm_flags if a.jvm_flags is not None else
-             "-Xms10g -Xmx10g -XX:+UseParallelGC -Xmn64m" if a.config == "e2b" else "-Xmx1g").split()
+             "-Xms10g -Xmx10g -XX:+UseParallelGC -Xmn64m" if a.config.startswith("e2b") else "-Xmx1g").split()
     cp = pathlib.Path(a.classpath_file).read_text().strip()
     java = shutil.which("java") or "java"
 

@@ -19,7 +19,7 @@ from gguf.quants import dequantize
 from harness import iree_tool, run
 from test_packed import FORMATS, random_blocks
 
-ROWS = [1, 2, 3, 4, 5, 7, 8, 9, 15, 17, 33]
+ROWS = [1, 2, 3, 4, 5, 7, 8, 9, 15, 17, 33, 65, 127]
 BATCHES = {"b1": 1, "b3": 3, "dyn": "?"}
 DYN = 2  # the run-time size of the dynamic batch
 USES = ["linear", "gather", "tied", "matmul"]
@@ -84,7 +84,7 @@ def feeds_and_oracle(k, dense, rng, rows=ROWS, batches=BATCHES, uses=USES):
     return feeds, want
 
 
-def run_sweep(tmp_path, out, name, feeds, want):
+def run_sweep(tmp_path, out, name, feeds, want, cpu="generic"):
     """Compiles `out/<name>.mlir`, runs `main` in IREE's Python runtime with the archive, and checks every result."""
     mlir = (out / f"{name}.mlir").read_text()
     sig = mlir[mlir.index("func.func @main("):mlir.index("->")]
@@ -93,7 +93,7 @@ def run_sweep(tmp_path, out, name, feeds, want):
     assert sorted(results) == sorted(want), (len(results), len(want))
     vmfb = tmp_path / f"{name}.vmfb"
     run(iree_tool("iree-compile"), out / f"{name}.mlir", "--iree-hal-target-device=local",
-        "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=generic", "-o", vmfb)
+        "--iree-hal-local-target-device-backends=llvm-cpu", f"--iree-llvmcpu-target-cpu={cpu}", "-o", vmfb)
     inst = rt.VmInstance()
     dev = rt.get_device("local-task")
     idx = rt.ParameterIndex()
@@ -115,8 +115,8 @@ def run_sweep(tmp_path, out, name, feeds, want):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("uses", ["kept", "every"])
-def test_packed_weights_kept_packed_are_exact_at_every_row_count(fmt, uses, tapeout, tmp_path):
+@pytest.mark.parametrize("uses,cpu", [("kept", "generic"), ("kept", "host"), ("every", "generic")])
+def test_packed_weights_kept_packed_are_exact_at_every_row_count(fmt, uses, cpu, tapeout, tmp_path):
     batches, names = KEPT if uses == "kept" else EVERY
     rng = np.random.default_rng(ROWS[-1] + FORMATS.index(fmt))
     k = cols_of(fmt)
@@ -144,11 +144,10 @@ def test_packed_weights_kept_packed_are_exact_at_every_row_count(fmt, uses, tape
     for n in ROWS:
         meta = entries[f"w{n}.qs"]
         assert meta["dtype"] == ("i4" if sub_byte else "i8"), meta
-        multiple = (4 if f"w{n}.qh" in entries else 2) if sub_byte else 1
-        padded = -(-n // multiple) * multiple
+        padded = -(-n // 64) * 64 if sub_byte else n
         assert meta["shape"][-1] == padded and meta.get("padded_rows", n) == padded, meta
     feeds, want = feeds_and_oracle(k, dense, rng, batches=batches, uses=names)
-    count, wrong = run_sweep(tmp_path, out, "sweep", feeds, want)
+    count, wrong = run_sweep(tmp_path, out, "sweep", feeds, want, cpu=cpu)
     assert count == len(ROWS) * len(batches) * len(names)
     assert not wrong, f"{fmt}: {len(wrong)} of {count} results wrong: {wrong}"
 

@@ -23,6 +23,13 @@
 use crate::dtype::DType;
 use crate::packed::{BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, Encoding};
 
+/// The row multiple of a weight with sub-byte planes. IREE 3.13's llvm-cpu code reads an `i4`/`i2` tensor whose
+/// innermost rows do not fill whole bytes from the wrong place, and cannot compile a contraction whose tiles of the
+/// innermost dimension need a masked sub-byte load (a row count that is not a multiple of the tile: 510 rows on
+/// AVX-512, for one). Rows padded to 64 fill whole bytes and divide into every tile measured, on a generic CPU and on
+/// AVX-512 (docs/graph-format.md, tests/iree/test_shape_sweep.py).
+pub const SUB_BYTE_ROWS: u64 = 64;
+
 /// One plane of a packed weight kept planar.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Plane {
@@ -149,17 +156,11 @@ impl Split {
         }
     }
 
-    /// The multiple the rows of a kept weight are padded to in every plane: the smallest count whose innermost rows
-    /// fill whole bytes in each sub-byte plane (2 for i4 codes, 4 with an i2 plane, 1 for i8 codes). IREE 3.13's
-    /// llvm-cpu code reads an `i4`/`i2` tensor whose innermost rows start inside a byte from the wrong place (see
-    /// docs/graph-format.md), so no plane is written that way.
+    /// The multiple the rows of a kept weight are padded to in every plane: [`SUB_BYTE_ROWS`] when it has a
+    /// sub-byte plane (i4 codes, i2 high bits), 1 for i8 codes.
     #[must_use]
     pub fn row_multiple(&self) -> u64 {
-        let narrowest = if self.high.is_some() { DType::I2 } else { self.quants };
-        match narrowest.sub_byte_bits() {
-            Some(bits) => 8 / bits,
-            None => 1,
-        }
+        if self.quants.is_sub_byte() || self.high.is_some() { SUB_BYTE_ROWS } else { 1 }
     }
 
     /// `rows` rounded up to [`Split::row_multiple`]; `None` past `u64::MAX`.

@@ -469,7 +469,7 @@ mod tests {
                 i32::from(if c % 32 < 16 { byte & 15 } else { byte >> 4 }) - 8
             };
             let lent = Lent::Slice(&blocks);
-            let padded = rows.div_ceil(2) * 2;
+            let padded = rows.div_ceil(64) * 64;
             let want: Vec<i32> = (0..64)
                 .flat_map(|c| (0..padded).map(move |r| (c, r)))
                 .map(|(c, r)| if r < rows { code(r, c) } else { 0 })

@@ -26,12 +26,18 @@ class Config(
         val TINY = Config("tiny", 512, 64, 2, 128, 4, 2, 16, 8, 8, 4, intArrayOf(2, 17, 300, 511))
         /** [TINY] with every dimension a matrix is contracted or gathered along a multiple of 256 (Q4_K's block). */
         val TINY256 = Config("tiny256", 512, 256, 2, 512, 4, 2, 64, 256, 8, 4, intArrayOf(2, 17, 300, 511))
+        /** [E2B] with GPT-2's odd vocabulary (50257 tokens): the tied table's packed planes have an odd row count. */
+        val E2B_ODD = Config("e2b-odd", 50257, 2048, 30, 8192, 8, 2, 256, 256, 64, 4, intArrayOf(2, 1000, 12345, 50256))
+        /** [TINY256] with an odd (prime) vocabulary, the last token among the inputs. */
+        val TINY256_ODD = Config("tiny256-odd", 509, 256, 2, 512, 4, 2, 64, 256, 8, 4, intArrayOf(2, 17, 300, 508))
 
         fun named(name: String) = when (name) {
             "e2b" -> E2B
+            "e2b-odd" -> E2B_ODD
             "tiny" -> TINY
             "tiny256" -> TINY256
-            else -> throw IllegalArgumentException("unknown config '$name' (e2b, tiny or tiny256)")
+            "tiny256-odd" -> TINY256_ODD
+            else -> throw IllegalArgumentException("unknown config '$name' (e2b, e2b-odd, tiny, tiny256 or tiny256-odd)")
         }
     }
 

@@ -10,7 +10,7 @@ import java.nio.file.StandardOpenOption
 import kotlin.system.exitProcess
 
 /**
- * `GemmaScaleMain <e2b|tiny|tiny256> <output dir>` (`-Dgemma.weights=q4k` for Q4_K matrices): builds [GemmaScale] on the heap, exports it with tapeout
+ * `GemmaScaleMain <e2b|e2b-odd|tiny|tiny256|tiny256-odd> <output dir>` (`-Dgemma.weights=q4k` for Q4_K matrices): builds [GemmaScale] on the heap, exports it with tapeout
  * (`gemma.mlir` + `gemma.irpa`, every bf16 weight widened to f32 chunk by chunk), then computes the float64
  * reference logits. Writes `tokens.npy`, `reference.npy` and `measure.json` (sizes, times, and the process's own
  * VmRSS/VmHWM around the export) for tests/bench/gemma_scale.py, which runs this and checks the export with IREE.
@@ -46,7 +46,7 @@ object GemmaScaleMain {
     @JvmStatic
     fun main(args: Array<String>) {
         if (args.size !in 2..3 || (args.size == 3 && args[2] != "--baseline-write")) {
-            System.err.println("usage: GemmaScaleMain <e2b|tiny|tiny256> <output dir> [--baseline-write]")
+            System.err.println("usage: GemmaScaleMain <e2b|e2b-odd|tiny|tiny256|tiny256-odd> <output dir> [--baseline-write]")
             exitProcess(2)
         }
         val out = File(args[1]).apply { mkdirs() }
