@@ -14,10 +14,16 @@ Gradle exports (16-bit kept and widened) run as they are.
     python tests/bench/iree_runtime.py tied [--vocab 262144] [--dim 2048] [--out DIR]
     python tests/bench/iree_runtime.py tiny-llm --keep DIR --widen DIR
     python tests/bench/iree_runtime.py packed [--dim 4096] [--layers 4] [--out DIR]
+    python tests/bench/iree_runtime.py packed-layout [--dim 4096] [--rounds 3] [--out DIR]
 
 `packed`: a decode step through `layers` linear layers of dim x dim GGML weights (Q8_0, Q4_0, Q4_K; random blocks
 with finite scales) in a GGUF file, exported with the blocks kept packed (`--packed keep`) and dequantized to f32
 (`--packed dequantize`): archive bytes against the GGUF tensor bytes, peak RSS, step time.
+
+`packed-layout`: how the i4 code plane of one dim x N weight (K = dim, 32-value blocks) should be laid out, in
+hand-written modules of the per-block contraction: `[K/32, 32, N]` (N innermost: what tapeout writes, N padded to a
+multiple of 64) against `[K/32, N, 32]` (the block innermost, always whole bytes, no padding), at N = dim and
+N = dim - 1; archive bytes, peak RSS and step time, in alternating rounds, each checked against numpy.
 """
 import argparse
 import json
@@ -405,6 +411,69 @@ def packed(a):
                 print(json.dumps(r), flush=True)
 
 
+def packed_layout(a):
+    """See the module docs. Writes the archives with IREE's own ParameterIndex, so nothing of tapeout is measured
+    but the layout."""
+    import iree.runtime as rt
+    kb, b = a.dim // 32, 32
+    rng = np.random.default_rng(0)
+    cases = []
+    with tempfile.TemporaryDirectory(dir=a.out) as d:
+        d = pathlib.Path(d)
+        x = rng.standard_normal((1, kb * b)).astype(np.float32)
+        np.save(d / "x.npy", x)
+        for n in (a.dim, a.dim - 1):
+            for layout in ("kbn", "knb"):
+                np_ = -(-n // 64) * 64 if layout == "kbn" else n
+                shape = (kb, b, np_) if layout == "kbn" else (kb, np_, b)
+                q = rng.integers(-8, 8, shape).astype(np.int8)
+                sc = rng.uniform(0.01, 0.02, (kb, np_)).astype(np.float16)
+                nib = (q.reshape(-1).astype(np.int64) & 15).astype(np.uint8)
+                label = f"{layout}{n}"
+                idx = rt.ParameterIndex()
+                idx.add_buffer("q", (nib[0::2] | (nib[1::2] << 4)).astype(np.uint8).tobytes())
+                idx.add_buffer("d", sc.tobytes())
+                idx.create_archive_file(str(d / f"{label}.irpa"))
+                t = "x".join(map(str, shape))
+                contract = "[2] x [1]" if layout == "kbn" else "[2] x [2]"
+                (d / f"{label}.mlir").write_text(f"""
+util.global private @q = #flow.parameter.named<"model"::"q"> : tensor<{t}xi4>
+util.global private @d = #flow.parameter.named<"model"::"d"> : tensor<{kb}x{np_}xf16>
+func.func @main(%x: tensor<1x{kb * b}xf32>) -> tensor<1x{n}xf32> {{
+  %q = util.global.load @q : tensor<{t}xi4>
+  %d = util.global.load @d : tensor<{kb}x{np_}xf16>
+  %df = stablehlo.convert %d : (tensor<{kb}x{np_}xf16>) -> tensor<{kb}x{np_}xf32>
+  %xb = stablehlo.reshape %x : (tensor<1x{kb * b}xf32>) -> tensor<1x{kb}x{b}xf32>
+  %xt = stablehlo.transpose %xb, dims = [1, 0, 2] : (tensor<1x{kb}x{b}xf32>) -> tensor<{kb}x1x{b}xf32>
+  %qf = stablehlo.convert %q : (tensor<{t}xi4>) -> tensor<{t}xf32>
+  %s = stablehlo.dot_general %xt, %qf, batching_dims = [0] x [0], contracting_dims = {contract} : (tensor<{kb}x1x{b}xf32>, tensor<{t}xf32>) -> tensor<{kb}x1x{np_}xf32>
+  %d3 = stablehlo.reshape %df : (tensor<{kb}x{np_}xf32>) -> tensor<{kb}x1x{np_}xf32>
+  %sa = stablehlo.multiply %s, %d3 : tensor<{kb}x1x{np_}xf32>
+  %z = stablehlo.constant dense<0.0> : tensor<f32>
+  %r = stablehlo.reduce(%sa init: %z) applies stablehlo.add across dimensions = [0] : (tensor<{kb}x1x{np_}xf32>, tensor<f32>) -> tensor<1x{np_}xf32>
+  %y = stablehlo.slice %r [0:1, 0:{n}] : (tensor<1x{np_}xf32>) -> tensor<1x{n}xf32>
+  return %y : tensor<1x{n}xf32>
+}}""")
+                codes = q if layout == "kbn" else q.transpose(0, 2, 1)
+                want = (np.einsum("kb,kbn->kn", x.reshape(kb, b).astype(np.float64), codes.astype(np.float64))
+                        * sc.astype(np.float64)).sum(0)[:n]
+                cases.append((label, n, layout, np_, want))
+        rows = {c[0]: [] for c in cases}
+        for _ in range(a.rounds):
+            for label, n, layout, np_, want in cases:
+                m = run_module(d, label, d / f"{label}.mlir", [d / f"{label}.irpa"], [d / "x.npy"])
+                got = np.load(d / f"{label}.out.npy").reshape(-1).astype(np.float64)
+                assert np.allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max()), label
+                rows[label].append(m)
+        for label, n, layout, np_, _ in cases:
+            ms = sorted(r["step_ms"] for r in rows[label])
+            r = rows[label][0]
+            print(json.dumps({"figure": "iree_packed_layout", "layout": "[K/32, 32, N]" if layout == "kbn" else
+                              "[K/32, N, 32]", "k": a.dim, "n": n, "rows_written": np_, "irpa_bytes": r["irpa_bytes"],
+                              "iree_run_peak_rss": r["iree_run_peak_rss"], "step_ms_rounds": ms,
+                              "step_ms": ms[len(ms) // 2]}), flush=True)
+
+
 def pytorch_layout(a):
     with tempfile.TemporaryDirectory(dir=a.out) as d:
         d = pathlib.Path(d)
@@ -419,7 +488,7 @@ def pytorch_layout(a):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", nargs="?", default="pytorch-layout", choices=["pytorch-layout", "tied", "tiny-llm", "tiny-llm-decode", "packed"])
+    ap.add_argument("what", nargs="?", default="pytorch-layout", choices=["pytorch-layout", "tied", "tiny-llm", "tiny-llm-decode", "packed", "packed-layout"])
     ap.add_argument("--dim", type=int, default=None)
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--vocab", type=int, default=262144)
@@ -428,6 +497,7 @@ def main():
     ap.add_argument("--size", default="", help="tiny-llm-decode: the size the exports were made at (a label)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--formats", default="Q8_0,Q4_0,Q4_K,Q5_K,Q6_K")
+    ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     if a.what == "tied":
         a.dim = a.dim or 2048
@@ -436,6 +506,9 @@ def main():
         tiny_llm(a)
     elif a.what == "tiny-llm-decode":
         tiny_llm_decode(a)
+    elif a.what == "packed-layout":
+        a.dim = a.dim or 4096
+        packed_layout(a)
     elif a.what == "packed":
         a.dim = a.dim or 4096
         a.layers = 4 if a.layers == 8 else a.layers
