@@ -65,9 +65,6 @@ pub enum ConstantData<'a> {
         padded_rows: u64,
         /// Which plane.
         plane: crate::planar::Plane,
-        /// The dtype it is written as: the split's own ([`Split::dtype`](crate::planar::Split::dtype)), or `i8`
-        /// for sub-byte codes of a weight the program also dequantizes whole.
-        dtype: DType,
     },
     /// Values of another dtype written as stored (little-endian bytes).
     Raw {
@@ -171,7 +168,9 @@ impl ConstantData<'_> {
         match self {
             ConstantData::Raw { dtype, .. } => *dtype,
             ConstantData::Transposed { of, .. } => of.dtype(),
-            ConstantData::Plane { dtype, .. } => *dtype,
+            ConstantData::Plane { encoding, plane, .. } => {
+                crate::planar::Split::of(encoding).map_or(DType::I8, |s| s.dtype(*plane))
+            }
             _ => DType::F32,
         }
     }
@@ -218,8 +217,8 @@ impl ConstantData<'_> {
                 lend(out, bytes, MAX_LEND_BYTES, |o: &mut dyn ByteSink, chunk: &[_]| o.put(chunk))
             }
             ConstantData::Transposed { of, rows, cols } => crate::transpose::stream(of, *rows, *cols, out),
-            ConstantData::Plane { encoding, bytes, dims, padded_rows, plane, dtype } => {
-                crate::transpose::stream_plane(encoding, bytes, *dims, *padded_rows, *plane, *dtype, out)
+            ConstantData::Plane { encoding, bytes, dims, padded_rows, plane } => {
+                crate::transpose::stream_plane(encoding, bytes, *dims, *padded_rows, *plane, out)
             }
             ConstantData::Widen { from, bytes, layout: HalfLayout::RowMajor, .. } => {
                 let mut buf = buffer(bytes.len() / 2);

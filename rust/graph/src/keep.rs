@@ -10,6 +10,9 @@
 //!   reshaped to `[K, ids..]` and transposed to `[ids.., K]`;
 //! - any other use (including `W` or `transpose(W)` as a graph output, or a matmul whose `x` has dynamic dims): the
 //!   whole weight dequantized from its planes in the program.
+//!
+//! The planes hold `Np ≥ N` rows ([`Split::padded_rows`]); every value computed on them is `Np` wide and sliced to
+//! `N` where it leaves the rewrite.
 
 use std::collections::HashMap;
 
@@ -188,7 +191,7 @@ impl Planes {
         Some(*self.offset_3d.insert(t))
     }
 
-    /// The whole weight, dequantized in the program, as `Wᵀ [K, N]` into `out`.
+    /// The whole weight, dequantized in the program, as `Wᵀ [K, N]` into `out` (the padding rows sliced off).
     fn dequantized_t(&mut self, b: &mut Builder<'_>, out: TensorId) {
         let (q, a) = (self.whole_codes(b), self.scale_3d(b));
         let mut v = b.op(
@@ -209,8 +212,13 @@ impl Planes {
                 DType::F32,
             );
         }
-        // A weight dequantized whole is not padded (its codes are i8), so `v` holds exactly `out`'s values.
-        b.op_into(OpKind::Reshape, Attrs::new(), &[v], out);
+        if self.np == self.n {
+            b.op_into(OpKind::Reshape, Attrs::new(), &[v], out);
+        } else {
+            let padded =
+                b.op(OpKind::Reshape, Attrs::new(), &[v], format!("{}.tp", self.name), &[self.k, self.np], DType::F32);
+            b.op_into(OpKind::Slice, slice_to(&[self.k, self.n]), &[padded], out);
+        }
     }
 }
 
@@ -259,18 +267,9 @@ pub(crate) fn keep_packed<'a>(
         if k % split.block_values != 0 {
             return Err(cannot(format!("its rows of {k} values are not whole {}-value blocks", split.block_values)));
         }
-        // A weight the program dequantizes whole (any use but a linear layer of static shape and a gather of rows)
-        // has its codes as i8: IREE 3.13 cannot compile the elementwise dispatch that reads i4 codes whole at most
-        // row counts (docs/graph-format.md). Otherwise every plane holds `np` rows (`n` rounded up so that no i4/i2
-        // row starts inside a byte; the extra rows are zero) and the program computes on `np`, slicing the `n`
-        // real rows out at the end.
-        let whole = needs_whole(c.tensor, nodes, &uses, outputs, specs, &replaced, k);
-        let dtype_of = |p: Plane| if whole && split.dtype(p).is_sub_byte() { DType::I8 } else { split.dtype(p) };
-        let np = if whole {
-            n
-        } else {
-            split.padded_rows(n).ok_or_else(|| cannot(format!("its {n} rows cannot be padded")))?
-        };
+        // Every plane holds `np` rows (`n` rounded up to a multiple IREE reads sub-byte codes right at; the extra
+        // rows are zero) and the program computes on `np`, slicing the `n` real rows out of its results.
+        let np = split.padded_rows(n).ok_or_else(|| cannot(format!("its {n} rows cannot be padded")))?;
         kept_ids.push(c.tensor);
         let (kb, ks, bsub) = (k / split.sub_values, k / split.block_values, split.sub_values);
         let first_use = uses.get(&c.tensor).and_then(|u| u.first().copied()).unwrap_or(0);
@@ -291,7 +290,7 @@ pub(crate) fn keep_packed<'a>(
                 Plane::Scale | Plane::SuperMin if split.two_level => vec![ks, np],
                 _ => vec![kb, np],
             };
-            let t = b.tensor(format!("{name}.{}", p.suffix()), &pdims, dtype_of(p));
+            let t = b.tensor(format!("{name}.{}", p.suffix()), &pdims, split.dtype(p));
             plane_ids.insert(p, t);
             let data = ConstantData::Plane {
                 encoding: encoding.clone(),
@@ -299,7 +298,6 @@ pub(crate) fn keep_packed<'a>(
                 dims: [n, k],
                 padded_rows: np,
                 plane: p,
-                dtype: dtype_of(p),
             };
             planes_out.push(Constant { tensor: t, key: format!("{}.{}", c.key, p.suffix()), data });
         }
@@ -458,31 +456,6 @@ pub(crate) fn keep_packed<'a>(
         }
     }
     Ok(())
-}
-
-/// Whether the program needs the weight `w` dequantized whole: it is an output, or it has a use that is neither a
-/// linear layer of static shape on its transpose nor a gather of its rows with static ids (the conditions the
-/// rewrite below applies, one for one).
-fn needs_whole(
-    w: TensorId,
-    nodes: &[Op],
-    uses: &HashMap<TensorId, Vec<usize>>,
-    outputs: &[TensorId],
-    specs: &[TensorSpec],
-    replaced: &HashMap<usize, Vec<Op>>,
-    k: u64,
-) -> bool {
-    let users = |t: &TensorId| uses.get(t).map(Vec::as_slice).unwrap_or(&[]);
-    outputs.contains(&w)
-        || users(&w).iter().any(|&i| {
-            let node = &nodes[i];
-            if crate::graph::swaps_two_dims(node) && node.outputs.len() == 1 {
-                let tt = node.outputs[0];
-                return outputs.contains(&tt)
-                    || users(&tt).iter().any(|&j| linear_x(&nodes[j], tt, specs, k, replaced, j).is_none());
-            }
-            gather_ids(node, w, specs, replaced, i).is_none()
-        })
 }
 
 /// The static dims of `x` when `m` is a linear layer `matmul(x, tt)` the rewrite contracts per block.

@@ -3,7 +3,9 @@
 //! super-scales) as another, laid out for the program that contracts them.
 //!
 //! A packed weight `W [N, K]` (blocks along `K`, GGML's and PyTorch's `[out, in]`) with sub-blocks of `B` values
-//! (`Kb = K / B` of them) and blocks of `E` values (`Ks = K / E`) becomes, under its key:
+//! (`Kb = K / B` of them) and blocks of `E` values (`Ks = K / E`) becomes, under its key, the planes below. Each
+//! holds `Np` rows where the table says `N`: `N` rounded up to [`SUB_BYTE_ROWS`] for a format with sub-byte
+//! codes (the rows past `N` are zero), `N` itself for Q8_0.
 //!
 //! | plane | dtype | shape | holds |
 //! |---|---|---|---|

@@ -234,33 +234,23 @@ fn tiles<T: Copy + Default>(
 /// Streams plane `plane` of the packed `[rows, cols]` weight `bytes` (row-major blocks along `cols`), laid out for
 /// the program: `[cols / sub, sub, padded_rows]` for the codes, `[blocks or sub-blocks, padded_rows]` for the rest.
 /// i4 codes are packed two per byte, low nibble first, across the whole plane. Every output row (one value column
-/// of the source) is followed by zeros up to `padded_rows` values ([`Split::padded_rows`]). `dtype` is the
-/// split's own, or `i8` in place of a sub-byte one (then the rows are not padded).
+/// of the source) is followed by zeros up to `padded_rows` values, [`Split::padded_rows`] (every plane of one
+/// weight has its rows).
 pub(crate) fn stream_plane(
     encoding: &Encoding,
     bytes: &Lent<'_, u8>,
     [rows, cols]: [u64; 2],
     padded_rows: u64,
     plane: Plane,
-    dtype: DType,
     out: &mut dyn ByteSink,
 ) -> Result<(), StreamError> {
     let Some(split) = Split::of(encoding) else {
         return Err(StreamError::Decode(format!("encoding {encoding} cannot be split into planes")));
     };
-    let own = split.dtype(plane);
-    if dtype != own && !(dtype == DType::I8 && own.is_sub_byte()) {
+    if split.padded_rows(rows) != Some(padded_rows) {
         return Err(StreamError::Decode(format!(
-            "a {encoding} '{}' plane is {own} (or i8 in place of a sub-byte type), not {dtype}",
-            plane.suffix()
-        )));
-    }
-    // Every plane of a weight has its rows: padded when its codes are sub-byte, not when they are i8. A sub-byte
-    // plane is always padded.
-    let padded = split.padded_rows(rows);
-    if !(Some(padded_rows) == padded || (padded_rows == rows && !dtype.is_sub_byte())) {
-        return Err(StreamError::Decode(format!(
-            "a {dtype} {encoding} plane of {rows} rows cannot be written with {padded_rows} rows"
+            "a {encoding} plane of {rows} rows is written with its rows padded to a multiple of {}, not {padded_rows}",
+            split.row_multiple()
         )));
     }
     let geometry = (cols % split.block_values == 0)
@@ -293,7 +283,7 @@ pub(crate) fn stream_plane(
     };
     // The pad is less than one row multiple: at most 3 values of at most 2 bytes.
     let (row, pad) = (rows * plan.ow, host((padded_rows - rows) * plan.ow)?);
-    let bits = match dtype {
+    let bits = match split.dtype(plane) {
         DType::I4 => 4,
         DType::I2 => 2,
         _ => return tiles(&plan, bytes, &mut RowPad::new(out, row, pad), &mut decode),
@@ -457,11 +447,11 @@ mod tests {
         }
     }
 
-    /// Q4_0 codes of `[rows, 64]` as planes, against GGML's nibble layout read here directly: each output row is
-    /// the rows' codes less 8, then zeros to `padded`; i4 packs them two per byte across the plane, i8 one each.
+    /// Q4_0 codes of `[rows, 64]` as a plane, against GGML's nibble layout read here directly: each output row is
+    /// the rows' codes less 8, then zeros to the next multiple of 64, packed two per byte across the plane.
     #[test]
-    fn q4_0_code_planes_are_padded_to_whole_bytes_per_row() {
-        for rows in [1u64, 2, 3, 5, 7, 8] {
+    fn q4_0_code_planes_are_padded_to_64_rows() {
+        for rows in [1u64, 2, 3, 5, 7, 8, 64, 65] {
             let blocks: Vec<u8> = (0..rows * 2 * 18).map(|i| ((i * 37 + 11) % 256).to_le_bytes()[0]).collect();
             // The codes of W[r, c]: block (r, c / 32), byte 2 + c % 16, low nibble below 16, high above.
             let code = |r: u64, c: u64| {
@@ -475,26 +465,21 @@ mod tests {
                 .map(|(c, r)| if r < rows { code(r, c) } else { 0 })
                 .collect();
             let mut i4 = Vec::new();
-            stream_plane(&Encoding::Q4_0, &lent, [rows, 64], padded, Plane::Quants, DType::I4, &mut i4).unwrap();
+            stream_plane(&Encoding::Q4_0, &lent, [rows, 64], padded, Plane::Quants, &mut i4).unwrap();
             let nibbles: Vec<i32> =
                 i4.iter().flat_map(|b| [b & 15, b >> 4]).map(|n| i32::from(n) - if n >= 8 { 16 } else { 0 }).collect();
-            assert_eq!(nibbles, want, "i4, {rows} rows");
-            let mut i8s = Vec::new();
-            stream_plane(&Encoding::Q4_0, &lent, [rows, 64], rows, Plane::Quants, DType::I8, &mut i8s).unwrap();
-            let unpadded: Vec<i32> = (0..64).flat_map(|c| (0..rows).map(move |r| code(r, c))).collect();
-            assert_eq!(i8s.iter().map(|&b| i32::from(b as i8)).collect::<Vec<_>>(), unpadded, "i8, {rows} rows");
-            // The scales plane of an i4 weight has the same padded rows; of an i8 one, none.
+            assert_eq!(nibbles, want, "{rows} rows");
+            // The scales plane has the same padded rows.
             let mut d = Vec::new();
-            stream_plane(&Encoding::Q4_0, &lent, [rows, 64], padded, Plane::Scale, DType::F16, &mut d).unwrap();
+            stream_plane(&Encoding::Q4_0, &lent, [rows, 64], padded, Plane::Scale, &mut d).unwrap();
             assert_eq!(d.len() as u64, 2 * padded * 2);
-            if padded != rows {
-                let mut out = Vec::new();
-                let err = stream_plane(&Encoding::Q4_0, &lent, [rows, 64], rows, Plane::Quants, DType::I4, &mut out);
-                assert!(matches!(err, Err(StreamError::Decode(_))), "an odd i4 row is refused: {err:?}");
+            // Rows that are not the padded count are refused, whatever the plane.
+            let unpadded = (rows != padded).then_some((Plane::Quants, rows));
+            for (plane, wrong) in [(Plane::Quants, padded + 64), (Plane::Scale, padded + 1)].into_iter().chain(unpadded)
+            {
+                let err = stream_plane(&Encoding::Q4_0, &lent, [rows, 64], wrong, plane, &mut Vec::new());
+                assert!(matches!(err, Err(StreamError::Decode(_))), "{wrong} rows for {rows}: {err:?}");
             }
-            let err =
-                stream_plane(&Encoding::Q4_0, &lent, [rows, 64], rows, Plane::Quants, DType::F16, &mut Vec::new());
-            assert!(matches!(err, Err(StreamError::Decode(_))), "a dtype the plane cannot be: {err:?}");
         }
     }
 
@@ -566,7 +551,7 @@ mod tests {
             .collect();
         let lent = Lent::Slice(&bytes[..]);
         let mut want = Vec::new();
-        stream_plane(&Encoding::Q8_0, &lent, [rows, cols], rows, Plane::Quants, DType::I8, &mut want).unwrap();
+        stream_plane(&Encoding::Q8_0, &lent, [rows, cols], rows, Plane::Quants, &mut want).unwrap();
         let mut buf = [0u8; 32];
         for c in 0..cols {
             for r in 0..rows {
