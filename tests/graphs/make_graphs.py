@@ -333,6 +333,20 @@ def dynamic_batch():
     g.save([r, g.op("sigmoid", [y], ["?", 3])])
 
 
+def dynamic_unit_dims():
+    """A `?` batch against a weight of one column ([K, 1]) and one row ([1, N]): the two matmuls IREE 3.13 rejects
+    as `dot_general`s (it folds their unit dimension into a dynamic reshape), lowered otherwise."""
+    g = G("dynamic_unit_dims", 27)
+    x = g.input("x", ["?", 4])
+    w = g.weight("w", g.rand(4, 1), path="model.col.weight")
+    v = g.weight("v", g.rand(1, 3), path="model.row.weight")
+    m = g.op("matmul", [x, w], ["?", 1])
+    y = g.op("matmul", [m, v], ["?", 3])
+    g.test["policy"] = "external_all"
+    g.test["dynamic"] = {"x": [5, 4]}
+    g.save([m, y])
+
+
 def mlp():
     g = G("mlp", 22)
     x = g.input("x", [4, 32])
@@ -436,8 +450,8 @@ def transformer():
 
 ALL = [elementwise_binary, elementwise_unary, activations, convert_cast, shape_ops, gather_embedding, matmul_batched,
        conv2d, pooling, reductions, normalization, attention, rope, iota_select_compare_clamp, special_constants,
-       integer_constants, external_policy, threshold_policy, tied_weights, odd_names, dynamic_batch, mlp, small_cnn,
-       transformer, half_weights]
+       integer_constants, external_policy, threshold_policy, tied_weights, odd_names, dynamic_batch, dynamic_unit_dims,
+       mlp, small_cnn, transformer, half_weights]
 
 if __name__ == "__main__":
     for make in ALL:
