@@ -24,6 +24,7 @@
 
 use crate::dtype::DType;
 use crate::packed::{BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, Encoding};
+use crate::tensor::StreamError;
 
 /// The row multiple of a weight with sub-byte planes. IREE 3.13's llvm-cpu code reads an `i4`/`i2` tensor whose
 /// innermost rows do not fill whole bytes from the wrong place, and cannot compile a contraction whose tiles of the
@@ -179,18 +180,42 @@ impl Split {
     }
 }
 
-fn i8s(values: impl IntoIterator<Item = i32>, out: &mut [u8]) {
+/// `v` as one i8 byte. Every value a plane holds fits (centred codes, their low and high parts, sub-block scale and
+/// min codes: the widest is Q8_0's own i8); one that does not is a broken invariant, reported, never written as 0.
+fn i8_byte(encoding: &Encoding, plane: Plane, v: i32) -> Result<u8, StreamError> {
+    i8::try_from(v).map(|b| b.to_le_bytes()[0]).map_err(|_| {
+        StreamError::Decode(format!("a {encoding} '{}' value {v} does not fit i8 (a bug in tapeout)", plane.suffix()))
+    })
+}
+
+fn i8s(
+    encoding: &Encoding,
+    plane: Plane,
+    values: impl IntoIterator<Item = i32>,
+    out: &mut [u8],
+) -> Result<(), StreamError> {
     for (o, v) in out.iter_mut().zip(values) {
-        *o = i8::try_from(v).unwrap_or(0).to_le_bytes()[0];
+        *o = i8_byte(encoding, plane, v)?;
     }
+    Ok(())
+}
+
+/// A per-block count (at most 256) as a `usize`.
+fn count_of(encoding: &Encoding, plane: Plane, count: u64, most: u64) -> Result<usize, StreamError> {
+    usize::try_from(count).ok().filter(|_| (1..=most).contains(&count)).ok_or_else(|| {
+        StreamError::Decode(format!("{count} '{}' values per {encoding} block (1 to {most})", plane.suffix()))
+    })
+}
+
+fn split_of(encoding: &Encoding) -> Result<Split, StreamError> {
+    Split::of(encoding).ok_or_else(|| StreamError::Decode(format!("encoding {encoding} cannot be split into planes")))
 }
 
 /// Writes the values of `plane` for one block of `encoding` into `out` (`values_per_block · tile_width` bytes).
 /// `block` is exactly one block.
-pub(crate) fn split_block(encoding: &Encoding, plane: Plane, block: &[u8], out: &mut [u8]) {
-    let Some(split) = Split::of(encoding) else { return };
-    let n = usize::try_from(split.values_per_block(plane)).unwrap_or(0);
-    split_block_window(encoding, plane, block, [0, n], out);
+pub(crate) fn split_block(encoding: &Encoding, plane: Plane, block: &[u8], out: &mut [u8]) -> Result<(), StreamError> {
+    let n = count_of(encoding, plane, split_of(encoding)?.values_per_block(plane), 256)?;
+    split_block_window(encoding, plane, block, [0, n], out)
 }
 
 /// [`split_block`] for values `v0 .. v1` of the block only (`(v1 − v0) · tile_width` bytes into `out`): a tall
@@ -201,16 +226,16 @@ pub(crate) fn split_block_window(
     block: &[u8],
     [v0, v1]: [usize; 2],
     out: &mut [u8],
-) {
-    let Some(split) = Split::of(encoding) else { return };
+) -> Result<(), StreamError> {
+    let split = split_of(encoding)?;
     if !matches!(plane, Plane::Quants | Plane::QuantsHigh) {
-        // A few values per block (scales, mins): split whole, keep the window.
+        // A few values per block (scales, mins: at most 16): split whole, keep the window.
         let width = if split.tile_width(plane) == 2 { 2 } else { 1 };
         let mut all = [0u8; 32];
-        let n = usize::try_from(split.values_per_block(plane)).unwrap_or(0).min(16) * width;
-        split_numbers(encoding, plane, block, &mut all[..n]);
+        let n = count_of(encoding, plane, split.values_per_block(plane), 16)? * width;
+        split_numbers(encoding, plane, block, &mut all[..n])?;
         out[..(v1 - v0) * width].copy_from_slice(&all[v0 * width..v1 * width]);
-        return;
+        return Ok(());
     }
     let mut codes = [0i32; 256];
     let n = (v1 - v0).min(codes.len());
@@ -221,9 +246,9 @@ pub(crate) fn split_block_window(
             (Some(high), _) => (code >> 4) - high.offset,
             (None, _) => code - split.offset,
         };
-        // Every centred code, low part and high part fits i8 (the widest is Q8_0's own i8, offset 0).
-        *o = i8::try_from(v).unwrap_or(0).to_le_bytes()[0];
+        *o = i8_byte(encoding, plane, v)?;
     }
+    Ok(())
 }
 
 /// The raw codes of elements `v0 .. v0 + out.len()` of one block (Q8_0: its signed values), as ggml lays them out
@@ -268,7 +293,7 @@ fn raw_codes(encoding: &Encoding, b: &[u8], v0: usize, out: &mut [i32]) {
 
 /// One block's per-block numbers of `plane` (every plane but the codes): f16 scales and mins as stored, K-quant
 /// sub-block codes as i8.
-fn split_numbers(encoding: &Encoding, plane: Plane, block: &[u8], out: &mut [u8]) {
+fn split_numbers(encoding: &Encoding, plane: Plane, block: &[u8], out: &mut [u8]) -> Result<(), StreamError> {
     let f16 = |out: &mut [u8], v: [u8; 2]| out[..2].copy_from_slice(&v);
     match encoding {
         Encoding::Q8_0 => f16(out, bytemuck::from_bytes::<BlockQ8_0>(block).d),
@@ -291,8 +316,22 @@ fn split_numbers(encoding: &Encoding, plane: Plane, block: &[u8], out: &mut [u8]
                 (b.d, b.dmin, b.scales)
             };
             match plane {
-                Plane::SubScales => i8s((0..8).map(|j| i32::from(crate::packed::k_scale_min(j, &scales).0)), out),
-                Plane::SubMins => i8s((0..8).map(|j| i32::from(crate::packed::k_scale_min(j, &scales).1)), out),
+                Plane::SubScales => {
+                    return i8s(
+                        encoding,
+                        plane,
+                        (0..8).map(|j| i32::from(crate::packed::k_scale_min(j, &scales).0)),
+                        out,
+                    );
+                }
+                Plane::SubMins => {
+                    return i8s(
+                        encoding,
+                        plane,
+                        (0..8).map(|j| i32::from(crate::packed::k_scale_min(j, &scales).1)),
+                        out,
+                    );
+                }
                 Plane::SuperMin => f16(out, dmin),
                 _ => f16(out, d),
             }
@@ -302,12 +341,15 @@ fn split_numbers(encoding: &Encoding, plane: Plane, block: &[u8], out: &mut [u8]
             match plane {
                 // Sub-block j covers values 16j .. 16j + 16: in the decoder's table, scale index i + 2s for the
                 // s-th quarter of a half, which is exactly sc[j].
-                Plane::SubScales => i8s(b.sc.iter().map(|&s| i32::from(s)), out),
+                Plane::SubScales => return i8s(encoding, plane, b.sc.iter().map(|&s| i32::from(s)), out),
                 _ => f16(out, b.d),
             }
         }
-        Encoding::Other(_) => {}
+        Encoding::Other(_) => {
+            return Err(StreamError::Decode(format!("encoding {encoding} cannot be split into planes")));
+        }
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -333,10 +375,10 @@ mod tests {
                     let (n, w) =
                         (usize::try_from(s.values_per_block(p)).unwrap(), usize::try_from(s.tile_width(p)).unwrap());
                     let mut whole = vec![0u8; n * w];
-                    split_block(&enc, p, &block, &mut whole);
+                    split_block(&enc, p, &block, &mut whole).unwrap();
                     for (v0, v1) in [(0, n), (0, 1), (n - 1, n), (n / 3, n / 2 + 1), (n / 2, n)] {
                         let mut win = vec![0u8; (v1 - v0) * w];
-                        split_block_window(&enc, p, &block, [v0, v1], &mut win);
+                        split_block_window(&enc, p, &block, [v0, v1], &mut win).unwrap();
                         assert_eq!(win, whole[v0 * w..v1 * w], "{enc} {p:?} [{v0}, {v1})");
                     }
                 }
@@ -378,7 +420,7 @@ mod tests {
                 let plane = |p: Plane| {
                     let k = usize::try_from(s.values_per_block(p) * s.tile_width(p)).unwrap();
                     let mut out = vec![0u8; k];
-                    split_block(&enc, p, &block, &mut out);
+                    split_block(&enc, p, &block, &mut out).unwrap();
                     out
                 };
                 let f16s = |b: Vec<u8>| -> Vec<f64> {

@@ -273,9 +273,9 @@ pub(crate) fn stream_plane(
     let mut decode = |gathered: &[u8], [v0, v1]: [usize; 2], tile: &mut Vec<u8>| {
         for block in gathered.chunks_exact(block_bytes) {
             if v1 - v0 == whole {
-                split_block(encoding, plane, block, &mut buf);
+                split_block(encoding, plane, block, &mut buf)?;
             } else {
-                split_block_window(encoding, plane, block, [v0, v1], &mut buf);
+                split_block_window(encoding, plane, block, [v0, v1], &mut buf)?;
             }
             tile.extend_from_slice(&buf[..(v1 - v0) * ow]);
         }
@@ -556,7 +556,7 @@ mod tests {
         for c in 0..cols {
             for r in 0..rows {
                 let at = usize::try_from((r * 3 + c / 32) * 34).unwrap();
-                split_block(&Encoding::Q8_0, Plane::Quants, &bytes[at..at + 34], &mut buf);
+                split_block(&Encoding::Q8_0, Plane::Quants, &bytes[at..at + 34], &mut buf).unwrap();
                 assert_eq!(want[usize::try_from(c * rows + r).unwrap()], buf[usize::try_from(c % 32).unwrap()]);
             }
         }
@@ -568,7 +568,7 @@ mod tests {
             let mut got = Vec::new();
             tiles(&plan, &lent, &mut got, &mut |g: &[u8], [v0, v1]: [usize; 2], tile: &mut Vec<u8>| {
                 for block in g.chunks_exact(34) {
-                    split_block(&Encoding::Q8_0, Plane::Quants, block, &mut buf);
+                    split_block(&Encoding::Q8_0, Plane::Quants, block, &mut buf).unwrap();
                     tile.extend_from_slice(&buf[v0..v1]);
                 }
                 Ok(())
