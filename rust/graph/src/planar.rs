@@ -316,21 +316,12 @@ fn split_numbers(encoding: &Encoding, plane: Plane, block: &[u8], out: &mut [u8]
                 (b.d, b.dmin, b.scales)
             };
             match plane {
-                Plane::SubScales => {
-                    return i8s(
-                        encoding,
-                        plane,
-                        (0..8).map(|j| i32::from(crate::packed::k_scale_min(j, &scales).0)),
-                        out,
-                    );
-                }
-                Plane::SubMins => {
-                    return i8s(
-                        encoding,
-                        plane,
-                        (0..8).map(|j| i32::from(crate::packed::k_scale_min(j, &scales).1)),
-                        out,
-                    );
+                Plane::SubScales | Plane::SubMins => {
+                    let code = |j| {
+                        let (scale, min) = crate::packed::k_scale_min(j, &scales);
+                        i32::from(if plane == Plane::SubMins { min } else { scale })
+                    };
+                    return i8s(encoding, plane, (0..8).map(code), out);
                 }
                 Plane::SuperMin => f16(out, dmin),
                 _ => f16(out, d),
