@@ -7,7 +7,6 @@
 //! memory, whatever the weight's size; nothing pins a JVM array for longer than one tile's copy.
 
 use crate::constant::{ByteSink, ConstantData, widen_into};
-use crate::dtype::DType;
 use crate::packed::{self, Encoding};
 use crate::planar::{Plane, Split, split_block, split_block_window};
 use crate::tensor::{HalfLayout, Lent, StreamError};
@@ -281,11 +280,11 @@ pub(crate) fn stream_plane(
         }
         Ok(())
     };
-    // The pad is less than one row multiple: at most 3 values of at most 2 bytes.
+    // The pad is less than one row multiple: at most 63 values of at most 2 bytes.
     let (row, pad) = (rows * plan.ow, host((padded_rows - rows) * plan.ow)?);
-    let bits = match split.dtype(plane) {
-        DType::I4 => 4,
-        DType::I2 => 2,
+    let bits = match split.dtype(plane).sub_byte_bits() {
+        Some(4) => 4,
+        Some(2) => 2,
         _ => return tiles(&plan, bytes, &mut RowPad::new(out, row, pad), &mut decode),
     };
     let mut packer = SubByte { out, bits, acc: 0, filled: 0 };

@@ -601,7 +601,9 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
             }
             None => {}
         }
-        if let (true, true, [Dim::Static(k), Dim::Static(1)]) = (rb == 2 && ra >= 1, out.is_dynamic(), bd.as_slice()) {
+        // Either special case below applies whenever a `?` dimension is involved (in `a` or in the declared result).
+        let dynamic = a.shape.is_dynamic() || out.is_dynamic();
+        if let (true, true, [Dim::Static(k), Dim::Static(1)]) = (rb == 2 && ra >= 1, dynamic, bd.as_slice()) {
             // `[.., K] x [K, 1]` with a `?` dimension: IREE 3.13 folds the unit dimension of such a `dot_general`
             // into a dynamic `stablehlo.reshape`, which it then refuses. The same sum as a multiply and a
             // reduction over K, its unit dimension put back by a broadcast (which IREE lowers).
@@ -611,7 +613,8 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
             let sum = self.reduce(&product, &[ra - 1], "add");
             return self.keep_dims(&sum, &product, &[ra - 1], out);
         }
-        if let (true, true, [Dim::Static(1), Dim::Static(n)]) = (rb == 2 && ra >= 1, out.is_dynamic(), bd.as_slice()) {
+        let k_is_one = ra >= 1 && ad[ra - 1] == Dim::Static(1);
+        if let (true, true, [Dim::Static(1), Dim::Static(n)]) = (rb == 2 && k_is_one, dynamic, bd.as_slice()) {
             // `[.., 1] x [1, N]` with a `?` dimension: the contracted unit dimension is folded the same way. Padded
             // with a zero to 2 on both sides, the product is the same, exactly.
             let (a0, b0) = (self.fill_like(0.0, a, a.dtype)?, self.splat(0.0, &Shape::of(&[1, *n]), b.dtype));
