@@ -89,7 +89,7 @@ impl DType {
 
     /// Bits per element of a sub-byte type (4 for [`DType::I4`], 2 for [`DType::I2`]); `None` for the others.
     #[must_use]
-    pub const fn sub_byte_bits(self) -> Option<u64> {
+    pub const fn sub_byte_bits(self) -> Option<u32> {
         match self {
             DType::I4 => Some(4),
             DType::I2 => Some(2),

@@ -282,10 +282,8 @@ pub(crate) fn stream_plane(
     };
     // The pad is less than one row multiple: at most 63 values of at most 2 bytes.
     let (row, pad) = (rows * plan.ow, host((padded_rows - rows) * plan.ow)?);
-    let bits = match split.dtype(plane).sub_byte_bits() {
-        Some(4) => 4,
-        Some(2) => 2,
-        _ => return tiles(&plan, bytes, &mut RowPad::new(out, row, pad), &mut decode),
+    let Some(bits) = split.dtype(plane).sub_byte_bits() else {
+        return tiles(&plan, bytes, &mut RowPad::new(out, row, pad), &mut decode);
     };
     let mut packer = SubByte { out, bits, acc: 0, filled: 0 };
     tiles(&plan, bytes, &mut RowPad::new(&mut packer, row, pad), &mut decode)?;
