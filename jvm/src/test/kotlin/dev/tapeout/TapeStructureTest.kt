@@ -36,6 +36,17 @@ class TapeStructureTest {
     }
 
     @Test
+    fun `the library records ops by their OpTable entry, never by a string literal`() {
+        val main = File(System.getProperty("tapeout.repo"), "jvm/src/main/kotlin/dev/tapeout")
+        val literal = Regex("""(record|binary|unary|pool|reduce|norm)\(\s*"""")
+        val found = main.listFiles { f -> f.name.endsWith(".kt") }!!.flatMap { f ->
+            f.readLines().withIndex().filter { (_, l) -> !l.trimStart().startsWith("*") && !l.trimStart().startsWith("//") && literal.containsMatchIn(l) }
+                .map { (i, l) -> "${f.name}:${i + 1}: ${l.trim()}" }
+        }
+        assertTrue(found.isEmpty(), "op names as literals (use Op.X): $found")
+    }
+
+    @Test
     fun `a graph is the tape as it was at toComputeGraph`() {
         val t = ExecutionTape()
         val x = t.input("x", 2)
