@@ -252,7 +252,8 @@ pub(crate) fn split_block_window(
 }
 
 /// The raw codes of elements `v0 .. v0 + out.len()` of one block (Q8_0: its signed values), as ggml lays them out
-/// (docs: ../shared/reference/ggml-blocks.md); the one place tapeout reads codes for planes.
+/// (the `block_q*` structs of ggml's `ggml-common.h`, whose fields and sizes the `Block*` types in `packed.rs`
+/// declare); the one place tapeout reads codes for planes.
 fn raw_codes(encoding: &Encoding, b: &[u8], v0: usize, out: &mut [i32]) {
     let nibble = |byte: u8, high: bool| i32::from(if high { byte >> 4 } else { byte & 0xF });
     let idx = v0..v0 + out.len();

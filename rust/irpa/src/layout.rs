@@ -203,7 +203,9 @@ mod tests {
 
     #[test]
     fn annotated_example_from_the_format_reference() {
-        // weight: 4x3 f32 = 48 B, bias: 3 f32 = 12 B (irpa-format.md §7).
+        // weight: 4x3 f32 = 48 B under a 6-byte key, bias: 3 f32 = 12 B under a 4-byte key; the expected offsets
+        // are the ones IREE's builder writes for these two entries (two 76-byte DATA records from 96, then the
+        // keys, then storage 64-aligned).
         let l = compute([
             (EntryShape::Data { len: 48, file_offset: None }, 6, 0),
             (EntryShape::Data { len: 12, file_offset: None }, 4, 0),

@@ -158,7 +158,7 @@ impl<'a> ArchiveWriter<'a> {
         self.claim_key(&key)?;
         let mut padded = [0u8; 16];
         padded[..pattern_len].copy_from_slice(pattern);
-        let pattern_len = u8::try_from(pattern_len).unwrap_or(16);
+        let pattern_len = u8::try_from(pattern_len).expect("checked above to be at most 16");
         self.entries.push(Pending { key, metadata, payload: Payload::Splat { pattern: padded, pattern_len, length } });
         Ok(())
     }
@@ -236,7 +236,7 @@ impl<'a> ArchiveWriter<'a> {
         // Final size first: the padding is a hole, and a full disk shows up before any payload.
         file.set_len(layout.file_size).map_err(io("cannot size"))?;
 
-        let head = self.encode_head(layout);
+        let head = self.encode_head(layout)?;
         let mut out = Target {
             inner: BufWriter::with_capacity(1 << 20, &mut *file),
             path,
@@ -271,12 +271,19 @@ impl<'a> ArchiveWriter<'a> {
         Ok(data_bytes)
     }
 
-    fn encode_head(&self, layout: &Layout) -> Vec<u8> {
-        let meta_end = usize::try_from(layout.metadata_segment.offset + layout.metadata_segment.length).unwrap_or(0);
-        let mut buf = Vec::with_capacity(meta_end);
+    /// The header, entry table and metadata segment: everything before the storage segment, built in memory.
+    ///
+    /// # Errors
+    /// [`IrpaError::LayoutOverflow`] when that head does not fit this platform's address space.
+    fn encode_head(&self, layout: &Layout) -> Result<Vec<u8>> {
+        let in_memory = |offset: u64| {
+            usize::try_from(offset)
+                .map_err(|_| IrpaError::LayoutOverflow { what: "the archive header in memory".into() })
+        };
+        let mut buf = Vec::with_capacity(in_memory(layout.metadata_segment.offset + layout.metadata_segment.length)?);
         layout::encode_header(layout, self.entries.len() as u64, &mut buf);
         for (entry, placement) in self.entries.iter().zip(&layout.entries) {
-            buf.resize(usize::try_from(placement.record_offset).unwrap_or(buf.len()), 0);
+            buf.resize(in_memory(placement.record_offset)?, 0);
             let common = |entry_type: u32, size: u64, alignment: u64| EntryCommon {
                 entry_size: U64Le::new(size),
                 entry_type: U32Le::new(entry_type),
@@ -288,7 +295,7 @@ impl<'a> ArchiveWriter<'a> {
             match &entry.payload {
                 Payload::Data(_) => buf.extend_from_slice(bytemuck::bytes_of(&DataEntry {
                     common: common(entry_type::DATA, layout::DATA_ENTRY_SIZE, layout::DATA_ALIGNMENT),
-                    storage: placement.storage.unwrap_or_default().into(),
+                    storage: placement.storage.expect("layout::compute places storage for every DATA entry").into(),
                 })),
                 Payload::Splat { pattern, pattern_len, length } => {
                     buf.extend_from_slice(bytemuck::bytes_of(&SplatEntry {
@@ -304,7 +311,7 @@ impl<'a> ArchiveWriter<'a> {
             buf.extend_from_slice(entry.key.as_bytes());
             buf.extend_from_slice(&entry.metadata);
         }
-        buf
+        Ok(buf)
     }
 }
 
@@ -341,7 +348,7 @@ impl SinkTarget for Target<'_, '_> {
     fn skip_zeros(&mut self, len: u64) -> Result<()> {
         const ZEROS: [u8; 4096] = [0; 4096];
         if len <= ZEROS.len() as u64 {
-            let n = usize::try_from(len).unwrap_or(0);
+            let n = usize::try_from(len).expect("at most the 4096-byte zero block");
             self.inner.write_all(&ZEROS[..n]).map_err(|source| IrpaError::Io {
                 action: "cannot write",
                 path: self.path.to_path_buf(),

@@ -89,7 +89,7 @@ pub fn convert(
             skipped += 1;
             continue;
         }
-        let key = renames.get(t.name).copied().unwrap_or(t.name).to_owned();
+        let key = renames.get(t.name).copied().unwrap_or(t.name).to_owned(); // not renamed: its own name
         let count = t.shape.iter().product::<u64>();
         let bytes = Lent::Slice(t.bytes);
         let decode = match &t.stored {

@@ -60,7 +60,7 @@ fn metadata(graph: &ComputeGraph<'_>, data: &ConstantData<'_>, tensor: tapeout_g
     let spec = graph.spec(tensor);
     let mut m = serde_json::json!({
         "dtype": data.dtype().name(),
-        "shape": spec.shape.static_dims().unwrap_or_default(),
+        "shape": spec.shape.static_dims().expect("constants have static shapes: finalize makes dynamic-shaped ones inputs"),
     });
     let held = match data {
         ConstantData::Transposed { of, rows, cols } => {

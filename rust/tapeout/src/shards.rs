@@ -77,7 +77,7 @@ pub(crate) fn write(
         None => vec![writer],
     };
     if shards.len() <= 1 {
-        let only = shards.pop().unwrap_or_default();
+        let only = shards.pop().expect("split returns at least one archive");
         let summary = only.write_with_progress(dir.join(format!("{stem}.irpa")), progress)?;
         remove_stale(dir, stem, None)?;
         return Ok(ArchiveFiles { archives: vec![summary], index: None });
@@ -178,7 +178,8 @@ impl ArchiveSet {
             for e in archive.entries() {
                 // Within one archive the reader has its own rule; across archives a key may live in one only.
                 if let Some(&first) = where_is.get(e.key).filter(|&&first| first != i) {
-                    let first: &Path = archives.get(first).map_or(path.as_path(), |(p, _): &(PathBuf, Archive)| p);
+                    let (first, _): &(PathBuf, Archive) =
+                        archives.get(first).expect("where_is names only archives already opened");
                     return Err(Error::ArchiveSet {
                         path: path.clone(),
                         problem: format!(
@@ -234,6 +235,7 @@ impl ArchiveSet {
         // One archive answers in its own words (the reader's error for a missing key).
         let single = (self.archives.len() == 1).then_some(0);
         let Some(i) = self.where_is.get(key).copied().or(single) else {
+            // An empty set (opened from no paths) has no file to name.
             let path = self.archives.first().map(|(p, _)| p.clone()).unwrap_or_default();
             let files = self.archives.len();
             return Err(Error::ArchiveSet { path, problem: format!("no archive of the {files} holds key {key:?}") });
@@ -269,7 +271,7 @@ fn read_index(path: &Path) -> Result<(Vec<PathBuf>, BTreeMap<String, PathBuf>)> 
     if v.get("format").and_then(|f| f.as_str()) != Some(INDEX_FORMAT) {
         return Err(bad(format!("is not an archive index (\"format\" is not {INDEX_FORMAT:?})")));
     }
-    let dir = path.parent().unwrap_or(Path::new("."));
+    let dir = path.parent().unwrap_or(Path::new(".")); // no parent (a bare name): the working directory
     let name = |s: &str| -> Result<PathBuf> {
         let p = Path::new(s);
         if s.is_empty() || p.components().count() != 1 || p.is_absolute() || s == ".." || s == "." {

@@ -372,7 +372,8 @@ impl GgufFile {
         self.tensors.iter().find(|t| t.name == name)
     }
 
-    /// The bytes of `tensor`, borrowed from the mapping.
+    /// The bytes of `tensor`, borrowed from the mapping. Every tensor this file lists lies inside it (checked at
+    /// open); a tensor that does not (one built by hand, or another file's) gets an empty slice.
     #[must_use]
     pub fn bytes(&self, tensor: &GgufTensor) -> &[u8] {
         let (Ok(s), Ok(e)) = (usize::try_from(tensor.start), usize::try_from(tensor.end)) else { return &[] };

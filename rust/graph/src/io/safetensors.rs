@@ -46,6 +46,7 @@ impl SafeTensors {
             // SAFETY: read-only mapping; the file must not be truncated while open (documented on `SafeTensors`).
             Some(unsafe { Mmap::map(&file) }.map_err(|source| IoError::Io { path: path.clone(), source })?)
         };
+        // An empty file has no mapping; parse refuses its zero bytes.
         let (tensors, order, metadata) = parse(map.as_deref().unwrap_or(&[]))
             .map_err(|source| IoError::Safetensors { path: path.clone(), source })?;
         Ok(Self { path, file: Arc::new(file), map, tensors, order, metadata })
@@ -86,7 +87,8 @@ impl SafeTensors {
         self.tensors.get_key_value(name).map(|(k, v)| (k.as_str(), v))
     }
 
-    /// The bytes of `tensor`, borrowed from the mapping.
+    /// The bytes of `tensor`, borrowed from the mapping. Every tensor this file lists lies inside it (checked at
+    /// open); a tensor that does not (one built by hand, or another file's) gets an empty slice.
     #[must_use]
     pub fn bytes(&self, tensor: &SafeTensor) -> &[u8] {
         let (Ok(s), Ok(e)) = (usize::try_from(tensor.start), usize::try_from(tensor.end)) else { return &[] };
