@@ -45,8 +45,8 @@ pub struct WriteSummary {
 
 /// Builds an IRPA v0 archive that IREE 3.13 reads, byte-identical to IREE's own builder for the
 /// same entries in the same order, with one difference by default: an entry of at least 8 MiB copied from a file
-/// ([`ByteSource::file_offset`]) starts at its source offset modulo 64 KiB, where the kernel copies it fastest
-/// ([`layout::EntryShape::Data`]). [`ArchiveWriter::iree_placement`] turns that off for byte-for-byte comparisons
+/// ([`ByteSource::file_offset`]) starts at its source offset modulo 64 KiB (when that offset is 64-aligned), where
+/// the kernel copies it fastest. [`ArchiveWriter::iree_placement`] turns that off for byte-for-byte comparisons
 /// with IREE's tools.
 ///
 /// ```

@@ -43,7 +43,8 @@ impl<'a> StoredTensor<'a> {
         }
     }
 
-    /// Graph storage that borrows these bytes (see [`storage_of`]).
+    /// Graph storage that borrows these bytes: f32 as a slice (raw bytes when not 4-byte aligned), f16/bf16 for
+    /// lazy widening, packed blocks with their encoding, other dtypes as bytes.
     #[must_use]
     pub fn storage(&self, layout: HalfLayout) -> Storage<'a> {
         storage_of(&self.stored, self.bytes, layout)
