@@ -405,6 +405,7 @@ fn export(graph: &Path, opts: &GraphFileExport<'_>, out_dir: &Path) -> Result<()
     println!("wrote {} ({} bytes; {} inline constants)", s.mlir.display(), s.mlir_bytes, s.inline_constants);
     match &s.archives.index {
         None => {
+            #[allow(clippy::expect_used, reason = "an export without an index wrote exactly one archive")]
             let a = s.archives.archives.first().expect("an export without an index writes exactly one archive");
             println!("wrote {} ({} external parameters, {} bytes)", a.path.display(), s.externals, a.file_size);
         }

@@ -81,6 +81,12 @@ impl Encoding {
         }
     }
 
+    /// The names of [`Encoding::DECODABLE`], comma-separated, for messages (the list is written once, there).
+    #[must_use]
+    pub fn decodable_names() -> String {
+        Encoding::DECODABLE.iter().map(Encoding::name).collect::<Vec<_>>().join(", ")
+    }
+
     /// Parses a name case-insensitively; unknown names become [`Encoding::Other`].
     #[must_use]
     pub fn parse(name: &str) -> Encoding {
@@ -415,7 +421,7 @@ fn decode_all<B: BlockFormat>(blocks: &[u8], out: &mut [f32]) {
 #[non_exhaustive]
 pub enum DecodeError {
     /// The encoding is not one tapeout decodes.
-    #[error("encoding {0} cannot be decoded by tapeout (decodable: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)")]
+    #[error("encoding {0} cannot be decoded by tapeout (decodable: {names})", names = Encoding::decodable_names())]
     Unsupported(String),
     /// The buffers do not hold whole blocks, or disagree in size.
     #[error(

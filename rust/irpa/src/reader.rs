@@ -121,9 +121,7 @@ pub fn parse_index(bytes: &[u8]) -> Result<Index, FormatProblem> {
     if declared > entry_segment.length / ENTRY_COMMON_SIZE {
         return Err(mismatch(0, "cannot fit: the count exceeds what the table can hold"));
     }
-    // `declared` is at most the table length over 60, and the table lies in `bytes`, so it fits a usize.
-    let mut entries =
-        Vec::with_capacity(usize::try_from(declared).expect("entry count bounded by the in-memory table"));
+    let mut entries = Vec::new();
     let mut keys: HashMap<&[u8], u64> = HashMap::new();
     let mut pos = entry_segment.offset;
 
@@ -232,6 +230,7 @@ pub fn parse_index(bytes: &[u8]) -> Result<Index, FormatProblem> {
 }
 
 /// `bytes[r]` for a range already validated against `bytes.len()`.
+#[allow(clippy::expect_used, reason = "every range passed here was checked against these bytes by parse_index")]
 fn slice(bytes: &[u8], r: Range) -> &[u8] {
     let start = usize::try_from(r.offset).expect("range validated against the in-memory file");
     let end = usize::try_from(r.offset + r.length).expect("range validated against the in-memory file");
@@ -294,7 +293,7 @@ impl Entry<'_> {
                 let block: Vec<u8> = pattern.iter().copied().cycle().take(1 << 16).collect();
                 let mut left = length;
                 while left > 0 {
-                    let n = usize::try_from(left.min(block.len() as u64)).expect("at most the block's length");
+                    let n = block.len().min(usize::try_from(left).unwrap_or(usize::MAX)); // saturating: more than a block
                     out.write_all(&block[..n])?;
                     left -= n as u64;
                 }
@@ -365,6 +364,7 @@ impl Archive {
             .ok_or_else(|| IrpaError::KeyNotFound { path: self.path.clone(), key: key.to_owned() })
     }
 
+    #[allow(clippy::expect_used, reason = "the entry comes from parse_index over this mapping, which checked its key")]
     fn entry<'a>(&'a self, e: &'a IndexEntry) -> Entry<'a> {
         let key = std::str::from_utf8(slice(&self.map, e.key)).expect("parse_index checked every key is UTF-8");
         let metadata = slice(&self.map, e.metadata);

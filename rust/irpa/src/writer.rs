@@ -148,17 +148,20 @@ impl<'a> ArchiveWriter<'a> {
         length: u64,
     ) -> Result<()> {
         let key = key.into();
-        let pattern_len = pattern.len();
-        if !matches!(pattern_len, 1 | 2 | 4 | 8 | 16) {
-            return Err(IrpaError::BadSplatPattern { key, pattern_len });
-        }
-        if length % pattern_len as u64 != 0 {
-            return Err(IrpaError::SplatLengthNotMultiple { key, length, pattern_len });
+        let pattern_len: u8 = match pattern.len() {
+            1 => 1,
+            2 => 2,
+            4 => 4,
+            8 => 8,
+            16 => 16,
+            pattern_len => return Err(IrpaError::BadSplatPattern { key, pattern_len }),
+        };
+        if length % u64::from(pattern_len) != 0 {
+            return Err(IrpaError::SplatLengthNotMultiple { key, length, pattern_len: pattern.len() });
         }
         self.claim_key(&key)?;
         let mut padded = [0u8; 16];
-        padded[..pattern_len].copy_from_slice(pattern);
-        let pattern_len = u8::try_from(pattern_len).expect("checked above to be at most 16");
+        padded[..pattern.len()].copy_from_slice(pattern);
         self.entries.push(Pending { key, metadata, payload: Payload::Splat { pattern: padded, pattern_len, length } });
         Ok(())
     }
@@ -275,6 +278,7 @@ impl<'a> ArchiveWriter<'a> {
     ///
     /// # Errors
     /// [`IrpaError::LayoutOverflow`] when that head does not fit this platform's address space.
+    #[allow(clippy::expect_used, reason = "layout::compute gives every DATA entry its storage range")]
     fn encode_head(&self, layout: &Layout) -> Result<Vec<u8>> {
         let in_memory = |offset: u64| {
             usize::try_from(offset)
@@ -347,8 +351,7 @@ impl SinkTarget for Target<'_, '_> {
 
     fn skip_zeros(&mut self, len: u64) -> Result<()> {
         const ZEROS: [u8; 4096] = [0; 4096];
-        if len <= ZEROS.len() as u64 {
-            let n = usize::try_from(len).expect("at most the 4096-byte zero block");
+        if let Some(n) = usize::try_from(len).ok().filter(|&n| n <= ZEROS.len()) {
             self.inner.write_all(&ZEROS[..n]).map_err(|source| IrpaError::Io {
                 action: "cannot write",
                 path: self.path.to_path_buf(),

@@ -77,6 +77,7 @@ pub(crate) fn write(
         None => vec![writer],
     };
     if shards.len() <= 1 {
+        #[allow(clippy::expect_used, reason = "split returns at least one archive, an empty writer as one")]
         let only = shards.pop().expect("split returns at least one archive");
         let summary = only.write_with_progress(dir.join(format!("{stem}.irpa")), progress)?;
         remove_stale(dir, stem, None)?;
@@ -178,6 +179,7 @@ impl ArchiveSet {
             for e in archive.entries() {
                 // Within one archive the reader has its own rule; across archives a key may live in one only.
                 if let Some(&first) = where_is.get(e.key).filter(|&&first| first != i) {
+                    #[allow(clippy::expect_used, reason = "where_is maps keys to archives pushed in earlier rounds")]
                     let (first, _): &(PathBuf, Archive) =
                         archives.get(first).expect("where_is names only archives already opened");
                     return Err(Error::ArchiveSet {

@@ -92,9 +92,7 @@ pub enum GgufError {
         tensor: String,
     },
     /// A GGML type tapeout does not read.
-    #[error(
-        "tensor {tensor:?}: GGML type {found} is not supported (F32, F16, BF16, F64, I8-I64, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K are)"
-    )]
+    #[error("tensor {tensor:?}: GGML type {found} is not supported ({} are)", supported_type_names())]
     UnsupportedType {
         /// The tensor.
         tensor: String,
@@ -298,24 +296,33 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The dense GGML type ids tapeout reads, with their dtype; the packed ones are [`Encoding::ggml_type`] of
+/// [`Encoding::DECODABLE`].
+const DENSE_GGML_TYPES: [(u32, DType); 8] = [
+    (0, DType::F32),
+    (1, DType::F16),
+    (24, DType::I8),
+    (25, DType::I16),
+    (26, DType::I32),
+    (27, DType::I64),
+    (28, DType::F64),
+    (30, DType::BF16),
+];
+
 /// `(storage, elements per block, bytes per block)` of a GGML type id.
 fn ggml_type(id: u32) -> Option<(GgufStorage, u64, u64)> {
-    let dense = |d: DType| Some((GgufStorage::Dense(d), 1, d.byte_width()));
-    match id {
-        0 => dense(DType::F32),
-        1 => dense(DType::F16),
-        24 => dense(DType::I8),
-        25 => dense(DType::I16),
-        26 => dense(DType::I32),
-        27 => dense(DType::I64),
-        28 => dense(DType::F64),
-        30 => dense(DType::BF16),
-        _ => {
-            let e = Encoding::DECODABLE.into_iter().find(|e| e.ggml_type() == Some(id))?;
-            let (elems, bytes) = e.block_geometry()?;
-            Some((GgufStorage::Packed(e), elems, bytes))
-        }
+    if let Some(&(_, d)) = DENSE_GGML_TYPES.iter().find(|(i, _)| *i == id) {
+        return Some((GgufStorage::Dense(d), 1, d.byte_width()));
     }
+    let e = Encoding::DECODABLE.into_iter().find(|e| e.ggml_type() == Some(id))?;
+    let (elems, bytes) = e.block_geometry()?;
+    Some((GgufStorage::Packed(e), elems, bytes))
+}
+
+/// The GGML type names tapeout reads, from the two tables, for messages.
+fn supported_type_names() -> String {
+    let dense = DENSE_GGML_TYPES.iter().map(|(_, d)| d.name().to_ascii_uppercase());
+    dense.chain(Encoding::DECODABLE.iter().map(|e| e.name().to_owned())).collect::<Vec<_>>().join(", ")
 }
 
 impl GgufFile {

@@ -322,6 +322,7 @@ impl GraphFile {
             functions.push(Function { name: f.name, nodes, outputs, forced });
         }
         // The single-function form keeps its names at the top level.
+        #[allow(clippy::expect_used, reason = "the single-function form pushed exactly one scope above")]
         let index = if single { scopes.pop().expect("the single-function form has one function") } else { index };
         Ok(Self {
             path: path.to_path_buf(),
@@ -568,6 +569,7 @@ impl GraphFile {
             let (path, offset) = match &w.source {
                 Source::File(p, o) => (self.dir().join(p), *o),
                 Source::Named(_) => {
+                    #[allow(clippy::expect_used, reason = "the match above returned an error without a weights file")]
                     let file = weights.weights.as_ref().expect("a named weight was read from the weights file above");
                     (file.path().to_path_buf(), 0)
                 }
