@@ -23,7 +23,7 @@ pub enum PackedConstantHandling {
     /// Decode to f32 while exporting, one chunk of blocks at a time.
     Dequantize,
     /// Keep the blocks packed: each weight becomes planes of integer codes and per-block scales
-    /// ([`crate::planar`]) and its uses become ops on them, so that the program contracts the codes per block
+    /// ([`Plane`](crate::Plane)) and its uses become ops on them, so that the program contracts the codes per block
     /// and never materializes the f32 weight for a linear layer or an embedding ([`crate::keep`]).
     Keep,
 }
