@@ -10,7 +10,9 @@ use crate::layout::{self, EntryShape, Layout, entry_type};
 use crate::records::{DataEntry, EntryCommon, SplatEntry, U32Le, U64Le};
 use crate::source::{ByteSource, ChunkSink, SinkTarget};
 
-enum Payload<'a> {
+/// What a pending entry will hold: bytes still to be streamed from a source, or a splat. (The reader's
+/// [`Payload`](crate::Payload) is the other side: the bytes of an entry already in an archive.)
+enum Contents<'a> {
     Data(Box<dyn ByteSource + 'a>),
     Splat { pattern: [u8; 16], pattern_len: u8, length: u64 },
 }
@@ -18,7 +20,7 @@ enum Payload<'a> {
 struct Pending<'a> {
     key: String,
     metadata: Vec<u8>,
-    payload: Payload<'a>,
+    payload: Contents<'a>,
 }
 
 /// Progress of a write, reported after every chunk.
@@ -69,10 +71,10 @@ pub struct ArchiveWriter<'a> {
 
 fn shape(e: &Pending<'_>, iree_placement: bool) -> (EntryShape, u64, u64) {
     let shape = match &e.payload {
-        Payload::Data(s) => {
+        Contents::Data(s) => {
             EntryShape::Data { len: s.byte_len(), file_offset: if iree_placement { None } else { s.file_offset() } }
         }
-        Payload::Splat { .. } => EntryShape::Splat,
+        Contents::Splat { .. } => EntryShape::Splat,
     };
     (shape, e.key.len() as u64, e.metadata.len() as u64)
 }
@@ -130,7 +132,7 @@ impl<'a> ArchiveWriter<'a> {
     ) -> Result<()> {
         let key = key.into();
         self.claim_key(&key)?;
-        self.entries.push(Pending { key, metadata, payload: Payload::Data(Box::new(source)) });
+        self.entries.push(Pending { key, metadata, payload: Contents::Data(Box::new(source)) });
         Ok(())
     }
 
@@ -162,7 +164,7 @@ impl<'a> ArchiveWriter<'a> {
         self.claim_key(&key)?;
         let mut padded = [0u8; 16];
         padded[..pattern.len()].copy_from_slice(pattern);
-        self.entries.push(Pending { key, metadata, payload: Payload::Splat { pattern: padded, pattern_len, length } });
+        self.entries.push(Pending { key, metadata, payload: Contents::Splat { pattern: padded, pattern_len, length } });
         Ok(())
     }
 
@@ -255,7 +257,7 @@ impl<'a> ArchiveWriter<'a> {
             let Some(storage) = placement.storage else { continue };
             let start = layout.storage_segment.offset + storage.offset;
             out.skip_zeros(start - out.pos)?;
-            let Payload::Data(source) = &mut entry.payload else { continue };
+            let Contents::Data(source) = &mut entry.payload else { continue };
             let mut sink = ChunkSink { out: &mut out, key: &entry.key, declared: storage.length, written: 0 };
             source.write_into(&mut sink)?;
             if sink.written != storage.length {
@@ -297,11 +299,11 @@ impl<'a> ArchiveWriter<'a> {
                 minimum_alignment: U64Le::new(alignment),
             };
             match &entry.payload {
-                Payload::Data(_) => buf.extend_from_slice(bytemuck::bytes_of(&DataEntry {
+                Contents::Data(_) => buf.extend_from_slice(bytemuck::bytes_of(&DataEntry {
                     common: common(entry_type::DATA, layout::DATA_ENTRY_SIZE, layout::DATA_ALIGNMENT),
                     storage: placement.storage.expect("layout::compute places storage for every DATA entry").into(),
                 })),
-                Payload::Splat { pattern, pattern_len, length } => {
+                Contents::Splat { pattern, pattern_len, length } => {
                     buf.extend_from_slice(bytemuck::bytes_of(&SplatEntry {
                         common: common(entry_type::SPLAT, layout::SPLAT_ENTRY_SIZE, 0),
                         length: U64Le::new(*length),

@@ -334,7 +334,7 @@ impl GgufFile {
         // SAFETY: read-only mapping; the file must not be truncated while it is open.
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
         let parsed = parse(&map).map_err(|source| IoError::Gguf { path: path.clone(), source })?;
-        let (version, alignment, metadata, tensors) = parsed;
+        let ParsedGguf { version, alignment, metadata, tensors } = parsed;
         Ok(Self { path, file: Arc::new(file), map, version, alignment, metadata, tensors })
     }
 
@@ -388,14 +388,25 @@ impl GgufFile {
     }
 }
 
-type Parsed = (u32, u64, Vec<(String, GgufValue)>, Vec<GgufTensor>);
+/// What [`parse`] reads from a GGUF file: everything but the tensor data, which it only locates.
+#[derive(Debug, Clone)]
+pub struct ParsedGguf {
+    /// The format version (2 or 3).
+    pub version: u32,
+    /// The data alignment (`general.alignment`, 32 when absent).
+    pub alignment: u64,
+    /// The metadata key/value pairs, in file order.
+    pub metadata: Vec<(String, GgufValue)>,
+    /// The tensor infos, in file order, each located inside the input.
+    pub tensors: Vec<GgufTensor>,
+}
 
 /// Parses the header, metadata and tensor infos of a GGUF file held in `bytes`. Pure, so it can be
 /// fuzzed.
 ///
 /// # Errors
 /// [`GgufError`] naming the field or tensor.
-pub fn parse(bytes: &[u8]) -> Result<Parsed, GgufError> {
+pub fn parse(bytes: &[u8]) -> Result<ParsedGguf, GgufError> {
     let mut r = Reader { bytes, pos: 0 };
     let mut magic = [0u8; 4];
     magic.copy_from_slice(r.take(4, "magic")?);
@@ -471,7 +482,7 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed, GgufError> {
         let shape = dims.into_iter().rev().collect();
         tensors.push(GgufTensor { name, shape, ggml_type: ty, storage, start, end });
     }
-    Ok((version, alignment, metadata, tensors))
+    Ok(ParsedGguf { version, alignment, metadata, tensors })
 }
 
 #[cfg(test)]
@@ -511,7 +522,7 @@ mod tests {
     fn reads_dense_and_packed_tensors_with_reversed_dims() {
         let data = vec![0u8; 64 + 34 * 2];
         let bytes = file(&[("w", &[4, 2], 0, 0), ("q", &[32, 2], 8, 64)], &data);
-        let (_, align, md, t) = parse(&bytes).unwrap();
+        let ParsedGguf { alignment: align, metadata: md, tensors: t, .. } = parse(&bytes).unwrap();
         assert_eq!(align, 32);
         assert_eq!(md[0], ("general.alignment".into(), GgufValue::U64(32)));
         assert_eq!(t[0].shape, [2, 4]);

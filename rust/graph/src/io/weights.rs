@@ -5,7 +5,7 @@ use std::path::Path;
 use crate::dtype::DType;
 use crate::io::IoError;
 use crate::io::gguf::{GgufFile, GgufStorage};
-use crate::io::safetensors::SafeTensors;
+use crate::io::safetensors::SafetensorsFile;
 use crate::packed::{BlockOrder, Encoding};
 use crate::tensor::{HalfLayout, Lent, Storage};
 
@@ -71,7 +71,7 @@ pub fn storage_of<'a>(stored: &Stored, bytes: &'a [u8], layout: HalfLayout) -> S
 /// An open weight file.
 pub enum WeightFile {
     /// A safetensors file.
-    SafeTensors(SafeTensors),
+    SafeTensors(SafetensorsFile),
     /// A GGUF file.
     Gguf(GgufFile),
 }
@@ -89,7 +89,7 @@ impl WeightFile {
         if by_name || by_magic() {
             GgufFile::open(path).map(WeightFile::Gguf)
         } else {
-            SafeTensors::open(path).map(WeightFile::SafeTensors)
+            SafetensorsFile::open(path).map(WeightFile::SafeTensors)
         }
     }
 
