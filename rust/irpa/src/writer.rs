@@ -605,8 +605,8 @@ mod tests {
     fn duplicate_keys_and_bad_splats_are_refused() {
         let mut w = ArchiveWriter::new();
         assert!(w.add_data("k", BytesSource(&[1])).is_ok());
-        let e = w.add_splat("k", &[0], 4).map_err(|e| e.to_string());
-        assert!(e.as_ref().is_err_and(|m| m.contains("duplicate parameter key \"k\"")), "{e:?}");
+        let e = w.add_splat("k", &[0], 4);
+        assert!(matches!(&e, Err(IrpaError::DuplicateKey { key }) if key == "k"), "{e:?}");
         assert!(matches!(w.add_splat("a", &[0, 0, 0], 3), Err(IrpaError::BadSplatPattern { pattern_len: 3, .. })));
         assert!(matches!(w.add_splat("b", &[0; 17], 17), Err(IrpaError::BadSplatPattern { .. })));
         assert!(matches!(w.add_splat("c", &[], 0), Err(IrpaError::BadSplatPattern { .. })));
@@ -639,8 +639,10 @@ mod tests {
     #[test]
     fn long_source_is_stopped_at_its_declared_length() {
         let (err, kept, temps) = failing_write(FnSource::new(4, |s| s.write(&[1; 10])));
-        assert!(matches!(err, IrpaError::PayloadLengthMismatch { declared: 4, overflow: true, .. }), "{err}");
-        assert!(err.to_string().contains("\"bad\""));
+        assert!(
+            matches!(&err, IrpaError::PayloadLengthMismatch { key, declared: 4, overflow: true, .. } if key == "bad"),
+            "{err}"
+        );
         assert_eq!(kept, b"previous complete archive");
         assert!(temps.is_empty());
     }

@@ -539,23 +539,38 @@ mod tests {
         absurd_tensors[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
         let mut absurd_kv = ok.clone();
         absurd_kv[16..24].copy_from_slice(&(1u64 << 60).to_le_bytes());
-        let cases: Vec<(Vec<u8>, &str)> = vec![
-            (b"GGUX".to_vec(), "not \"GGUF\""),
-            (ok[..10].to_vec(), "file ends"),
-            (absurd_tensors, "more than the file can hold"),
-            (absurd_kv, "more than the file can hold"),
-            (file(&[("w", &[1 << 40, 1 << 40], 0, 0)], &[]), "overflows"),
-            (file(&[("w", &[4, 1, 1, 1, 1], 0, 0)], &[]), "at most 4"),
-            (file(&[("w", &[4], 0, 0)], &[0; 8]), "run past the end"),
-            (file(&[("w", &[4], 0, 3)], &[0; 64]), "alignment"),
-            (file(&[("w", &[30], 8, 0)], &[0; 64]), "whole 32-value blocks"),
-            (file(&[("w", &[4], 99, 0)], &[0; 64]), "not supported"),
-            (file(&[("w", &[4], 0, 0), ("w", &[4], 0, 0)], &[0; 64]), "appears twice"),
+        type Check = fn(&GgufError) -> bool;
+        let cases: Vec<(Vec<u8>, Check)> = vec![
+            (b"GGUX".to_vec(), |e| matches!(e, GgufError::BadMagic { .. })),
+            (ok[..10].to_vec(), |e| matches!(e, GgufError::Truncated { .. })),
+            (absurd_tensors, |e| matches!(e, GgufError::CountTooLarge { count: u64::MAX, .. })),
+            (absurd_kv, |e| matches!(e, GgufError::CountTooLarge { count: 0x1000_0000_0000_0000, .. })),
+            (file(&[("w", &[1 << 40, 1 << 40], 0, 0)], &[]), |e| matches!(e, GgufError::ShapeOverflow { .. })),
+            (file(&[("w", &[4, 1, 1, 1, 1], 0, 0)], &[]), |e| matches!(e, GgufError::TooManyDims { dims: 5, .. })),
+            (file(&[("w", &[4], 0, 0)], &[0; 8]), |e| matches!(e, GgufError::OutOfFile { size: 16, .. })),
+            (file(&[("w", &[4], 0, 3)], &[0; 64]), |e| matches!(e, GgufError::Misaligned { offset: 3, .. })),
+            (file(&[("w", &[30], 8, 0)], &[0; 64]), |e| {
+                matches!(e, GgufError::PartialBlocks { row: 30, block: 32, .. })
+            }),
+            (file(&[("w", &[4], 99, 0)], &[0; 64]), |e| matches!(e, GgufError::UnsupportedType { found: 99, .. })),
+            (
+                file(&[("w", &[4], 0, 0), ("w", &[4], 0, 0)], &[0; 64]),
+                |e| matches!(e, GgufError::DuplicateTensor { tensor } if tensor == "w"),
+            ),
         ];
-        for (bytes, needle) in cases {
-            let e = parse(&bytes).err().map(|e| e.to_string()).unwrap_or_default();
-            assert!(e.contains(needle), "{needle:?} not in {e:?}");
+        for (i, (bytes, check)) in cases.into_iter().enumerate() {
+            let e = parse(&bytes).err();
+            assert!(e.as_ref().is_some_and(check), "case {i}: {e:?}");
         }
+    }
+
+    #[test]
+    fn an_unsupported_type_lists_the_two_tables() {
+        let e = GgufError::UnsupportedType { tensor: "w".into(), found: 99 }.to_string();
+        assert!(
+            e.contains("F32, F16, I8, I16, I32, I64, F64, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -566,7 +581,7 @@ mod tests {
         v.extend(1u64.to_le_bytes());
         v.extend(u64::MAX.to_le_bytes()); // key length
         v.extend([0u8; 64]); // enough bytes for the count check, far too few for the key
-        let e = parse(&v).err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(e.contains("needs 18446744073709551615 bytes, but the file ends"), "{e}");
+        let e = parse(&v).err();
+        assert!(matches!(e, Some(GgufError::Truncated { needed: u64::MAX, .. })), "{e:?}");
     }
 }
