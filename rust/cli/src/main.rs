@@ -1,6 +1,8 @@
 //! `tapeout`: pack, inspect, verify and extract IREE parameter archives (.irpa).
 //!
 //! Exit codes: 0 success, 1 bad input or I/O failure, 2 usage error.
+// The doc comments below are clap's help text, read as plain text: `<name>` there is a placeholder, not HTML.
+#![allow(rustdoc::invalid_html_tags)]
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
