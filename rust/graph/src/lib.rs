@@ -18,8 +18,8 @@ mod graph;
 pub mod io;
 mod keep;
 pub mod ops;
-pub mod packed;
-pub mod planar;
+mod packed;
+mod planar;
 mod shape;
 mod tensor;
 mod trace;
@@ -33,7 +33,8 @@ pub use graph::{
     finalize,
 };
 pub use ops::OpKind;
-pub use packed::{BlockOrder, Encoding};
+pub use packed::{BlockOrder, DecodeError, Encoding, dequantize};
+pub use planar::Plane;
 pub use shape::{Dim, Shape};
 pub use tensor::{ChunkLender, HalfLayout, LendError, Lent, Storage, StreamError, Tensor, TensorSpec};
 pub use trace::{Attr, Attrs, Op, TensorId, Trace};
