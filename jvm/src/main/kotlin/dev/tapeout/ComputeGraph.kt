@@ -22,10 +22,13 @@ enum class HalfConstantHandling {
     WIDEN,
 }
 
-/** The native side's option bits: 1 = dequantize packed weights, 4 = keep them packed, 2 = widen 16-bit weights. */
+/** The native side's option bits ([NativeOption]) for these settings. */
 internal fun nativeOptions(packed: PackedConstantHandling, half: HalfConstantHandling): Int =
-    when (packed) { PackedConstantHandling.DEQUANTIZE -> 1; PackedConstantHandling.KEEP -> 4; PackedConstantHandling.FAIL -> 0 } or
-        (if (half == HalfConstantHandling.WIDEN) 2 else 0)
+    when (packed) {
+        PackedConstantHandling.DEQUANTIZE -> NativeOption.DEQUANTIZE_PACKED
+        PackedConstantHandling.KEEP -> NativeOption.KEEP_PACKED
+        PackedConstantHandling.FAIL -> 0
+    } or (if (half == HalfConstantHandling.WIDEN) NativeOption.WIDEN_HALF else 0)
 
 /** Which constants are written inline in the module and which become external parameters. */
 sealed class MaterializationPolicy {
@@ -52,21 +55,24 @@ data class KeyCollision(val tensor: String, val wanted: String, val assigned: St
 
 /**
  * Runs a native call; a [TapeoutException] it throws comes back naming the lines of your code that recorded the
- * nodes and tensors its message names (`node 3 (…)` is the tape's fourth op).
+ * nodes and the tensor it is about ([TapeoutException.nodes]: `node 3` is the tape's fourth op).
  */
 internal fun <T> ExecutionTape.located(call: () -> T): T = try {
     call()
 } catch (e: TapeoutException) {
     val sites = LinkedHashSet<String>()
-    Regex("""node (\d+) \(""").findAll(e.detail).forEach { m ->
-        val op = m.groupValues[1].toIntOrNull()?.let { ops.getOrNull(it) }
-        op?.site?.let { sites += "node ${m.groupValues[1]} (${op.op}) was recorded at ${siteText(it)}" }
-    }
     val byName = tensors.associateBy { it.name }
-    Regex("""['"]([^'"]+)['"]""").findAll(e.detail).forEach { m ->
-        val t = byName[m.groupValues[1]] ?: tensors.firstOrNull { it.path == m.groupValues[1] }
+    fun tensorSite(key: String) {
+        val t = byName[key] ?: tensors.firstOrNull { it.path == key }
         t?.site?.let { sites += "'${t.path ?: t.name}' was recorded at ${siteText(it)}" }
     }
+    for (n in e.nodes) {
+        val op = ops.getOrNull(n) ?: continue
+        op.site?.let { sites += "node $n (${op.op}) was recorded at ${siteText(it)}" }
+    }
+    // The tensor a node error's message names is the node's first result.
+    for (n in e.nodes) ops.getOrNull(n)?.outputs?.firstOrNull()?.let { tensorSite(it.path ?: it.name) }
+    e.tensor?.let(::tensorSite)
     if (sites.isEmpty()) throw e
     throw e.withDetail(sites.joinToString("; ", " (", ")"))
 }
@@ -158,11 +164,11 @@ internal class Marshalled(tape: ExecutionTape) {
 /** Puts [d]'s JVM array, if any, at slot [i] with the kind code the native side expects (and its encoding). */
 internal fun lend(d: TensorData, i: Int, data: Array<Any?>, kinds: IntArray, encodings: Array<String?>) {
     when (d) {
-        is FloatArrayTensorData -> { data[i] = d.values; kinds[i] = 1 }
-        is HalfTensorData -> { data[i] = d.bytes; kinds[i] = 2 }
-        is HalfBitsTensorData -> { data[i] = d.bits; kinds[i] = 3 }
-        is PackedTensorData -> { data[i] = d.bytes; kinds[i] = 4; encodings[i] = d.encoding }
-        is DenseBytesTensorData -> { data[i] = d.bytes; kinds[i] = 5 }
+        is FloatArrayTensorData -> { data[i] = d.values; kinds[i] = NativeKind.F32 }
+        is HalfTensorData -> { data[i] = d.bytes; kinds[i] = NativeKind.HALF_BYTES }
+        is HalfBitsTensorData -> { data[i] = d.bits; kinds[i] = NativeKind.HALF_SHORTS }
+        is PackedTensorData -> { data[i] = d.bytes; kinds[i] = NativeKind.PACKED; encodings[i] = d.encoding }
+        is DenseBytesTensorData -> { data[i] = d.bytes; kinds[i] = NativeKind.DENSE }
         is MappedTensorData, is FileTensorData, ShapeOnly -> {}
     }
 }
