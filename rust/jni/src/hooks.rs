@@ -10,6 +10,7 @@ use jni::objects::{JClass, JFloatArray, JIntArray, JLongArray, JObjectArray, JSt
 use tapeout::graph::io::WeightSet;
 use tapeout::graph::{ComputeGraph, Lent, Storage};
 
+use crate::contract::Kind;
 use crate::error::{Failure, ThrowMapped};
 use crate::marshal::{emit_options, extract, finalize_with, ints, lenders, parse, string};
 use crate::pin::{CriticalPin, Pins};
@@ -37,7 +38,8 @@ pub extern "system" fn Java_dev_tapeout_NativeTestHooks_benchExport<'l>(
                 .map_err(|_| Failure::invalid(format!("benchExport: rounds must be 0 or more, not {rounds}")))?;
             let req = parse(env, &graph_json, 0, &JIntArray::null())?;
             let kinds = ints(env, &kinds)?;
-            if let Some(slot) = kinds.iter().position(|&k| k != 0 && k != 1) {
+            let f32_or_none = |k| matches!(Kind::from_code(k), Some(Kind::None | Kind::F32));
+            if let Some(slot) = kinds.iter().position(|&k| !f32_or_none(k)) {
                 return Err(Failure::invalid(format!(
                     "benchExport takes f32 arrays only; tensor #{slot} has kind {}",
                     kinds[slot]
@@ -47,7 +49,7 @@ pub extern "system" fn Java_dev_tapeout_NativeTestHooks_benchExport<'l>(
             // The baseline's Rust-owned copies, made once, before anything is timed.
             let mut copies: Vec<Option<Vec<f32>>> = Vec::with_capacity(kinds.len());
             for (slot, &kind) in kinds.iter().enumerate() {
-                copies.push(if kind == 1 {
+                copies.push(if Kind::from_code(kind) == Some(Kind::F32) {
                     Some(env.with_local_frame(2, |env| -> Result<Vec<f32>, jni::errors::Error> {
                         let obj = data.get_element(env, slot)?;
                         let array = JFloatArray::cast_local(env, obj)?;
