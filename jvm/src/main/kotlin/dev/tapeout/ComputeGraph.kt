@@ -105,20 +105,14 @@ class ComputeGraph internal constructor(
     private val tape: ExecutionTape,
     private val options: Int,
     private val forced: IntArray,
-    summary: Map<*, *>,
+    summary: GraphSummary,
 ) {
-    val inputs: List<String> = (summary["inputs"] as List<*>).map { it as String }
-    val constants: List<ConstantInfo> = (summary["constants"] as List<*>).map {
-        val m = it as Map<*, *>
-        ConstantInfo(m["name"] as String, m["key"] as String, (m["bytes"] as Number).toLong(), m["kind"] as String)
-    }
+    val inputs: List<String> = summary.inputs
+    val constants: List<ConstantInfo> = summary.constants
 
     /** Weights whose key another weight already had, so they got `<key>.1`, `<key>.2`, …: usually two weights
      *  given one path by mistake. */
-    val keyCollisions: List<KeyCollision> = (summary["key_collisions"] as List<*>? ?: emptyList<Any>()).map {
-        val m = it as Map<*, *>
-        KeyCollision(m["tensor"] as String, m["wanted"] as String, m["assigned"] as String)
-    }
+    val keyCollisions: List<KeyCollision> = summary.keyCollisions
 
     /**
      * Writes `<outputDir>/<name>.mlir` and `<outputDir>/<name>.irpa`. With [maxArchiveBytes] > 0 the parameters
@@ -137,7 +131,7 @@ class ComputeGraph internal constructor(
             NativeBridge.export(tape.toGraphJson(name), a.data, a.kinds, a.encodings, options,
                 forced, outputDir.path, name, policy.scopeName, policy.inlineBelow, maxArchiveBytes)
         }
-        return exportResult(Json.parse(json) as Map<*, *>)
+        return exportResult(json)
     }
 
     /** The StableHLO module text. */
@@ -192,8 +186,7 @@ fun ExecutionTape.toComputeGraph(
     val forced = inputTensorIds.toIntArray()
     val options = nativeOptions(packedConstants, halfConstants)
     val json = located { NativeBridge.finalize(toGraphJson("model"), a.data, a.kinds, a.encodings, options, forced) }
-    val summary = Json.parse(json) as Map<*, *>
-    val graph = ComputeGraph(this, options, forced, summary)
+    val graph = ComputeGraph(this, options, forced, GraphSummary.parse(json))
     if (!synthesizeExternalInputs) {
         val declared = tensors.filter { it.id in inputIds || it.id in inputTensorIds }.map { it.name }.toSet()
         val synthesized = graph.inputs.filter { it !in declared }

@@ -29,17 +29,7 @@ fun exportModule(
     val m = ModuleTables(functions)
     val json = NativeBridge.export(m.json(name), m.data, m.kinds, m.encodings, nativeOptions(packedConstants, halfConstants),
         IntArray(0), outputDir.path, name, policy.scopeName, policy.inlineBelow, maxArchiveBytes)
-    return exportResult(Json.parse(json) as Map<*, *>)
-}
-
-/** What [NativeBridge.export] returns, as an [ExportResult]. */
-internal fun exportResult(m: Map<*, *>): ExportResult {
-    val archives = (m["archives"] as List<*>).map { File(it as String) }
-    val sizes = (m["archive_bytes"] as List<*>).map { (it as Number).toLong() }
-    return ExportResult(File(m["mlir"] as String), archives.first(), (m["mlir_bytes"] as Number).toLong(),
-        sizes.sum(), (m["externals"] as Number).toInt(), (m["pins"] as Number).toLong(),
-        (m["copies"] as Number).toLong(), archives, (m["index"] as String?)?.let(::File),
-        (m["parameters_flags"] as List<*>).map { it as String })
+    return exportResult(json)
 }
 
 /** A value compared by identity (the same array object), for finding the weights several tapes share. */

@@ -37,6 +37,14 @@ class ErrorMappingTest {
     }
 
     @Test
+    fun `a native reply of the wrong shape names its field instead of failing a cast`() {
+        val e = assertThrows<IllegalStateException> { GraphSummary.parse("""{"inputs": [1], "constants": [], "key_collisions": []}""") }
+        assertTrue(e.message!!.contains("finalize reply's field 'inputs' is not a list of strings"), e.message)
+        val m = assertThrows<IllegalStateException> { GraphSummary.parse("""{"inputs": [], "constants": []}""") }
+        assertTrue(m.message!!.contains("field 'key_collisions' is not a list"), m.message)
+    }
+
+    @Test
     fun `the native contract's dtype names are the tape's`() {
         assertEquals(NATIVE_DTYPE_NAMES, DType.values().map { it.json })
     }
