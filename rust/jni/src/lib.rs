@@ -2,7 +2,8 @@
 //!
 //! A Kotlin `ExecutionTape` reaches Rust as graph JSON (`tapeout-graph/1`, without data) plus an
 //! `Object[]` holding, per tensor, the JVM array with its values (`FloatArray`, `ShortArray` or `ByteArray`) and
-//! an `int[]` saying what kind of data each array is.
+//! an `int[]` saying what kind of data each array is. The kind codes, the `options` bits, the remedy names and the
+//! dtype names are defined once, in `contract`, which renders the Kotlin side's `NativeContract.kt`.
 //!
 //! **No weight is copied.** Arrays are lent to the exporter through [`JvmArray`], which pins the
 //! array with `GetPrimitiveArrayCritical` for **one chunk at a time** (at most 64 MiB, re-pinned
@@ -13,11 +14,12 @@
 //!
 //! Every entry point runs inside one wrapper: Rust errors become specific Kotlin exceptions
 //! (`PackedConstantException`, `ConstantTooLargeException`, `GraphValidationException`,
-//! `IrpaFormatException`, `java.io.IOException`) carrying the remedy as data, and a panic becomes a
-//! `RuntimeException` that carries the panic message. The JVM is never aborted.
+//! `IrpaFormatException`, `java.io.IOException`) carrying their fields as data (detail, remedy and its argument,
+//! node indices, tensor), and a panic becomes a `RuntimeException` that carries the panic message. The JVM is
+//! never aborted.
 //!
-//! This crate marshals and words; the pipeline is the `tapeout` crate's. Modules: `error` (exception
-//! mapping), `pin` (critical pins and chunk lenders), `marshal` (tape arguments to a graph); the test and
+//! This crate marshals and words; the pipeline is the `tapeout` crate's. Modules: `contract` (the numbers and
+//! names both sides share), `error` (exception mapping), `pin` (critical pins and chunk lenders), `marshal` (tape arguments to a graph); the test and
 //! benchmark entry points are behind the `test-hooks` feature.
 
 use std::path::Path;
