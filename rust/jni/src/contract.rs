@@ -1,6 +1,6 @@
 //! The one definition of what the Kotlin side and this crate exchange as numbers and names: the data kind codes
 //! of `kinds[i]`, the bits of `options`, the remedy names and the dtype names. The Kotlin side reads them from
-//! `jvm/src/main/kotlin/dev/tapeout/NativeContract.kt`, which [`kotlin`] renders from the tables here; a test
+//! `jvm/src/main/kotlin/dev/tapeout/NativeContract.kt`, which `kotlin()` (test code) renders from the tables here; a test
 //! fails when the committed file differs (regenerate it with `TAPEOUT_REGENERATE=1 cargo test -p tapeout-jni`).
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! an `int[]` saying what kind of data each array is. The kind codes, the `options` bits, the remedy names and the
 //! dtype names are defined once, in `contract`, which renders the Kotlin side's `NativeContract.kt`.
 //!
-//! **No weight is copied.** Arrays are lent to the exporter through [`JvmArray`], which pins the
+//! **No weight is copied.** Arrays are lent to the exporter through `pin::JvmArray`, which pins the
 //! array with `GetPrimitiveArrayCritical` for **one chunk at a time** (at most 64 MiB, re-pinned
 //! per chunk, because a critical section blocks the GC on JDK 17), hands the chunk to the writer,
 //! and releases it with `JNI_ABORT` (never writing back). No JNI call is made while an array is

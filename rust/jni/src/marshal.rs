@@ -168,7 +168,7 @@ pub(crate) fn extract<'a>(
     extract_function(req, 0, weights, lenders)
 }
 
-/// [`extract`] for function `f`: every function borrows the same lenders, so a weight the functions share is one
+/// `extract` for function `f`: every function borrows the same lenders, so a weight the functions share is one
 /// constant with one identity.
 pub(crate) fn extract_function<'a>(
     req: &Request,
