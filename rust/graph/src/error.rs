@@ -131,3 +131,68 @@ pub enum GraphError {
 
 /// Shorthand for results of this crate.
 pub type Result<T, E = GraphError> = std::result::Result<T, E>;
+
+/// The index of a node label as [`crate::Op::describe`] writes it (`node 3 (add -> 'y')`); `None` for any other
+/// subject (a function, a parameter). The label's owner is this crate, and a test ties the two together.
+fn label_index(label: &str) -> Option<u64> {
+    let rest = label.strip_prefix("node ")?;
+    let end = rest.find(' ').unwrap_or(rest.len());
+    rest[..end].parse().ok()
+}
+
+impl GraphError {
+    /// The indices of the recorded nodes this error is about, in the order its message names them (empty when it
+    /// names none): front ends use them to point at the code that recorded each node.
+    #[must_use]
+    pub fn nodes(&self) -> Vec<u64> {
+        match self {
+            GraphError::DanglingReference { node, .. }
+            | GraphError::Arity { node, .. }
+            | GraphError::TypeMismatch { node, .. } => label_index(node).into_iter().collect(),
+            GraphError::DuplicateProducer { first, second, .. } => {
+                [first, second].into_iter().filter_map(|l| label_index(l)).collect()
+            }
+            GraphError::Cycle { nodes } => nodes.iter().filter_map(|l| label_index(l)).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The tensor (by module path when it has one, else by name) this error is about, when it is about one.
+    #[must_use]
+    pub fn tensor(&self) -> Option<&str> {
+        match self {
+            GraphError::PackedConstant { tensor, .. }
+            | GraphError::StorageMismatch { tensor, .. }
+            | GraphError::CannotKeepPacked { tensor, .. }
+            | GraphError::CannotDecode { tensor, .. }
+            | GraphError::DuplicateProducer { tensor, .. } => Some(tensor),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DType, Op, OpKind, Shape, TensorId, TensorSpec};
+
+    #[test]
+    fn nodes_are_the_indices_describe_writes() {
+        let spec = TensorSpec::new("y", Shape::of(&[2]), DType::F32);
+        let op = Op {
+            index: 17,
+            op: OpKind::Add,
+            inputs: vec![],
+            outputs: vec![TensorId::at(0)],
+            attrs: Default::default(),
+        };
+        let labelled = op.describe(|_| Some(&spec));
+        let bare = op.describe(|_| None);
+        let e = GraphError::Cycle { nodes: vec![labelled.clone(), bare, "function 'f'".into()] };
+        assert_eq!(e.nodes(), vec![17, 17]);
+        let e = GraphError::TypeMismatch { node: labelled, op: "add", detail: "d".into() };
+        assert_eq!((e.nodes(), e.tensor()), (vec![17], None));
+        let e = GraphError::PackedConstant { tensor: "model.w".into(), path: None, encoding: None };
+        assert_eq!((e.nodes(), e.tensor()), (vec![], Some("model.w")));
+    }
+}

@@ -70,3 +70,45 @@ pub enum HloError {
 
 /// Shorthand for results of this crate.
 pub type Result<T, E = HloError> = std::result::Result<T, E>;
+
+impl HloError {
+    /// The index of the node this error is about, when it is about a recorded node (the subject label
+    /// `node N (…)` that `ComputeGraph::describe` writes), for front ends to point at the code that recorded it.
+    #[must_use]
+    pub fn node(&self) -> Option<u64> {
+        match self {
+            HloError::InFunction { source, .. } => source.node(),
+            HloError::BadAttribute { node, .. } | HloError::Unsupported { node, .. } => {
+                let rest = node.strip_prefix("node ")?;
+                rest[..rest.find(' ').unwrap_or(rest.len())].parse().ok()
+            }
+            _ => None,
+        }
+    }
+
+    /// The tensor this error is about, when it is about one.
+    #[must_use]
+    pub fn tensor(&self) -> Option<&str> {
+        match self {
+            HloError::InFunction { source, .. } => source.tensor(),
+            HloError::ConstantTooLarge { tensor, .. } | HloError::ConstantValues { tensor, .. } => Some(tensor),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_and_tensor_come_from_the_fields() {
+        let e = HloError::Unsupported { node: "node 12 (clamp -> 'y')".into(), op: "clamp", detail: "d".into() };
+        let e = HloError::InFunction { function: "decode".into(), source: Box::new(e) };
+        assert_eq!((e.node(), e.tensor()), (Some(12), None));
+        let e = HloError::Unsupported { node: "parameter 'model.w'".into(), op: "", detail: "d".into() };
+        assert_eq!(e.node(), None);
+        let e = HloError::ConstantTooLarge { tensor: "w".into(), bytes: 9, ceiling: 1 };
+        assert_eq!((e.node(), e.tensor()), (None, Some("w")));
+    }
+}

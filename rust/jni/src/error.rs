@@ -1,5 +1,7 @@
-//! Errors as Kotlin sees them: each pipeline error becomes a specific exception class, with its remedy
-//! passed as data (`TapeoutException.remedy`) so that the Kotlin API and the Gradle task each word it.
+//! Errors as Kotlin sees them: each pipeline error becomes a specific exception class carrying its fields as
+//! data: the detail, the remedy and its argument (so that the Kotlin API and the Gradle task each word it), the
+//! recorded nodes and the tensor it is about (so that the tape names the lines that recorded them, without
+//! reading the message).
 
 use jni::Env;
 use jni::errors::ErrorPolicy;
@@ -11,20 +13,28 @@ use tapeout::hlo::HloError;
 use tapeout::irpa::IrpaError;
 use tapeout::{Error, Remedy};
 
-/// A failure to report to Kotlin: the exception class, its message and the remedy.
+/// A failure to report to Kotlin.
 #[derive(Debug)]
 pub enum Failure {
     /// A JNI call failed (an exception may already be pending).
     Jni(jni::errors::Error),
-    /// A tapeout error, mapped to a Kotlin exception class.
-    Tapeout {
-        /// JNI class name, e.g. `dev/tapeout/PackedConstantException`.
-        class: &'static str,
-        /// The message, without a remedy's wording.
-        message: String,
-        /// What the user can do, when a setting does it.
-        remedy: Option<Remedy>,
-    },
+    /// A tapeout error, mapped to a Kotlin exception class with its fields.
+    Tapeout(Thrown),
+}
+
+/// The fields of a Kotlin `TapeoutException` (or of a `java.io.IOException`: class and message only).
+#[derive(Debug)]
+pub struct Thrown {
+    /// JNI class name, e.g. `dev/tapeout/PackedConstantException`.
+    pub class: &'static str,
+    /// The message, without a remedy's wording.
+    pub message: String,
+    /// What the user can do, when a setting does it.
+    pub remedy: Option<Remedy>,
+    /// The recorded nodes the error is about, by index.
+    pub nodes: Vec<u64>,
+    /// The tensor the error is about (module path or name).
+    pub tensor: Option<String>,
 }
 
 /// `dev.tapeout.GraphValidationException`.
@@ -34,7 +44,7 @@ const IO: &str = "java/io/IOException";
 impl Failure {
     /// A validation failure of the arguments Kotlin passed (a bug of the Kotlin side, worded for it).
     pub fn invalid(message: String) -> Self {
-        Failure::Tapeout { class: VALIDATION, message, remedy: None }
+        Failure::Tapeout(Thrown { class: VALIDATION, message, remedy: None, nodes: Vec::new(), tensor: None })
     }
 }
 
@@ -42,7 +52,7 @@ impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Failure::Jni(e) => write!(f, "JNI error: {e}"),
-            Failure::Tapeout { message, .. } => f.write_str(message),
+            Failure::Tapeout(t) => f.write_str(&t.message),
         }
     }
 }
@@ -70,7 +80,13 @@ fn class_of(e: &Error) -> &'static str {
 
 impl From<Error> for Failure {
     fn from(e: Error) -> Self {
-        Failure::Tapeout { class: class_of(&e), remedy: e.remedy(), message: e.to_string() }
+        Failure::Tapeout(Thrown {
+            class: class_of(&e),
+            remedy: e.remedy(),
+            nodes: e.nodes(),
+            tensor: e.tensor().map(str::to_owned),
+            message: e.to_string(),
+        })
     }
 }
 
@@ -85,38 +101,43 @@ macro_rules! via_pipeline {
 }
 via_pipeline!(GraphError, HloError, IrpaError, IoError);
 
-/// The remedy's name and size argument as the Kotlin `Remedy` enum takes them.
-fn remedy_args(remedy: Option<Remedy>) -> (Option<&'static str>, i64) {
-    match remedy {
-        Some(Remedy::Dequantize) => (Some("DEQUANTIZE"), 0),
-        Some(Remedy::ExternalAtOrBelow { bytes }) => {
-            (Some("EXTERNAL_PARAMETER"), i64::try_from(bytes).unwrap_or(i64::MAX))
-        }
-        Some(Remedy::DeclareOutputs) => (Some("DECLARE_OUTPUTS"), 0),
-        _ => (None, 0),
-    }
+/// The constructor every tapeout exception class has for the native side:
+/// `(detail, remedyName, remedyBytes, nodes, tensor)`.
+const NATIVE_CTOR: jni::signature::MethodSignature<'static, 'static> =
+    jni::jni_sig!("(Ljava/lang/String;Ljava/lang/String;J[JLjava/lang/String;)V");
+
+fn jlong(n: u64) -> jni::errors::Result<i64> {
+    i64::try_from(n).map_err(|_| jni::errors::Error::JniCall(jni::errors::JniError::InvalidArguments))
 }
 
-/// Throws `class(detail, remedyName, remedyBytes)`: tapeout's exceptions take the remedy as data.
-fn throw_tapeout(
-    env: &mut Env<'_>,
-    class: &'static str,
-    message: String,
-    remedy: Option<Remedy>,
-) -> jni::errors::Result<()> {
-    if class.starts_with("java/") {
-        return env.throw_new(JNIString::from(class), JNIString::from(message));
+/// Throws `class(detail, remedyName, remedyBytes, nodes, tensor)`: tapeout's exceptions take their fields as data.
+fn throw_tapeout(env: &mut Env<'_>, t: Thrown) -> jni::errors::Result<()> {
+    if t.class.starts_with("java/") {
+        return env.throw_new(JNIString::from(t.class), JNIString::from(t.message));
     }
-    let (name, bytes) = remedy_args(remedy);
-    let detail = env.new_string(message)?;
-    let name: JObject<'_> = match name {
-        Some(n) => env.new_string(n)?.into(),
+    let detail = env.new_string(t.message)?;
+    let name: JObject<'_> = match t.remedy {
+        Some(r) => env.new_string(r.name())?.into(),
+        None => JObject::null(),
+    };
+    let bytes = jlong(t.remedy.map_or(0, Remedy::argument))?;
+    let indices = t.nodes.iter().map(|&n| jlong(n)).collect::<jni::errors::Result<Vec<_>>>()?;
+    let nodes = env.new_long_array(indices.len())?;
+    nodes.set_region(env, 0, &indices)?;
+    let tensor: JObject<'_> = match t.tensor {
+        Some(k) => env.new_string(k)?.into(),
         None => JObject::null(),
     };
     let obj = env.new_object(
-        JNIString::from(class),
-        jni::jni_sig!("(Ljava/lang/String;Ljava/lang/String;J)V"),
-        &[JValue::Object(&detail), JValue::Object(&name), JValue::Long(bytes)],
+        JNIString::from(t.class),
+        NATIVE_CTOR,
+        &[
+            JValue::Object(&detail),
+            JValue::Object(&name),
+            JValue::Long(bytes),
+            JValue::Object(&nodes),
+            JValue::Object(&tensor),
+        ],
     )?;
     let throwable = JThrowable::cast_local(env, obj)?;
     env.throw(throwable)
@@ -137,7 +158,7 @@ impl<T: Default> ErrorPolicy<T, Failure> for ThrowMapped {
             return Ok(T::default()); // a Java exception is already on its way
         }
         let thrown = match err {
-            Failure::Tapeout { class, message, remedy } => throw_tapeout(env, class, message, remedy),
+            Failure::Tapeout(t) => throw_tapeout(env, t),
             Failure::Jni(e) => env.throw_new(
                 JNIString::from("java/lang/RuntimeException"),
                 JNIString::from(format!("tapeout: JNI call failed: {e}")),

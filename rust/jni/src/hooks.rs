@@ -10,6 +10,7 @@ use jni::objects::{JClass, JFloatArray, JIntArray, JLongArray, JObjectArray, JSt
 use tapeout::graph::io::WeightSet;
 use tapeout::graph::{ComputeGraph, Lent, Storage};
 
+use crate::contract::Kind;
 use crate::error::{Failure, ThrowMapped};
 use crate::marshal::{emit_options, extract, finalize_with, ints, lenders, parse, string};
 use crate::pin::{CriticalPin, Pins};
@@ -33,10 +34,12 @@ pub extern "system" fn Java_dev_tapeout_NativeTestHooks_benchExport<'l>(
     unowned
         .with_env(|env| -> Result<JLongArray<'l>, Failure> {
             let (lent_dir, owned_dir) = (string(env, &lent_dir)?, string(env, &owned_dir)?);
-            let rounds = usize::try_from(rounds).unwrap_or(0);
+            let rounds = usize::try_from(rounds)
+                .map_err(|_| Failure::invalid(format!("benchExport: rounds must be 0 or more, not {rounds}")))?;
             let req = parse(env, &graph_json, 0, &JIntArray::null())?;
             let kinds = ints(env, &kinds)?;
-            if let Some(slot) = kinds.iter().position(|&k| k != 0 && k != 1) {
+            let f32_or_none = |k| matches!(Kind::from_code(k), Some(Kind::None | Kind::F32));
+            if let Some(slot) = kinds.iter().position(|&k| !f32_or_none(k)) {
                 return Err(Failure::invalid(format!(
                     "benchExport takes f32 arrays only; tensor #{slot} has kind {}",
                     kinds[slot]
@@ -46,7 +49,7 @@ pub extern "system" fn Java_dev_tapeout_NativeTestHooks_benchExport<'l>(
             // The baseline's Rust-owned copies, made once, before anything is timed.
             let mut copies: Vec<Option<Vec<f32>>> = Vec::with_capacity(kinds.len());
             for (slot, &kind) in kinds.iter().enumerate() {
-                copies.push(if kind == 1 {
+                copies.push(if Kind::from_code(kind) == Some(Kind::F32) {
                     Some(env.with_local_frame(2, |env| -> Result<Vec<f32>, jni::errors::Error> {
                         let obj = data.get_element(env, slot)?;
                         let array = JFloatArray::cast_local(env, obj)?;
@@ -62,7 +65,11 @@ pub extern "system" fn Java_dev_tapeout_NativeTestHooks_benchExport<'l>(
             let timed = |graph: &ComputeGraph<'_>, dir: &str| -> Result<(u64, u64), Failure> {
                 let t = std::time::Instant::now();
                 let s = tapeout::export(graph, &opts, None, Path::new(dir), &mut |_| {})?;
-                Ok((u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX), s.archives.total_file_size()))
+                Ok((
+                    u64::try_from(t.elapsed().as_nanos())
+                        .map_err(|_| Failure::invalid("benchExport: an export took 2^64 ns".to_owned()))?,
+                    s.archives.total_file_size(),
+                ))
             };
             let owned_graph =
                 finalize_with(&req, &weights, |i| copies.get(i)?.as_deref().map(|v| Storage::F32(Lent::Slice(v))))?;
@@ -70,8 +77,8 @@ pub extern "system" fn Java_dev_tapeout_NativeTestHooks_benchExport<'l>(
             let (mut lent_ns, mut owned_ns, mut bytes) = (Vec::new(), Vec::new(), 0);
             {
                 let cell = RefCell::new(&mut *env);
-                let lenders = lenders(&cell, &data, &kinds, &stats)?;
-                let lent_graph = extract(&req, &weights, &kinds, &[], &lenders)?;
+                let lenders = lenders(&cell, &data, &kinds, &[], &stats)?;
+                let lent_graph = extract(&req, &weights, &lenders)?;
                 for round in 0..rounds {
                     for owned in if round % 2 == 0 { [false, true] } else { [true, false] } {
                         if owned {
@@ -91,8 +98,10 @@ pub extern "system" fn Java_dev_tapeout_NativeTestHooks_benchExport<'l>(
                 .into_iter()
                 .chain(owned_ns)
                 .chain([bytes, stats.pins.get(), stats.copies.get()])
-                .map(|x| i64::try_from(x).unwrap_or(i64::MAX))
-                .collect();
+                .map(|x| {
+                    i64::try_from(x).map_err(|_| Failure::invalid(format!("benchExport: {x} does not fit in a long")))
+                })
+                .collect::<Result<_, _>>()?;
             let out = env.new_long_array(v.len())?;
             out.set_region(env, 0, &v)?;
             Ok(out)
@@ -131,8 +140,10 @@ pub extern "system" fn Java_dev_tapeout_NativeTestHooks_pinInfo<'l>(
                 // SAFETY: a live float[] of n elements; no JNI call until the pin is dropped.
                 let pin = unsafe { CriticalPin::<f32>::new(env, array.as_raw(), n) }
                     .ok_or(jni::errors::Error::NullPtr("GetPrimitiveArrayCritical returned null"))?;
-                (i64::from(pin.is_copy), i64::try_from(pin.as_slice().len()).unwrap_or(i64::MAX))
+                (i64::from(pin.is_copy), pin.as_slice().len())
             };
+            let len =
+                i64::try_from(len).map_err(|_| Failure::invalid(format!("pinInfo: length {len} is not a long")))?;
             let out = env.new_long_array(2)?;
             out.set_region(env, 0, &[is_copy, len])?;
             Ok(out)

@@ -2,9 +2,10 @@
 //!
 //! A Kotlin `ExecutionTape` reaches Rust as graph JSON (`tapeout-graph/1`, without data) plus an
 //! `Object[]` holding, per tensor, the JVM array with its values (`FloatArray`, `ShortArray` or `ByteArray`) and
-//! an `int[]` saying what kind of data each array is.
+//! an `int[]` saying what kind of data each array is. The kind codes, the `options` bits, the remedy names and the
+//! dtype names are defined once, in `contract`, which renders the Kotlin side's `NativeContract.kt`.
 //!
-//! **No weight is copied.** Arrays are lent to the exporter through [`JvmArray`], which pins the
+//! **No weight is copied.** Arrays are lent to the exporter through `pin::JvmArray`, which pins the
 //! array with `GetPrimitiveArrayCritical` for **one chunk at a time** (at most 64 MiB, re-pinned
 //! per chunk, because a critical section blocks the GC on JDK 17), hands the chunk to the writer,
 //! and releases it with `JNI_ABORT` (never writing back). No JNI call is made while an array is
@@ -13,11 +14,12 @@
 //!
 //! Every entry point runs inside one wrapper: Rust errors become specific Kotlin exceptions
 //! (`PackedConstantException`, `ConstantTooLargeException`, `GraphValidationException`,
-//! `IrpaFormatException`, `java.io.IOException`) carrying the remedy as data, and a panic becomes a
-//! `RuntimeException` that carries the panic message. The JVM is never aborted.
+//! `IrpaFormatException`, `java.io.IOException`) carrying their fields as data (detail, remedy and its argument,
+//! node indices, tensor), and a panic becomes a `RuntimeException` that carries the panic message. The JVM is
+//! never aborted.
 //!
-//! This crate marshals and words; the pipeline is the `tapeout` crate's. Modules: `error` (exception
-//! mapping), `pin` (critical pins and chunk lenders), `marshal` (tape arguments to a graph); the test and
+//! This crate marshals and words; the pipeline is the `tapeout` crate's. Modules: `contract` (the numbers and
+//! names both sides share), `error` (exception mapping), `pin` (critical pins and chunk lenders), `marshal` (tape arguments to a graph); the test and
 //! benchmark entry points are behind the `test-hooks` feature.
 
 use std::path::Path;
@@ -27,6 +29,7 @@ use jni::EnvUnowned;
 use jni::objects::{JClass, JIntArray, JLongArray, JObject, JObjectArray, JString};
 use jni::sys::{jint, jlong};
 
+mod contract;
 mod error;
 #[cfg(feature = "test-hooks")]
 mod hooks;
@@ -191,15 +194,27 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_archiveEntry<'l>(
             let archive = tapeout::irpa::Archive::open(&path)?;
             let entry = archive.get(&key)?;
             let offset = match entry.location.kind {
-                tapeout::irpa::IndexKind::Data(r) => i64::try_from(r.offset).unwrap_or(i64::MAX),
+                tapeout::irpa::IndexKind::Data(r) => jlong_of(r.offset, "offset", &key)?,
                 tapeout::irpa::IndexKind::Splat { .. } => -1,
             };
-            let length = i64::try_from(entry.byte_len()).unwrap_or(i64::MAX);
+            let length = jlong_of(entry.byte_len(), "length", &key)?;
             let out = env.new_long_array(2)?;
             out.set_region(env, 0, &[offset, length])?;
             Ok(out)
         })
         .resolve::<ThrowMapped>()
+}
+
+/// `n` as a JVM `long`, or an error naming the entry whose `what` does not fit in one.
+fn jlong_of(n: u64, what: &str, key: &str) -> Result<jlong, Failure> {
+    jlong::try_from(n)
+        .map_err(|_| Failure::invalid(format!("entry '{key}': its {what} {n} does not fit in a JVM long")))
+}
+
+/// A progress counter as a JVM `long`. Saturating is meant: this is a display read from another thread, outside
+/// the error wrapper, where a panic would abort the JVM; no archive reaches 2^63 bytes.
+fn progress(n: &AtomicU64) -> jlong {
+    jlong::try_from(n.load(Ordering::Relaxed)).unwrap_or(jlong::MAX)
 }
 
 /// `NativeBridge.progressWritten(): Long` — archive bytes written so far by the export in flight.
@@ -208,7 +223,7 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_progressWritten<'l>(
     _env: EnvUnowned<'l>,
     _class: JClass<'l>,
 ) -> jlong {
-    i64::try_from(PROGRESS_WRITTEN.load(Ordering::Relaxed)).unwrap_or(i64::MAX)
+    progress(&PROGRESS_WRITTEN)
 }
 
 /// `NativeBridge.progressTotal(): Long` — archive bytes the export in flight will write (0 before it starts).
@@ -217,7 +232,7 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_progressTotal<'l>(
     _env: EnvUnowned<'l>,
     _class: JClass<'l>,
 ) -> jlong {
-    i64::try_from(PROGRESS_TOTAL.load(Ordering::Relaxed)).unwrap_or(i64::MAX)
+    progress(&PROGRESS_TOTAL)
 }
 
 /// `NativeBridge.knownOps(): String` — the names of every op of the native op table, comma-separated (the

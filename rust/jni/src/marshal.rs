@@ -14,39 +14,9 @@ use tapeout::graph::{
 };
 use tapeout::hlo::{EmitOptions, MaterializationPolicy};
 
+use crate::contract::{DEQUANTIZE_PACKED, KEEP_PACKED, Kind, OPTIONS, WIDEN_HALF};
 use crate::error::Failure;
-use crate::pin::{JvmArray, JvmBytes, JvmShorts, Lender, Pins};
-
-/// What kind of JVM array a tensor's data is (the `kinds[i]` argument).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    /// No JVM data: shape only, or data described in the graph JSON (mapped files).
-    None,
-    /// `FloatArray`, borrowed.
-    F32,
-    /// `ByteArray` of f16/bf16, row-major.
-    Half,
-    /// `ShortArray` of f16/bf16 bit patterns, row-major (up to 2^31 - 1 elements, 4 GiB).
-    HalfShorts,
-    /// `ByteArray` of packed blocks (encoding in `encodings[i]`).
-    Packed,
-    /// `ByteArray` of another dtype.
-    Dense,
-}
-
-impl Kind {
-    pub(crate) fn from_code(code: i32) -> Option<Kind> {
-        Some(match code {
-            0 => Kind::None,
-            1 => Kind::F32,
-            2 => Kind::Half,
-            3 => Kind::HalfShorts,
-            4 => Kind::Packed,
-            5 => Kind::Dense,
-            _ => return None,
-        })
-    }
-}
+use crate::pin::{ByteUse, JvmArray, JvmBytes, JvmShorts, Lender, Pins};
 
 /// Everything the entry points share: parse the graph, lend the arrays, extract.
 pub(crate) struct Request {
@@ -69,7 +39,7 @@ pub(crate) fn ints(env: &Env<'_>, a: &JIntArray<'_>) -> Result<Vec<i32>, Failure
     Ok(v)
 }
 
-/// `options` bits: 1 = dequantize packed weights, 2 = widen 16-bit weights (Kotlin `nativeOptions`).
+/// Parses the tape's graph JSON, its `options` bits (see [`crate::contract::OPTIONS`]) and its forced inputs.
 pub(crate) fn parse(
     env: &Env<'_>,
     graph_json: &JString<'_>,
@@ -83,33 +53,51 @@ pub(crate) fn parse(
         .into_iter()
         .map(|i| usize::try_from(i).map_err(|_| Failure::invalid(format!("forced input index {i} is negative"))))
         .collect::<Result<_, _>>()?;
-    if options & !7 != 0 || options & 5 == 5 {
+    let known = OPTIONS.iter().fold(0, |acc, o| acc | o.bit);
+    let both = DEQUANTIZE_PACKED | KEEP_PACKED;
+    if options & !known != 0 || options & both == both {
         return Err(Failure::invalid(format!("unknown option bits {options:#x}")));
     }
-    let packed = match options & 5 {
-        1 => PackedConstantHandling::Dequantize,
-        4 => PackedConstantHandling::Keep,
-        _ => PackedConstantHandling::Fail,
+    let packed = if options & DEQUANTIZE_PACKED != 0 {
+        PackedConstantHandling::Dequantize
+    } else if options & KEEP_PACKED != 0 {
+        PackedConstantHandling::Keep
+    } else {
+        PackedConstantHandling::Fail
     };
-    let half = if options & 2 != 0 { HalfConstantHandling::Widen } else { HalfConstantHandling::Keep };
+    let half = if options & WIDEN_HALF != 0 { HalfConstantHandling::Widen } else { HalfConstantHandling::Keep };
     Ok(Request { graph, packed, half, forced })
 }
 
-/// Builds the lenders for every tensor with JVM data (`kinds[i] != 0`).
+/// Builds the lenders for every tensor with JVM data (`kinds[i] != 0`); a packed tensor's encoding is
+/// `encodings[i]`.
 pub(crate) fn lenders<'e, 'l>(
     env: &'e RefCell<&'e mut Env<'l>>,
     data: &'e JObjectArray<'l>,
     kinds: &[i32],
+    encodings: &[Option<String>],
     stats: &'e Pins,
 ) -> Result<Vec<Option<Lender<'e, 'l>>>, Failure> {
     let mut out = Vec::with_capacity(kinds.len());
     for (slot, &code) in kinds.iter().enumerate() {
         let kind = Kind::from_code(code)
             .ok_or_else(|| Failure::invalid(format!("tensor #{slot}: unknown data kind {code}")))?;
-        if kind == Kind::None {
-            out.push(None);
-            continue;
-        }
+        // What a ByteArray's bytes are (None: not a ByteArray).
+        let used = match kind {
+            Kind::None => {
+                out.push(None);
+                continue;
+            }
+            Kind::F32 | Kind::HalfShorts => None,
+            Kind::Half => Some(ByteUse::Half),
+            Kind::Dense => Some(ByteUse::Dense),
+            Kind::Packed => {
+                let Some(name) = encodings.get(slot).cloned().flatten() else {
+                    return Err(Failure::invalid(format!("tensor #{slot}: packed data without an encoding")));
+                };
+                Some(ByteUse::Packed(Encoding::parse(&name)))
+            }
+        };
         // Length of the array, and a type check: one short local frame, no pin.
         let len = {
             let e = env.borrow();
@@ -127,10 +115,10 @@ pub(crate) fn lenders<'e, 'l>(
             Failure::invalid(format!("tensor #{slot}: its data is not the JVM array its kind needs ({err})"))
         })?;
         let array = JvmArray { env, data, slot, len, stats };
-        out.push(Some(match kind {
-            Kind::F32 => Lender::Floats(array),
-            Kind::HalfShorts => Lender::Shorts(JvmShorts(array)),
-            _ => Lender::Bytes(JvmBytes(array)),
+        out.push(Some(match (kind, used) {
+            (_, Some(used)) => Lender::Bytes(JvmBytes(array), used),
+            (Kind::HalfShorts, None) => Lender::Shorts(JvmShorts(array)),
+            (_, None) => Lender::Floats(array),
         }));
     }
     Ok(out)
@@ -175,36 +163,28 @@ pub(crate) fn finalize_function<'a>(
 pub(crate) fn extract<'a>(
     req: &Request,
     weights: &'a WeightSet,
-    kinds: &[i32],
-    encodings: &[Option<String>],
     lenders: &'a [Option<Lender<'_, '_>>],
 ) -> Result<ComputeGraph<'a>, Failure> {
-    extract_function(req, 0, weights, kinds, encodings, lenders)
+    extract_function(req, 0, weights, lenders)
 }
 
-/// [`extract`] for function `f`: every function borrows the same lenders, so a weight the functions share is one
+/// `extract` for function `f`: every function borrows the same lenders, so a weight the functions share is one
 /// constant with one identity.
 pub(crate) fn extract_function<'a>(
     req: &Request,
     f: usize,
     weights: &'a WeightSet,
-    kinds: &[i32],
-    encodings: &[Option<String>],
     lenders: &'a [Option<Lender<'_, '_>>],
 ) -> Result<ComputeGraph<'a>, Failure> {
     finalize_function(req, f, weights, |i| {
-        let lender = lenders.get(i)?.as_ref()?;
-        let kind = kinds.get(i).copied().and_then(Kind::from_code)?;
-        Some(match (lender, kind) {
-            (Lender::Floats(a), _) => Storage::F32(Lent::Chunked(a)),
-            (Lender::Shorts(h), _) => Storage::Half { bytes: Lent::Chunked(h), layout: HalfLayout::RowMajor },
-            (Lender::Bytes(b), Kind::Half) => Storage::Half { bytes: Lent::Chunked(b), layout: HalfLayout::RowMajor },
-            (Lender::Bytes(b), Kind::Packed) => Storage::Packed {
-                encoding: Encoding::parse(encodings.get(i).cloned().flatten().as_deref().unwrap_or("")),
-                order: BlockOrder::RowMajor,
-                bytes: Lent::Chunked(b),
-            },
-            (Lender::Bytes(b), _) => Storage::Dense(Lent::Chunked(b)),
+        Some(match lenders.get(i)?.as_ref()? {
+            Lender::Floats(a) => Storage::F32(Lent::Chunked(a)),
+            Lender::Shorts(h) => Storage::Half { bytes: Lent::Chunked(h), layout: HalfLayout::RowMajor },
+            Lender::Bytes(b, ByteUse::Half) => Storage::Half { bytes: Lent::Chunked(b), layout: HalfLayout::RowMajor },
+            Lender::Bytes(b, ByteUse::Packed(encoding)) => {
+                Storage::Packed { encoding: encoding.clone(), order: BlockOrder::RowMajor, bytes: Lent::Chunked(b) }
+            }
+            Lender::Bytes(b, ByteUse::Dense) => Storage::Dense(Lent::Chunked(b)),
         })
     })
 }
@@ -247,14 +227,15 @@ pub(crate) fn with_graphs<'l>(
     let text = {
         let cell = RefCell::new(&mut *env);
         let stats = Pins::default();
-        let lenders = lenders(&cell, tape.data, &kinds, &stats)?;
+        let lenders = lenders(&cell, tape.data, &kinds, &encs, &stats)?;
         let names = req.graph.function_names();
         let several = names.len() > 1;
         let graphs = (0..names.len())
             .map(|i| {
-                extract_function(&req, i, &weights, &kinds, &encs, &lenders).map_err(|e| match e {
-                    Failure::Tapeout { class, message, remedy } if several => {
-                        Failure::Tapeout { class, message: format!("function '{}': {message}", names[i]), remedy }
+                extract_function(&req, i, &weights, &lenders).map_err(|e| match e {
+                    Failure::Tapeout(mut t) if several => {
+                        t.message = format!("function '{}': {}", names[i], t.message);
+                        Failure::Tapeout(t)
                     }
                     other => other,
                 })

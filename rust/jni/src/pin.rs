@@ -173,7 +173,20 @@ compile_error!("tapeout-jni lends ShortArray weights as little-endian bytes; big
 
 /// A tensor's lender, by the JVM array type that holds its data.
 pub(crate) enum Lender<'e, 'l> {
+    /// A `FloatArray`.
     Floats(JvmArray<'e, 'l>),
-    Bytes(JvmBytes<'e, 'l>),
+    /// A `ByteArray`, and what its bytes are.
+    Bytes(JvmBytes<'e, 'l>, ByteUse),
+    /// A `ShortArray` of 16-bit float patterns.
     Shorts(JvmShorts<'e, 'l>),
+}
+
+/// What a `ByteArray`'s bytes are.
+pub(crate) enum ByteUse {
+    /// f16/bf16 values, row-major.
+    Half,
+    /// Packed blocks of this encoding, row-major.
+    Packed(tapeout::graph::Encoding),
+    /// Another dtype, row-major.
+    Dense,
 }

@@ -81,6 +81,36 @@ pub enum Remedy {
     AllowFilesOutsideGraphDir,
 }
 
+impl Remedy {
+    /// Every remedy (with a zero argument), in the order front ends list them.
+    pub const ALL: [Remedy; 4] = [
+        Remedy::Dequantize,
+        Remedy::ExternalAtOrBelow { bytes: 0 },
+        Remedy::DeclareOutputs,
+        Remedy::AllowFilesOutsideGraphDir,
+    ];
+
+    /// Its name as front ends spell the constant (`DEQUANTIZE`, `EXTERNAL_PARAMETER`, …).
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Remedy::Dequantize => "DEQUANTIZE",
+            Remedy::ExternalAtOrBelow { .. } => "EXTERNAL_PARAMETER",
+            Remedy::DeclareOutputs => "DECLARE_OUTPUTS",
+            Remedy::AllowFilesOutsideGraphDir => "ALLOW_FILES_OUTSIDE_GRAPH_DIR",
+        }
+    }
+
+    /// Its argument: the constant's size for [`Remedy::ExternalAtOrBelow`], else 0.
+    #[must_use]
+    pub const fn argument(self) -> u64 {
+        match self {
+            Remedy::ExternalAtOrBelow { bytes } => bytes,
+            Remedy::Dequantize | Remedy::DeclareOutputs | Remedy::AllowFilesOutsideGraphDir => 0,
+        }
+    }
+}
+
 impl Error {
     /// The remedy for this error, when there is one the user can apply with a setting.
     #[must_use]
@@ -94,7 +124,50 @@ impl Error {
             _ => None,
         }
     }
+
+    /// The indices of the recorded nodes this error is about (empty when it names none), for front ends to
+    /// point at the code that recorded them.
+    #[must_use]
+    pub fn nodes(&self) -> Vec<u64> {
+        match self {
+            Error::InFunction { source, .. } => source.nodes(),
+            Error::Graph(e) => e.nodes(),
+            Error::Emit(e) => e.node().into_iter().collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The tensor (module path or name) this error is about, when it is about one.
+    #[must_use]
+    pub fn tensor(&self) -> Option<&str> {
+        match self {
+            Error::InFunction { source, .. } => source.tensor(),
+            Error::Graph(e) => e.tensor(),
+            Error::Emit(e) => e.tensor(),
+            _ => None,
+        }
+    }
 }
 
 /// Shorthand for results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_remedy_is_listed_once_with_its_own_name() {
+        let names: std::collections::BTreeSet<_> = Remedy::ALL.iter().map(|r| r.name()).collect();
+        assert_eq!(names.len(), Remedy::ALL.len());
+        assert_eq!(Remedy::ExternalAtOrBelow { bytes: 7 }.argument(), 7);
+        let e = Error::InFunction {
+            function: "f".into(),
+            source: Box::new(Error::Emit(HloError::ConstantTooLarge { tensor: "w".into(), bytes: 9, ceiling: 1 })),
+        };
+        assert_eq!(
+            (e.remedy(), e.tensor(), e.nodes()),
+            (Some(Remedy::ExternalAtOrBelow { bytes: 9 }), Some("w"), vec![])
+        );
+    }
+}

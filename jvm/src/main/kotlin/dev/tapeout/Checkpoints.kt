@@ -80,19 +80,19 @@ class Checkpoint internal constructor(
  * The native reader described a checkpoint tensor with a dtype this Kotlin library has no [DType] for: the jar's
  * native library and its Kotlin classes are from different tapeout versions (every dtype the readers accept has a
  * [DType] otherwise). Opening the checkpoint fails instead of leaving the tensor out, which would surface later
- * as a missing key. [file], [tensor] and [dtype] say which.
+ * as a missing key. [file], [tensor] (the tensor's name in the file) and [dtype] say which.
  */
 class UnknownDTypeException(
     /** The checkpoint file. */
     val file: File,
-    /** The tensor's name in the file. */
-    val tensor: String,
+    tensorName: String,
     /** The dtype the native reader named. */
     val dtype: String,
 ) : TapeoutException(
-    "${file.path}: tensor '$tensor' has dtype '$dtype', which the Kotlin library does not know (it knows " +
+    "${file.path}: tensor '$tensorName' has dtype '$dtype', which the Kotlin library does not know (it knows " +
         DType.values().joinToString(", ") { it.json } + "); use the tapeout jar whose native library read the file " +
         "(one version of both), or convert the tensor to one of those dtypes",
+    tensor = tensorName,
 )
 
 /** safetensors files (Hugging Face checkpoints). */

@@ -22,10 +22,13 @@ enum class HalfConstantHandling {
     WIDEN,
 }
 
-/** The native side's option bits: 1 = dequantize packed weights, 4 = keep them packed, 2 = widen 16-bit weights. */
+/** The native side's option bits ([NativeOption]) for these settings. */
 internal fun nativeOptions(packed: PackedConstantHandling, half: HalfConstantHandling): Int =
-    when (packed) { PackedConstantHandling.DEQUANTIZE -> 1; PackedConstantHandling.KEEP -> 4; PackedConstantHandling.FAIL -> 0 } or
-        (if (half == HalfConstantHandling.WIDEN) 2 else 0)
+    when (packed) {
+        PackedConstantHandling.DEQUANTIZE -> NativeOption.DEQUANTIZE_PACKED
+        PackedConstantHandling.KEEP -> NativeOption.KEEP_PACKED
+        PackedConstantHandling.FAIL -> 0
+    } or (if (half == HalfConstantHandling.WIDEN) NativeOption.WIDEN_HALF else 0)
 
 /** Which constants are written inline in the module and which become external parameters. */
 sealed class MaterializationPolicy {
@@ -57,21 +60,24 @@ data class KeyCollision(val tensor: String, val wanted: String, val assigned: St
 
 /**
  * Runs a native call; a [TapeoutException] it throws comes back naming the lines of your code that recorded the
- * nodes and tensors its message names (`node 3 (…)` is the tape's fourth op).
+ * nodes and the tensor it is about ([TapeoutException.nodes]: `node 3` is the tape's fourth op).
  */
 internal fun <T> ExecutionTape.located(call: () -> T): T = try {
     call()
 } catch (e: TapeoutException) {
     val sites = LinkedHashSet<String>()
-    Regex("""node (\d+) \(""").findAll(e.detail).forEach { m ->
-        val op = m.groupValues[1].toIntOrNull()?.let { ops.getOrNull(it) }
-        op?.site?.let { sites += "node ${m.groupValues[1]} (${op.op}) was recorded at ${siteText(it)}" }
-    }
     val byName = tensors.associateBy { it.name }
-    Regex("""['"]([^'"]+)['"]""").findAll(e.detail).forEach { m ->
-        val t = byName[m.groupValues[1]] ?: tensors.firstOrNull { it.path == m.groupValues[1] }
+    fun tensorSite(key: String) {
+        val t = byName[key] ?: tensors.firstOrNull { it.path == key }
         t?.site?.let { sites += "'${t.path ?: t.name}' was recorded at ${siteText(it)}" }
     }
+    for (n in e.nodes) {
+        val op = ops.getOrNull(n) ?: continue
+        op.site?.let { sites += "node $n (${op.op}) was recorded at ${siteText(it)}" }
+    }
+    // The tensor a node error's message names is the node's first result.
+    for (n in e.nodes) ops.getOrNull(n)?.outputs?.firstOrNull()?.let { tensorSite(it.path ?: it.name) }
+    e.tensor?.let(::tensorSite)
     if (sites.isEmpty()) throw e
     throw e.withDetail(sites.joinToString("; ", " (", ")"))
 }
@@ -109,17 +115,14 @@ class ComputeGraph internal constructor(
     private val snapshot: TapeSnapshot,
     private val options: Int,
     private val forced: IntArray,
-    summary: Map<*, *>,
+    summary: GraphSummary,
 ) {
-    val inputs: List<String> = (summary["inputs"] as List<*>).map { it as String }
-    val constants: List<ConstantInfo> = (summary["constants"] as List<*>).map {
-        val m = it as Map<*, *>
-        ConstantInfo(m["name"] as String, m["key"] as String, (m["bytes"] as Number).toLong(), m["kind"] as String)
-    }
+    val inputs: List<String> = summary.inputs
+    val constants: List<ConstantInfo> = summary.constants
 
     /** Weights whose key another weight already had, so they got `<key>.1`, `<key>.2`, …: usually two weights
      *  given one path by mistake. */
-    val keyCollisions: List<KeyCollision> = keyCollisions(summary)
+    val keyCollisions: List<KeyCollision> = summary.keyCollisions
 
     /**
      * Writes `<outputDir>/<name>.mlir` and `<outputDir>/<name>.irpa`. With [maxArchiveBytes] > 0 the parameters
@@ -148,12 +151,6 @@ class ComputeGraph internal constructor(
     }
 }
 
-/** The key collisions of a native summary. */
-internal fun keyCollisions(summary: Map<*, *>): List<KeyCollision> = (summary["key_collisions"] as List<*>? ?: emptyList<Any>()).map {
-    val m = it as Map<*, *>
-    KeyCollision(m["tensor"] as String, m["wanted"] as String, m["assigned"] as String)
-}
-
 /**
  * The one export call of both [ComputeGraph.export] and [exportModule]: [json] with its JVM arrays [a] through
  * the native library, a failure naming the lines of [tape] (when one tape recorded every node) that recorded
@@ -166,7 +163,7 @@ internal fun nativeExport(tape: ExecutionTape?, json: String, a: Marshalled, opt
             policy.scopeName, policy.inlineBelow, maxArchiveBytes)
     }
     val result = if (tape != null) tape.located(call) else call()
-    return exportResult(Json.parse(result) as Map<*, *>)
+    return exportResult(result)
 }
 
 /** The JVM arrays of [tensors] (a tape's, or a module's in its table order), by reference, with the kind codes
@@ -186,11 +183,11 @@ internal class Marshalled(tensors: List<Tensor>) {
 /** Puts [d]'s JVM array, if any, at slot [i] with the kind code the native side expects (and its encoding). */
 internal fun lend(d: TensorData, i: Int, data: Array<Any?>, kinds: IntArray, encodings: Array<String?>) {
     when (d) {
-        is FloatArrayTensorData -> { data[i] = d.values; kinds[i] = 1 }
-        is HalfTensorData -> { data[i] = d.bytes; kinds[i] = 2 }
-        is HalfBitsTensorData -> { data[i] = d.bits; kinds[i] = 3 }
-        is PackedTensorData -> { data[i] = d.bytes; kinds[i] = 4; encodings[i] = d.encoding }
-        is DenseBytesTensorData -> { data[i] = d.bytes; kinds[i] = 5 }
+        is FloatArrayTensorData -> { data[i] = d.values; kinds[i] = NativeKind.F32 }
+        is HalfTensorData -> { data[i] = d.bytes; kinds[i] = NativeKind.HALF_BYTES }
+        is HalfBitsTensorData -> { data[i] = d.bits; kinds[i] = NativeKind.HALF_SHORTS }
+        is PackedTensorData -> { data[i] = d.bytes; kinds[i] = NativeKind.PACKED; encodings[i] = d.encoding }
+        is DenseBytesTensorData -> { data[i] = d.bytes; kinds[i] = NativeKind.DENSE }
         is MappedTensorData, is FileTensorData, ShapeOnly -> {}
     }
 }
@@ -217,8 +214,7 @@ fun ExecutionTape.toComputeGraph(
     val forced = inputTensorIds.toIntArray()
     val options = nativeOptions(packedConstants, halfConstants)
     val json = located { NativeBridge.finalize(snapshot.toGraphJson("model"), a.data, a.kinds, a.encodings, options, forced) }
-    val summary = Json.parse(json) as Map<*, *>
-    val graph = ComputeGraph(snapshot, options, forced, summary)
+    val graph = ComputeGraph(snapshot, options, forced, GraphSummary.parse(json))
     if (!synthesizeExternalInputs) {
         val declared = snapshot.tensors.filter { it.id in inputIds || it.id in inputTensorIds }.map { snapshot.nameOf(it) }.toSet()
         val synthesized = graph.inputs.filter { it !in declared }

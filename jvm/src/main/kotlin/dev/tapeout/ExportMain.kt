@@ -26,18 +26,81 @@ interface ModuleProvider {
 }
 
 /**
- * The entry point the Gradle `exportIrpa` task runs in a forked JVM:
- * `ExportMain <model class> <output dir> <module name> <scope> <inline below bytes> <FAIL|DEQUANTIZE|KEEP> [KEEP|WIDEN]
- * [max archive bytes] [-- model args…]` (0: one archive).
- * Prints what it does on stdout (`tapeout: warning: …` lines for key collisions); a failure is lines
- * `tapeout: error: <message>` on stderr and exit code 1: the message, and for an exception thrown by the model
- * its class and the model's own top stack frames. Writes `<output dir>/<module name>.inputs`: the files the
- * tape reads (checkpoints, mapped regions) with their sizes and modification times, so the Gradle task reruns
- * when one changes.
+ * What the Gradle `exportIrpa` task asks of [ExportMain]: a file of properties (`format = tapeout-export/1`) that
+ * the plugin's `ExportExchange.Request` writes. A list is `<name>.count` and `<name>.0` … in order.
+ */
+internal class ExportRequest(
+    val model: String,
+    val outputDir: String,
+    val moduleName: String,
+    val scope: String,
+    val inlineBelowBytes: Long,
+    val packed: PackedConstantHandling,
+    val half: HalfConstantHandling,
+    val maxArchiveBytes: Long,
+    val args: List<String>,
+    /** Where [ExportResponse] goes. */
+    val response: File,
+) {
+    companion object {
+        const val FORMAT = "tapeout-export/1"
+
+        /** The request in [file]; an [IllegalArgumentException] names what is missing or malformed. */
+        fun read(file: File): ExportRequest {
+            val p = java.util.Properties()
+            file.inputStream().use { p.load(it) }
+            require(p.getProperty("format") == FORMAT) { "$file is not a $FORMAT request (format '${p.getProperty("format")}')" }
+            fun field(name: String): String = requireNotNull(p.getProperty(name)) { "$file: '$name' is missing" }
+            fun long(name: String): Long = requireNotNull(field(name).toLongOrNull()) { "$file: '$name' is not a number" }
+            val args = (0 until long("args.count").toInt()).map { field("args.$it") }
+            return ExportRequest(field("model"), field("outputDir"), field("moduleName"), field("scope"), long("inlineBelowBytes"),
+                PackedConstantHandling.valueOf(field("packedConstants").uppercase()),
+                HalfConstantHandling.valueOf(field("halfConstants").uppercase()), long("maxArchiveBytes"), args, File(field("response")))
+        }
+    }
+}
+
+/** What [ExportMain] answers the Gradle task: `status` (`ok` or `failed`), `warning.N`, `output.N` (the files
+ *  written) and `error.N` (the lines of the failure's message), read by the plugin's `ExportExchange.Response`. */
+internal class ExportResponse(private val file: File) {
+    val warnings = ArrayList<String>()
+
+    /** The export succeeded and wrote [r]'s files. */
+    fun ok(r: ExportResult) = write("ok", listOf(r.mlir) + r.archives + listOfNotNull(r.index), emptyList())
+
+    fun failed(lines: List<String>) = write("failed", emptyList(), lines)
+
+    private fun write(status: String, outputs: List<File>, errors: List<String>) {
+        val p = java.util.Properties()
+        p.setProperty("format", ExportRequest.FORMAT)
+        p.setProperty("status", status)
+        fun list(name: String, values: List<String>) {
+            p.setProperty("$name.count", values.size.toString())
+            values.forEachIndexed { i, v -> p.setProperty("$name.$i", v) }
+        }
+        list("warning", warnings)
+        list("output", outputs.map { it.absolutePath })
+        list("error", errors)
+        val tmp = File(file.path + ".tmp")
+        tmp.outputStream().use { p.store(it, "tapeout export response") }
+        if (!tmp.renameTo(file)) throw java.io.IOException("cannot rename $tmp to $file")
+    }
+}
+
+/**
+ * The entry point the Gradle `exportIrpa` task runs in a forked JVM: `ExportMain <request file>` ([ExportRequest]).
+ * Prints its progress on stdout; warnings (key collisions) and a failure go to the [ExportResponse] file, a failure
+ * with exit code 1: the message, and for an exception thrown by the model its class and the model's own top stack
+ * frames. Writes `<output dir>/<module name>.inputs`: the files the tape reads (checkpoints, mapped regions) with
+ * their sizes and modification times, so the Gradle task reruns when one changes.
  */
 object ExportMain {
+    /** Where this run answers; null until the request is read (then a failure goes to stderr). */
+    private var response: ExportResponse? = null
+
     private fun fail(lines: List<String>): Nothing {
-        for (l in lines) System.err.println("tapeout: error: $l")
+        val r = response
+        if (r != null) r.failed(lines) else for (l in lines) System.err.println("tapeout: error: $l")
         exitProcess(1)
     }
 
@@ -80,24 +143,24 @@ object ExportMain {
 
     @JvmStatic
     fun main(argv: Array<String>) {
-        val dash = argv.indexOf("--")
-        val args = if (dash >= 0) argv.copyOfRange(0, dash) else argv
-        val modelArgs = if (dash >= 0) argv.copyOfRange(dash + 1, argv.size).toList() else emptyList()
-        if (args.size !in 6..8) {
-            System.err.println("usage: ExportMain <model class> <output dir> <module name> <scope> <inline below bytes> <FAIL|DEQUANTIZE|KEEP> [KEEP|WIDEN] [max archive bytes] [-- model args…]")
+        if (argv.size != 1) {
+            System.err.println("usage: ExportMain <request file> (written by the Gradle exportIrpa task)")
             exitProcess(2)
         }
-        val (modelClass, outDir, name, scope) = args
+        val req = try {
+            ExportRequest.read(File(argv[0]))
+        } catch (e: Exception) {
+            fail(listOf("cannot read the export request: ${e.message ?: e}"))
+        }
+        val out = ExportResponse(req.response).also { response = it }
+        val (modelClass, outDir, name, scope) = listOf(req.model, req.outputDir, req.moduleName, req.scope)
         try {
-            val packed = PackedConstantHandling.valueOf(args[5].uppercase())
-            val half = HalfConstantHandling.valueOf(args.getOrElse(6) { "KEEP" }.uppercase())
-            val maxArchiveBytes = args.getOrElse(7) { "0" }.toLong()
             val t0 = System.nanoTime()
             println("tapeout: building the model ($modelClass)")
             val built = try {
                 when (val p = instantiate(modelClass)) {
-                    is ModuleProvider -> p.buildTapes(modelArgs)
-                    else -> mapOf("main" to (p as ModelProvider).buildTape(modelArgs))
+                    is ModuleProvider -> p.buildTapes(req.args)
+                    else -> mapOf("main" to (p as ModelProvider).buildTape(req.args))
                 }
             } catch (e: TapeoutException) {
                 throw e
@@ -110,15 +173,17 @@ object ExportMain {
                 fail(listOf("the model threw ${cause.javaClass.name}${cause.message?.let { ": $it" } ?: ""}$during") + modelFrames(cause))
             }
             if (built.size != 1 || built.keys.single() != "main") {
-                exportFunctions(built, outDir, name, scope, args[4].toLong(), packed, half, maxArchiveBytes, t0)
+                val r = exportFunctions(built, outDir, name, scope, req.inlineBelowBytes, req.packed, req.half, req.maxArchiveBytes, t0)
+                for (k in r.keyCollisions) out.warnings += k.warning
+                out.ok(r)
                 return
             }
             val tape = built.getValue("main")
-            val graph = tape.toComputeGraph(packedConstants = packed, halfConstants = half)
-            for (k in graph.keyCollisions) println("tapeout: warning: ${k.warning}")
+            val graph = tape.toComputeGraph(packedConstants = req.packed, halfConstants = req.half)
+            for (k in graph.keyCollisions) out.warnings += k.warning
             val total = graph.constants.sumOf { it.bytes }
             println("tapeout: ${tape.ops.size} ops, ${graph.inputs.size} inputs, ${graph.constants.size} constants (${total} bytes)")
-            val policy = MaterializationPolicy.SizeThreshold(args[4].toLong(), scope)
+            val policy = MaterializationPolicy.SizeThreshold(req.inlineBelowBytes, scope)
             println("tapeout: exporting to $outDir/$name.mlir and the parameter archive")
             // Progress from a second thread: the exporting thread makes no JVM calls while an array is pinned.
             val reporter = Thread {
@@ -131,7 +196,7 @@ object ExportMain {
                 } catch (_: InterruptedException) {
                 }
             }.apply { isDaemon = true; start() }
-            val r = try { graph.export(File(outDir), name, policy, maxArchiveBytes) } finally { reporter.interrupt() }
+            val r = try { graph.export(File(outDir), name, policy, req.maxArchiveBytes) } finally { reporter.interrupt() }
             writeInputs(File(outDir, "$name.inputs"), tape)
             val secs = (System.nanoTime() - t0) / 1e9
             if (r.index == null) {
@@ -142,6 +207,7 @@ object ExportMain {
             }
             println("tapeout: wrote ${r.mlir} (${r.mlirBytes} bytes)")
             println("tapeout: IREE loads the parameters with: ${r.parametersFlags.joinToString(" ")}")
+            out.ok(r)
         } catch (e: TapeoutException) {
             fail(listOf(e.describe(::gradleWording)))
         } catch (e: OutOfMemoryError) {
@@ -156,15 +222,15 @@ object ExportMain {
 
     /** The export of a [ModuleProvider]'s tapes as one module. */
     private fun exportFunctions(tapes: Map<String, ExecutionTape>, outDir: String, name: String, scope: String, inlineBelow: Long,
-                                packed: PackedConstantHandling, half: HalfConstantHandling, maxArchiveBytes: Long, t0: Long) {
+                                packed: PackedConstantHandling, half: HalfConstantHandling, maxArchiveBytes: Long, t0: Long): ExportResult {
         println("tapeout: functions ${tapes.keys.joinToString()}: ${tapes.values.sumOf { it.ops.size }} ops")
         println("tapeout: exporting to $outDir/$name.mlir and the parameter archive")
         val r = exportModule(File(outDir), name, tapes, packed, half, MaterializationPolicy.SizeThreshold(inlineBelow, scope), maxArchiveBytes)
-        for (k in r.keyCollisions) println("tapeout: warning: ${k.warning}")
         writeInputs(File(outDir, "$name.inputs"), tapes.values.toList())
         println("tapeout: wrote ${r.irpa} (${r.externals} parameters, ${r.irpaBytes} bytes) in %.2f s".format((System.nanoTime() - t0) / 1e9))
         println("tapeout: wrote ${r.mlir} (${r.mlirBytes} bytes)")
         println("tapeout: IREE loads the parameters with: ${r.parametersFlags.joinToString(" ")}")
+        return r
     }
 
     /** `<size> <mtime ms> <path>` per file the tape reads, for the Gradle task's up-to-date check. */
@@ -185,4 +251,5 @@ internal fun gradleWording(remedy: Remedy, bytes: Long): String = when (remedy) 
     Remedy.DEQUANTIZE -> "; to dequantize, set tapeout { packedConstants = 'DEQUANTIZE' }"
     Remedy.EXTERNAL_PARAMETER -> "; set tapeout { inlineBelowBytes = $bytes } or less"
     Remedy.DECLARE_OUTPUTS -> "; mark the tensors the model returns with tape.output(…) in buildTape()"
+    Remedy.ALLOW_FILES_OUTSIDE_GRAPH_DIR -> "; move the file into the graph's directory"
 }

@@ -39,16 +39,6 @@ fun exportModule(
         policy, maxArchiveBytes).copy(keyCollisions = graphs.values.flatMap { it.keyCollisions })
 }
 
-/** What [NativeBridge.export] returns, as an [ExportResult]. */
-internal fun exportResult(m: Map<*, *>): ExportResult {
-    val archives = (m["archives"] as List<*>).map { File(it as String) }
-    val sizes = (m["archive_bytes"] as List<*>).map { (it as Number).toLong() }
-    return ExportResult(File(m["mlir"] as String), archives.first(), (m["mlir_bytes"] as Number).toLong(),
-        sizes.sum(), (m["externals"] as Number).toInt(), (m["pins"] as Number).toLong(),
-        (m["copies"] as Number).toLong(), archives, (m["index"] as String?)?.let(::File),
-        (m["parameters_flags"] as List<*>).map { it as String })
-}
-
 /** A value compared by identity (the same array object), for finding the weights several tapes share. */
 private class Same(val o: Any) {
     override fun equals(other: Any?) = other is Same && other.o === o

@@ -17,11 +17,44 @@ class ErrorMappingTest {
         tape.output(tape.record("add", listOf(a, b), longArrayOf(2, 3), DType.F32))
         val e = assertThrows<GraphValidationException> { tape.toComputeGraph() }
         assertTrue(e.message!!.contains("node 0 (add -> '") && e.message!!.contains("do not broadcast"), e.message)
+        assertEquals(listOf(0), e.nodes, "the node comes as a field")
 
         val t2 = ExecutionTape()
         t2.output(t2.record("warp", listOf(t2.input("x", longArrayOf(2))), longArrayOf(2), DType.F32))
         val e2 = assertThrows<GraphValidationException> { t2.toComputeGraph().toStableHlo() }
         assertTrue(e2.message!!.contains("unknown op 'warp'"), e2.message)
+    }
+
+    @Test
+    fun `a packed weight's error names its tensor and remedy as fields`() {
+        val t = ExecutionTape()
+        val q = t.packedWeight("model.q.weight", ByteArray(34 * 3), "Q8_0", 4, 24)
+        t.output(t.linear(t.input("x", 2, 24), q))
+        val e = assertThrows<PackedConstantException> { t.toComputeGraph() }
+        assertEquals("model.q.weight", e.tensor)
+        assertEquals(Remedy.DEQUANTIZE, e.remedy)
+        assertEquals(emptyList<Int>(), e.nodes)
+    }
+
+    @Test
+    fun `a native reply of the wrong shape names its field instead of failing a cast`() {
+        val e = assertThrows<IllegalStateException> { GraphSummary.parse("""{"inputs": [1], "constants": [], "key_collisions": []}""") }
+        assertTrue(e.message!!.contains("finalize reply's field 'inputs' is not a list of strings"), e.message)
+        val m = assertThrows<IllegalStateException> { GraphSummary.parse("""{"inputs": [], "constants": []}""") }
+        assertTrue(m.message!!.contains("field 'key_collisions' is not a list"), m.message)
+    }
+
+    @Test
+    fun `the native contract's dtype names are the tape's`() {
+        assertEquals(NATIVE_DTYPE_NAMES, DType.values().map { it.json })
+    }
+
+    @Test
+    fun `every remedy has a wording in the Kotlin API and the Gradle task`() {
+        for (r in Remedy.values()) {
+            assertTrue(kotlinWording(r, 1).startsWith("; "), "$r")
+            assertTrue(gradleWording(r, 1).startsWith("; "), "$r")
+        }
     }
 
     @Test
@@ -60,7 +93,7 @@ class ErrorMappingTest {
         val w = tape.weight("w", FloatArray(4), 4)
         tape.output(tape.add(x, w))
         val m = Marshalled(tape)
-        m.kinds[w.id] = 2 // claims a ByteArray
+        m.kinds[w.id] = NativeKind.HALF_BYTES // claims a ByteArray
         val e = assertThrows<GraphValidationException> {
             NativeBridge.finalize(tape.toGraphJson("m"), m.data, m.kinds, m.encodings, 0, IntArray(0))
         }
@@ -70,7 +103,8 @@ class ErrorMappingTest {
         }
         assertTrue(bits.message!!.contains("unknown option bits 0x8"), bits.message)
         val both = assertThrows<GraphValidationException> { // dequantize and keep at once
-            NativeBridge.finalize(tape.toGraphJson("m"), m.data, IntArray(m.kinds.size), m.encodings, 5, IntArray(0))
+            NativeBridge.finalize(tape.toGraphJson("m"), m.data, IntArray(m.kinds.size), m.encodings,
+                NativeOption.DEQUANTIZE_PACKED or NativeOption.KEEP_PACKED, IntArray(0))
         }
         assertTrue(both.message!!.contains("unknown option bits 0x5"), both.message)
     }

@@ -24,7 +24,8 @@ import org.gradle.api.tasks.TaskAction;
 /**
  * Exports one model ({@link ModelSpec}) to {@code <outputDir>/<moduleName>.mlir} and {@code .irpa} (or, with
  * {@code maxArchiveBytes}, the shards of an archive set and its {@code .irpa.index.json}) in a forked JVM running
- * {@code dev.tapeout.ExportMain} on the project's runtime classpath. Every setting, the classpath and
+ * {@code dev.tapeout.ExportMain} on the project's runtime classpath, which reads the settings from a request
+ * file and answers with a response file ({@link ExportExchange}). Every setting, the classpath and
  * {@code inputFiles} are inputs, and so are the files the model's tape read last time (checkpoints opened with
  * {@code SafeTensors.open}/{@code Gguf.open}, listed by ExportMain in {@code <moduleName>.inputs}): a second
  * run is UP-TO-DATE, any change reruns it. A failure in the model is a build failure with its message, and for an
@@ -171,20 +172,26 @@ public class ExportIrpaTask extends DefaultTask {
         cmd.add("-cp");
         cmd.add(classpath.getAsPath());
         cmd.add("dev.tapeout.ExportMain");
-        cmd.add(getModel());
-        cmd.add(getOutputDir().getAbsolutePath());
-        cmd.add(getModuleName());
-        cmd.add(getScope());
-        cmd.add(String.valueOf(getInlineBelowBytes()));
-        cmd.add(getPackedConstants());
-        cmd.add(getHalfConstants());
-        cmd.add(String.valueOf(getMaxArchiveBytes()));
-        if (!getArgs().isEmpty()) {
-            cmd.add("--");
-            cmd.addAll(getArgs());
-        }
-        getLogger().info("tapeout: {}", cmd);
+        File dir = getTemporaryDir();
+        File requestFile = new File(dir, "export-request.properties");
+        File responseFile = new File(dir, "export-response.properties");
+        Files.deleteIfExists(responseFile.toPath());
+        ExportExchange.Request request = new ExportExchange.Request();
+        request.model = getModel();
+        request.outputDir = getOutputDir();
+        request.moduleName = getModuleName();
+        request.scope = getScope();
+        request.inlineBelowBytes = getInlineBelowBytes();
+        request.packedConstants = getPackedConstants();
+        request.halfConstants = getHalfConstants();
+        request.maxArchiveBytes = getMaxArchiveBytes();
+        request.args = getArgs();
+        request.response = responseFile;
+        request.write(requestFile);
+        cmd.add(requestFile.getAbsolutePath());
+        getLogger().info("tapeout: {} (request {})", cmd, requestFile);
 
+        // stdout is the export's progress, shown as it comes; warnings and failures come in the response file.
         Process p = new ProcessBuilder(cmd).start();
         List<String> stderr = new ArrayList<>();
         Thread err = new Thread(() -> {
@@ -200,26 +207,26 @@ public class ExportIrpaTask extends DefaultTask {
         err.start();
         try (BufferedReader r = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
             String line;
-            while ((line = r.readLine()) != null) {
-                if (line.startsWith("tapeout: warning: ")) getLogger().warn(line);
-                else getLogger().lifecycle(line);
-            }
+            while ((line = r.readLine()) != null) getLogger().lifecycle(line);
         }
         int rc = p.waitFor();
         err.join();
-        if (rc != 0) {
-            StringBuilder message = new StringBuilder();
-            for (String e : stderr) {
-                if (e.startsWith("tapeout: error: ")) {
-                    if (message.length() > 0) message.append('\n');
-                    message.append(e.substring("tapeout: error: ".length()));
-                }
-            }
-            if (message.length() == 0) {
-                message.append("the export JVM exited with code ").append(rc);
-                if (!stderr.isEmpty()) message.append(":\n").append(String.join("\n", stderr));
-            }
-            throw new GradleException(message.toString());
+        ExportExchange.Response response = ExportExchange.Response.read(responseFile);
+        if (response != null) {
+            for (String w : response.warnings) getLogger().warn("tapeout: warning: " + w);
         }
+        if (rc == 0 && response != null && response.ok) {
+            for (String f : response.outputs) {
+                if (!new File(f).isFile()) throw new GradleException("the export JVM reported writing " + f + ", which is not there");
+            }
+            return;
+        }
+        if (response != null && !response.ok && !response.errors.isEmpty()) {
+            throw new GradleException(String.join("\n", response.errors));
+        }
+        StringBuilder message = new StringBuilder("the export JVM exited with code ").append(rc);
+        if (response == null) message.append(" without a response");
+        if (!stderr.isEmpty()) message.append(":\n").append(String.join("\n", stderr));
+        throw new GradleException(message.toString());
     }
 }

@@ -1,0 +1,45 @@
+// Rendered from rust/jni/src/contract.rs by `TAPEOUT_REGENERATE=1 cargo test -p tapeout-jni`; do not edit.
+// A test on each side fails when this file and the native tables disagree.
+package dev.tapeout
+
+/** The native side's data kind codes (`kinds[i]`): which JVM array holds a tensor's data. */
+internal object NativeKind {
+    /** No JVM data: shape only, or data the graph JSON describes (mapped files). */
+    const val NONE = 0
+    /** A `FloatArray`, borrowed. */
+    const val F32 = 1
+    /** A `ByteArray` of f16/bf16 values, row-major. */
+    const val HALF_BYTES = 2
+    /** A `ShortArray` of f16/bf16 bit patterns, row-major. */
+    const val HALF_SHORTS = 3
+    /** A `ByteArray` of packed blocks; the encoding is `encodings[i]`. */
+    const val PACKED = 4
+    /** A `ByteArray` of another dtype, row-major. */
+    const val DENSE = 5
+}
+
+/** The bits of the native side's `options` argument; no other bit is accepted. */
+internal object NativeOption {
+    /** Dequantize packed weights to f32 while exporting (not with KEEP_PACKED). */
+    const val DEQUANTIZE_PACKED = 1
+    /** Widen f16/bf16 weights to f32 while exporting. */
+    const val WIDEN_HALF = 2
+    /** Keep packed weights packed, as planes of codes and scales (not with DEQUANTIZE_PACKED). */
+    const val KEEP_PACKED = 4
+}
+
+/** What the user can do about a [TapeoutException], as data: the Kotlin API words it in its message, the Gradle
+ *  task words it as a `tapeout { … }` setting. */
+enum class Remedy {
+    /** Dequantize packed weights while exporting. */
+    DEQUANTIZE,
+    /** Make constants of at least [TapeoutException.remedyBytes] bytes external parameters. */
+    EXTERNAL_PARAMETER,
+    /** Declare the tensors the model returns. */
+    DECLARE_OUTPUTS,
+    /** Trust the graph file to read data files outside its own directory. */
+    ALLOW_FILES_OUTSIDE_GRAPH_DIR,
+}
+
+/** The dtype names the native side knows, in its order ([DType.json] spells each one). */
+internal val NATIVE_DTYPE_NAMES: List<String> = listOf("f32", "f64", "f16", "bf16", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "bool")
