@@ -786,26 +786,10 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         Ok(self.assign(&rhs, shape, x.dtype))
     }
 
-    /// Run-time offsets: integer scalars of one type.
-    pub(crate) fn check_offsets(&self, offsets: &[Val]) -> Result<()> {
-        let first = offsets.first().map(|o| o.dtype);
-        for (i, o) in offsets.iter().enumerate() {
-            if !o.shape.0.is_empty() || !matches!(o.dtype, DType::I32 | DType::I64) || Some(o.dtype) != first {
-                return Err(self.err(format!(
-                    "offset {i} must be an i32 or i64 scalar like the others, got [{}] {}",
-                    o.shape, o.dtype
-                )));
-            }
-        }
-        Ok(())
-    }
-
     /// The index of the largest element of `x` along `axis` (the first on ties; NaN counts as largest), as
-    /// `dtype`: one `stablehlo.reduce` over (value, index) pairs.
+    /// `dtype`: one `stablehlo.reduce` over (value, index) pairs. The type rule checked that `x` is a float tensor
+    /// and `dtype` an i32 or i64.
     pub(crate) fn argmax(&mut self, x: &Val, axis: usize, dtype: DType) -> Result<Val> {
-        if !matches!(dtype, DType::I32 | DType::I64) {
-            return Err(self.err(format!("the result must be i32 or i64, not {dtype}")));
-        }
         let idx_ty = ty(&x.shape, dtype);
         let iota = if x.shape.is_dynamic() {
             let parts = (0..x.rank()).map(|i| self.dim_size(x, i)).collect::<Result<Vec<_>>>()?;
@@ -818,9 +802,6 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         } else {
             self.assign(&format!("stablehlo.iota dim = {axis} : {idx_ty}"), x.shape.clone(), dtype)
         };
-        if !x.dtype.is_float() {
-            return Err(self.err(format!("argmax takes a float tensor, not {}; convert it first", x.dtype)));
-        }
         let init_v = self.splat(f64::NEG_INFINITY, &Shape::scalar(), x.dtype);
         let init_i = self.splat(0.0, &Shape::scalar(), dtype);
         let kept = Shape(x.shape.0.iter().enumerate().filter(|&(i, _)| i != axis).map(|(_, d)| *d).collect());
