@@ -196,12 +196,9 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
 
     /// Normalises a possibly negative axis for a tensor of `rank`.
     pub(crate) fn axis(&self, name: &str, axis: i64, rank: usize) -> Result<usize> {
-        let r = i64::try_from(rank).unwrap_or(i64::MAX);
-        let a = if axis < 0 { axis + r } else { axis };
-        usize::try_from(a)
-            .ok()
-            .filter(|&a| a < rank)
-            .ok_or_else(|| self.attr_err(name, format!("{axis} is out of range for rank {rank}")))
+        let back = usize::try_from(axis.unsigned_abs()).ok();
+        let a = if axis < 0 { back.and_then(|b| rank.checked_sub(b)) } else { back };
+        a.filter(|&a| a < rank).ok_or_else(|| self.attr_err(name, format!("{axis} is out of range for rank {rank}")))
     }
 
     pub(crate) fn static_dims(&self, v: &Val) -> Result<Vec<u64>> {
