@@ -245,6 +245,34 @@ pub fn broadcast(a: &Shape, b: &Shape) -> Option<Shape> {
     Some(Shape(out))
 }
 
+/// The result shape of `a @ b`: `[.., K] x [K, N]` (a `?` K of `a` matches any K), or the equal-rank batched
+/// `[B.., M, K] x [B.., K, N]`. Describes why when the shapes do not multiply.
+///
+/// # Errors
+/// When the contracted or batch dimensions differ, or the ranks are neither form.
+pub fn matmul(a: &Shape, b: &Shape) -> Result<Shape, String> {
+    let (ra, rb) = (a.rank(), b.rank());
+    let (ad, bd) = (&a.0, &b.0);
+    let want = if rb == 2 && ra >= 1 {
+        let k_ok =
+            matches!((ad[ra - 1], bd[0]), (Dim::Static(x), Dim::Static(y)) if x == y) || ad[ra - 1] == Dim::Dynamic;
+        k_ok.then(|| Shape(ad[..ra - 1].iter().copied().chain([bd[1]]).collect()))
+    } else if ra == rb && ra >= 3 {
+        let k_ok = ad[ra - 1] == bd[rb - 2];
+        (k_ok && shapes_agree(&Shape(ad[..ra - 2].to_vec()), &Shape(bd[..rb - 2].to_vec())))
+            .then(|| Shape(ad[..ra - 1].iter().copied().chain([bd[rb - 1]]).collect()))
+    } else {
+        None
+    };
+    match want {
+        Some(w) => Ok(w),
+        None if ra == rb || rb == 2 => Err(format!("[{a}] x [{b}]: the contracted (or batch) dimensions differ")),
+        None => Err(format!(
+            "matmul of ranks {ra} and {rb}: supported are [.., K] x [K, N] and equal-rank batched [B.., M, K] x [B.., K, N]"
+        )),
+    }
+}
+
 /// True when two shapes can describe the same tensor (a dynamic dim matches any extent).
 #[must_use]
 pub fn shapes_agree(a: &Shape, b: &Shape) -> bool {
@@ -274,7 +302,6 @@ pub(crate) fn check_types(op: OpKind, attrs: &Attrs, ins: &[Spec<'_>], outs: &[S
         | OpKind::Gelu
         | OpKind::LayerNorm
         | OpKind::Log
-        | OpKind::Matmul
         | OpKind::Max
         | OpKind::MaxPool2d
         | OpKind::Min
@@ -309,6 +336,15 @@ pub(crate) fn check_types(op: OpKind, attrs: &Attrs, ins: &[Spec<'_>], outs: &[S
             Ok(())
         }
         OpKind::ReduceMax | OpKind::ReduceMean | OpKind::ReduceSum => reduce(&a, ins[0], outs[0]),
+        OpKind::Matmul => {
+            let ((a, _), (b, _), (r, _)) = (ins[0], ins[1], outs[0]);
+            let want = matmul(a, b)?;
+            if shapes_agree(&want, r) {
+                Ok(())
+            } else {
+                Err(format!("[{a}] x [{b}] gives [{want}], but the node declares [{r}]"))
+            }
+        }
         OpKind::Reshape => reshape(ins[0], outs[0]),
         OpKind::Select => select(ins, outs[0]),
         OpKind::Slice => slice(&a, ins[0], outs[0]),
@@ -730,5 +766,52 @@ mod tests {
         assert!(err.unwrap_err().contains("do not broadcast"));
         let err = check_rule(Rule::ElementwiseBinary, &[(&a, DType::F32), (&a, DType::I32)], &[(&a, DType::F32)]);
         assert!(err.unwrap_err().contains("insert a convert"));
+    }
+
+    fn check(op: OpKind, attrs: &[(&str, Attr)], ins: &[(&[u64], DType)], out: (&[u64], DType)) -> Result<(), String> {
+        let attrs: Attrs = attrs.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect();
+        let shapes: Vec<Shape> = ins.iter().map(|(d, _)| Shape::of(d)).collect();
+        let ins: Vec<Spec<'_>> = shapes.iter().zip(ins).map(|(s, (_, d))| (s, *d)).collect();
+        let out_shape = Shape::of(out.0);
+        check_types(op, &attrs, &ins, &[(&out_shape, out.1)])
+    }
+
+    #[test]
+    fn own_rules_infer_result_shapes_and_name_the_attribute() {
+        use DType::{Bool, F32, I32};
+        let lt = [("direction", Attr::Str("LT".into()))];
+        assert_eq!(check(OpKind::Compare, &lt, &[(&[2, 3], F32), (&[3], F32)], (&[2, 3], Bool)), Ok(()));
+        let e = check(OpKind::Compare, &lt, &[(&[2, 3], F32), (&[3], F32)], (&[2, 3], F32)).unwrap_err();
+        assert_eq!(e, "the result must be bool, not f32");
+        let e = check(OpKind::Select, &[], &[(&[2], F32), (&[2], F32), (&[2], F32)], (&[2], F32)).unwrap_err();
+        assert_eq!(e, "the predicate must be bool (i1), got f32");
+        let e = check(OpKind::Argmax, &[], &[(&[2, 3], F32)], (&[2], F32)).unwrap_err();
+        assert_eq!(e, "the result must be i32 or i64, not f32");
+        let e = check(OpKind::Argmax, &[], &[(&[2, 3], F32)], (&[3], I32)).unwrap_err();
+        assert_eq!(e, "the node declares the result shape [3], but taking axis 1 out of [2x3] gives [2]");
+        let keep = [("axes", Attr::Ints(vec![-1])), ("keepdims", Attr::Bool(true))];
+        assert_eq!(check(OpKind::ReduceSum, &keep, &[(&[2, 3], F32)], (&[2, 1], F32)), Ok(()));
+        let perm = [("perm", Attr::Ints(vec![1, 2, 0]))];
+        assert_eq!(check(OpKind::Transpose, &perm, &[(&[2, 3, 4], F32)], (&[3, 4, 2], F32)), Ok(()));
+        let bounds = [("start", Attr::Ints(vec![1])), ("limit", Attr::Ints(vec![-1])), ("stride", Attr::Ints(vec![3]))];
+        assert_eq!(check(OpKind::Slice, &bounds, &[(&[8], F32)], (&[3], F32)), Ok(()));
+        let e = check(OpKind::Slice, &bounds, &[(&[8], F32)], (&[2], F32)).unwrap_err();
+        assert_eq!(e, "the node declares the result shape [2], but the slice bounds give [3]");
+        let sizes = [("sizes", Attr::Ints(vec![5]))];
+        let e = check(OpKind::DynamicSlice, &sizes, &[(&[4], F32), (&[], I32)], (&[5], F32)).unwrap_err();
+        assert_eq!(e, "attribute 'sizes' dimension 0: 5 does not fit [4]");
+        let e = check(OpKind::Iota, &[("dim", Attr::Int(2))], &[], (&[2, 3], I32)).unwrap_err();
+        assert_eq!(e, "attribute 'dim' 2 is out of range for rank 2");
+        assert_eq!(check(OpKind::Matmul, &[], &[(&[5, 2, 3], F32), (&[3, 4], F32)], (&[5, 2, 4], F32)), Ok(()));
+        let e = check(OpKind::Matmul, &[], &[(&[2, 3], F32), (&[4, 5], F32)], (&[2, 5], F32)).unwrap_err();
+        assert_eq!(e, "[2x3] x [4x5]: the contracted (or batch) dimensions differ");
+    }
+
+    #[test]
+    fn clamp_takes_one_or_three_inputs() {
+        let arity = OpKind::Clamp.signature().inputs;
+        assert!(arity.accepts(1) && arity.accepts(3) && !arity.accepts(2) && !arity.accepts(0));
+        assert_eq!(arity.to_string(), "1 or 3");
+        assert!(!OpKind::RmsNorm.signature().inputs.accepts(3));
     }
 }

@@ -69,7 +69,7 @@ fn bad_attributes_name_the_node_and_attribute() {
 
 #[test]
 fn declared_shapes_that_the_op_cannot_produce_are_refused() {
-    let e = emit_error(one_op(OpKind::Matmul, Attrs::new(), &[&[2, 3], &[3, 4]], &[2, 5]));
+    let e = type_mismatch(one_op(OpKind::Matmul, Attrs::new(), &[&[2, 3], &[3, 4]], &[2, 5]));
     assert!(
         e.contains("node 0 (matmul -> 'y')") && e.contains("[2x3] x [3x4] gives [2x4], but the node declares [2x5]"),
         "{e}"

@@ -571,33 +571,9 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     }
 
     pub(crate) fn matmul(&mut self, a: &Val, b: &Val, out: &Shape) -> Result<Val> {
+        // The shapes multiply to `out`: the type rule (`tapeout_graph::ops::matmul`) checked it.
         let (ra, rb) = (a.rank(), b.rank());
         let (ad, bd) = (&a.shape.0, &b.shape.0);
-        let want = if rb == 2 && ra >= 1 {
-            let k_ok =
-                matches!((ad[ra - 1], bd[0]), (Dim::Static(x), Dim::Static(y)) if x == y) || ad[ra - 1] == Dim::Dynamic;
-            k_ok.then(|| Shape(ad[..ra - 1].iter().copied().chain([bd[1]]).collect()))
-        } else if ra == rb && ra >= 3 {
-            let k_ok = ad[ra - 1] == bd[rb - 2];
-            (k_ok && tapeout_graph::ops::shapes_agree(&Shape(ad[..ra - 2].to_vec()), &Shape(bd[..rb - 2].to_vec())))
-                .then(|| Shape(ad[..ra - 1].iter().copied().chain([bd[rb - 1]]).collect()))
-        } else {
-            None
-        };
-        match want {
-            Some(w) if tapeout_graph::ops::shapes_agree(&w, out) => {}
-            Some(w) => {
-                return Err(
-                    self.err(format!("[{}] x [{}] gives [{w}], but the node declares [{out}]", a.shape, b.shape))
-                );
-            }
-            None if ra == rb || rb == 2 => {
-                return Err(
-                    self.err(format!("[{}] x [{}]: the contracted (or batch) dimensions differ", a.shape, b.shape))
-                );
-            }
-            None => {}
-        }
         // Either special case below applies whenever a `?` dimension is involved (in `a` or in the declared result).
         let dynamic = a.shape.is_dynamic() || out.is_dynamic();
         if let (true, true, [Dim::Static(k), Dim::Static(1)]) = (rb == 2 && ra >= 1, dynamic, bd.as_slice()) {
