@@ -293,9 +293,7 @@ pub(crate) fn check_types(op: OpKind, attrs: &Attrs, ins: &[Spec<'_>], outs: &[S
     match op {
         OpKind::Abs
         | OpKind::Add
-        | OpKind::AvgPool2d
         | OpKind::CausalMask
-        | OpKind::Conv2d
         | OpKind::Cos
         | OpKind::Div
         | OpKind::Exp
@@ -303,7 +301,6 @@ pub(crate) fn check_types(op: OpKind, attrs: &Attrs, ins: &[Spec<'_>], outs: &[S
         | OpKind::LayerNorm
         | OpKind::Log
         | OpKind::Max
-        | OpKind::MaxPool2d
         | OpKind::Min
         | OpKind::Mul
         | OpKind::Neg
@@ -319,6 +316,18 @@ pub(crate) fn check_types(op: OpKind, attrs: &Attrs, ins: &[Spec<'_>], outs: &[S
         | OpKind::Sqrt
         | OpKind::Sub
         | OpKind::Tanh => Ok(()),
+        OpKind::AvgPool2d | OpKind::MaxPool2d => {
+            let (x, r) = (ins[0].0, outs[0].0);
+            if x.rank() != 4 {
+                return Err("pooling takes an NCHW tensor".into());
+            }
+            let window = pool_window(a.0)?;
+            match x.static_dims() {
+                Some(xd) => expect_window_output(&xd, xd[1], &window, r),
+                None => Ok(()), // a `?` dimension: the emitter says it needs static ones
+            }
+        }
+        OpKind::Conv2d => conv2d(&a, ins, outs[0].0),
         OpKind::Concat => concat(&a, ins, outs[0]),
         OpKind::Argmax => argmax(&a, ins[0], outs[0]),
         OpKind::Broadcast => broadcast_rule(&a, ins[0], outs[0]),
@@ -512,6 +521,111 @@ fn concat(a: &AttrView<'_>, ins: &[Spec<'_>], (rs, _): Spec<'_>) -> Result<(), S
     }
     want.0[axis] = total.map_or(Dim::Dynamic, Dim::Static);
     expect_shape(&want, rs, "the concatenation's shape is")
+}
+
+/// A 2-D window over an NCHW tensor (pooling, convolution).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// Kernel height and width.
+    pub kernel: [u64; 2],
+    /// Stride along height and width.
+    pub stride: [u64; 2],
+    /// Dilation along height and width.
+    pub dilation: [u64; 2],
+    /// Padding: top, bottom, left, right.
+    pub pad: [u64; 4],
+}
+
+fn window_attr(a: &AttrView<'_>, name: &str, default: [u64; 2]) -> Result<[u64; 2], String> {
+    match a.ints(name)? {
+        None => Ok(default),
+        Some([x, y]) => match (u64::try_from(*x), u64::try_from(*y)) {
+            (Ok(x), Ok(y)) => Ok([x, y]),
+            _ => Err(AttrView::bad(name, "must not be negative")),
+        },
+        Some(_) => Err(AttrView::bad(name, "needs two entries (height, width)")),
+    }
+}
+
+/// `[top, bottom, left, right]` from `padding` given as 2 or 4 entries.
+fn padding(a: &AttrView<'_>) -> Result<[u64; 4], String> {
+    let Some(v) = a.ints("padding")? else { return Ok([0; 4]) };
+    let v: Vec<u64> = v
+        .iter()
+        .map(|&p| u64::try_from(p))
+        .collect::<Result<_, _>>()
+        .map_err(|_| AttrView::bad("padding", "must not be negative"))?;
+    match v.as_slice() {
+        [h, w] => Ok([*h, *h, *w, *w]),
+        [t, b, l, r] => Ok([*t, *b, *l, *r]),
+        _ => Err(AttrView::bad("padding", "needs 2 (h, w) or 4 (top, bottom, left, right) entries")),
+    }
+}
+
+/// The window of a pooling node's attributes: `kernel` (2x2 by default), `stride` (the kernel by default),
+/// `padding` (none by default).
+///
+/// # Errors
+/// A malformed attribute, described as `attribute 'name' …`.
+pub fn pool_window(attrs: &Attrs) -> Result<Window, String> {
+    let a = AttrView(attrs);
+    let kernel = window_attr(&a, "kernel", [2, 2])?;
+    let stride = window_attr(&a, "stride", kernel)?;
+    Ok(Window { kernel, stride, dilation: [1, 1], pad: padding(&a)? })
+}
+
+/// The window of a convolution node's attributes (`stride`, `dilation`, `padding`) with the weight's
+/// `kernel` (its `[KH, KW]`).
+///
+/// # Errors
+/// A malformed attribute, described as `attribute 'name' …`.
+pub fn conv2d_window(attrs: &Attrs, kernel: [u64; 2]) -> Result<Window, String> {
+    let a = AttrView(attrs);
+    let stride = window_attr(&a, "stride", [1, 1])?;
+    let dilation = window_attr(&a, "dilation", [1, 1])?;
+    Ok(Window { kernel, stride, dilation, pad: padding(&a)? })
+}
+
+/// The `[N, channels, H', W']` result of `w` over an `[N, C, H, W]` input.
+///
+/// # Errors
+/// When the window does not fit the padded input (or its stride is 0).
+pub fn window_output(x: &[u64], channels: u64, w: &Window) -> Result<Shape, String> {
+    let mut want = vec![x[0], channels];
+    for i in 0..2 {
+        let span = w.dilation[i].saturating_mul(w.kernel[i].saturating_sub(1)) + 1;
+        let padded = x[2 + i] + w.pad[2 * i] + w.pad[2 * i + 1];
+        if w.stride[i] == 0 || padded < span {
+            return Err(format!("the {}x{} window does not fit the padded input", w.kernel[0], w.kernel[1]));
+        }
+        want.push((padded - span) / w.stride[i] + 1);
+    }
+    Ok(Shape::of(&want))
+}
+
+fn expect_window_output(x: &[u64], channels: u64, w: &Window, out: &Shape) -> Result<(), String> {
+    let want = window_output(x, channels, w)?;
+    if &want == out { Ok(()) } else { Err(format!("the result shape is [{want}] but the node declares [{out}]")) }
+}
+
+fn conv2d(a: &AttrView<'_>, ins: &[Spec<'_>], out: &Shape) -> Result<(), String> {
+    let (x, w) = (ins[0].0, ins[1].0);
+    if x.rank() != 4 || w.rank() != 4 {
+        return Err("input and weight must be rank 4 (NCHW, OIHW)".into());
+    }
+    let (Some(xd), Some(wd)) = (x.static_dims(), w.static_dims()) else {
+        return Ok(()); // a `?` dimension: the emitter says it needs static ones
+    };
+    let window = conv2d_window(a.0, [wd[2], wd[3]])?;
+    let groups = a.int("groups", 1)?;
+    let g = u64::try_from(groups).ok().filter(|&g| g > 0 && xd[1] % g == 0 && wd[0] % g == 0 && wd[1] * g == xd[1]);
+    if g.is_none() {
+        return Err(AttrView::bad(
+            "groups",
+            format!("{groups} does not fit {} input channels and a [{w}] weight", xd[1]),
+        ));
+    }
+    expect_window_output(&xd, wd[0], &window, out)
 }
 
 fn offsets(offsets: &[Spec<'_>]) -> Result<(), String> {

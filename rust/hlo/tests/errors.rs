@@ -45,14 +45,6 @@ fn type_mismatch(r: Result<String, Refused>) -> String {
     }
 }
 
-/// The message of a node the emitter refuses.
-fn emit_error(r: Result<String, Refused>) -> String {
-    match r {
-        Err(e @ Refused::Emit(_)) => e.to_string(),
-        other => panic!("expected an emitter error, got {other:?}"),
-    }
-}
-
 #[test]
 fn bad_attributes_name_the_node_and_attribute() {
     let attrs: Attrs = [("perm".to_owned(), Attr::Ints(vec![0, 0]))].into();
@@ -75,7 +67,7 @@ fn declared_shapes_that_the_op_cannot_produce_are_refused() {
         "{e}"
     );
     let attrs: Attrs = [("kernel".to_owned(), Attr::Ints(vec![2, 2]))].into();
-    let e = emit_error(one_op(OpKind::MaxPool2d, attrs, &[&[1, 1, 4, 4]], &[1, 1, 3, 3]));
+    let e = type_mismatch(one_op(OpKind::MaxPool2d, attrs, &[&[1, 1, 4, 4]], &[1, 1, 3, 3]));
     assert!(e.contains("result shape is [1x1x2x2]"), "{e}");
     let e = type_mismatch(one_op(OpKind::ReduceSum, Attrs::new(), &[&[2, 3]], &[2]));
     assert!(e.contains("node 0 (reduce_sum -> 'y')"), "{e}");

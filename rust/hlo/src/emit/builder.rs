@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use tapeout_graph::{Attr, ComputeGraph, DType, Dim, Op as Node, Shape, TensorId};
+use tapeout_graph::{Attr, Attrs, ComputeGraph, DType, Dim, Op as Node, Shape, TensorId};
 
 use super::{TextOut, spill};
 use crate::error::{HloError, Result};
@@ -98,15 +98,6 @@ pub(crate) fn scalar_literal(value: f64, dtype: DType) -> String {
     }
 }
 
-/// Geometry of a 2-D window (convolution or pooling) over an NCHW tensor.
-pub(crate) struct Window {
-    pub(crate) kernel: [u64; 2],
-    pub(crate) stride: [u64; 2],
-    pub(crate) dilation: [u64; 2],
-    /// top, bottom, left, right
-    pub(crate) pad: [u64; 4],
-}
-
 pub(crate) struct Emitter<'g, 'a, 'w> {
     pub(crate) g: &'g ComputeGraph<'a>,
     /// Pending text, written to `out` in pieces of about [`SPILL_BYTES`].
@@ -154,6 +145,12 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     pub(crate) fn attr_err(&self, attr: &str, detail: impl Into<String>) -> HloError {
         let (node, op) = self.current();
         HloError::BadAttribute { node, op, attr: attr.into(), detail: detail.into() }
+    }
+
+    /// The attributes of the node being lowered.
+    pub(crate) fn node_attrs(&self) -> &'g Attrs {
+        static NONE: Attrs = Attrs::new();
+        self.node.map_or(&NONE, |n| &n.attrs)
     }
 
     pub(crate) fn attr(&self, name: &str) -> Option<&'g Attr> {
