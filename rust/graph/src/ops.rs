@@ -293,12 +293,10 @@ pub(crate) fn check_types(op: OpKind, attrs: &Attrs, ins: &[Spec<'_>], outs: &[S
     match op {
         OpKind::Abs
         | OpKind::Add
-        | OpKind::CausalMask
         | OpKind::Cos
         | OpKind::Div
         | OpKind::Exp
         | OpKind::Gelu
-        | OpKind::LayerNorm
         | OpKind::Log
         | OpKind::Max
         | OpKind::Min
@@ -306,10 +304,7 @@ pub(crate) fn check_types(op: OpKind, attrs: &Attrs, ins: &[Spec<'_>], outs: &[S
         | OpKind::Neg
         | OpKind::Pow
         | OpKind::Relu
-        | OpKind::RmsNorm
-        | OpKind::Rope
         | OpKind::Rsqrt
-        | OpKind::Sdpa
         | OpKind::Sigmoid
         | OpKind::Silu
         | OpKind::Sin
@@ -328,6 +323,22 @@ pub(crate) fn check_types(op: OpKind, attrs: &Attrs, ins: &[Spec<'_>], outs: &[S
             }
         }
         OpKind::Conv2d => conv2d(&a, ins, outs[0].0),
+        OpKind::CausalMask if ins[0].0.rank() < 2 => Err("a causal mask needs scores of rank >= 2 ([.., S, T])".into()),
+        OpKind::CausalMask => Ok(()),
+        OpKind::LayerNorm | OpKind::RmsNorm if ins[0].0.rank() == 0 => Err("normalisation needs rank >= 1".into()),
+        OpKind::LayerNorm | OpKind::RmsNorm => Ok(()),
+        OpKind::Rope => match ins[0].0.0.last() {
+            None => Err("rope needs a tensor of rank >= 1".into()),
+            Some(Dim::Static(d)) if d % 2 != 0 => Err(format!("rope needs an even last dimension, got {d}")),
+            Some(_) => Ok(()),
+        },
+        OpKind::Sdpa => {
+            let r = ins[0].0.rank();
+            if r < 2 || ins[1].0.rank() != r || ins[2].0.rank() != r {
+                return Err("q, k and v must have one rank >= 2 ([.., S, D], [.., T, D], [.., T, Dv])".into());
+            }
+            Ok(())
+        }
         OpKind::Concat => concat(&a, ins, outs[0]),
         OpKind::Argmax => argmax(&a, ins[0], outs[0]),
         OpKind::Broadcast => broadcast_rule(&a, ins[0], outs[0]),

@@ -639,10 +639,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
 
     /// `select(pred, x, fill)` where `pred` is `[S, T]` i1 broadcast over `x`'s leading dims.
     pub(crate) fn causal(&mut self, x: &Val) -> Result<Val> {
-        let r = x.rank();
-        if r < 2 {
-            return Err(self.err("a causal mask needs scores of rank >= 2 ([.., S, T])"));
-        }
+        let r = x.rank(); // at least 2: the type rule checked it
         let st = Shape(vec![x.shape.0[r - 2], x.shape.0[r - 1]]);
         let (row, col, offset) = if let Some(&[s, t]) = st.static_dims().as_deref() {
             let row = self.assign(&format!("stablehlo.iota dim = 0 : {}", ty(&st, DType::I64)), st.clone(), DType::I64);

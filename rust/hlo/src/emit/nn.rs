@@ -101,10 +101,7 @@ impl Emitter<'_, '_, '_> {
 
     pub(crate) fn sdpa(&mut self, ins: &[Val], out_shape: &Shape) -> Result<Val> {
         let (q, k, v) = (&ins[0], &ins[1], &ins[2]);
-        let r = q.rank();
-        if r < 2 || k.rank() != r || v.rank() != r {
-            return Err(self.err("q, k and v must have one rank >= 2 ([.., S, D], [.., T, D], [.., T, Dv])"));
-        }
+        let r = q.rank(); // at least 2, and the ranks of k and v: the type rule checked them
         let Dim::Static(head) = q.shape.0[r - 1] else {
             return Err(self.err("sdpa needs a static head dimension (the last dimension of q)"));
         };
@@ -135,9 +132,7 @@ impl Emitter<'_, '_, '_> {
         let Some(&Dim::Static(d)) = x.shape.0.last() else {
             return Err(self.err("rope needs a static last dimension"));
         };
-        if d % 2 != 0 {
-            return Err(self.err(format!("rope needs an even last dimension, got {d}")));
-        }
+        // Even: the type rule checked it.
         let last = x.rank() - 1;
         let x1 = self.slice_last(x, 0, d / 2)?;
         let x2 = self.slice_last(x, d / 2, d)?;
