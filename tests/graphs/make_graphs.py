@@ -448,10 +448,26 @@ def transformer():
     g.save([logits])
 
 
+def argmax_dynamic_slices():
+    g = G("argmax_dynamic_slices", 27)
+    x = g.input("x", [4, 6])
+    r, c = g.input("row", [], "i32"), g.input("col", [], "i32")
+    am = g.op("argmax", [x], [4], "i32", axis=1)
+    am0 = g.op("argmax", [x], [6], "i64", axis=0)
+    win = g.op("dynamic_slice", [x, r, c], [2, 3], sizes=[2, 3])
+    cache = g.weight("cache", g.rand(5, 4))
+    u = g.input("update", [2, 4])
+    pos = g.input("pos", [], "i64")
+    zero = g.weight("zero", np.array(0, np.int64))
+    written = g.op("dynamic_update_slice", [cache, u, pos, zero], [5, 4])
+    g.test["policy"] = "inline_all"
+    g.save([am, am0, win, written])
+
+
 ALL = [elementwise_binary, elementwise_unary, activations, convert_cast, shape_ops, gather_embedding, matmul_batched,
        conv2d, pooling, reductions, normalization, attention, rope, iota_select_compare_clamp, special_constants,
        integer_constants, external_policy, threshold_policy, tied_weights, odd_names, dynamic_batch, dynamic_unit_dims,
-       mlp, small_cnn, transformer, half_weights]
+       mlp, small_cnn, transformer, half_weights, argmax_dynamic_slices]
 
 if __name__ == "__main__":
     for make in ALL:

@@ -269,6 +269,8 @@ fn one_cycle(trace: &Trace<'_>, producer: &[Option<usize>], pending: &[usize]) -
     }
 }
 
+/// Checks one node against the op table: its arity ([`GraphError::Arity`]), then its op's type rules on the
+/// operand and result specs and the attributes ([`GraphError::TypeMismatch`]), naming the node.
 fn check_signature(op: &Op, specs: &[TensorSpec]) -> Result<()> {
     let sig = op.op.signature();
     let describe = || op.describe(|t| specs.get(t.index()));
@@ -286,11 +288,8 @@ fn check_signature(op: &Op, specs: &[TensorSpec]) -> Result<()> {
     let view = |ids: &[TensorId]| -> Vec<_> {
         ids.iter().map(|t| (&specs[t.index()].shape, specs[t.index()].dtype)).collect()
     };
-    ops::check_types(sig.rule, &view(&op.inputs), &view(&op.outputs)).map_err(|detail| GraphError::TypeMismatch {
-        node: describe(),
-        op: op.op.name(),
-        detail,
-    })
+    ops::check_types(op.op, &op.attrs, &view(&op.inputs), &view(&op.outputs))
+        .map_err(|detail| GraphError::TypeMismatch { node: describe(), op: op.op.name(), detail })
 }
 
 fn mismatch(spec: &TensorSpec, storage: &'static str, detail: String) -> GraphError {

@@ -1,8 +1,10 @@
-//! The op table ([`OpKind`]): every op's name and signature (arity, and dtype/shape rules for the
-//! elementwise families; ops with a `Free` rule have their types checked by the emitter).
+//! The op table ([`OpKind`]): every op's name and signature (arity and type rule), and the type rules
+//! themselves: `check_types` is the one place that decides whether a node's operand and result specs and
+//! attributes fit its op (the emitter only asks what it can lower). `finalize` runs it on every node.
 
 use crate::dtype::DType;
 use crate::shape::{Dim, Shape};
+use crate::trace::{Attr, Attrs};
 
 /// How many operands or results an op takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,6 +15,8 @@ pub enum Arity {
     AtLeast(usize),
     /// Between lo and hi inclusive.
     Between(usize, usize),
+    /// One of two counts (clamp: the operand alone, or with its two bounds).
+    Either(usize, usize),
 }
 
 impl Arity {
@@ -23,6 +27,7 @@ impl Arity {
             Arity::Exactly(k) => n == k,
             Arity::AtLeast(k) => n >= k,
             Arity::Between(lo, hi) => (lo..=hi).contains(&n),
+            Arity::Either(a, b) => n == a || n == b,
         }
     }
 }
@@ -33,6 +38,7 @@ impl std::fmt::Display for Arity {
             Arity::Exactly(k) => write!(f, "{k}"),
             Arity::AtLeast(k) => write!(f, "at least {k}"),
             Arity::Between(lo, hi) => write!(f, "{lo} to {hi}"),
+            Arity::Either(a, b) => write!(f, "{a} or {b}"),
         }
     }
 }
@@ -48,8 +54,8 @@ pub enum Rule {
     SameDType,
     /// One operand; the result has its dtype (the shape may differ, as for pooling).
     ElementwiseUnaryDType,
-    /// Nothing checked here.
-    Free,
+    /// The op's own rule (attributes, result shape), in `check_types`'s match over [`OpKind`].
+    Own,
 }
 
 /// An op's signature.
@@ -100,7 +106,7 @@ macro_rules! op_table {
             #[must_use]
             pub fn signature(self) -> Signature {
                 #[allow(unused_imports)]
-                use Arity::{AtLeast, Between, Exactly};
+                use Arity::{AtLeast, Between, Either, Exactly};
                 match self {
                     $(OpKind::$variant => Signature { inputs: $inputs, outputs: $outputs, rule: Rule::$rule },)*
                 }
@@ -115,39 +121,39 @@ op_table! {
     /// `a + b`, broadcast.
     Add = "add": Exactly(2), Exactly(1), ElementwiseBinary;
     /// Index of the largest element along `axis` (the first one on ties), an integer result.
-    Argmax = "argmax": Exactly(1), Exactly(1), Free;
+    Argmax = "argmax": Exactly(1), Exactly(1), Own;
     /// 2-D average pooling (NCHW).
     AvgPool2d = "avg_pool2d": Exactly(1), Exactly(1), ElementwiseUnaryDType;
     /// Broadcast to the result shape (`dims` maps operand dimensions).
-    Broadcast = "broadcast": Exactly(1), Exactly(1), Free;
+    Broadcast = "broadcast": Exactly(1), Exactly(1), Own;
     /// Mask the scores above the diagonal with -inf.
     CausalMask = "causal_mask": Exactly(1), Exactly(1), ElementwiseUnaryDType;
     /// `min(max(x, lo), hi)`.
-    Clamp = "clamp": Between(1, 3), Exactly(1), Free;
+    Clamp = "clamp": Either(1, 3), Exactly(1), Own;
     /// Elementwise comparison (`direction`), a bool result.
-    Compare = "compare": Exactly(2), Exactly(1), Free;
+    Compare = "compare": Exactly(2), Exactly(1), Own;
     /// Concatenation along `axis`.
     Concat = "concat": AtLeast(1), Exactly(1), SameDType;
     /// 2-D convolution (NCHW input, OIHW weight, optional bias).
     Conv2d = "conv2d": Between(2, 3), Exactly(1), SameDType;
     /// Element type conversion.
-    Convert = "convert": Exactly(1), Exactly(1), Free;
+    Convert = "convert": Exactly(1), Exactly(1), Own;
     /// `cos x`.
     Cos = "cos": Exactly(1), Exactly(1), ElementwiseUnary;
     /// `a / b`, broadcast.
     Div = "div": Exactly(2), Exactly(1), ElementwiseBinary;
     /// A window of static `sizes` at run-time offsets (one integer scalar per dimension), clamped into range.
-    DynamicSlice = "dynamic_slice": AtLeast(2), Exactly(1), Free;
+    DynamicSlice = "dynamic_slice": AtLeast(2), Exactly(1), Own;
     /// `x` with `update` written at run-time offsets (one integer scalar per dimension), clamped into range.
-    DynamicUpdateSlice = "dynamic_update_slice": AtLeast(3), Exactly(1), Free;
+    DynamicUpdateSlice = "dynamic_update_slice": AtLeast(3), Exactly(1), Own;
     /// `e^x`.
     Exp = "exp": Exactly(1), Exactly(1), ElementwiseUnary;
     /// Rows of a table by index along `axis`.
-    Gather = "gather": Exactly(2), Exactly(1), Free;
+    Gather = "gather": Exactly(2), Exactly(1), Own;
     /// GELU (tanh approximation).
     Gelu = "gelu": Exactly(1), Exactly(1), ElementwiseUnary;
     /// Indices along `dim`.
-    Iota = "iota": Exactly(0), Exactly(1), Free;
+    Iota = "iota": Exactly(0), Exactly(1), Own;
     /// Layer normalization over the last axis (optional gamma, beta).
     LayerNorm = "layer_norm": Between(1, 3), Exactly(1), SameDType;
     /// `ln x`.
@@ -167,17 +173,17 @@ op_table! {
     /// `a ^ b`, broadcast.
     Pow = "pow": Exactly(2), Exactly(1), ElementwiseBinary;
     /// Maximum over `axes`.
-    ReduceMax = "reduce_max": Exactly(1), Exactly(1), Free;
+    ReduceMax = "reduce_max": Exactly(1), Exactly(1), Own;
     /// Mean over `axes`.
-    ReduceMean = "reduce_mean": Exactly(1), Exactly(1), Free;
+    ReduceMean = "reduce_mean": Exactly(1), Exactly(1), Own;
     /// Sum over `axes`.
-    ReduceSum = "reduce_sum": Exactly(1), Exactly(1), Free;
+    ReduceSum = "reduce_sum": Exactly(1), Exactly(1), Own;
     /// `max(x, 0)`.
     Relu = "relu": Exactly(1), Exactly(1), ElementwiseUnary;
     /// Same elements, another shape.
-    Reshape = "reshape": Exactly(1), Exactly(1), Free;
+    Reshape = "reshape": Exactly(1), Exactly(1), Own;
     /// RMS normalization over the last axis (optional gamma).
-    RmsNorm = "rms_norm": Between(1, 3), Exactly(1), SameDType;
+    RmsNorm = "rms_norm": Between(1, 2), Exactly(1), SameDType;
     /// Rotary position embedding (x, cos, sin).
     Rope = "rope": Exactly(3), Exactly(1), SameDType;
     /// `1 / sqrt x`.
@@ -185,7 +191,7 @@ op_table! {
     /// Scaled dot-product attention (q, k, v, optional mask).
     Sdpa = "sdpa": Between(3, 4), Exactly(1), SameDType;
     /// `pred ? a : b`.
-    Select = "select": Exactly(3), Exactly(1), Free;
+    Select = "select": Exactly(3), Exactly(1), Own;
     /// `1 / (1 + e^-x)`.
     Sigmoid = "sigmoid": Exactly(1), Exactly(1), ElementwiseUnary;
     /// `x · sigmoid(x)`.
@@ -193,9 +199,9 @@ op_table! {
     /// `sin x`.
     Sin = "sin": Exactly(1), Exactly(1), ElementwiseUnary;
     /// A strided static slice.
-    Slice = "slice": Exactly(1), Exactly(1), Free;
+    Slice = "slice": Exactly(1), Exactly(1), Own;
     /// Softmax along `axis`.
-    Softmax = "softmax": Exactly(1), Exactly(1), Free;
+    Softmax = "softmax": Exactly(1), Exactly(1), Own;
     /// `sqrt x`.
     Sqrt = "sqrt": Exactly(1), Exactly(1), ElementwiseUnary;
     /// `a - b`, broadcast.
@@ -203,7 +209,7 @@ op_table! {
     /// `tanh x`.
     Tanh = "tanh": Exactly(1), Exactly(1), ElementwiseUnary;
     /// Permutation of the dimensions (`perm`, reversed by default).
-    Transpose = "transpose": Exactly(1), Exactly(1), Free;
+    Transpose = "transpose": Exactly(1), Exactly(1), Own;
 }
 
 impl std::fmt::Display for OpKind {
@@ -239,6 +245,34 @@ pub fn broadcast(a: &Shape, b: &Shape) -> Option<Shape> {
     Some(Shape(out))
 }
 
+/// The result shape of `a @ b`: `[.., K] x [K, N]` (a `?` K of `a` matches any K), or the equal-rank batched
+/// `[B.., M, K] x [B.., K, N]`. Describes why when the shapes do not multiply.
+///
+/// # Errors
+/// When the contracted or batch dimensions differ, or the ranks are neither form.
+pub fn matmul(a: &Shape, b: &Shape) -> Result<Shape, String> {
+    let (ra, rb) = (a.rank(), b.rank());
+    let (ad, bd) = (&a.0, &b.0);
+    let want = if rb == 2 && ra >= 1 {
+        let k_ok =
+            matches!((ad[ra - 1], bd[0]), (Dim::Static(x), Dim::Static(y)) if x == y) || ad[ra - 1] == Dim::Dynamic;
+        k_ok.then(|| Shape(ad[..ra - 1].iter().copied().chain([bd[1]]).collect()))
+    } else if ra == rb && ra >= 3 {
+        let k_ok = ad[ra - 1] == bd[rb - 2];
+        (k_ok && shapes_agree(&Shape(ad[..ra - 2].to_vec()), &Shape(bd[..rb - 2].to_vec())))
+            .then(|| Shape(ad[..ra - 1].iter().copied().chain([bd[rb - 1]]).collect()))
+    } else {
+        None
+    };
+    match want {
+        Some(w) => Ok(w),
+        None if ra == rb || rb == 2 => Err(format!("[{a}] x [{b}]: the contracted (or batch) dimensions differ")),
+        None => Err(format!(
+            "matmul of ranks {ra} and {rb}: supported are [.., K] x [K, N] and equal-rank batched [B.., M, K] x [B.., K, N]"
+        )),
+    }
+}
+
 /// True when two shapes can describe the same tensor (a dynamic dim matches any extent).
 #[must_use]
 pub fn shapes_agree(a: &Shape, b: &Shape) -> bool {
@@ -246,10 +280,540 @@ pub fn shapes_agree(a: &Shape, b: &Shape) -> bool {
         && a.0.iter().zip(&b.0).all(|(x, y)| matches!((x, y), (Dim::Dynamic, _) | (_, Dim::Dynamic)) || x == y)
 }
 
-/// Checks one node against its rule. Returns a description of the first problem.
-pub(crate) fn check_types(rule: Rule, ins: &[(&Shape, DType)], outs: &[(&Shape, DType)]) -> Result<(), String> {
+/// An operand's or result's shape and dtype, as the type rules see it.
+pub(crate) type Spec<'a> = (&'a Shape, DType);
+
+/// Checks one node (its operands, results and attributes) against its op's type rules: the family rule of
+/// its [`Signature`], then the op's own rule. The arity is checked before (so `ins` and `outs` have counts the
+/// table accepts). Returns a description of the first problem; a malformed attribute is described as
+/// `attribute 'name' …`.
+pub(crate) fn check_types(op: OpKind, attrs: &Attrs, ins: &[Spec<'_>], outs: &[Spec<'_>]) -> Result<(), String> {
+    check_rule(op.signature().rule, ins, outs)?;
+    let a = AttrView(attrs);
+    match op {
+        OpKind::Abs
+        | OpKind::Add
+        | OpKind::Cos
+        | OpKind::Div
+        | OpKind::Exp
+        | OpKind::Gelu
+        | OpKind::Log
+        | OpKind::Max
+        | OpKind::Min
+        | OpKind::Mul
+        | OpKind::Neg
+        | OpKind::Pow
+        | OpKind::Relu
+        | OpKind::Rsqrt
+        | OpKind::Sigmoid
+        | OpKind::Silu
+        | OpKind::Sin
+        | OpKind::Sqrt
+        | OpKind::Sub
+        | OpKind::Tanh => Ok(()),
+        OpKind::AvgPool2d | OpKind::MaxPool2d => {
+            let (x, r) = (ins[0].0, outs[0].0);
+            if x.rank() != 4 {
+                return Err("pooling takes an NCHW tensor".into());
+            }
+            let window = pool_window(a.0)?;
+            match x.static_dims() {
+                Some(xd) => expect_window_output(&xd, xd[1], &window, r),
+                None => Ok(()), // a `?` dimension: the emitter says it needs static ones
+            }
+        }
+        OpKind::Conv2d => conv2d(&a, ins, outs[0].0),
+        OpKind::CausalMask if ins[0].0.rank() < 2 => Err("a causal mask needs scores of rank >= 2 ([.., S, T])".into()),
+        OpKind::CausalMask => Ok(()),
+        OpKind::LayerNorm | OpKind::RmsNorm if ins[0].0.rank() == 0 => Err("normalisation needs rank >= 1".into()),
+        OpKind::LayerNorm | OpKind::RmsNorm => Ok(()),
+        OpKind::Rope => match ins[0].0.0.last() {
+            None => Err("rope needs a tensor of rank >= 1".into()),
+            Some(Dim::Static(d)) if d % 2 != 0 => Err(format!("rope needs an even last dimension, got {d}")),
+            Some(_) => Ok(()),
+        },
+        OpKind::Sdpa => {
+            let r = ins[0].0.rank();
+            if r < 2 || ins[1].0.rank() != r || ins[2].0.rank() != r {
+                return Err("q, k and v must have one rank >= 2 ([.., S, D], [.., T, D], [.., T, Dv])".into());
+            }
+            Ok(())
+        }
+        OpKind::Concat => concat(&a, ins, outs[0]),
+        OpKind::Argmax => argmax(&a, ins[0], outs[0]),
+        OpKind::Broadcast => broadcast_rule(&a, ins[0], outs[0]),
+        OpKind::Clamp => clamp(&a, ins, outs[0]),
+        OpKind::Compare => compare(&a, ins, outs[0]),
+        OpKind::Convert => {
+            let ((s, _), (rs, _)) = (ins[0], outs[0]);
+            expect_shape(s, rs, "the operand's shape is")
+        }
+        OpKind::DynamicSlice => dynamic_slice(&a, ins, outs[0]),
+        OpKind::DynamicUpdateSlice => dynamic_update_slice(ins, outs[0]),
+        OpKind::Gather => gather(&a, ins, outs[0]),
+        OpKind::Iota => {
+            a.axis("dim", a.int("dim", 0)?, outs[0].0.rank())?;
+            Ok(())
+        }
+        OpKind::ReduceMax | OpKind::ReduceMean | OpKind::ReduceSum => reduce(&a, ins[0], outs[0]),
+        OpKind::Matmul => {
+            let ((a, _), (b, _), (r, _)) = (ins[0], ins[1], outs[0]);
+            let want = matmul(a, b)?;
+            if shapes_agree(&want, r) {
+                Ok(())
+            } else {
+                Err(format!("[{a}] x [{b}] gives [{want}], but the node declares [{r}]"))
+            }
+        }
+        OpKind::Reshape => reshape(ins[0], outs[0]),
+        OpKind::Select => select(ins, outs[0]),
+        OpKind::Slice => slice(&a, ins[0], outs[0]),
+        OpKind::Softmax => {
+            a.axis("axis", a.int("axis", -1)?, ins[0].0.rank())?;
+            same_dtype(ins[0], outs[0])?;
+            expect_shape(ins[0].0, outs[0].0, "the operand's shape is")
+        }
+        OpKind::Transpose => transpose(&a, ins[0], outs[0]),
+    }
+}
+
+/// A node's attributes, read with the messages every type rule uses.
+pub(crate) struct AttrView<'a>(pub(crate) &'a Attrs);
+
+impl AttrView<'_> {
+    fn bad(name: &str, detail: impl std::fmt::Display) -> String {
+        format!("attribute '{name}' {detail}")
+    }
+
+    /// An integer attribute, or `default` when absent.
+    pub(crate) fn int(&self, name: &str, default: i64) -> Result<i64, String> {
+        match self.0.get(name) {
+            None => Ok(default),
+            Some(Attr::Int(v)) => Ok(*v),
+            Some(other) => Err(Self::bad(name, format!("must be an integer, got {other:?}"))),
+        }
+    }
+
+    /// A list of integers, if present.
+    pub(crate) fn ints(&self, name: &str) -> Result<Option<&[i64]>, String> {
+        match self.0.get(name) {
+            None => Ok(None),
+            Some(Attr::Ints(v)) => Ok(Some(v)),
+            Some(other) => Err(Self::bad(name, format!("must be a list of integers, got {other:?}"))),
+        }
+    }
+
+    /// A boolean attribute, or `default` when absent.
+    pub(crate) fn bool(&self, name: &str, default: bool) -> Result<bool, String> {
+        match self.0.get(name) {
+            None => Ok(default),
+            Some(Attr::Bool(v)) => Ok(*v),
+            Some(other) => Err(Self::bad(name, format!("must be true or false, got {other:?}"))),
+        }
+    }
+
+    /// Checks that an attribute, when present, is a number (an integer literal counts).
+    pub(crate) fn number(&self, name: &str) -> Result<(), String> {
+        match self.0.get(name) {
+            None | Some(Attr::Float(_) | Attr::Int(_)) => Ok(()),
+            Some(other) => Err(Self::bad(name, format!("must be a number, got {other:?}"))),
+        }
+    }
+
+    /// A possibly negative axis normalised for a tensor of `rank`.
+    pub(crate) fn axis(&self, name: &str, axis: i64, rank: usize) -> Result<usize, String> {
+        let back = usize::try_from(axis.unsigned_abs()).ok();
+        let a = if axis < 0 { back.and_then(|b| rank.checked_sub(b)) } else { back };
+        a.filter(|&a| a < rank).ok_or_else(|| Self::bad(name, format!("{axis} is out of range for rank {rank}")))
+    }
+
+    /// A list of axes for a tensor of `rank` (`None` when absent).
+    fn axes(&self, name: &str, rank: usize) -> Result<Option<Vec<usize>>, String> {
+        self.ints(name)?.map(|v| v.iter().map(|&x| self.axis(name, x, rank)).collect()).transpose()
+    }
+}
+
+fn same_dtype((_, d): Spec<'_>, (_, rd): Spec<'_>) -> Result<(), String> {
+    if d == rd { Ok(()) } else { Err(format!("result dtype {rd} differs from operand dtype {d}")) }
+}
+
+/// The declared result shape `got` must agree with the inferred `want`; `how` says where `want` comes from
+/// ("the operand's shape is", "reducing [2x3] over axes [1] gives").
+fn expect_shape(want: &Shape, got: &Shape, how: &str) -> Result<(), String> {
+    if shapes_agree(want, got) {
+        Ok(())
+    } else {
+        Err(format!("the node declares the result shape [{got}], but {how} [{want}]"))
+    }
+}
+
+fn broadcast_many(shapes: &[&Shape]) -> Result<Shape, String> {
+    let mut target = shapes[0].clone();
+    for s in &shapes[1..] {
+        target =
+            broadcast(&target, s).ok_or_else(|| format!("operand shapes [{target}] and [{s}] do not broadcast"))?;
+    }
+    Ok(target)
+}
+
+fn argmax(a: &AttrView<'_>, (s, d): Spec<'_>, (rs, rd): Spec<'_>) -> Result<(), String> {
+    let axis = a.axis("axis", a.int("axis", -1)?, s.rank())?;
+    if !matches!(rd, DType::I32 | DType::I64) {
+        return Err(format!("the result must be i32 or i64, not {rd}"));
+    }
+    if !d.is_float() {
+        return Err(format!("argmax takes a float tensor, not {d}; convert it first"));
+    }
+    let kept = Shape(s.0.iter().enumerate().filter(|&(i, _)| i != axis).map(|(_, d)| *d).collect());
+    expect_shape(&kept, rs, &format!("taking axis {axis} out of [{s}] gives"))
+}
+
+fn broadcast_rule(a: &AttrView<'_>, x: Spec<'_>, out: Spec<'_>) -> Result<(), String> {
+    same_dtype(x, out)?;
+    if let Some(dims) = a.axes("dims", out.0.rank())? {
+        if dims.len() != x.0.rank() {
+            return Err(AttrView::bad(
+                "dims",
+                format!("needs one entry per operand dimension ({}), got {}", x.0.rank(), dims.len()),
+            ));
+        }
+    } else if x.0.rank() > out.0.rank() {
+        return Err(format!("cannot broadcast [{}] to the lower rank [{}]", x.0, out.0));
+    }
+    Ok(())
+}
+
+fn clamp(a: &AttrView<'_>, ins: &[Spec<'_>], out: Spec<'_>) -> Result<(), String> {
+    let x = ins[0];
+    if let [_, (_, lo), (_, hi)] = ins {
+        if *lo != x.1 || *hi != x.1 {
+            return Err(format!("the bounds ({lo}, {hi}) must have the operand's dtype {}", x.1));
+        }
+    } else {
+        a.number("min")?;
+        a.number("max")?;
+    }
+    same_dtype(x, out)?;
+    expect_shape(x.0, out.0, "the operand's shape is")
+}
+
+fn compare(a: &AttrView<'_>, ins: &[Spec<'_>], (rs, rd): Spec<'_>) -> Result<(), String> {
+    match a.0.get("direction") {
+        Some(Attr::Str(s)) if ["EQ", "NE", "LT", "LE", "GT", "GE"].contains(&s.as_str()) => {}
+        _ => return Err(AttrView::bad("direction", "must be one of EQ, NE, LT, LE, GT, GE")),
+    }
+    let ((x, dx), (y, dy)) = (ins[0], ins[1]);
+    if dx != dy {
+        return Err(format!("operand dtypes {dx} and {dy} must be equal (insert a convert)"));
+    }
+    if rd != DType::Bool {
+        return Err(format!("the result must be bool, not {rd}"));
+    }
+    expect_shape(&broadcast_many(&[x, y])?, rs, "the operands broadcast to")
+}
+
+fn concat(a: &AttrView<'_>, ins: &[Spec<'_>], (rs, _): Spec<'_>) -> Result<(), String> {
+    let first = ins[0].0;
+    let axis = a.axis("axis", a.int("axis", 0)?, first.rank())?;
+    let mut want = first.clone();
+    let mut total = Some(0u64);
+    for (i, (s, _)) in ins.iter().enumerate() {
+        let others_agree = s.rank() == first.rank()
+            && (0..s.rank())
+                .filter(|&d| d != axis)
+                .all(|d| shapes_agree(&Shape(vec![s.0[d]]), &Shape(vec![first.0[d]])));
+        if !others_agree {
+            return Err(format!("operand {i} [{s}] does not match operand 0 [{first}] outside axis {axis}"));
+        }
+        total = match (total, s.0[axis]) {
+            (Some(t), Dim::Static(n)) => t.checked_add(n),
+            _ => None,
+        };
+    }
+    want.0[axis] = total.map_or(Dim::Dynamic, Dim::Static);
+    expect_shape(&want, rs, "the concatenation's shape is")
+}
+
+/// A 2-D window over an NCHW tensor (pooling, convolution).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// Kernel height and width.
+    pub kernel: [u64; 2],
+    /// Stride along height and width.
+    pub stride: [u64; 2],
+    /// Dilation along height and width.
+    pub dilation: [u64; 2],
+    /// Padding: top, bottom, left, right.
+    pub pad: [u64; 4],
+}
+
+fn window_attr(a: &AttrView<'_>, name: &str, default: [u64; 2]) -> Result<[u64; 2], String> {
+    match a.ints(name)? {
+        None => Ok(default),
+        Some([x, y]) => match (u64::try_from(*x), u64::try_from(*y)) {
+            (Ok(x), Ok(y)) => Ok([x, y]),
+            _ => Err(AttrView::bad(name, "must not be negative")),
+        },
+        Some(_) => Err(AttrView::bad(name, "needs two entries (height, width)")),
+    }
+}
+
+/// `[top, bottom, left, right]` from `padding` given as 2 or 4 entries.
+fn padding(a: &AttrView<'_>) -> Result<[u64; 4], String> {
+    let Some(v) = a.ints("padding")? else { return Ok([0; 4]) };
+    let v: Vec<u64> = v
+        .iter()
+        .map(|&p| u64::try_from(p))
+        .collect::<Result<_, _>>()
+        .map_err(|_| AttrView::bad("padding", "must not be negative"))?;
+    match v.as_slice() {
+        [h, w] => Ok([*h, *h, *w, *w]),
+        [t, b, l, r] => Ok([*t, *b, *l, *r]),
+        _ => Err(AttrView::bad("padding", "needs 2 (h, w) or 4 (top, bottom, left, right) entries")),
+    }
+}
+
+/// The window of a pooling node's attributes: `kernel` (2x2 by default), `stride` (the kernel by default),
+/// `padding` (none by default).
+///
+/// # Errors
+/// A malformed attribute, described as `attribute 'name' …`.
+pub fn pool_window(attrs: &Attrs) -> Result<Window, String> {
+    let a = AttrView(attrs);
+    let kernel = window_attr(&a, "kernel", [2, 2])?;
+    let stride = window_attr(&a, "stride", kernel)?;
+    Ok(Window { kernel, stride, dilation: [1, 1], pad: padding(&a)? })
+}
+
+/// The window of a convolution node's attributes (`stride`, `dilation`, `padding`) with the weight's
+/// `kernel` (its `[KH, KW]`).
+///
+/// # Errors
+/// A malformed attribute, described as `attribute 'name' …`.
+pub fn conv2d_window(attrs: &Attrs, kernel: [u64; 2]) -> Result<Window, String> {
+    let a = AttrView(attrs);
+    let stride = window_attr(&a, "stride", [1, 1])?;
+    let dilation = window_attr(&a, "dilation", [1, 1])?;
+    Ok(Window { kernel, stride, dilation, pad: padding(&a)? })
+}
+
+/// The `[N, channels, H', W']` result of `w` over an `[N, C, H, W]` input.
+///
+/// # Errors
+/// When the window does not fit the padded input (or its stride is 0).
+pub fn window_output(x: &[u64], channels: u64, w: &Window) -> Result<Shape, String> {
+    let mut want = vec![x[0], channels];
+    for i in 0..2 {
+        let span = w.dilation[i].saturating_mul(w.kernel[i].saturating_sub(1)) + 1;
+        let padded = x[2 + i] + w.pad[2 * i] + w.pad[2 * i + 1];
+        if w.stride[i] == 0 || padded < span {
+            return Err(format!("the {}x{} window does not fit the padded input", w.kernel[0], w.kernel[1]));
+        }
+        want.push((padded - span) / w.stride[i] + 1);
+    }
+    Ok(Shape::of(&want))
+}
+
+fn expect_window_output(x: &[u64], channels: u64, w: &Window, out: &Shape) -> Result<(), String> {
+    let want = window_output(x, channels, w)?;
+    if &want == out { Ok(()) } else { Err(format!("the result shape is [{want}] but the node declares [{out}]")) }
+}
+
+fn conv2d(a: &AttrView<'_>, ins: &[Spec<'_>], out: &Shape) -> Result<(), String> {
+    let (x, w) = (ins[0].0, ins[1].0);
+    if x.rank() != 4 || w.rank() != 4 {
+        return Err("input and weight must be rank 4 (NCHW, OIHW)".into());
+    }
+    let (Some(xd), Some(wd)) = (x.static_dims(), w.static_dims()) else {
+        return Ok(()); // a `?` dimension: the emitter says it needs static ones
+    };
+    let window = conv2d_window(a.0, [wd[2], wd[3]])?;
+    let groups = a.int("groups", 1)?;
+    let g = u64::try_from(groups).ok().filter(|&g| g > 0 && xd[1] % g == 0 && wd[0] % g == 0 && wd[1] * g == xd[1]);
+    if g.is_none() {
+        return Err(AttrView::bad(
+            "groups",
+            format!("{groups} does not fit {} input channels and a [{w}] weight", xd[1]),
+        ));
+    }
+    expect_window_output(&xd, wd[0], &window, out)
+}
+
+fn offsets(offsets: &[Spec<'_>]) -> Result<(), String> {
+    let first = offsets.first().map(|o| o.1);
+    for (i, (s, d)) in offsets.iter().enumerate() {
+        if s.rank() != 0 || !matches!(d, DType::I32 | DType::I64) || Some(*d) != first {
+            return Err(format!("offset {i} must be an i32 or i64 scalar like the others, got [{s}] {d}"));
+        }
+    }
+    Ok(())
+}
+
+fn dynamic_slice(a: &AttrView<'_>, ins: &[Spec<'_>], out: Spec<'_>) -> Result<(), String> {
+    let (x, offs) = (ins[0], &ins[1..]);
+    if offs.len() != x.0.rank() {
+        return Err(format!(
+            "takes the tensor and one offset per dimension ({}), got {} offsets",
+            x.0.rank(),
+            offs.len()
+        ));
+    }
+    let sizes = a.ints("sizes")?.ok_or_else(|| AttrView::bad("sizes", "is required"))?;
+    if sizes.len() != x.0.rank() {
+        return Err(AttrView::bad("sizes", format!("needs one entry per dimension ({})", x.0.rank())));
+    }
+    let mut shape = Vec::with_capacity(sizes.len());
+    for (i, &n) in sizes.iter().enumerate() {
+        let fits = |&n: &u64| match x.0.0[i] {
+            Dim::Static(d) => n <= d,
+            Dim::Dynamic => true,
+        };
+        let size = u64::try_from(n).ok().filter(fits);
+        shape.push(size.ok_or_else(|| AttrView::bad("sizes", format!("dimension {i}: {n} does not fit [{}]", x.0)))?);
+    }
+    offsets(offs)?;
+    same_dtype(x, out)?;
+    expect_shape(&Shape::of(&shape), out.0, "the `sizes` attribute gives")
+}
+
+fn dynamic_update_slice(ins: &[Spec<'_>], out: Spec<'_>) -> Result<(), String> {
+    let ((x, dx), (u, du), offs) = (ins[0], ins[1], &ins[2..]);
+    if offs.len() != x.rank() || u.rank() != x.rank() {
+        return Err(format!(
+            "takes the tensor, an update of its rank ({}) and one offset per dimension, got an update of rank {} and              {} offsets",
+            x.rank(),
+            u.rank(),
+            offs.len()
+        ));
+    }
+    if du != dx {
+        return Err(format!("the update is {du}, the tensor {dx}"));
+    }
+    for i in 0..x.rank() {
+        if let (Dim::Static(a), Dim::Static(b)) = (u.0[i], x.0[i]) {
+            if a > b {
+                return Err(format!("the update [{u}] does not fit the tensor [{x}] (dimension {i})"));
+            }
+        }
+    }
+    offsets(offs)?;
+    same_dtype(ins[0], out)?;
+    expect_shape(x, out.0, "the updated tensor's shape is")
+}
+
+fn gather(a: &AttrView<'_>, ins: &[Spec<'_>], (rs, rd): Spec<'_>) -> Result<(), String> {
+    let ((table, dt), (idx, _)) = (ins[0], ins[1]);
+    let axis = a.axis("axis", a.int("axis", 0)?, table.rank())?;
+    if rd != dt {
+        return Err(format!("result dtype {rd} differs from the table's dtype {dt}"));
+    }
+    let want = Shape(table.0[..axis].iter().chain(&idx.0).chain(&table.0[axis + 1..]).copied().collect());
+    if shapes_agree(&want, rs) {
+        Ok(())
+    } else {
+        Err(format!("gathering [{idx}] from [{table}] along axis {axis} gives [{want}], but the node declares [{rs}]"))
+    }
+}
+
+fn reduce(a: &AttrView<'_>, x: Spec<'_>, out: Spec<'_>) -> Result<(), String> {
+    let s = x.0;
+    let axes = a.axes("axes", s.rank())?.unwrap_or_else(|| (0..s.rank()).collect());
+    let keep = a.bool("keepdims", false)?;
+    same_dtype(x, out)?;
+    let want = Shape(
+        s.0.iter()
+            .enumerate()
+            .filter_map(|(i, d)| match (axes.contains(&i), keep) {
+                (false, _) => Some(*d),
+                (true, true) => Some(Dim::Static(1)),
+                (true, false) => None,
+            })
+            .collect(),
+    );
+    expect_shape(&want, out.0, &format!("reducing [{s}] over axes {axes:?} gives"))
+}
+
+fn reshape(x: Spec<'_>, out: Spec<'_>) -> Result<(), String> {
+    same_dtype(x, out)?;
+    match (x.0.element_count(), out.0.element_count()) {
+        (Some(a), Some(b)) if a != b => {
+            Err(format!("cannot reshape [{}] to [{}]: the element counts differ", x.0, out.0))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn select(ins: &[Spec<'_>], (rs, rd): Spec<'_>) -> Result<(), String> {
+    let ((p, dp), (x, dx), (y, dy)) = (ins[0], ins[1], ins[2]);
+    if dp != DType::Bool {
+        return Err(format!("the predicate must be bool (i1), got {dp}"));
+    }
+    if dx != dy || dx != rd {
+        return Err(format!("the two choices ({dx}, {dy}) and the result ({rd}) must share one dtype"));
+    }
+    expect_shape(&broadcast_many(&[p, x, y])?, rs, "the operands broadcast to")
+}
+
+fn slice(a: &AttrView<'_>, x: Spec<'_>, out: Spec<'_>) -> Result<(), String> {
+    let s = x.0;
+    let rank = s.rank();
+    let start = a.ints("start")?.ok_or_else(|| AttrView::bad("start", "is required"))?;
+    let limit = a.ints("limit")?.ok_or_else(|| AttrView::bad("limit", "is required"))?;
+    let ones = vec![1; rank];
+    let stride = a.ints("stride")?.unwrap_or(&ones);
+    if start.len() != rank || limit.len() != rank || stride.len() != rank {
+        return Err(AttrView::bad("start", format!("start, limit and stride need one entry per dimension ({rank})")));
+    }
+    let mut want = Vec::with_capacity(rank);
+    for i in 0..rank {
+        let (st, li, sd) = (start[i], limit[i], stride[i]);
+        let dim = match s.0[i] {
+            // A `?` dimension is taken whole: start 0, limit -1 (to the end), stride 1.
+            Dim::Dynamic if st == 0 && li == -1 && sd == 1 => Dim::Dynamic,
+            Dim::Dynamic => {
+                return Err(AttrView::bad(
+                    "start",
+                    format!(
+                        "dimension {i} is `?`: it can only be taken whole (start 0, limit -1, stride 1), not                          [{st}:{li}:{sd}]"
+                    ),
+                ));
+            }
+            Dim::Static(d) => {
+                let l = if li == -1 { Ok(d) } else { u64::try_from(li) };
+                match (u64::try_from(st), l, u64::try_from(sd)) {
+                    (Ok(b), Ok(e), Ok(k)) if b <= e && e <= d && k > 0 => Dim::Static((e - b).div_ceil(k)),
+                    _ => {
+                        return Err(AttrView::bad(
+                            "start",
+                            format!("dimension {i}: [{st}:{li}:{sd}] does not fit size {d}"),
+                        ));
+                    }
+                }
+            }
+        };
+        want.push(dim);
+    }
+    same_dtype(x, out)?;
+    expect_shape(&Shape(want), out.0, "the slice bounds give")
+}
+
+fn transpose(a: &AttrView<'_>, x: Spec<'_>, out: Spec<'_>) -> Result<(), String> {
+    let r = x.0.rank();
+    let perm = a.axes("perm", r)?.unwrap_or_else(|| (0..r).rev().collect());
+    let mut sorted = perm.clone();
+    sorted.sort_unstable();
+    if sorted != (0..r).collect::<Vec<_>>() {
+        return Err(AttrView::bad("perm", format!("{perm:?} is not a permutation of 0..{r}")));
+    }
+    same_dtype(x, out)?;
+    let want = Shape(perm.iter().map(|&p| x.0.0[p]).collect());
+    expect_shape(&want, out.0, &format!("permuting [{}] by {perm:?} gives", x.0))
+}
+
+/// Checks operands and results against a family rule. Returns a description of the first problem.
+fn check_rule(rule: Rule, ins: &[Spec<'_>], outs: &[Spec<'_>]) -> Result<(), String> {
     match rule {
-        Rule::Free => Ok(()),
+        Rule::Own => Ok(()),
         Rule::ElementwiseUnaryDType => {
             let ((_, d), (_, rd)) = (ins[0], outs[0]);
             if d == rd { Ok(()) } else { Err(format!("result dtype {rd} differs from operand dtype {d}")) }
@@ -323,9 +887,56 @@ mod tests {
     #[test]
     fn binary_rule_reports_the_problem() {
         let (a, b) = (Shape::of(&[2, 3]), Shape::of(&[4]));
-        let err = check_types(Rule::ElementwiseBinary, &[(&a, DType::F32), (&b, DType::F32)], &[(&a, DType::F32)]);
+        let err = check_rule(Rule::ElementwiseBinary, &[(&a, DType::F32), (&b, DType::F32)], &[(&a, DType::F32)]);
         assert!(err.unwrap_err().contains("do not broadcast"));
-        let err = check_types(Rule::ElementwiseBinary, &[(&a, DType::F32), (&a, DType::I32)], &[(&a, DType::F32)]);
+        let err = check_rule(Rule::ElementwiseBinary, &[(&a, DType::F32), (&a, DType::I32)], &[(&a, DType::F32)]);
         assert!(err.unwrap_err().contains("insert a convert"));
+    }
+
+    fn check(op: OpKind, attrs: &[(&str, Attr)], ins: &[(&[u64], DType)], out: (&[u64], DType)) -> Result<(), String> {
+        let attrs: Attrs = attrs.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect();
+        let shapes: Vec<Shape> = ins.iter().map(|(d, _)| Shape::of(d)).collect();
+        let ins: Vec<Spec<'_>> = shapes.iter().zip(ins).map(|(s, (_, d))| (s, *d)).collect();
+        let out_shape = Shape::of(out.0);
+        check_types(op, &attrs, &ins, &[(&out_shape, out.1)])
+    }
+
+    #[test]
+    fn own_rules_infer_result_shapes_and_name_the_attribute() {
+        use DType::{Bool, F32, I32};
+        let lt = [("direction", Attr::Str("LT".into()))];
+        assert_eq!(check(OpKind::Compare, &lt, &[(&[2, 3], F32), (&[3], F32)], (&[2, 3], Bool)), Ok(()));
+        let e = check(OpKind::Compare, &lt, &[(&[2, 3], F32), (&[3], F32)], (&[2, 3], F32)).unwrap_err();
+        assert_eq!(e, "the result must be bool, not f32");
+        let e = check(OpKind::Select, &[], &[(&[2], F32), (&[2], F32), (&[2], F32)], (&[2], F32)).unwrap_err();
+        assert_eq!(e, "the predicate must be bool (i1), got f32");
+        let e = check(OpKind::Argmax, &[], &[(&[2, 3], F32)], (&[2], F32)).unwrap_err();
+        assert_eq!(e, "the result must be i32 or i64, not f32");
+        let e = check(OpKind::Argmax, &[], &[(&[2, 3], F32)], (&[3], I32)).unwrap_err();
+        assert_eq!(e, "the node declares the result shape [3], but taking axis 1 out of [2x3] gives [2]");
+        let keep = [("axes", Attr::Ints(vec![-1])), ("keepdims", Attr::Bool(true))];
+        assert_eq!(check(OpKind::ReduceSum, &keep, &[(&[2, 3], F32)], (&[2, 1], F32)), Ok(()));
+        let perm = [("perm", Attr::Ints(vec![1, 2, 0]))];
+        assert_eq!(check(OpKind::Transpose, &perm, &[(&[2, 3, 4], F32)], (&[3, 4, 2], F32)), Ok(()));
+        let bounds = [("start", Attr::Ints(vec![1])), ("limit", Attr::Ints(vec![-1])), ("stride", Attr::Ints(vec![3]))];
+        assert_eq!(check(OpKind::Slice, &bounds, &[(&[8], F32)], (&[3], F32)), Ok(()));
+        let e = check(OpKind::Slice, &bounds, &[(&[8], F32)], (&[2], F32)).unwrap_err();
+        assert_eq!(e, "the node declares the result shape [2], but the slice bounds give [3]");
+        let sizes = [("sizes", Attr::Ints(vec![5]))];
+        let e = check(OpKind::DynamicSlice, &sizes, &[(&[4], F32), (&[], I32)], (&[5], F32)).unwrap_err();
+        assert_eq!(e, "attribute 'sizes' dimension 0: 5 does not fit [4]");
+        let e = check(OpKind::Iota, &[("dim", Attr::Int(2))], &[], (&[2, 3], I32)).unwrap_err();
+        assert_eq!(e, "attribute 'dim' 2 is out of range for rank 2");
+        assert_eq!(check(OpKind::Matmul, &[], &[(&[5, 2, 3], F32), (&[3, 4], F32)], (&[5, 2, 4], F32)), Ok(()));
+        let e = check(OpKind::Matmul, &[], &[(&[2, 3], F32), (&[4, 5], F32)], (&[2, 5], F32)).unwrap_err();
+        assert_eq!(e, "[2x3] x [4x5]: the contracted (or batch) dimensions differ");
+    }
+
+    #[test]
+    fn clamp_takes_one_or_three_inputs() {
+        let arity = OpKind::Clamp.signature().inputs;
+        assert!(arity.accepts(1) && arity.accepts(3) && !arity.accepts(2) && !arity.accepts(0));
+        assert_eq!(arity.to_string(), "1 or 3");
+        assert!(!OpKind::RmsNorm.signature().inputs.accepts(3));
     }
 }

@@ -61,8 +61,8 @@ fn bench(c: &mut Criterion) {
         black_box(emit_to(&graph, &opts, &mut out).unwrap_or_else(|e| panic!("{e}")));
         out.flush().unwrap_or_else(|e| panic!("{e}"));
     });
-    // The conversion alone, into a buffer whose pages are already mapped (a fresh 128 MiB String costs
-    // about 5x this in first-touch page faults, which is why export streams the module to its file).
+    // The conversion alone, into a buffer whose pages are already mapped (what a fresh buffer costs instead,
+    // and so why export streams the module to its file: docs/performance.md, "Hex emission").
     let bytes: &[u8] = bytemuck::cast_slice(&values);
     let mut warm = String::with_capacity(bytes.len() * 2);
     group.bench_function("push_hex_warm_buffer/64MiB", |b| {

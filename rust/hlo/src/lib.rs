@@ -1,4 +1,4 @@
-//! StableHLO emission and one-pass export for tapeout graphs.
+//! StableHLO emission for tapeout graphs: module text, and the external parameters it refers to.
 //!
 //! [`emit`] lowers a [`tapeout_graph::ComputeGraph`] to textual MLIR that IREE 3.13 compiles:
 //! only the `stablehlo`, `func` and `util` dialects, real `stablehlo.reduce` for every reduction,

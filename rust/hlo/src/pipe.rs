@@ -10,7 +10,7 @@ use crate::emit::{EmitOptions, ExternalParameter, SPILL_BYTES, TextOut, emit_fun
 use crate::error::{HloError, Result};
 
 /// Emits the module into `sink` like [`crate::emit_to`], but converts on this thread while a second thread writes
-/// the previous megabyte: what [`export`] does, and the fastest way to put a module with large inline
+/// the previous megabyte: what the pipeline's export (`tapeout`) does, and the fastest way to put a module with large inline
 /// constants into a file. A write error is [`HloError::Output`].
 ///
 /// # Errors

@@ -2,49 +2,76 @@
 //! turns an error into a comment or a partial module.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
-use tapeout_graph::{Attr, Attrs, DType, Dim, ExtractOptions, OpKind, Shape, Tensor, TensorSpec, Trace, finalize};
+use tapeout_graph::{
+    Attr, Attrs, DType, Dim, ExtractOptions, GraphError, OpKind, Shape, Tensor, TensorSpec, Trace, finalize,
+};
 use tapeout_hlo::{EmitOptions, HloError, MaterializationPolicy, emit};
 
 fn spec(name: &str, dims: &[u64]) -> TensorSpec {
     TensorSpec::new(name, Shape::of(dims), DType::F32)
 }
 
-fn one_op(op: OpKind, attrs: Attrs, in_dims: &[&[u64]], out_dims: &[u64]) -> Result<String, HloError> {
+/// Which step refused a node: the type rules of the op table (`finalize`), or the emitter (what it can lower).
+#[derive(Debug)]
+enum Refused {
+    Finalize(GraphError),
+    Emit(HloError),
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refused::Finalize(e) => e.fmt(f),
+            Refused::Emit(e) => e.fmt(f),
+        }
+    }
+}
+
+fn one_op(op: OpKind, attrs: Attrs, in_dims: &[&[u64]], out_dims: &[u64]) -> Result<String, Refused> {
     let mut t = Trace::new();
     let ins: Vec<_> = in_dims.iter().enumerate().map(|(i, d)| t.add_placeholder(spec(&format!("x{i}"), d))).collect();
     let y = t.add_placeholder(spec("y", out_dims));
     t.record(op, attrs, &ins, &[y]);
     t.set_outputs(&[y]);
-    let g = finalize(&t, &ExtractOptions::default()).unwrap_or_else(|e| panic!("finalize: {e}"));
-    emit(&g, &EmitOptions::default()).map(|m| m.text)
+    let g = finalize(&t, &ExtractOptions::default()).map_err(Refused::Finalize)?;
+    emit(&g, &EmitOptions::default()).map(|m| m.text).map_err(Refused::Emit)
+}
+
+/// The message of a node the op table's type rules refuse in `finalize`.
+fn type_mismatch(r: Result<String, Refused>) -> String {
+    match r {
+        Err(e @ Refused::Finalize(GraphError::TypeMismatch { .. })) => e.to_string(),
+        other => panic!("expected a type mismatch from finalize, got {other:?}"),
+    }
 }
 
 #[test]
 fn bad_attributes_name_the_node_and_attribute() {
     let attrs: Attrs = [("perm".to_owned(), Attr::Ints(vec![0, 0]))].into();
-    let e = one_op(OpKind::Transpose, attrs, &[&[2, 3]], &[3, 2]).unwrap_err().to_string();
+    let e = type_mismatch(one_op(OpKind::Transpose, attrs, &[&[2, 3]], &[3, 2]));
     assert!(e.contains("node 0 (transpose -> 'y')") && e.contains("'perm'") && e.contains("not a permutation"), "{e}");
 
     let attrs: Attrs = [("axis".to_owned(), Attr::Str("last".into()))].into();
-    let e = one_op(OpKind::Softmax, attrs, &[&[2, 3]], &[2, 3]).unwrap_err().to_string();
+    let e = type_mismatch(one_op(OpKind::Softmax, attrs, &[&[2, 3]], &[2, 3]));
     assert!(e.contains("'axis' must be an integer"), "{e}");
 
-    let e = one_op(OpKind::Compare, Attrs::new(), &[&[2], &[2]], &[2]).unwrap_err().to_string();
+    let e = type_mismatch(one_op(OpKind::Compare, Attrs::new(), &[&[2], &[2]], &[2]));
     assert!(e.contains("'direction'"), "{e}");
 }
 
 #[test]
 fn declared_shapes_that_the_op_cannot_produce_are_refused() {
-    let e = one_op(OpKind::Matmul, Attrs::new(), &[&[2, 3], &[3, 4]], &[2, 5]).unwrap_err().to_string();
+    let e = type_mismatch(one_op(OpKind::Matmul, Attrs::new(), &[&[2, 3], &[3, 4]], &[2, 5]));
     assert!(
         e.contains("node 0 (matmul -> 'y')") && e.contains("[2x3] x [3x4] gives [2x4], but the node declares [2x5]"),
         "{e}"
     );
     let attrs: Attrs = [("kernel".to_owned(), Attr::Ints(vec![2, 2]))].into();
-    let e = one_op(OpKind::MaxPool2d, attrs, &[&[1, 1, 4, 4]], &[1, 1, 3, 3]).unwrap_err().to_string();
+    let e = type_mismatch(one_op(OpKind::MaxPool2d, attrs, &[&[1, 1, 4, 4]], &[1, 1, 3, 3]));
     assert!(e.contains("result shape is [1x1x2x2]"), "{e}");
-    let e = one_op(OpKind::ReduceSum, Attrs::new(), &[&[2, 3]], &[2]).unwrap_err().to_string();
+    let e = type_mismatch(one_op(OpKind::ReduceSum, Attrs::new(), &[&[2, 3]], &[2]));
     assert!(e.contains("node 0 (reduce_sum -> 'y')"), "{e}");
+    assert!(e.contains("declares the result shape [2], but reducing [2x3] over axes [0, 1] gives []"), "{e}");
 }
 
 #[test]

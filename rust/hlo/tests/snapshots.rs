@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use tapeout_graph::io::{GraphFile, WeightSet};
-use tapeout_graph::{ExtractOptions, PackedConstantHandling, finalize};
+use tapeout_graph::{ExtractOptions, OpKind, PackedConstantHandling, finalize};
 use tapeout_hlo::{EmitOptions, MaterializationPolicy, emit};
 
 fn graphs_dir() -> PathBuf {
@@ -59,4 +59,20 @@ fn every_graph_matches_its_snapshot() {
 #[test]
 fn emission_is_deterministic() {
     assert_eq!(emit_graph("transformer"), emit_graph("transformer"));
+}
+
+#[test]
+fn every_op_of_the_table_appears_in_a_snapshot_graph() {
+    let mut used = std::collections::BTreeSet::new();
+    for entry in std::fs::read_dir(graphs_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap();
+        if !name.ends_with(".json") || name.ends_with(".test.json") {
+            continue;
+        }
+        let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        used.extend(doc["nodes"].as_array().unwrap().iter().map(|n| n["op"].as_str().unwrap().to_owned()));
+    }
+    let missing: Vec<&str> = OpKind::ALL.iter().map(|o| o.name()).filter(|n| !used.contains(*n)).collect();
+    assert!(missing.is_empty(), "no test graph uses {missing:?}: add them in tests/graphs/make_graphs.py");
 }

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use tapeout_graph::{Attr, ComputeGraph, DType, Dim, Op as Node, Shape, TensorId};
+use tapeout_graph::{Attr, Attrs, ComputeGraph, DType, Dim, Op as Node, Shape, TensorId};
 
 use super::{TextOut, spill};
 use crate::error::{HloError, Result};
@@ -98,15 +98,6 @@ pub(crate) fn scalar_literal(value: f64, dtype: DType) -> String {
     }
 }
 
-/// Geometry of a 2-D window (convolution or pooling) over an NCHW tensor.
-pub(crate) struct Window {
-    pub(crate) kernel: [u64; 2],
-    pub(crate) stride: [u64; 2],
-    pub(crate) dilation: [u64; 2],
-    /// top, bottom, left, right
-    pub(crate) pad: [u64; 4],
-}
-
 pub(crate) struct Emitter<'g, 'a, 'w> {
     pub(crate) g: &'g ComputeGraph<'a>,
     /// Pending text, written to `out` in pieces of about [`SPILL_BYTES`].
@@ -156,6 +147,12 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         HloError::BadAttribute { node, op, attr: attr.into(), detail: detail.into() }
     }
 
+    /// The attributes of the node being lowered.
+    pub(crate) fn node_attrs(&self) -> &'g Attrs {
+        static NONE: Attrs = Attrs::new();
+        self.node.map_or(&NONE, |n| &n.attrs)
+    }
+
     pub(crate) fn attr(&self, name: &str) -> Option<&'g Attr> {
         self.node.and_then(|n| n.attrs.get(name))
     }
@@ -196,12 +193,9 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
 
     /// Normalises a possibly negative axis for a tensor of `rank`.
     pub(crate) fn axis(&self, name: &str, axis: i64, rank: usize) -> Result<usize> {
-        let r = i64::try_from(rank).unwrap_or(i64::MAX);
-        let a = if axis < 0 { axis + r } else { axis };
-        usize::try_from(a)
-            .ok()
-            .filter(|&a| a < rank)
-            .ok_or_else(|| self.attr_err(name, format!("{axis} is out of range for rank {rank}")))
+        let back = usize::try_from(axis.unsigned_abs()).ok();
+        let a = if axis < 0 { back.and_then(|b| rank.checked_sub(b)) } else { back };
+        a.filter(|&a| a < rank).ok_or_else(|| self.attr_err(name, format!("{axis} is out of range for rank {rank}")))
     }
 
     pub(crate) fn static_dims(&self, v: &Val) -> Result<Vec<u64>> {
@@ -574,33 +568,9 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     }
 
     pub(crate) fn matmul(&mut self, a: &Val, b: &Val, out: &Shape) -> Result<Val> {
+        // The shapes multiply to `out`: the type rule (`tapeout_graph::ops::matmul`) checked it.
         let (ra, rb) = (a.rank(), b.rank());
         let (ad, bd) = (&a.shape.0, &b.shape.0);
-        let want = if rb == 2 && ra >= 1 {
-            let k_ok =
-                matches!((ad[ra - 1], bd[0]), (Dim::Static(x), Dim::Static(y)) if x == y) || ad[ra - 1] == Dim::Dynamic;
-            k_ok.then(|| Shape(ad[..ra - 1].iter().copied().chain([bd[1]]).collect()))
-        } else if ra == rb && ra >= 3 {
-            let k_ok = ad[ra - 1] == bd[rb - 2];
-            (k_ok && tapeout_graph::ops::shapes_agree(&Shape(ad[..ra - 2].to_vec()), &Shape(bd[..rb - 2].to_vec())))
-                .then(|| Shape(ad[..ra - 1].iter().copied().chain([bd[rb - 1]]).collect()))
-        } else {
-            None
-        };
-        match want {
-            Some(w) if tapeout_graph::ops::shapes_agree(&w, out) => {}
-            Some(w) => {
-                return Err(
-                    self.err(format!("[{}] x [{}] gives [{w}], but the node declares [{out}]", a.shape, b.shape))
-                );
-            }
-            None if ra == rb || rb == 2 => {
-                return Err(
-                    self.err(format!("[{}] x [{}]: the contracted (or batch) dimensions differ", a.shape, b.shape))
-                );
-            }
-            None => {}
-        }
         // Either special case below applies whenever a `?` dimension is involved (in `a` or in the declared result).
         let dynamic = a.shape.is_dynamic() || out.is_dynamic();
         if let (true, true, [Dim::Static(k), Dim::Static(1)]) = (rb == 2 && ra >= 1, dynamic, bd.as_slice()) {
@@ -669,10 +639,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
 
     /// `select(pred, x, fill)` where `pred` is `[S, T]` i1 broadcast over `x`'s leading dims.
     pub(crate) fn causal(&mut self, x: &Val) -> Result<Val> {
-        let r = x.rank();
-        if r < 2 {
-            return Err(self.err("a causal mask needs scores of rank >= 2 ([.., S, T])"));
-        }
+        let r = x.rank(); // at least 2: the type rule checked it
         let st = Shape(vec![x.shape.0[r - 2], x.shape.0[r - 1]]);
         let (row, col, offset) = if let Some(&[s, t]) = st.static_dims().as_deref() {
             let row = self.assign(&format!("stablehlo.iota dim = 0 : {}", ty(&st, DType::I64)), st.clone(), DType::I64);
@@ -786,26 +753,10 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         Ok(self.assign(&rhs, shape, x.dtype))
     }
 
-    /// Run-time offsets: integer scalars of one type.
-    pub(crate) fn check_offsets(&self, offsets: &[Val]) -> Result<()> {
-        let first = offsets.first().map(|o| o.dtype);
-        for (i, o) in offsets.iter().enumerate() {
-            if !o.shape.0.is_empty() || !matches!(o.dtype, DType::I32 | DType::I64) || Some(o.dtype) != first {
-                return Err(self.err(format!(
-                    "offset {i} must be an i32 or i64 scalar like the others, got [{}] {}",
-                    o.shape, o.dtype
-                )));
-            }
-        }
-        Ok(())
-    }
-
     /// The index of the largest element of `x` along `axis` (the first on ties; NaN counts as largest), as
-    /// `dtype`: one `stablehlo.reduce` over (value, index) pairs.
+    /// `dtype`: one `stablehlo.reduce` over (value, index) pairs. The type rule checked that `x` is a float tensor
+    /// and `dtype` an i32 or i64.
     pub(crate) fn argmax(&mut self, x: &Val, axis: usize, dtype: DType) -> Result<Val> {
-        if !matches!(dtype, DType::I32 | DType::I64) {
-            return Err(self.err(format!("the result must be i32 or i64, not {dtype}")));
-        }
         let idx_ty = ty(&x.shape, dtype);
         let iota = if x.shape.is_dynamic() {
             let parts = (0..x.rank()).map(|i| self.dim_size(x, i)).collect::<Result<Vec<_>>>()?;
@@ -818,9 +769,6 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         } else {
             self.assign(&format!("stablehlo.iota dim = {axis} : {idx_ty}"), x.shape.clone(), dtype)
         };
-        if !x.dtype.is_float() {
-            return Err(self.err(format!("argmax takes a float tensor, not {}; convert it first", x.dtype)));
-        }
         let init_v = self.splat(f64::NEG_INFINITY, &Shape::scalar(), x.dtype);
         let init_i = self.splat(0.0, &Shape::scalar(), dtype);
         let kept = Shape(x.shape.0.iter().enumerate().filter(|&(i, _)| i != axis).map(|(_, d)| *d).collect());

@@ -72,7 +72,8 @@ pub(crate) fn splat_element(data: &ConstantData<'_>) -> Result<Option<Vec<u8>>, 
             Ok(())
         }
     }
-    let width = usize::try_from(data.dtype().byte_width()).unwrap_or(4);
+    #[allow(clippy::cast_possible_truncation)] // a dtype's byte width is 1 to 8
+    let width = data.dtype().byte_width() as usize;
     let mut p = Probe { width, first: Vec::new(), carry: Vec::new(), uniform: true };
     data.stream(&mut p)?;
     Ok((p.uniform && !p.first.is_empty()).then_some(p.first))

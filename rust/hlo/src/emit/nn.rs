@@ -3,84 +3,25 @@
 use tapeout_graph::Dim;
 use tapeout_graph::Shape;
 
-use super::builder::{Emitter, Val, Window, ty};
+use tapeout_graph::ops::{self, Window};
+
+use super::builder::{Emitter, Val, ty};
 use crate::error::Result;
 
 impl Emitter<'_, '_, '_> {
-    pub(crate) fn window_attr(&self, name: &str, default: [u64; 2]) -> Result<[u64; 2]> {
-        match self.attr_ints(name)? {
-            None => Ok(default),
-            Some(v) => match v.as_slice() {
-                [a, b] => match (u64::try_from(*a), u64::try_from(*b)) {
-                    (Ok(a), Ok(b)) => Ok([a, b]),
-                    _ => Err(self.attr_err(name, "must not be negative")),
-                },
-                _ => Err(self.attr_err(name, "needs two entries (height, width)")),
-            },
-        }
-    }
-
-    /// `[top, bottom, left, right]` from `padding` given as 2 or 4 entries.
-    pub(crate) fn padding(&self) -> Result<[u64; 4]> {
-        match self.attr_ints("padding")? {
-            None => Ok([0; 4]),
-            Some(v) => {
-                let v: Vec<u64> = v
-                    .iter()
-                    .map(|&p| u64::try_from(p))
-                    .collect::<Result<_, _>>()
-                    .map_err(|_| self.attr_err("padding", "must not be negative"))?;
-                match v.as_slice() {
-                    [h, w] => Ok([*h, *h, *w, *w]),
-                    [t, b, l, r] => Ok([*t, *b, *l, *r]),
-                    _ => Err(self.attr_err("padding", "needs 2 (h, w) or 4 (top, bottom, left, right) entries")),
-                }
-            }
-        }
-    }
-
-    /// Checks a windowed op's declared `[N, C, H, W]` result against the window arithmetic.
-    pub(crate) fn check_window_output(&self, x: &[u64], channels: u64, w: &Window, out: &Shape) -> Result<()> {
-        let mut want = vec![x[0], channels];
-        for i in 0..2 {
-            let span = w.dilation[i].saturating_mul(w.kernel[i].saturating_sub(1)) + 1;
-            let padded = x[2 + i] + w.pad[2 * i] + w.pad[2 * i + 1];
-            if w.stride[i] == 0 || padded < span {
-                return Err(
-                    self.err(format!("the {}x{} window does not fit the padded input", w.kernel[0], w.kernel[1]))
-                );
-            }
-            want.push((padded - span) / w.stride[i] + 1);
-        }
-        let want = Shape::of(&want);
-        if &want != out {
-            return Err(self.err(format!("the result shape is [{want}] but the node declares [{out}]")));
-        }
-        Ok(())
+    /// A window the type rule already accepted (`tapeout_graph::ops`), or the rule's description.
+    fn window(&self, w: std::result::Result<Window, String>) -> Result<Window> {
+        w.map_err(|detail| self.err(detail))
     }
 
     pub(crate) fn conv2d(&mut self, ins: &[Val], out_shape: &Shape) -> Result<Val> {
-        if !(2..=3).contains(&ins.len()) {
-            return Err(self.err("takes (input NCHW, weight OIHW, [bias O])"));
-        }
+        // Ranks, groups and the result shape: the type rule checked them. Static shapes: the lowering's limit.
         let (x, w) = (&ins[0], &ins[1]);
-        if x.rank() != 4 || w.rank() != 4 {
-            return Err(self.err("input and weight must be rank 4 (NCHW, OIHW)"));
-        }
-        let stride = self.window_attr("stride", [1, 1])?;
-        let dilation = self.window_attr("dilation", [1, 1])?;
-        let [t, b, l, r] = self.padding()?;
+        let wd = self.static_dims(w)?;
+        self.static_dims(x)?;
         let groups = self.attr_int("groups", 1)?;
-        let (xd, wd) = (self.static_dims(x)?, self.static_dims(w)?);
-        let g = u64::try_from(groups).ok().filter(|&g| g > 0 && xd[1] % g == 0 && wd[0] % g == 0 && wd[1] * g == xd[1]);
-        if g.is_none() {
-            return Err(self.attr_err(
-                "groups",
-                format!("{groups} does not fit {} input channels and a [{}] weight", xd[1], w.shape),
-            ));
-        }
-        let window = Window { kernel: [wd[2], wd[3]], stride, dilation, pad: [t, b, l, r] };
-        self.check_window_output(&xd, wd[0], &window, out_shape)?;
+        let window = self.window(ops::conv2d_window(self.node_attrs(), [wd[2], wd[3]]))?;
+        let (stride, dilation, [t, b, l, r]) = (window.stride, window.dilation, window.pad);
         let rhs = format!(
             "stablehlo.convolution({}, {}) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {{stride = [{}, {}], pad = [[{t}, {b}], [{l}, {r}]], rhs_dilate = [{}, {}]}} {{batch_group_count = 1 : i64, feature_group_count = {groups} : i64}} : ({}, {}) -> {}",
             x.name,
@@ -104,15 +45,10 @@ impl Emitter<'_, '_, '_> {
     }
 
     pub(crate) fn pool(&mut self, x: &Val, out_shape: &Shape, max: bool) -> Result<Val> {
-        if x.rank() != 4 {
-            return Err(self.err("pooling takes an NCHW tensor"));
-        }
-        let kernel = self.window_attr("kernel", [2, 2])?;
-        let stride = self.window_attr("stride", kernel)?;
-        let [t, b, l, r] = self.padding()?;
-        let xd = self.static_dims(x)?;
-        let window = Window { kernel, stride, dilation: [1, 1], pad: [t, b, l, r] };
-        self.check_window_output(&xd, xd[1], &window, out_shape)?;
+        // The rank and the result shape: the type rule checked them. Static shapes: the lowering's limit.
+        self.static_dims(x)?;
+        let window = self.window(ops::pool_window(self.node_attrs()))?;
+        let (kernel, stride, [t, b, l, r]) = (window.kernel, window.stride, window.pad);
         let init = self.splat(if max { f64::NEG_INFINITY } else { 0.0 }, &Shape::scalar(), x.dtype);
         let op = if max { "maximum" } else { "add" };
         let e = x.dtype.mlir_name();
@@ -164,14 +100,8 @@ impl Emitter<'_, '_, '_> {
     }
 
     pub(crate) fn sdpa(&mut self, ins: &[Val], out_shape: &Shape) -> Result<Val> {
-        if !(3..=4).contains(&ins.len()) {
-            return Err(self.err("takes (q, k, v, [additive mask])"));
-        }
         let (q, k, v) = (&ins[0], &ins[1], &ins[2]);
-        let r = q.rank();
-        if r < 2 || k.rank() != r || v.rank() != r {
-            return Err(self.err("q, k and v must have one rank >= 2 ([.., S, D], [.., T, D], [.., T, Dv])"));
-        }
+        let r = q.rank(); // at least 2, and the ranks of k and v: the type rule checked them
         let Dim::Static(head) = q.shape.0[r - 1] else {
             return Err(self.err("sdpa needs a static head dimension (the last dimension of q)"));
         };
@@ -202,9 +132,7 @@ impl Emitter<'_, '_, '_> {
         let Some(&Dim::Static(d)) = x.shape.0.last() else {
             return Err(self.err("rope needs a static last dimension"));
         };
-        if d % 2 != 0 {
-            return Err(self.err(format!("rope needs an even last dimension, got {d}")));
-        }
+        // Even: the type rule checked it.
         let last = x.rank() - 1;
         let x1 = self.slice_last(x, 0, d / 2)?;
         let x2 = self.slice_last(x, d / 2, d)?;
