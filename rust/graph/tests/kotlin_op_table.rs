@@ -14,12 +14,13 @@ const KOTLIN_FILE: &str = "jvm/src/main/kotlin/dev/tapeout/OpTable.kt";
 /// The command that rewrites [`KOTLIN_FILE`] from the table.
 const REGENERATE: &str = "TAPEOUT_REGENERATE=1 cargo test -p tapeout-graph --test kotlin_op_table";
 
-/// `(min, max)` of an arity, `max` as Kotlin source (`Int.MAX_VALUE` for "at least n").
-fn bounds(a: Arity) -> (String, String) {
+/// An arity as Kotlin source (`OpArity.exactly(2)`, `OpArity.either(1, 3)`, …).
+fn arity(a: Arity) -> String {
     match a {
-        Arity::Exactly(n) => (n.to_string(), n.to_string()),
-        Arity::AtLeast(n) => (n.to_string(), "Int.MAX_VALUE".to_owned()),
-        Arity::Between(lo, hi) => (lo.to_string(), hi.to_string()),
+        Arity::Exactly(n) => format!("OpArity.exactly({n})"),
+        Arity::AtLeast(n) => format!("OpArity.atLeast({n})"),
+        Arity::Between(lo, hi) => format!("OpArity.between({lo}, {hi})"),
+        Arity::Either(a, b) => format!("OpArity.either({a}, {b})"),
     }
 }
 
@@ -38,30 +39,51 @@ fn render() -> String {
     let _ = writeln!(s, "// Regenerate with: {REGENERATE}");
     s.push_str("package dev.tapeout\n\n");
     s.push_str(
-        "/**\n * The native op table as the tape records it: each op's name in the graph JSON and how many operands and\n \
-         * results it takes ([minInputs]..[maxInputs], [maxInputs] `Int.MAX_VALUE` for \"or more\"). Every recording\n \
-         * function names its op by one of these; [ExecutionTape.record] checks the operand count against it.\n */\n",
+        "/**\n * How many operands or results an op takes, as the native table says: [accepts] a count, and in words\n \
+         * the same way the native messages say it (`2`, `1 to 3`, `1 or 3`, `at least 2`).\n */\n",
     );
     s.push_str(
-        "internal enum class Op(val opName: String, val minInputs: Int, val maxInputs: Int, val minOutputs: Int, val \
-         maxOutputs: Int) {\n",
+        "internal class OpArity private constructor(private val lo: Int, private val hi: Int, private val either: \
+         Boolean) {\n",
     );
+    s.push_str("    /** True when [n] fits. */\n");
+    s.push_str("    fun accepts(n: Int): Boolean = if (either) n == lo || n == hi else n in lo..hi\n\n");
+    s.push_str("    override fun toString(): String = when {\n");
+    s.push_str("        either -> \"$lo or $hi\"\n");
+    s.push_str("        lo == hi -> \"$lo\"\n");
+    s.push_str("        hi == Int.MAX_VALUE -> \"at least $lo\"\n");
+    s.push_str("        else -> \"$lo to $hi\"\n");
+    s.push_str("    }\n\n");
+    s.push_str("    companion object {\n");
+    s.push_str("        fun exactly(n: Int) = OpArity(n, n, false)\n");
+    s.push_str("        fun atLeast(n: Int) = OpArity(n, Int.MAX_VALUE, false)\n");
+    s.push_str("        fun between(lo: Int, hi: Int) = OpArity(lo, hi, false)\n");
+    s.push_str("        fun either(a: Int, b: Int) = OpArity(a, b, true)\n");
+    s.push_str("    }\n");
+    s.push_str("}\n\n");
+    s.push_str(
+        "/**\n * The native op table as the tape records it: each op's name in the graph JSON and how many operands\n \
+         * ([inputs]) and results ([outputs]) it takes. Every recording function names its op by one of these;\n \
+         * [ExecutionTape.record] checks the operand count against it.\n */\n",
+    );
+    s.push_str("internal enum class Op(val opName: String, val inputs: OpArity, val outputs: OpArity) {\n");
     for op in OpKind::ALL {
         let sig = op.signature();
-        let (imin, imax) = bounds(sig.inputs);
-        let (omin, omax) = bounds(sig.outputs);
-        let _ = writeln!(s, "    {}(\"{}\", {imin}, {imax}, {omin}, {omax}),", constant_name(op.name()), op.name());
+        let _ = writeln!(
+            s,
+            "    {}(\"{}\", {}, {}),",
+            constant_name(op.name()),
+            op.name(),
+            arity(sig.inputs),
+            arity(sig.outputs)
+        );
     }
     s.push_str("    ;\n\n");
     s.push_str("    /** True when [n] operands fit. */\n");
-    s.push_str("    fun acceptsInputs(n: Int): Boolean = n in minInputs..maxInputs\n\n");
-    s.push_str("    /** The operand counts it takes, in words (`2`, `1 to 3`, `at least 2`). */\n");
+    s.push_str("    fun acceptsInputs(n: Int): Boolean = inputs.accepts(n)\n\n");
+    s.push_str("    /** The operand counts it takes, in words (`2`, `1 to 3`, `1 or 3`, `at least 2`). */\n");
     s.push_str("    val inputsText: String\n");
-    s.push_str("        get() = when {\n");
-    s.push_str("            minInputs == maxInputs -> \"$minInputs\"\n");
-    s.push_str("            maxInputs == Int.MAX_VALUE -> \"at least $minInputs\"\n");
-    s.push_str("            else -> \"$minInputs to $maxInputs\"\n");
-    s.push_str("        }\n\n");
+    s.push_str("        get() = inputs.toString()\n\n");
     s.push_str("    companion object {\n");
     s.push_str("        private val byName: Map<String, Op> = values().associateBy { it.opName }\n\n");
     s.push_str("        /** The op called [name], or `null` for a name the native table does not have. */\n");

@@ -3,70 +3,89 @@
 package dev.tapeout
 
 /**
- * The native op table as the tape records it: each op's name in the graph JSON and how many operands and
- * results it takes ([minInputs]..[maxInputs], [maxInputs] `Int.MAX_VALUE` for "or more"). Every recording
- * function names its op by one of these; [ExecutionTape.record] checks the operand count against it.
+ * How many operands or results an op takes, as the native table says: [accepts] a count, and in words
+ * the same way the native messages say it (`2`, `1 to 3`, `1 or 3`, `at least 2`).
  */
-internal enum class Op(val opName: String, val minInputs: Int, val maxInputs: Int, val minOutputs: Int, val maxOutputs: Int) {
-    ABS("abs", 1, 1, 1, 1),
-    ADD("add", 2, 2, 1, 1),
-    ARGMAX("argmax", 1, 1, 1, 1),
-    AVG_POOL2D("avg_pool2d", 1, 1, 1, 1),
-    BROADCAST("broadcast", 1, 1, 1, 1),
-    CAUSAL_MASK("causal_mask", 1, 1, 1, 1),
-    CLAMP("clamp", 1, 3, 1, 1),
-    COMPARE("compare", 2, 2, 1, 1),
-    CONCAT("concat", 1, Int.MAX_VALUE, 1, 1),
-    CONV2D("conv2d", 2, 3, 1, 1),
-    CONVERT("convert", 1, 1, 1, 1),
-    COS("cos", 1, 1, 1, 1),
-    DIV("div", 2, 2, 1, 1),
-    DYNAMIC_SLICE("dynamic_slice", 2, Int.MAX_VALUE, 1, 1),
-    DYNAMIC_UPDATE_SLICE("dynamic_update_slice", 3, Int.MAX_VALUE, 1, 1),
-    EXP("exp", 1, 1, 1, 1),
-    GATHER("gather", 2, 2, 1, 1),
-    GELU("gelu", 1, 1, 1, 1),
-    IOTA("iota", 0, 0, 1, 1),
-    LAYER_NORM("layer_norm", 1, 3, 1, 1),
-    LOG("log", 1, 1, 1, 1),
-    MATMUL("matmul", 2, 2, 1, 1),
-    MAX("max", 2, 2, 1, 1),
-    MAX_POOL2D("max_pool2d", 1, 1, 1, 1),
-    MIN("min", 2, 2, 1, 1),
-    MUL("mul", 2, 2, 1, 1),
-    NEG("neg", 1, 1, 1, 1),
-    POW("pow", 2, 2, 1, 1),
-    REDUCE_MAX("reduce_max", 1, 1, 1, 1),
-    REDUCE_MEAN("reduce_mean", 1, 1, 1, 1),
-    REDUCE_SUM("reduce_sum", 1, 1, 1, 1),
-    RELU("relu", 1, 1, 1, 1),
-    RESHAPE("reshape", 1, 1, 1, 1),
-    RMS_NORM("rms_norm", 1, 3, 1, 1),
-    ROPE("rope", 3, 3, 1, 1),
-    RSQRT("rsqrt", 1, 1, 1, 1),
-    SDPA("sdpa", 3, 4, 1, 1),
-    SELECT("select", 3, 3, 1, 1),
-    SIGMOID("sigmoid", 1, 1, 1, 1),
-    SILU("silu", 1, 1, 1, 1),
-    SIN("sin", 1, 1, 1, 1),
-    SLICE("slice", 1, 1, 1, 1),
-    SOFTMAX("softmax", 1, 1, 1, 1),
-    SQRT("sqrt", 1, 1, 1, 1),
-    SUB("sub", 2, 2, 1, 1),
-    TANH("tanh", 1, 1, 1, 1),
-    TRANSPOSE("transpose", 1, 1, 1, 1),
+internal class OpArity private constructor(private val lo: Int, private val hi: Int, private val either: Boolean) {
+    /** True when [n] fits. */
+    fun accepts(n: Int): Boolean = if (either) n == lo || n == hi else n in lo..hi
+
+    override fun toString(): String = when {
+        either -> "$lo or $hi"
+        lo == hi -> "$lo"
+        hi == Int.MAX_VALUE -> "at least $lo"
+        else -> "$lo to $hi"
+    }
+
+    companion object {
+        fun exactly(n: Int) = OpArity(n, n, false)
+        fun atLeast(n: Int) = OpArity(n, Int.MAX_VALUE, false)
+        fun between(lo: Int, hi: Int) = OpArity(lo, hi, false)
+        fun either(a: Int, b: Int) = OpArity(a, b, true)
+    }
+}
+
+/**
+ * The native op table as the tape records it: each op's name in the graph JSON and how many operands
+ * ([inputs]) and results ([outputs]) it takes. Every recording function names its op by one of these;
+ * [ExecutionTape.record] checks the operand count against it.
+ */
+internal enum class Op(val opName: String, val inputs: OpArity, val outputs: OpArity) {
+    ABS("abs", OpArity.exactly(1), OpArity.exactly(1)),
+    ADD("add", OpArity.exactly(2), OpArity.exactly(1)),
+    ARGMAX("argmax", OpArity.exactly(1), OpArity.exactly(1)),
+    AVG_POOL2D("avg_pool2d", OpArity.exactly(1), OpArity.exactly(1)),
+    BROADCAST("broadcast", OpArity.exactly(1), OpArity.exactly(1)),
+    CAUSAL_MASK("causal_mask", OpArity.exactly(1), OpArity.exactly(1)),
+    CLAMP("clamp", OpArity.either(1, 3), OpArity.exactly(1)),
+    COMPARE("compare", OpArity.exactly(2), OpArity.exactly(1)),
+    CONCAT("concat", OpArity.atLeast(1), OpArity.exactly(1)),
+    CONV2D("conv2d", OpArity.between(2, 3), OpArity.exactly(1)),
+    CONVERT("convert", OpArity.exactly(1), OpArity.exactly(1)),
+    COS("cos", OpArity.exactly(1), OpArity.exactly(1)),
+    DIV("div", OpArity.exactly(2), OpArity.exactly(1)),
+    DYNAMIC_SLICE("dynamic_slice", OpArity.atLeast(2), OpArity.exactly(1)),
+    DYNAMIC_UPDATE_SLICE("dynamic_update_slice", OpArity.atLeast(3), OpArity.exactly(1)),
+    EXP("exp", OpArity.exactly(1), OpArity.exactly(1)),
+    GATHER("gather", OpArity.exactly(2), OpArity.exactly(1)),
+    GELU("gelu", OpArity.exactly(1), OpArity.exactly(1)),
+    IOTA("iota", OpArity.exactly(0), OpArity.exactly(1)),
+    LAYER_NORM("layer_norm", OpArity.between(1, 3), OpArity.exactly(1)),
+    LOG("log", OpArity.exactly(1), OpArity.exactly(1)),
+    MATMUL("matmul", OpArity.exactly(2), OpArity.exactly(1)),
+    MAX("max", OpArity.exactly(2), OpArity.exactly(1)),
+    MAX_POOL2D("max_pool2d", OpArity.exactly(1), OpArity.exactly(1)),
+    MIN("min", OpArity.exactly(2), OpArity.exactly(1)),
+    MUL("mul", OpArity.exactly(2), OpArity.exactly(1)),
+    NEG("neg", OpArity.exactly(1), OpArity.exactly(1)),
+    POW("pow", OpArity.exactly(2), OpArity.exactly(1)),
+    REDUCE_MAX("reduce_max", OpArity.exactly(1), OpArity.exactly(1)),
+    REDUCE_MEAN("reduce_mean", OpArity.exactly(1), OpArity.exactly(1)),
+    REDUCE_SUM("reduce_sum", OpArity.exactly(1), OpArity.exactly(1)),
+    RELU("relu", OpArity.exactly(1), OpArity.exactly(1)),
+    RESHAPE("reshape", OpArity.exactly(1), OpArity.exactly(1)),
+    RMS_NORM("rms_norm", OpArity.between(1, 2), OpArity.exactly(1)),
+    ROPE("rope", OpArity.exactly(3), OpArity.exactly(1)),
+    RSQRT("rsqrt", OpArity.exactly(1), OpArity.exactly(1)),
+    SDPA("sdpa", OpArity.between(3, 4), OpArity.exactly(1)),
+    SELECT("select", OpArity.exactly(3), OpArity.exactly(1)),
+    SIGMOID("sigmoid", OpArity.exactly(1), OpArity.exactly(1)),
+    SILU("silu", OpArity.exactly(1), OpArity.exactly(1)),
+    SIN("sin", OpArity.exactly(1), OpArity.exactly(1)),
+    SLICE("slice", OpArity.exactly(1), OpArity.exactly(1)),
+    SOFTMAX("softmax", OpArity.exactly(1), OpArity.exactly(1)),
+    SQRT("sqrt", OpArity.exactly(1), OpArity.exactly(1)),
+    SUB("sub", OpArity.exactly(2), OpArity.exactly(1)),
+    TANH("tanh", OpArity.exactly(1), OpArity.exactly(1)),
+    TRANSPOSE("transpose", OpArity.exactly(1), OpArity.exactly(1)),
     ;
 
     /** True when [n] operands fit. */
-    fun acceptsInputs(n: Int): Boolean = n in minInputs..maxInputs
+    fun acceptsInputs(n: Int): Boolean = inputs.accepts(n)
 
-    /** The operand counts it takes, in words (`2`, `1 to 3`, `at least 2`). */
+    /** The operand counts it takes, in words (`2`, `1 to 3`, `1 or 3`, `at least 2`). */
     val inputsText: String
-        get() = when {
-            minInputs == maxInputs -> "$minInputs"
-            maxInputs == Int.MAX_VALUE -> "at least $minInputs"
-            else -> "$minInputs to $maxInputs"
-        }
+        get() = inputs.toString()
 
     companion object {
         private val byName: Map<String, Op> = values().associateBy { it.opName }
