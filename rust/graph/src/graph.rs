@@ -2,15 +2,16 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use crate::constant::ConstantData;
+pub use crate::constant::Constant;
+
+use crate::constant::{ConstantData, disagreement};
 use crate::dtype::DType;
 use crate::error::{GraphError, Result};
 use crate::ops;
 use crate::ops::OpKind;
 use crate::packed::{BlockOrder, Encoding};
-use crate::shape::Shape;
-use crate::tensor::{HalfLayout, Lent, Storage, TensorSpec};
-use crate::trace::{Attr, Attrs};
+use crate::pass::{self, Program};
+use crate::tensor::{HalfLayout, Storage, TensorSpec};
 use crate::trace::{Op, TensorId, Trace};
 
 /// What to do with a frozen weight stored as packed (quantized) blocks.
@@ -24,7 +25,7 @@ pub enum PackedConstantHandling {
     Dequantize,
     /// Keep the blocks packed: each weight becomes planes of integer codes and per-block scales
     /// ([`crate::planar`]) and its uses become ops on them, so that the program contracts the codes per block
-    /// and never materializes the f32 weight for a linear layer or an embedding ([`crate::keep`]).
+    /// and never materializes the f32 weight for a linear layer or an embedding (the `keep_packed` rewrite).
     Keep,
 }
 
@@ -64,17 +65,6 @@ pub struct ExtractOptions {
     pub half: HalfConstantHandling,
     /// Weights written in the layout their use wants (default) or as held.
     pub layout: WeightLayout,
-}
-
-/// A frozen value of the graph, with its stable parameter key.
-#[derive(Debug, Clone)]
-pub struct Constant<'a> {
-    /// The tensor it provides.
-    pub tensor: TensorId,
-    /// The parameter key: the module path when the tensor has one, unique in the graph.
-    pub key: String,
-    /// Its values, produced lazily from the borrowed storage.
-    pub data: ConstantData<'a>,
 }
 
 /// A key that had to be changed because another constant already had it.
@@ -449,101 +439,6 @@ fn assign_keys(constants: &mut [Constant<'_>], specs: &[TensorSpec]) -> Vec<KeyC
     collisions
 }
 
-/// True when `node` swaps the two dimensions of a rank-2 operand (`perm` absent, i.e. reversed, or `[1, 0]`).
-pub(crate) fn swaps_two_dims(node: &Op) -> bool {
-    node.op == OpKind::Transpose
-        && match node.attrs.get("perm") {
-            None => true,
-            Some(Attr::Ints(p)) => p.as_slice() == [1, 0] || p.as_slice() == [-1, -2],
-            Some(_) => false,
-        }
-}
-
-/// True when `node` gathers rows (axis 0) of a rank-2 `table` operand.
-fn gathers_rows_of(node: &Op, table: TensorId) -> bool {
-    node.op == OpKind::Gather
-        && node.inputs.first() == Some(&table)
-        && node.inputs.get(1) != Some(&table)
-        && matches!(node.attrs.get("axis"), None | Some(Attr::Int(0 | -2)))
-}
-
-/// [`WeightLayout::ChosenForUse`]: a rank-2 `[rows, cols]` constant, not a graph output, that the program only
-/// contracts on its last dimension is written transposed ([`ConstantData::Transposed`]) under its own key, and
-/// the program uses it as stored:
-/// - its one use is a 2-D transpose (a PyTorch-layout `[out, in]` linear): the transpose's result becomes the
-///   constant and the transpose node leaves;
-/// - its uses are one such transpose and gathers of its rows (a tied embedding and LM head): the same, and each
-///   gather reads columns of the stored `[cols, rows]` table (`gather` along axis 1, then a transpose of the
-///   small gathered activation). Measured with IREE 3.13 (docs/performance.md): for a decode step, the table as
-///   held makes IREE keep a transposed copy of it (2.0× the archive in RSS); stored transposed, 1.03×.
-///
-/// Constants whose values cannot be streamed transposed within the tile budget stay as held.
-fn transpose_at_export<'a>(
-    constants: &mut [Constant<'a>],
-    nodes: &mut Vec<Op>,
-    specs: &mut Vec<TensorSpec>,
-    outputs: &[TensorId],
-) {
-    let mut uses: HashMap<TensorId, Vec<usize>> = HashMap::new();
-    for (i, n) in nodes.iter().enumerate() {
-        for &t in &n.inputs {
-            uses.entry(t).or_default().push(i);
-        }
-    }
-    let mut removed = HashSet::new();
-    let mut inserted: Vec<(usize, Op)> = Vec::new(); // (after node, op)
-    for c in constants.iter_mut() {
-        let Some(used_by) = uses.get(&c.tensor) else { continue };
-        let Some(&[rows, cols]) = specs[c.tensor.index()].shape.static_dims().as_deref() else { continue };
-        if outputs.contains(&c.tensor) || !crate::transpose::transposable(&c.data, rows, cols) {
-            continue;
-        }
-        let (swaps, others): (Vec<usize>, Vec<usize>) = used_by.iter().partition(|&&i| swaps_two_dims(&nodes[i]));
-        let [swap] = swaps.as_slice() else { continue };
-        let [out] = nodes[*swap].outputs.as_slice() else { continue };
-        let out = *out;
-        let gathers_rows = |i: usize| {
-            let n = &nodes[i];
-            gathers_rows_of(n, c.tensor) && n.outputs.len() == 1 && !specs[n.outputs[0].index()].shape.0.is_empty()
-        };
-        if !others.iter().all(|&i| gathers_rows(i)) {
-            continue;
-        }
-        // Gathers of rows become gathers of columns of the stored table, then a transpose of what they gathered.
-        for &i in &others {
-            let gathered = nodes[i].outputs[0];
-            let spec = specs[gathered.index()].clone();
-            let rank = spec.shape.0.len();
-            let Some((&width, ids)) = spec.shape.0.split_last() else { continue }; // checked above
-            let columns = TensorId::at(specs.len());
-            let dims = std::iter::once(width).chain(ids.iter().copied()).collect();
-            specs.push(TensorSpec::new(format!("{}_columns", spec.name), Shape(dims), spec.dtype));
-            let node = &mut nodes[i];
-            node.inputs[0] = out;
-            node.attrs.insert("axis".into(), Attr::Int(1));
-            node.outputs[0] = columns;
-            let perm: Vec<i64> = (1..rank).chain([0]).map(|d| d as i64).collect();
-            let mut attrs = Attrs::new();
-            attrs.insert("perm".into(), Attr::Ints(perm));
-            inserted.push((
-                i,
-                Op { index: node.index, op: OpKind::Transpose, attrs, inputs: vec![columns], outputs: vec![gathered] },
-            ));
-        }
-        c.tensor = out;
-        let held = std::mem::replace(&mut c.data, ConstantData::F32(Lent::Slice(&[])));
-        c.data = ConstantData::Transposed { of: Box::new(held), rows, cols };
-        removed.insert(*swap);
-    }
-    let old = std::mem::take(nodes);
-    for (i, node) in old.into_iter().enumerate() {
-        if !removed.contains(&i) {
-            nodes.push(node);
-        }
-        nodes.extend(inserted.iter().filter(|(after, _)| *after == i).map(|(_, op)| op.clone()));
-    }
-}
-
 /// Turns a trace into a [`ComputeGraph`]: validates it, orders it, and decides for every tensor
 /// that no op produces whether it is a runtime input or a frozen constant.
 ///
@@ -591,21 +486,87 @@ pub fn finalize<'a>(trace: &Trace<'a>, opts: &ExtractOptions) -> Result<ComputeG
         check_signature(&ops[i], &specs)?;
     }
     let key_collisions = assign_keys(&mut constants, &specs);
-    let mut nodes: Vec<Op> = order.into_iter().map(|i| ops[i].clone()).collect();
+    let nodes: Vec<Op> = order.into_iter().map(|i| ops[i].clone()).collect();
+    let mut program =
+        Program { specs, inputs, constants, nodes, outputs: trace.outputs().to_vec(), next_index: ops.len() };
+    // The rewrites, each verified: what they produce passes the checks the recorded graph passed.
     if opts.packed == PackedConstantHandling::Keep {
-        crate::keep::keep_packed(&mut constants, &mut nodes, &mut specs, trace.outputs())?;
+        program = pass::keep_packed(program)?;
+        verify(&program, "keep_packed")?;
     }
     if opts.layout == WeightLayout::ChosenForUse {
-        transpose_at_export(&mut constants, &mut nodes, &mut specs, trace.outputs());
+        program = pass::transpose_at_export(program);
+        verify(&program, "transpose_at_export")?;
     }
+    let Program { specs, inputs, constants, nodes, outputs, .. } = program;
     let constant_of = constants.iter().enumerate().map(|(i, c)| (c.tensor, i)).collect();
-    Ok(ComputeGraph {
-        tensors: specs,
-        inputs,
-        constants,
-        constant_of,
-        nodes,
-        outputs: trace.outputs().to_vec(),
-        key_collisions,
-    })
+    Ok(ComputeGraph { tensors: specs, inputs, constants, constant_of, nodes, outputs, key_collisions })
+}
+
+/// Checks what the rewrite `pass` produced as [`finalize`] checks what the user recorded: every tensor id names a
+/// tensor, every node reads only tensors defined before it (an input, a constant, or an earlier node's result),
+/// every tensor has at most one definition, the outputs are defined, every node fits its op's signature
+/// ([`check_signature`]), and every constant has a unique key and values that agree with its tensor's spec.
+///
+/// # Errors
+/// [`GraphError::PassBroke`], naming the pass and the node (or constant, or output) where a rule breaks.
+fn verify(program: &Program<'_>, pass: &'static str) -> Result<()> {
+    let broke = |node: String, detail: String| GraphError::PassBroke { pass, node, detail };
+    let specs = &program.specs;
+    let n = specs.len();
+    // Where each tensor is defined: `None` until it is.
+    let mut defined: Vec<Option<String>> = vec![None; n];
+    let define = |defined: &mut [Option<String>], t: TensorId, by: String, at: &dyn Fn() -> String| -> Result<()> {
+        let Some(slot) = defined.get_mut(t.index()) else {
+            return Err(broke(at(), format!("tensor #{} does not exist", t.index())));
+        };
+        match slot.replace(by) {
+            Some(first) => Err(broke(at(), format!("tensor #{} is already defined, by {first}", t.index()))),
+            None => Ok(()),
+        }
+    };
+    for &t in &program.inputs {
+        define(&mut defined, t, "a runtime input".into(), &|| format!("runtime input #{}", t.index()))?;
+    }
+    let mut keys = HashSet::with_capacity(program.constants.len());
+    for c in &program.constants {
+        let at = || format!("constant '{}'", c.key);
+        define(&mut defined, c.tensor, at(), &at)?;
+        if !keys.insert(c.key.as_str()) {
+            return Err(broke(at(), "another constant has its key".into()));
+        }
+        if let Some(detail) = disagreement(&specs[c.tensor.index()], &c.data) {
+            return Err(broke(at(), detail));
+        }
+    }
+    for node in &program.nodes {
+        let at = || program.describe(node);
+        for (port, t) in node.inputs.iter().enumerate() {
+            match defined.get(t.index()) {
+                None => {
+                    return Err(broke(at(), format!("input {port} is tensor #{}, which does not exist", t.index())));
+                }
+                Some(None) => {
+                    return Err(broke(
+                        at(),
+                        format!("input {port}, tensor #{}, is read before it is defined", t.index()),
+                    ));
+                }
+                Some(Some(_)) => {}
+            }
+        }
+        for &t in &node.outputs {
+            define(&mut defined, t, at(), &at)?;
+        }
+        check_signature(node, specs).map_err(|e| broke(at(), e.to_string()))?;
+    }
+    if program.outputs.is_empty() {
+        return Err(broke("the graph outputs".into(), "there are none".into()));
+    }
+    for (i, t) in program.outputs.iter().enumerate() {
+        if !matches!(defined.get(t.index()), Some(Some(_))) {
+            return Err(broke(format!("graph output {i}"), format!("tensor #{} is not defined", t.index())));
+        }
+    }
+    Ok(())
 }
