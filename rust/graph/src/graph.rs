@@ -570,3 +570,110 @@ fn verify(program: &Program<'_>, pass: &'static str) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shape::Shape;
+    use crate::tensor::Lent;
+    use crate::trace::Attrs;
+
+    /// x [2] (input), w [2] (constant), y = add(x, w) recorded as node 0; outputs [y].
+    fn recorded(w: &[f32]) -> Program<'_> {
+        let specs = ["x", "w", "y"].map(|n| TensorSpec::new(n, Shape::of(&[2]), DType::F32)).to_vec();
+        let (x, wt, y) = (TensorId::at(0), TensorId::at(1), TensorId::at(2));
+        let mut t = Trace::new();
+        t.record(OpKind::Add, Attrs::new(), &[x, wt], &[y]);
+        Program {
+            specs,
+            inputs: vec![x],
+            constants: vec![Constant { tensor: wt, key: "w".into(), data: ConstantData::F32(Lent::Slice(w)) }],
+            nodes: t.ops().to_vec(),
+            outputs: vec![y],
+            next_index: 1,
+        }
+    }
+
+    fn broke(p: &Program<'_>) -> (String, String) {
+        match verify(p, "test_pass") {
+            Err(GraphError::PassBroke { pass: "test_pass", node, detail }) => (node, detail),
+            other => panic!("expected PassBroke from test_pass, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_well_formed_program_passes() {
+        verify(&recorded(&[1.0, 2.0]), "test_pass").unwrap();
+    }
+
+    #[test]
+    fn an_inserted_op_reading_a_tensor_before_its_definition_is_caught_and_named_by_its_origin() {
+        let w = [1.0, 2.0];
+        let mut p = recorded(&w);
+        // A rewrite inserts z = neg(y) for node 0, but puts it before node 0, which defines y.
+        p.specs.push(TensorSpec::new("z", Shape::of(&[2]), DType::F32));
+        let z = TensorId::at(3);
+        let neg =
+            pass::Fresh::from(p.next_index).op(Some(0), OpKind::Neg, Attrs::new(), vec![TensorId::at(2)], vec![z]);
+        p.nodes.insert(0, neg);
+        p.outputs = vec![z];
+        let (node, detail) = broke(&p);
+        assert_eq!(node, "node 0 (neg -> 'z', op #1 inserted for it by a rewrite)");
+        assert!(detail.contains("tensor #2") && detail.contains("before it is defined"), "{detail}");
+    }
+
+    #[test]
+    fn an_inserted_op_whose_types_do_not_fit_is_caught() {
+        let w = [1.0, 2.0];
+        let mut p = recorded(&w);
+        p.specs.push(TensorSpec::new("z", Shape::of(&[3]), DType::F32));
+        let z = TensorId::at(3);
+        p.nodes.push(pass::Fresh::from(1).op(Some(0), OpKind::Neg, Attrs::new(), vec![TensorId::at(2)], vec![z]));
+        p.outputs = vec![z];
+        let (node, _) = broke(&p);
+        assert!(node.starts_with("node 0 (neg -> 'z'"), "{node}");
+    }
+
+    #[test]
+    fn dangling_ids_double_definitions_and_undefined_outputs_are_caught() {
+        let w = [1.0, 2.0];
+        let mut p = recorded(&w);
+        p.nodes[0].inputs[1] = TensorId::at(9);
+        assert!(broke(&p).1.contains("tensor #9, which does not exist"));
+
+        let mut p = recorded(&w);
+        p.nodes[0].outputs[0] = TensorId::at(0); // redefines the input x
+        let (node, detail) = broke(&p);
+        assert_eq!(node, "node 0 (add -> 'x')");
+        assert!(detail.contains("already defined, by a runtime input"), "{detail}");
+
+        let mut p = recorded(&w);
+        p.nodes.clear();
+        assert_eq!(broke(&p).0, "graph output 0");
+
+        let mut p = recorded(&w);
+        p.outputs.clear();
+        assert_eq!(broke(&p).0, "the graph outputs");
+    }
+
+    #[test]
+    fn constants_that_disagree_with_their_tensor_or_share_a_key_are_caught() {
+        let three = [1.0, 2.0, 3.0];
+        let (node, detail) = broke(&recorded(&three));
+        assert_eq!(node, "constant 'w'");
+        assert!(detail.contains("3 values") && detail.contains("has 2"), "{detail}");
+
+        let w = [1.0, 2.0];
+        let mut p = recorded(&w);
+        p.specs[1].dtype = DType::I32;
+        p.specs[0].dtype = DType::I32;
+        p.specs[2].dtype = DType::I32;
+        assert!(broke(&p).1.contains("its values are f32, its tensor is i32"));
+
+        let mut p = recorded(&w);
+        p.inputs.clear();
+        let x = Constant { tensor: TensorId::at(0), key: "w".into(), data: ConstantData::F32(Lent::Slice(&w)) };
+        p.constants.push(x);
+        assert!(broke(&p).1.contains("another constant has its key"));
+    }
+}

@@ -226,6 +226,22 @@ fn keep_turns_a_packed_linear_weight_into_planes_and_a_per_block_contraction() {
         "padding sliced off"
     );
     assert_eq!(g.outputs(), outs.as_slice());
+    // Every op of the program is inserted, with an index of its own past the two recorded ones, and stands for
+    // the recorded node it came from: the contraction for the matmul (node 1), the planes' shared values for the
+    // weight's first use, its transpose (node 0).
+    let mut indices: Vec<usize> = g.nodes().iter().map(|n| n.index).collect();
+    indices.sort_unstable();
+    indices.dedup();
+    assert_eq!(indices.len(), g.nodes().len(), "fresh indices are unique");
+    assert!(g.nodes().iter().all(|n| n.is_inserted() && n.index >= trace.ops().len()));
+    assert_eq!(last.origin(), Some(1));
+    assert!(g.describe(last).starts_with("node 1 (slice -> 'y0', op #"), "{}", g.describe(last));
+    let batched = batched.expect("checked above");
+    assert_eq!(batched.origin(), Some(1));
+    let converts = |t: TensorId| g.nodes().iter().find(|n| n.op == OpKind::Convert && n.inputs == [t]).unwrap();
+    let d = &g.constants()[1];
+    assert_eq!(converts(d.tensor).origin(), Some(0), "values built before any use stand for the first one");
+    assert_eq!(converts(qs.tensor).origin(), Some(1), "values built for a use stand for it");
 
     // A weight whose rows are not whole blocks, or of another rank, cannot be kept packed: an error that says so.
     let blocks = vec![0u8; 34 * 3];
@@ -735,6 +751,10 @@ fn a_tied_embedding_and_head_is_stored_once_transposed_and_gathered_by_columns()
     assert_eq!(g.spec(columns).shape, Shape::of(&[3, 2]));
     assert_eq!((g.nodes()[1].inputs.clone(), g.nodes()[1].outputs.clone()), (vec![columns], vec![h]));
     assert_eq!(g.nodes()[1].attrs.get("perm"), Some(&Attr::Ints(vec![1, 0])));
+    // The inserted transpose has a fresh index and stands for the gather (node 0); the recorded nodes keep theirs.
+    let origins: Vec<_> = g.nodes().iter().map(|n| (n.index, n.is_inserted(), n.origin())).collect();
+    assert_eq!(origins, [(0, false, Some(0)), (3, true, Some(0)), (2, false, Some(2))]);
+    assert_eq!(g.describe(&g.nodes()[1]), "node 0 (transpose -> 'h', op #3 inserted for it by a rewrite)");
     let want: Vec<f32> = (0..3).flat_map(|c| (0..5).map(move |r| (r * 3 + c) as f32)).collect();
     assert_eq!(f32s(&bytes_of(&c.data)), want);
 

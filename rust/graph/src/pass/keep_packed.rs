@@ -592,3 +592,23 @@ fn gather_use(b: &mut Builder<'_>, pl: &mut Planes, ids: TensorId, id_dims: &[u6
     let r = id_dims.len() as u64;
     b.op_into(OpKind::Transpose, ints("perm", (1..=r).chain([0])), &[cols], g);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packed::Encoding;
+
+    #[test]
+    fn every_scalar_a_split_asks_for_has_a_constant() {
+        for e in Encoding::DECODABLE {
+            let s = Split::of(&e).expect("decodable encodings split");
+            let offset = s.has_offset_term.then_some(s.offset);
+            let high = s.high.map(|h| h.bias).into_iter().chain(s.high.map(|_| 16));
+            for v in offset.into_iter().chain(high) {
+                let bytes = scalar_bytes(v).unwrap_or_else(|| panic!("{e}: no constant for {v}"));
+                assert_eq!(f64::from(f32::from_le_bytes(*bytes)), f64::from(v), "{e}");
+            }
+        }
+        assert_eq!(scalar_bytes(32), None, "a value no format uses has no constant (no wildcard)");
+    }
+}
