@@ -13,6 +13,10 @@ use crate::transpose::{self, Held};
 /// these paths allocate.
 pub const CHUNK_VALUES: u64 = 1 << 20;
 
+/// [`CHUNK_VALUES`] as a buffer length.
+const CHUNK_USIZE: usize = 1 << 20;
+const _: () = assert!(CHUNK_USIZE as u64 == CHUNK_VALUES);
+
 /// The most bytes lent per chunk when passing stored bytes through: 64 MiB (one pin of a JVM array).
 pub const MAX_LEND_BYTES: u64 = 64 << 20;
 
@@ -98,7 +102,8 @@ where
 }
 
 fn buffer(len: u64) -> Vec<f32> {
-    vec![0f32; usize::try_from(len.min(CHUNK_VALUES)).expect("a chunk of at most 2^20 values fits this host's usize")]
+    // At most one chunk: a length past this host's usize is past a chunk.
+    vec![0f32; usize::try_from(len).map_or(CHUNK_USIZE, |n| n.min(CHUNK_USIZE))]
 }
 
 /// A frozen value of the graph, with its stable parameter key.
@@ -227,10 +232,14 @@ impl ConstantData<'_> {
         match self {
             ConstantData::Raw { bytes, .. } => bytes.len(),
             ConstantData::Transposed { of, .. } => of.byte_len(),
-            ConstantData::Plane { .. } => self
-                .dtype()
-                .bytes_for(self.element_count())
-                .expect("a plane's bytes fit u64: it holds at most two bytes per value of its packed weight"),
+            ConstantData::Plane { .. } => {
+                let (dtype, n) = (self.dtype(), self.element_count());
+                // Sub-byte codes share bytes; the other planes (i8 codes, f16 scales) are as wide as their type.
+                match dtype.sub_byte_bits() {
+                    Some(bits) => n.div_ceil(u64::from(8 / bits)),
+                    None => n * dtype.byte_width(),
+                }
+            }
             _ => self.element_count() * 4,
         }
     }
@@ -298,8 +307,9 @@ impl ConstantData<'_> {
                 let blocks_per_chunk = (CHUNK_VALUES / block_elems).max(1);
                 let mut buf = buffer((*elements).max(block_elems));
                 lend(out, bytes, blocks_per_chunk * block_bytes, |o: &mut dyn ByteSink, chunk: &[_]| {
+                    // A chunk decodes to at most the buffer's values (a usize), as it was lent to fill it.
                     let n = usize::try_from(chunk.len() as u64 / block_bytes * block_elems)
-                        .expect("a lent chunk decodes to at most the buffer's values, a usize");
+                        .map_err(|e| StreamError::Lend(e.into()))?;
                     packed::dequantize(encoding, chunk, &mut buf[..n])
                         .map_err(|e| StreamError::Decode(e.to_string()))?;
                     put_f32(o, &buf[..n])
@@ -311,6 +321,7 @@ impl ConstantData<'_> {
 
 /// The split of a plane's encoding: [`ConstantData::Plane`] is only made (by the `keep_packed` rewrite) for an
 /// encoding that splits.
+#[allow(clippy::expect_used, reason = "an internal invariant: keep_packed makes planes only of encodings that split")]
 fn plane_split(encoding: &Encoding) -> crate::planar::Split {
     crate::planar::Split::of(encoding).expect("a plane is only made for an encoding that splits into planes")
 }

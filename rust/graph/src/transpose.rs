@@ -317,7 +317,7 @@ pub(crate) fn stream_plane(
     let Some(bits) = split.dtype(plane).sub_byte_bits() else {
         return tiles(&plan, bytes, &mut RowPad::new(out, row, pad), &mut decode);
     };
-    let mut packer = SubByte { out, bits, acc: 0, filled: 0 };
+    let mut packer = SubByte::new(out, bits)?;
     tiles(&plan, bytes, &mut RowPad::new(&mut packer, row, pad), &mut decode)?;
     packer.finish()
 }
@@ -364,11 +364,21 @@ impl ByteSink for RowPad<'_> {
 struct SubByte<'o> {
     out: &'o mut dyn ByteSink,
     bits: u32,
+    /// Codes per byte.
+    per: usize,
     acc: u8,
     filled: u32,
 }
 
-impl SubByte<'_> {
+impl<'o> SubByte<'o> {
+    /// A packer of `bits`-wide codes (4 or 2).
+    fn new(out: &'o mut dyn ByteSink, bits: u32) -> Result<Self, StreamError> {
+        if !matches!(bits, 2 | 4) {
+            return Err(StreamError::Decode(format!("codes of {bits} bits are not packed (a bug in tapeout)")));
+        }
+        Ok(SubByte { out, bits, per: host(u64::from(8 / bits))?, acc: 0, filled: 0 })
+    }
+
     fn finish(self) -> Result<(), StreamError> {
         if self.filled > 0 { self.out.put(&[self.acc]) } else { Ok(()) }
     }
@@ -392,8 +402,7 @@ impl ByteSink for SubByte<'_> {
             push(self, rest[0], &mut packed);
             rest = &rest[1..];
         }
-        let per = usize::try_from(8 / self.bits).expect("codes are 2 or 4 bits wide: 4 or 2 of them per byte");
-        let whole = rest.chunks_exact(per);
+        let whole = rest.chunks_exact(self.per);
         let tail = whole.remainder();
         let bits = self.bits;
         packed.extend(whole.map(|g| g.iter().rev().fold(0u8, |acc, &c| (acc << bits) | (c & mask))));
@@ -612,7 +621,7 @@ mod tests {
         let codes: Vec<u8> = (0..37u8).map(|i| (i % 16).wrapping_sub(8)).collect(); // -8..=7 as bytes
         for bits in [4u32, 2] {
             let mut whole = Vec::new();
-            let mut p = SubByte { out: &mut whole, bits, acc: 0, filled: 0 };
+            let mut p = SubByte::new(&mut whole, bits).unwrap();
             p.put(&codes).unwrap();
             p.finish().unwrap();
             let per = 8 / usize::try_from(bits).unwrap();
@@ -624,7 +633,7 @@ mod tests {
             }
             for cut in [1, 3, 5, 7, 36] {
                 let mut split = Vec::new();
-                let mut p = SubByte { out: &mut split, bits, acc: 0, filled: 0 };
+                let mut p = SubByte::new(&mut split, bits).unwrap();
                 p.put(&codes[..cut]).unwrap();
                 p.put(&codes[cut..]).unwrap();
                 p.finish().unwrap();

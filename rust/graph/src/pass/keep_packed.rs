@@ -112,6 +112,7 @@ impl Builder<'_> {
 }
 
 /// An attribute of integers: axes, permutations, or extents the rewrite has checked are at most [`MAX_DIM`].
+#[allow(clippy::expect_used, reason = "an internal invariant: every extent is checked against MAX_DIM first")]
 fn ints(name: &str, v: impl IntoIterator<Item = u64>) -> Attrs {
     let as_i64 = |d: u64| i64::try_from(d).expect("keep_packed checks that every extent it writes fits i64");
     let mut a = Attrs::new();

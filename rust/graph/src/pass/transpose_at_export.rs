@@ -36,27 +36,26 @@ pub(crate) fn transpose_at_export(program: Program<'_>) -> Program<'_> {
         let [swap] = swaps.as_slice() else { continue };
         let [out] = nodes[*swap].outputs.as_slice() else { continue };
         let out = *out;
+        // Each other use gathers rows into one result of a rank: its spec, and the permutation that turns the
+        // gathered columns back into it.
         let gathers_rows = |i: usize| {
             let n = &nodes[i];
-            gathers_rows_of(n, c.tensor) && n.outputs.len() == 1 && !specs[n.outputs[0].index()].shape.0.is_empty()
+            let [gathered] = n.outputs.as_slice() else { return None };
+            let rank = i64::try_from(specs[gathered.index()].shape.rank()).ok().filter(|&r| r > 0)?;
+            gathers_rows_of(n, c.tensor).then(|| (i, *gathered, (1..rank).chain([0]).collect::<Vec<i64>>()))
         };
-        if !others.iter().all(|&i| gathers_rows(i)) {
-            continue;
-        }
+        let Some(gathers) = others.iter().map(|&i| gathers_rows(i)).collect::<Option<Vec<_>>>() else { continue };
         // Gathers of rows become gathers of columns of the stored table, then a transpose of what they gathered.
-        for &i in &others {
-            let gathered = nodes[i].outputs[0];
+        for (i, gathered, perm) in gathers {
             let spec = specs[gathered.index()].clone();
-            let rank = spec.shape.0.len();
-            let (&width, ids) = spec.shape.0.split_last().expect("gathers_rows checked that the result has a rank");
             let columns = TensorId::at(specs.len());
-            let dims = std::iter::once(width).chain(ids.iter().copied()).collect();
+            let mut dims = spec.shape.0.clone();
+            dims.rotate_right(1); // [ids.., width] -> [width, ids..]
             specs.push(TensorSpec::new(format!("{}_columns", spec.name), Shape(dims), spec.dtype));
             let node = &mut nodes[i];
             node.inputs[0] = out;
             node.attrs.insert("axis".into(), Attr::Int(1));
             node.outputs[0] = columns;
-            let perm = (1..rank).chain([0]).map(|d| i64::try_from(d).expect("a rank fits i64")).collect();
             let mut attrs = Attrs::new();
             attrs.insert("perm".into(), Attr::Ints(perm));
             let origin = node.origin();
