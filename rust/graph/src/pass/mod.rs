@@ -1,6 +1,6 @@
 //! The rewrites [`crate::finalize`] runs after it has checked what the user recorded, each a pass from one
-//! [`Program`] to the next: [`keep_packed`] ([`PackedConstantHandling::Keep`](crate::PackedConstantHandling::Keep))
-//! and [`transpose_at_export`] ([`WeightLayout::ChosenForUse`](crate::WeightLayout::ChosenForUse)).
+//! [`Program`] to the next: [`keep_packed()`] ([`PackedConstantHandling::Keep`](crate::PackedConstantHandling::Keep))
+//! and [`transpose_at_export()`] ([`WeightLayout::ChosenForUse`](crate::WeightLayout::ChosenForUse)).
 //!
 //! Passes read and write the IR ([`Op`], [`TensorSpec`], [`Constant`]) and nothing of the graph module, which runs
 //! them and verifies each one's output with the checks the recorded graph passed.
