@@ -152,7 +152,13 @@ impl ConstantData<'_> {
         match self {
             ConstantData::Raw { bytes: Lent::Slice(b), .. } => Some(b),
             ConstantData::F32(Lent::Slice(v)) if cfg!(target_endian = "little") => Some(bytemuck::cast_slice(v)),
-            _ => None,
+            // Lent in chunks, or converted on the way out.
+            ConstantData::Raw { .. }
+            | ConstantData::F32(_)
+            | ConstantData::Widen { .. }
+            | ConstantData::Dequantize { .. }
+            | ConstantData::Transposed { .. }
+            | ConstantData::Plane { .. } => None,
         }
     }
 
@@ -206,7 +212,7 @@ impl ConstantData<'_> {
             ConstantData::Raw { dtype, .. } => *dtype,
             ConstantData::Transposed { of, .. } => of.dtype(),
             ConstantData::Plane { encoding, plane, .. } => plane_split(encoding).dtype(*plane),
-            _ => DType::F32,
+            ConstantData::F32(_) | ConstantData::Widen { .. } | ConstantData::Dequantize { .. } => DType::F32,
         }
     }
 
@@ -240,7 +246,9 @@ impl ConstantData<'_> {
                     None => n * dtype.byte_width(),
                 }
             }
-            _ => self.element_count() * 4,
+            ConstantData::F32(_) | ConstantData::Widen { .. } | ConstantData::Dequantize { .. } => {
+                self.element_count() * 4
+            }
         }
     }
 

@@ -126,7 +126,7 @@ impl<'a> ComputeGraph<'a> {
         self.constant_of.get(&id).map(|&i| &self.constants[i])
     }
 
-    /// Nodes (the trace's ops) in topological order.
+    /// Nodes in topological order: the trace's ops, and those the rewrites inserted ([`Op::is_inserted`]).
     #[must_use]
     pub fn nodes(&self) -> &[Op] {
         &self.nodes
@@ -447,6 +447,14 @@ fn assign_keys(constants: &mut [Constant<'_>], specs: &[TensorSpec]) -> Vec<KeyC
 /// ([`HalfConstantHandling::Keep`], the default) or widened lazily; packed → error
 /// ([`PackedConstantHandling::Fail`]) or constant dequantized lazily; other dense dtypes →
 /// constant as stored; mapped or shape-only → input.
+///
+/// Then the rewrites the options ask for run, each a pass from one program to the next: `keep_packed`
+/// ([`PackedConstantHandling::Keep`]), then `transpose_at_export` ([`WeightLayout::ChosenForUse`]). What each
+/// produces is checked as the recorded graph was; a rule it breaks is [`GraphError::PassBroke`], a bug to report.
+///
+/// # Errors
+/// Any [`GraphError`]: what the recorded graph or its storage breaks, a weight that cannot be kept packed, or
+/// [`GraphError::PassBroke`].
 pub fn finalize<'a>(trace: &Trace<'a>, opts: &ExtractOptions) -> Result<ComputeGraph<'a>> {
     let producer = check_structure(trace)?;
     let order = topological_order(trace, &producer)?;

@@ -13,6 +13,10 @@
 //!
 //! The planes hold `Np ≥ N` rows ([`Split::padded_rows`]); every value computed on them is `Np` wide and sliced to
 //! `N` where it leaves the rewrite.
+//!
+//! Every op the rewrite inserts has a fresh index and stands for the recorded node it replaces (the matmul, the
+//! gather), or, for the values derived from the planes before any use, for the weight's first use
+//! ([`Op::origin`]): a message about it names what the user recorded.
 
 use std::collections::HashMap;
 
@@ -308,8 +312,9 @@ pub(crate) fn keep_packed<'a>(program: Program<'a>) -> Result<Program<'a>> {
         for p in split.planes(encoding) {
             let pdims: Vec<u64> = match p {
                 Plane::Quants | Plane::QuantsHigh => vec![kb, bsub, np],
+                // K-quants' `d` and `dmin` are per super-block; every other number is per sub-block.
                 Plane::Scale | Plane::SuperMin if split.two_level => vec![ks, np],
-                _ => vec![kb, np],
+                Plane::Scale | Plane::SuperMin | Plane::Min | Plane::SubScales | Plane::SubMins => vec![kb, np],
             };
             let t = b.tensor(format!("{name}.{}", p.suffix()), &pdims, split.dtype(p));
             plane_ids.insert(p, t);

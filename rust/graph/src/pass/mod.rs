@@ -101,3 +101,22 @@ pub(crate) fn uses(nodes: &[Op]) -> std::collections::HashMap<TensorId, Vec<usiz
     }
     uses
 }
+
+#[cfg(test)]
+mod tests {
+    /// The dependency goes one way: the graph module runs the passes, the passes read the IR; constants stream
+    /// through the transposer, which reads what they lend.
+    #[test]
+    fn passes_and_the_transposer_do_not_import_what_uses_them() {
+        let graph = concat!("crate", "::graph");
+        for (file, text) in [
+            ("pass/mod.rs", include_str!("mod.rs")),
+            ("pass/keep_packed.rs", include_str!("keep_packed.rs")),
+            ("pass/transpose_at_export.rs", include_str!("transpose_at_export.rs")),
+        ] {
+            assert!(!text.contains(graph), "{file} imports the graph module");
+        }
+        let constant = concat!("crate", "::constant");
+        assert!(!include_str!("../transpose.rs").contains(constant), "transpose.rs imports the constants");
+    }
+}
