@@ -423,6 +423,8 @@ pub(crate) fn keep_packed<'a>(program: Program<'a>) -> Result<Program<'a>> {
 
         // Each use.
         let mut needs_whole = outputs.contains(&c.tensor);
+        // The first recorded node that needs the whole weight, which its dequantization stands for.
+        let mut whole_for = None;
         for &i in uses.get(&c.tensor).map(Vec::as_slice).unwrap_or(&[]) {
             let node = &nodes[i];
             if swaps_two_dims(node) && node.outputs.len() == 1 {
@@ -443,6 +445,7 @@ pub(crate) fn keep_packed<'a>(program: Program<'a>) -> Result<Program<'a>> {
                     }
                 }
                 if tt_whole {
+                    b.origin = node.origin();
                     pl.dequantized_t(&mut b, tt);
                 }
                 continue;
@@ -455,10 +458,14 @@ pub(crate) fn keep_packed<'a>(program: Program<'a>) -> Result<Program<'a>> {
                     let seq = b.take_use(start);
                     replaced.insert(i, seq);
                 }
-                None => needs_whole = true,
+                None => {
+                    needs_whole = true;
+                    whole_for = whole_for.or(node.origin());
+                }
             }
         }
         if needs_whole {
+            b.origin = whole_for.or(first_use);
             // W itself, for uses that need every value: dequantized as Wᵀ, then transposed back.
             let wt = b.tensor(format!("{name}.t"), &[k, n], DType::F32);
             pl.dequantized_t(&mut b, wt);
