@@ -243,6 +243,17 @@ fn keep_turns_a_packed_linear_weight_into_planes_and_a_per_block_contraction() {
     assert_eq!(converts(d.tensor).origin(), Some(0), "values built before any use stand for the first one");
     assert_eq!(converts(qs.tensor).origin(), Some(1), "values built for a use stand for it");
 
+    // Q5_1 offsets its codes by 16 and weights their high bits by 16: one scalar constant, one key, for both.
+    let blocks = vec![0u8; 24 * 3];
+    let q5 = Tensor {
+        spec: spec("w5", &[3, 32], DType::F32).with_path("model.q5.weight"),
+        storage: Storage::Packed { encoding: Encoding::Q5_1, order: BlockOrder::RowMajor, bytes: Lent::Slice(&blocks) },
+    };
+    let (trace, _, _) = linear_trace(q5, 1);
+    let g = finalize(&trace, &keep).unwrap();
+    let scalars: Vec<&str> = g.constants().iter().map(|c| c.key.as_str()).filter(|k| k.contains(".const")).collect();
+    assert_eq!(scalars, ["model.q5.weight.const16", "model.q5.weight.const-8"]);
+
     // A weight whose rows are not whole blocks, or of another rank, cannot be kept packed: an error that says so.
     let blocks = vec![0u8; 34 * 3];
     let odd = Tensor {
@@ -254,11 +265,11 @@ fn keep_turns_a_packed_linear_weight_into_planes_and_a_per_block_contraction() {
     let y = t.add_placeholder(spec("y", &[96], DType::F32));
     t.record(OpKind::Neg, Attrs::new(), &[w], &[y]);
     t.set_outputs(&[y]);
-    let err = finalize(&t, &keep).unwrap_err().to_string();
-    assert!(
-        err.contains("'w'") && err.contains("Q8_0") && err.contains("rank-2") && err.contains("dequantize"),
-        "{err}"
-    );
+    let err = finalize(&t, &keep).unwrap_err();
+    let GraphError::CannotKeepPacked { tensor, encoding, detail } = &err else { panic!("{err}") };
+    assert_eq!((tensor.as_str(), encoding.as_str()), ("w", "Q8_0"));
+    assert!(detail.contains("rank-2"), "{detail}");
+    assert!(err.to_string().contains("dequantize it instead"), "the remedy: {err}");
     // [2, 48]: 96 values are 3 whole blocks, but a row of 48 is not.
     let rows48 = Tensor {
         spec: spec("w48", &[2, 48], DType::F32),
@@ -269,8 +280,10 @@ fn keep_turns_a_packed_linear_weight_into_planes_and_a_per_block_contraction() {
     let y = t.add_placeholder(spec("y", &[2, 48], DType::F32));
     t.record(OpKind::Neg, Attrs::new(), &[w], &[y]);
     t.set_outputs(&[y]);
-    let err = finalize(&t, &keep).unwrap_err().to_string();
-    assert!(err.contains("'w48'") && err.contains("rows of 48 values are not whole 32-value blocks"), "{err}");
+    let err = finalize(&t, &keep).unwrap_err();
+    let GraphError::CannotKeepPacked { tensor, detail, .. } = &err else { panic!("{err}") };
+    assert_eq!(tensor, "w48");
+    assert!(detail.contains("rows of 48 values are not whole 32-value blocks"), "{detail}");
 }
 
 #[test]

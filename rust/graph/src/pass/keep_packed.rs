@@ -327,7 +327,13 @@ pub(crate) fn keep_packed<'a>(program: Program<'a>) -> Result<Program<'a>> {
             };
             planes_out.push(Constant { tensor: t, key: format!("{}.{}", c.key, p.suffix()), data });
         }
-        let scalar = |b: &mut Builder<'_>, planes_out: &mut Vec<Constant<'a>>, v: i32| {
+        // One constant per scalar value and weight, however many terms use it (Q5_1 and Q5_K offset their codes
+        // by 16 and weight their high bits by 16): keys stay unique.
+        let mut scalars: HashMap<i32, TensorId> = HashMap::new();
+        let mut scalar = |b: &mut Builder<'_>, planes_out: &mut Vec<Constant<'a>>, v: i32| {
+            if let Some(&t) = scalars.get(&v) {
+                return Ok(t);
+            }
             let Some(bytes) = scalar_bytes(v) else {
                 return Err(GraphError::PassBroke {
                     pass: "keep_packed",
@@ -341,6 +347,7 @@ pub(crate) fn keep_packed<'a>(program: Program<'a>) -> Result<Program<'a>> {
                 key: format!("{}.const{v}", c.key),
                 data: ConstantData::Raw { dtype: DType::F32, bytes: Lent::Slice(bytes) },
             });
+            scalars.insert(v, t);
             Ok(t)
         };
         let f32_of = |b: &mut Builder<'_>, p: Plane, dims: &[u64]| {
