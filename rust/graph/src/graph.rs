@@ -519,27 +519,38 @@ pub fn finalize<'a>(trace: &Trace<'a>, opts: &ExtractOptions) -> Result<ComputeG
 /// # Errors
 /// [`GraphError::PassBroke`], naming the pass and the node (or constant, or output) where a rule breaks.
 fn verify(program: &Program<'_>, pass: &'static str) -> Result<()> {
+    /// What defines a tensor.
+    #[derive(Clone, Copy)]
+    enum Def {
+        Input,
+        Constant(usize),
+        Node(usize),
+    }
     let broke = |node: String, detail: String| GraphError::PassBroke { pass, node, detail };
+    let name = |d: Def| match d {
+        Def::Input => "a runtime input".to_owned(),
+        Def::Constant(i) => format!("constant '{}'", program.constants[i].key),
+        Def::Node(i) => program.describe(&program.nodes[i]),
+    };
     let specs = &program.specs;
-    let n = specs.len();
     // Where each tensor is defined: `None` until it is.
-    let mut defined: Vec<Option<String>> = vec![None; n];
-    let define = |defined: &mut [Option<String>], t: TensorId, by: String, at: &dyn Fn() -> String| -> Result<()> {
+    let mut defined: Vec<Option<Def>> = vec![None; specs.len()];
+    let define = |defined: &mut [Option<Def>], t: TensorId, by: Def, at: &dyn Fn() -> String| -> Result<()> {
         let Some(slot) = defined.get_mut(t.index()) else {
             return Err(broke(at(), format!("tensor #{} does not exist", t.index())));
         };
         match slot.replace(by) {
-            Some(first) => Err(broke(at(), format!("tensor #{} is already defined, by {first}", t.index()))),
+            Some(first) => Err(broke(at(), format!("tensor #{} is already defined, by {}", t.index(), name(first)))),
             None => Ok(()),
         }
     };
     for &t in &program.inputs {
-        define(&mut defined, t, "a runtime input".into(), &|| format!("runtime input #{}", t.index()))?;
+        define(&mut defined, t, Def::Input, &|| format!("runtime input #{}", t.index()))?;
     }
     let mut keys = HashSet::with_capacity(program.constants.len());
-    for c in &program.constants {
-        let at = || format!("constant '{}'", c.key);
-        define(&mut defined, c.tensor, at(), &at)?;
+    for (i, c) in program.constants.iter().enumerate() {
+        let at = || name(Def::Constant(i));
+        define(&mut defined, c.tensor, Def::Constant(i), &at)?;
         if !keys.insert(c.key.as_str()) {
             return Err(broke(at(), "another constant has its key".into()));
         }
@@ -547,24 +558,18 @@ fn verify(program: &Program<'_>, pass: &'static str) -> Result<()> {
             return Err(broke(at(), detail));
         }
     }
-    for node in &program.nodes {
-        let at = || program.describe(node);
+    for (i, node) in program.nodes.iter().enumerate() {
+        let at = || name(Def::Node(i));
         for (port, t) in node.inputs.iter().enumerate() {
-            match defined.get(t.index()) {
-                None => {
-                    return Err(broke(at(), format!("input {port} is tensor #{}, which does not exist", t.index())));
-                }
-                Some(None) => {
-                    return Err(broke(
-                        at(),
-                        format!("input {port}, tensor #{}, is read before it is defined", t.index()),
-                    ));
-                }
-                Some(Some(_)) => {}
-            }
+            let detail = match defined.get(t.index()) {
+                Some(Some(_)) => continue,
+                None => format!("input {port} is tensor #{}, which does not exist", t.index()),
+                Some(None) => format!("input {port}, tensor #{}, is read before it is defined", t.index()),
+            };
+            return Err(broke(at(), detail));
         }
         for &t in &node.outputs {
-            define(&mut defined, t, at(), &at)?;
+            define(&mut defined, t, Def::Node(i), &at)?;
         }
         check_signature(node, specs).map_err(|e| broke(at(), e.to_string()))?;
     }
