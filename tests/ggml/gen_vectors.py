@@ -23,15 +23,16 @@ SPECIAL_F16 = np.array([0x0001, 0x03FF, 0x8001, 0x0000, 0x8000, 0x7C00, 0xFC00, 
 RANDOM_BLOCKS, SPECIAL_BLOCKS = 4096, 512
 
 
-def vectors(fmt: str, rng: np.random.Generator):
+def vectors(fmt: str, rng: np.random.Generator, random_blocks: int = RANDOM_BLOCKS,
+            special_blocks: int = SPECIAL_BLOCKS):
     qtype = T[fmt]
     _, nbytes = GGML_QUANT_SIZES[qtype]
-    raw = rng.integers(0, 256, size=(RANDOM_BLOCKS + SPECIAL_BLOCKS, nbytes), dtype=np.uint8)
+    raw = rng.integers(0, 256, size=(random_blocks + special_blocks, nbytes), dtype=np.uint8)
     for off in F16_FIELDS[fmt]:
-        finite = rng.uniform(-2, 2, RANDOM_BLOCKS).astype(np.float16).view(np.uint8).reshape(-1, 2)
-        raw[:RANDOM_BLOCKS, off:off + 2] = finite
-        special = rng.choice(SPECIAL_F16, SPECIAL_BLOCKS).astype("<u2").view(np.uint8).reshape(-1, 2)
-        raw[RANDOM_BLOCKS:, off:off + 2] = special
+        finite = rng.uniform(-2, 2, random_blocks).astype(np.float16).view(np.uint8).reshape(-1, 2)
+        raw[:random_blocks, off:off + 2] = finite
+        special = rng.choice(SPECIAL_F16, special_blocks).astype("<u2").view(np.uint8).reshape(-1, 2)
+        raw[random_blocks:, off:off + 2] = special
     with np.errstate(all="ignore"):
         ref = dequantize(raw.reshape(1, -1), qtype).reshape(-1).astype("<f4")
     return raw, ref

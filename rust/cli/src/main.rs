@@ -1,6 +1,8 @@
 //! `tapeout`: pack, inspect, verify and extract IREE parameter archives (.irpa).
 //!
 //! Exit codes: 0 success, 1 bad input or I/O failure, 2 usage error.
+// The doc comments below are clap's help text, read as plain text: `<name>` there is a placeholder, not HTML.
+#![allow(rustdoc::invalid_html_tags)]
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -299,7 +301,8 @@ fn pack(
     iree_placement: bool,
     matches: Option<&ArgMatches>,
 ) -> Result<(), Failure> {
-    // Keep the command-line order across the positional and --splat entries.
+    // Keep the command-line order across the positional and --splat entries; without parsed matches (a direct
+    // call) the data entries keep their order and the splats follow them.
     let positions =
         |id: &str| -> Vec<usize> { matches.and_then(|m| m.indices_of(id)).map(|i| i.collect()).unwrap_or_default() };
     let mut planned: Vec<(usize, Planned<'_>)> = Vec::new();
@@ -324,7 +327,7 @@ fn pack(
     for (_, p) in &planned {
         match p {
             Planned::Data { key, file } => {
-                let md = metadata.remove(key).unwrap_or_default();
+                let md = metadata.remove(key).unwrap_or_default(); // no --meta for it: no metadata
                 writer.add_data_with_metadata(*key, md, FileRegionSource::whole(file)?)?;
             }
             Planned::Splat { key, spec } => {
@@ -404,9 +407,9 @@ fn export(graph: &Path, opts: &GraphFileExport<'_>, out_dir: &Path) -> Result<()
     println!("wrote {} ({} bytes; {} inline constants)", s.mlir.display(), s.mlir_bytes, s.inline_constants);
     match &s.archives.index {
         None => {
-            let a = s.archives.archives.first();
-            let (path, size) = a.map_or((Path::new("-"), 0), |a| (a.path.as_path(), a.file_size));
-            println!("wrote {} ({} external parameters, {size} bytes)", path.display(), s.externals);
+            #[allow(clippy::expect_used, reason = "an export without an index wrote exactly one archive")]
+            let a = s.archives.archives.first().expect("an export without an index writes exactly one archive");
+            println!("wrote {} ({} external parameters, {} bytes)", a.path.display(), s.externals, a.file_size);
         }
         Some(index) => {
             for a in &s.archives.archives {

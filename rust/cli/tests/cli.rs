@@ -149,3 +149,28 @@ fn a_graph_cannot_read_files_outside_its_directory_unless_trusted() {
         std::fs::remove_dir_all(tmp.path().join("out")).unwrap();
     }
 }
+
+/// Two separate processes (each with its own hash seeds, allocation addresses and thread timing) write the same
+/// bytes: the module text and the archive, for a dense graph and for packed weights kept as planes.
+#[test]
+fn export_is_byte_identical_across_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = graphs();
+    for (name, extra) in [("transformer", &[][..]), ("mlp", &["--packed", "keep"][..])] {
+        let (json, st) = (g.join(format!("{name}.json")), g.join(format!("{name}.safetensors")));
+        let outputs: Vec<(Vec<u8>, Vec<u8>)> = ["one", "two"]
+            .iter()
+            .map(|out| {
+                let mut args = vec!["export", json.to_str().unwrap(), "--weights", st.to_str().unwrap(), "-o", out];
+                args.extend(extra);
+                let o = tapeout(&args, dir.path());
+                assert!(o.status.success(), "{name}: {}", stderr(&o));
+                let read = |ext: &str| std::fs::read(dir.path().join(out).join(format!("{name}.{ext}"))).unwrap();
+                (read("mlir"), read("irpa"))
+            })
+            .collect();
+        assert!(!outputs[0].0.is_empty() && outputs[0].1.len() >= 4096, "{name}: something was written");
+        assert!(outputs[0].0 == outputs[1].0, "{name}: the two processes wrote different module text");
+        assert!(outputs[0].1 == outputs[1].1, "{name}: the two processes wrote different archives");
+    }
+}

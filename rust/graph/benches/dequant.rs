@@ -8,7 +8,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use tapeout_graph::{ConstantData, Encoding, Lent, packed};
+use tapeout_graph::{ConstantData, Encoding, Lent, dequantize};
 
 fn blocks(encoding: &Encoding) -> Vec<u8> {
     if let Some(dir) = std::env::var_os("TAPEOUT_DEQUANT_DATA") {
@@ -47,7 +47,7 @@ fn bench(c: &mut Criterion) {
         let mut out = vec![0f32; usize::try_from(values).unwrap_or(0)];
         group.throughput(Throughput::Elements(values));
         group.bench_function(format!("kernel/{}", encoding.name()), |b| {
-            b.iter(|| packed::dequantize(&encoding, black_box(&data), &mut out).unwrap_or_else(|e| panic!("{e}")));
+            b.iter(|| dequantize(&encoding, black_box(&data), &mut out).unwrap_or_else(|e| panic!("{e}")));
         });
         // The export path: lazy, chunked decode streamed to a sink.
         let constant =

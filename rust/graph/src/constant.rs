@@ -60,7 +60,7 @@ pub enum ConstantData<'a> {
         /// Columns of the source (rows of what is written).
         cols: u64,
     },
-    /// One plane of a packed weight kept packed ([`crate::planar`]): its codes or per-block numbers, repacked from
+    /// One plane of a packed weight kept packed ([`Plane`](crate::Plane)): its codes or per-block numbers, repacked from
     /// the GGML blocks tile by tile in the layout the program contracts.
     Plane {
         /// The block encoding.
@@ -69,8 +69,8 @@ pub enum ConstantData<'a> {
         bytes: Lent<'a, u8>,
         /// The packed weight's logical `[rows, cols]`.
         dims: [u64; 2],
-        /// The rows every plane is written with: `dims[0]` rounded up to
-        /// [`Split::row_multiple`](crate::planar::Split::row_multiple); the rows past `dims[0]` are zero.
+        /// The rows every plane is written with: `dims[0]` rounded up to 64 for a format with sub-byte codes (i4
+        /// codes, i2 high bits), `dims[0]` itself for Q8_0; the rows past `dims[0]` are zero.
         padded_rows: u64,
         /// Which plane.
         plane: crate::planar::Plane,

@@ -24,7 +24,7 @@ pub enum PackedConstantHandling {
     /// Decode to f32 while exporting, one chunk of blocks at a time.
     Dequantize,
     /// Keep the blocks packed: each weight becomes planes of integer codes and per-block scales
-    /// ([`crate::planar`]) and its uses become ops on them, so that the program contracts the codes per block
+    /// ([`Plane`](crate::Plane)) and its uses become ops on them, so that the program contracts the codes per block
     /// and never materializes the f32 weight for a linear layer or an embedding (the `keep_packed` rewrite).
     Keep,
 }
@@ -371,7 +371,8 @@ fn classify<'a>(
             let cannot = |detail: String| GraphError::CannotDecode { tensor: spec.label().to_owned(), detail };
             if encoding.block_geometry().is_none() {
                 return Err(cannot(format!(
-                    "encoding {encoding} is not one tapeout decodes (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K); load it dense"
+                    "encoding {encoding} is not one tapeout decodes ({}); load it dense",
+                    Encoding::decodable_names()
                 )));
             }
             if *order != BlockOrder::RowMajor {

@@ -17,9 +17,9 @@ mod error;
 mod graph;
 pub mod io;
 pub mod ops;
-pub mod packed;
+mod packed;
 mod pass;
-pub mod planar;
+mod planar;
 mod shape;
 mod sink;
 mod tensor;
@@ -34,7 +34,8 @@ pub use graph::{
     finalize,
 };
 pub use ops::OpKind;
-pub use packed::{BlockOrder, Encoding};
+pub use packed::{BlockOrder, DecodeError, Encoding, dequantize};
+pub use planar::Plane;
 pub use shape::{Dim, Shape};
 pub use tensor::{ChunkLender, HalfLayout, LendError, Lent, Storage, StreamError, Tensor, TensorSpec};
 pub use trace::{Attr, Attrs, Op, TensorId, Trace};

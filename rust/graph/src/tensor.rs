@@ -173,6 +173,7 @@ impl<'a, T> Lent<'a, T> {
     ) -> Result<(), StreamError> {
         let max = max.max(1);
         match self {
+            // A limit past the address space is no limit: a slice in memory is shorter than usize::MAX.
             Lent::Slice(s) => s.chunks(usize::try_from(max).unwrap_or(usize::MAX)).try_for_each(f),
             Lent::Chunked(c) => {
                 let total = c.len();

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tapeout_graph::{
     Attr, Attrs, BlockOrder, ByteSink, ChunkLender, ConstantData, DType, Dim, Encoding, ExtractOptions, GraphError,
     HalfConstantHandling, HalfLayout, Lent, OpKind, PackedConstantHandling, Shape, Storage, StreamError, Tensor,
-    TensorId, TensorSpec, Trace, finalize, packed,
+    TensorId, TensorSpec, Trace, dequantize, finalize,
 };
 
 // --- allocation accounting --------------------------------------------------------------------
@@ -307,7 +307,7 @@ fn dequantize_yields_logical_f32_values_without_an_encoding() {
     assert_eq!(c.data.dtype(), DType::F32);
     assert_eq!(graph.spec(w_id).dtype, DType::F32);
     let mut expect = vec![0f32; 64];
-    packed::dequantize(&Encoding::Q4_0, &blocks, &mut expect).unwrap();
+    dequantize(&Encoding::Q4_0, &blocks, &mut expect).unwrap();
     assert_eq!(f32s(&bytes_of(&c.data)), expect);
     assert_eq!(expect[0], -4.0);
 }

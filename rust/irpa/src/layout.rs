@@ -72,10 +72,10 @@ pub enum EntryShape {
         len: u64,
         /// For bytes the kernel copies from a file: their offset in that file. An entry of at least
         /// [`COPY_PHASE_MIN_LEN`] whose source offset is 64-aligned is placed at that offset modulo [`COPY_PHASE`]
-        /// (still 64-aligned), which IREE reads like any other placement. `copy_file_range` on Linux 6.18 ext4
-        /// measured 1.4x faster for such a copy than for one whose ends disagree modulo 64 KiB (the page cache fills
-        /// whole large folios; docs/performance.md), and a file system that shares extents needs the ends
-        /// congruent to share them.
+        /// (still 64-aligned), which IREE reads like any other placement. `copy_file_range` copies such an
+        /// entry faster than one whose ends disagree modulo 64 KiB (the page cache fills whole large folios; the
+        /// measurement is in docs/performance.md, "`pack` at `cat`'s speed"), and a file system that shares
+        /// extents needs the ends congruent to share them.
         /// `None` places the entry exactly as IREE's builder does.
         file_offset: Option<u64>,
     },
@@ -203,7 +203,9 @@ mod tests {
 
     #[test]
     fn annotated_example_from_the_format_reference() {
-        // weight: 4x3 f32 = 48 B, bias: 3 f32 = 12 B (irpa-format.md §7).
+        // weight: 4x3 f32 = 48 B under a 6-byte key, bias: 3 f32 = 12 B under a 4-byte key; the expected offsets
+        // are the ones IREE's builder writes for these two entries (two 76-byte DATA records from 96, then the
+        // keys, then storage 64-aligned).
         let l = compute([
             (EntryShape::Data { len: 48, file_offset: None }, 6, 0),
             (EntryShape::Data { len: 12, file_offset: None }, 4, 0),

@@ -12,13 +12,14 @@
 #![deny(missing_docs)]
 
 mod error;
-pub mod layout;
+mod layout;
 mod reader;
 mod records;
 mod source;
 mod writer;
 
 pub use error::{FormatProblem, IrpaError, Result, io_remedy};
+pub use layout::{EntryPlacement, Layout, Range};
 pub use reader::{Archive, Entry, Index, IndexEntry, IndexKind, Payload, parse_index};
 pub use source::{
     ByteSource, BytesSource, ChunkSink, F32Source, FileRegionSource, FnSource, MAX_CHUNK_BYTES, ZerosSource,

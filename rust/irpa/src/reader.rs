@@ -59,11 +59,11 @@ pub struct Index {
 fn check_segment(name: &'static str, seg: Range, file_size: u64) -> Result<(), FormatProblem> {
     match seg.end() {
         Some(end) if end <= file_size => Ok(()),
-        end => Err(FormatProblem::SegmentOutOfFile {
+        _ => Err(FormatProblem::SegmentOutOfFile {
             segment: name,
             offset: seg.offset,
             length: seg.length,
-            end: end.unwrap_or(u64::MAX),
+            end: seg.offset.saturating_add(seg.length),
             file_size,
         }),
     }
@@ -121,7 +121,7 @@ pub fn parse_index(bytes: &[u8]) -> Result<Index, FormatProblem> {
     if declared > entry_segment.length / ENTRY_COMMON_SIZE {
         return Err(mismatch(0, "cannot fit: the count exceeds what the table can hold"));
     }
-    let mut entries = Vec::with_capacity(usize::try_from(declared).unwrap_or(0));
+    let mut entries = Vec::new();
     let mut keys: HashMap<&[u8], u64> = HashMap::new();
     let mut pos = entry_segment.offset;
 
@@ -161,7 +161,7 @@ pub fn parse_index(bytes: &[u8]) -> Result<Index, FormatProblem> {
             what,
             offset: r.offset,
             length: r.length,
-            end: r.end().unwrap_or(u64::MAX),
+            end: r.offset.saturating_add(r.length),
             segment_len: metadata_segment.length,
         };
         let key = within(metadata_segment, name_rel).ok_or_else(|| out_of_meta("name", name_rel))?;
@@ -178,7 +178,7 @@ pub fn parse_index(bytes: &[u8]) -> Result<Index, FormatProblem> {
                 index,
                 offset: rel.offset,
                 length: rel.length,
-                end: rel.end().unwrap_or(u64::MAX),
+                end: rel.offset.saturating_add(rel.length),
                 segment_len: storage_segment.length,
             })?;
             IndexKind::Data(abs)
@@ -230,10 +230,11 @@ pub fn parse_index(bytes: &[u8]) -> Result<Index, FormatProblem> {
 }
 
 /// `bytes[r]` for a range already validated against `bytes.len()`.
+#[allow(clippy::expect_used, reason = "every range passed here was checked against these bytes by parse_index")]
 fn slice(bytes: &[u8], r: Range) -> &[u8] {
-    let start = usize::try_from(r.offset).unwrap_or(usize::MAX);
-    let end = usize::try_from(r.offset + r.length).unwrap_or(usize::MAX);
-    bytes.get(start..end).unwrap_or(&[])
+    let start = usize::try_from(r.offset).expect("range validated against the in-memory file");
+    let end = usize::try_from(r.offset + r.length).expect("range validated against the in-memory file");
+    bytes.get(start..end).expect("range validated against the in-memory file")
 }
 
 /// An open archive: the file is memory-mapped and every DATA entry is a zero-copy slice of it.
@@ -292,7 +293,7 @@ impl Entry<'_> {
                 let block: Vec<u8> = pattern.iter().copied().cycle().take(1 << 16).collect();
                 let mut left = length;
                 while left > 0 {
-                    let n = usize::try_from(left.min(block.len() as u64)).unwrap_or(block.len());
+                    let n = block.len().min(usize::try_from(left).unwrap_or(usize::MAX)); // saturating: more than a block
                     out.write_all(&block[..n])?;
                     left -= n as u64;
                 }
@@ -363,8 +364,9 @@ impl Archive {
             .ok_or_else(|| IrpaError::KeyNotFound { path: self.path.clone(), key: key.to_owned() })
     }
 
+    #[allow(clippy::expect_used, reason = "the entry comes from parse_index over this mapping, which checked its key")]
     fn entry<'a>(&'a self, e: &'a IndexEntry) -> Entry<'a> {
-        let key = std::str::from_utf8(slice(&self.map, e.key)).unwrap_or_default();
+        let key = std::str::from_utf8(slice(&self.map, e.key)).expect("parse_index checked every key is UTF-8");
         let metadata = slice(&self.map, e.metadata);
         let payload = match &e.kind {
             IndexKind::Data(r) => Payload::Data(slice(&self.map, *r)),

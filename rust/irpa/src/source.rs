@@ -127,7 +127,7 @@ pub trait ByteSource {
     fn write_into(&mut self, sink: &mut ChunkSink<'_>) -> Result<()>;
 
     /// For bytes copied from a file with [`ChunkSink::copy_file`]: where they start in that file. The writer
-    /// places a large entry at the same offset modulo 64 KiB ([`crate::layout::COPY_PHASE`]), where the kernel
+    /// places a large entry at the same offset modulo 64 KiB, where the kernel
     /// copies fastest (and a file system that shares extents can share them). `None` (the default) for bytes
     /// produced in memory.
     fn file_offset(&self) -> Option<u64> {

@@ -10,7 +10,9 @@ use crate::layout::{self, EntryShape, Layout, entry_type};
 use crate::records::{DataEntry, EntryCommon, SplatEntry, U32Le, U64Le};
 use crate::source::{ByteSource, ChunkSink, SinkTarget};
 
-enum Payload<'a> {
+/// What a pending entry will hold: bytes still to be streamed from a source, or a splat. (The reader's
+/// [`Payload`](crate::Payload) is the other side: the bytes of an entry already in an archive.)
+enum Contents<'a> {
     Data(Box<dyn ByteSource + 'a>),
     Splat { pattern: [u8; 16], pattern_len: u8, length: u64 },
 }
@@ -18,7 +20,7 @@ enum Payload<'a> {
 struct Pending<'a> {
     key: String,
     metadata: Vec<u8>,
-    payload: Payload<'a>,
+    payload: Contents<'a>,
 }
 
 /// Progress of a write, reported after every chunk.
@@ -45,8 +47,8 @@ pub struct WriteSummary {
 
 /// Builds an IRPA v0 archive that IREE 3.13 reads, byte-identical to IREE's own builder for the
 /// same entries in the same order, with one difference by default: an entry of at least 8 MiB copied from a file
-/// ([`ByteSource::file_offset`]) starts at its source offset modulo 64 KiB, where the kernel copies it fastest
-/// ([`layout::EntryShape::Data`]). [`ArchiveWriter::iree_placement`] turns that off for byte-for-byte comparisons
+/// ([`ByteSource::file_offset`]) starts at its source offset modulo 64 KiB (when that offset is 64-aligned), where
+/// the kernel copies it fastest. [`ArchiveWriter::iree_placement`] turns that off for byte-for-byte comparisons
 /// with IREE's tools.
 ///
 /// ```
@@ -69,10 +71,10 @@ pub struct ArchiveWriter<'a> {
 
 fn shape(e: &Pending<'_>, iree_placement: bool) -> (EntryShape, u64, u64) {
     let shape = match &e.payload {
-        Payload::Data(s) => {
+        Contents::Data(s) => {
             EntryShape::Data { len: s.byte_len(), file_offset: if iree_placement { None } else { s.file_offset() } }
         }
-        Payload::Splat { .. } => EntryShape::Splat,
+        Contents::Splat { .. } => EntryShape::Splat,
     };
     (shape, e.key.len() as u64, e.metadata.len() as u64)
 }
@@ -130,7 +132,7 @@ impl<'a> ArchiveWriter<'a> {
     ) -> Result<()> {
         let key = key.into();
         self.claim_key(&key)?;
-        self.entries.push(Pending { key, metadata, payload: Payload::Data(Box::new(source)) });
+        self.entries.push(Pending { key, metadata, payload: Contents::Data(Box::new(source)) });
         Ok(())
     }
 
@@ -148,18 +150,21 @@ impl<'a> ArchiveWriter<'a> {
         length: u64,
     ) -> Result<()> {
         let key = key.into();
-        let pattern_len = pattern.len();
-        if !matches!(pattern_len, 1 | 2 | 4 | 8 | 16) {
-            return Err(IrpaError::BadSplatPattern { key, pattern_len });
-        }
-        if length % pattern_len as u64 != 0 {
-            return Err(IrpaError::SplatLengthNotMultiple { key, length, pattern_len });
+        let pattern_len: u8 = match pattern.len() {
+            1 => 1,
+            2 => 2,
+            4 => 4,
+            8 => 8,
+            16 => 16,
+            pattern_len => return Err(IrpaError::BadSplatPattern { key, pattern_len }),
+        };
+        if length % u64::from(pattern_len) != 0 {
+            return Err(IrpaError::SplatLengthNotMultiple { key, length, pattern_len: pattern.len() });
         }
         self.claim_key(&key)?;
         let mut padded = [0u8; 16];
-        padded[..pattern_len].copy_from_slice(pattern);
-        let pattern_len = u8::try_from(pattern_len).unwrap_or(16);
-        self.entries.push(Pending { key, metadata, payload: Payload::Splat { pattern: padded, pattern_len, length } });
+        padded[..pattern.len()].copy_from_slice(pattern);
+        self.entries.push(Pending { key, metadata, payload: Contents::Splat { pattern: padded, pattern_len, length } });
         Ok(())
     }
 
@@ -236,7 +241,7 @@ impl<'a> ArchiveWriter<'a> {
         // Final size first: the padding is a hole, and a full disk shows up before any payload.
         file.set_len(layout.file_size).map_err(io("cannot size"))?;
 
-        let head = self.encode_head(layout);
+        let head = self.encode_head(layout)?;
         let mut out = Target {
             inner: BufWriter::with_capacity(1 << 20, &mut *file),
             path,
@@ -252,7 +257,7 @@ impl<'a> ArchiveWriter<'a> {
             let Some(storage) = placement.storage else { continue };
             let start = layout.storage_segment.offset + storage.offset;
             out.skip_zeros(start - out.pos)?;
-            let Payload::Data(source) = &mut entry.payload else { continue };
+            let Contents::Data(source) = &mut entry.payload else { continue };
             let mut sink = ChunkSink { out: &mut out, key: &entry.key, declared: storage.length, written: 0 };
             source.write_into(&mut sink)?;
             if sink.written != storage.length {
@@ -271,12 +276,20 @@ impl<'a> ArchiveWriter<'a> {
         Ok(data_bytes)
     }
 
-    fn encode_head(&self, layout: &Layout) -> Vec<u8> {
-        let meta_end = usize::try_from(layout.metadata_segment.offset + layout.metadata_segment.length).unwrap_or(0);
-        let mut buf = Vec::with_capacity(meta_end);
+    /// The header, entry table and metadata segment: everything before the storage segment, built in memory.
+    ///
+    /// # Errors
+    /// [`IrpaError::LayoutOverflow`] when that head does not fit this platform's address space.
+    #[allow(clippy::expect_used, reason = "layout::compute gives every DATA entry its storage range")]
+    fn encode_head(&self, layout: &Layout) -> Result<Vec<u8>> {
+        let in_memory = |offset: u64| {
+            usize::try_from(offset)
+                .map_err(|_| IrpaError::LayoutOverflow { what: "the archive header in memory".into() })
+        };
+        let mut buf = Vec::with_capacity(in_memory(layout.metadata_segment.offset + layout.metadata_segment.length)?);
         layout::encode_header(layout, self.entries.len() as u64, &mut buf);
         for (entry, placement) in self.entries.iter().zip(&layout.entries) {
-            buf.resize(usize::try_from(placement.record_offset).unwrap_or(buf.len()), 0);
+            buf.resize(in_memory(placement.record_offset)?, 0);
             let common = |entry_type: u32, size: u64, alignment: u64| EntryCommon {
                 entry_size: U64Le::new(size),
                 entry_type: U32Le::new(entry_type),
@@ -286,11 +299,11 @@ impl<'a> ArchiveWriter<'a> {
                 minimum_alignment: U64Le::new(alignment),
             };
             match &entry.payload {
-                Payload::Data(_) => buf.extend_from_slice(bytemuck::bytes_of(&DataEntry {
+                Contents::Data(_) => buf.extend_from_slice(bytemuck::bytes_of(&DataEntry {
                     common: common(entry_type::DATA, layout::DATA_ENTRY_SIZE, layout::DATA_ALIGNMENT),
-                    storage: placement.storage.unwrap_or_default().into(),
+                    storage: placement.storage.expect("layout::compute places storage for every DATA entry").into(),
                 })),
-                Payload::Splat { pattern, pattern_len, length } => {
+                Contents::Splat { pattern, pattern_len, length } => {
                     buf.extend_from_slice(bytemuck::bytes_of(&SplatEntry {
                         common: common(entry_type::SPLAT, layout::SPLAT_ENTRY_SIZE, 0),
                         length: U64Le::new(*length),
@@ -304,7 +317,7 @@ impl<'a> ArchiveWriter<'a> {
             buf.extend_from_slice(entry.key.as_bytes());
             buf.extend_from_slice(&entry.metadata);
         }
-        buf
+        Ok(buf)
     }
 }
 
@@ -340,8 +353,7 @@ impl SinkTarget for Target<'_, '_> {
 
     fn skip_zeros(&mut self, len: u64) -> Result<()> {
         const ZEROS: [u8; 4096] = [0; 4096];
-        if len <= ZEROS.len() as u64 {
-            let n = usize::try_from(len).unwrap_or(0);
+        if let Some(n) = usize::try_from(len).ok().filter(|&n| n <= ZEROS.len()) {
             self.inner.write_all(&ZEROS[..n]).map_err(|source| IrpaError::Io {
                 action: "cannot write",
                 path: self.path.to_path_buf(),
@@ -593,8 +605,8 @@ mod tests {
     fn duplicate_keys_and_bad_splats_are_refused() {
         let mut w = ArchiveWriter::new();
         assert!(w.add_data("k", BytesSource(&[1])).is_ok());
-        let e = w.add_splat("k", &[0], 4).map_err(|e| e.to_string());
-        assert!(e.as_ref().is_err_and(|m| m.contains("duplicate parameter key \"k\"")), "{e:?}");
+        let e = w.add_splat("k", &[0], 4);
+        assert!(matches!(&e, Err(IrpaError::DuplicateKey { key }) if key == "k"), "{e:?}");
         assert!(matches!(w.add_splat("a", &[0, 0, 0], 3), Err(IrpaError::BadSplatPattern { pattern_len: 3, .. })));
         assert!(matches!(w.add_splat("b", &[0; 17], 17), Err(IrpaError::BadSplatPattern { .. })));
         assert!(matches!(w.add_splat("c", &[], 0), Err(IrpaError::BadSplatPattern { .. })));
@@ -627,8 +639,10 @@ mod tests {
     #[test]
     fn long_source_is_stopped_at_its_declared_length() {
         let (err, kept, temps) = failing_write(FnSource::new(4, |s| s.write(&[1; 10])));
-        assert!(matches!(err, IrpaError::PayloadLengthMismatch { declared: 4, overflow: true, .. }), "{err}");
-        assert!(err.to_string().contains("\"bad\""));
+        assert!(
+            matches!(&err, IrpaError::PayloadLengthMismatch { key, declared: 4, overflow: true, .. } if key == "bad"),
+            "{err}"
+        );
         assert_eq!(kept, b"previous complete archive");
         assert!(temps.is_empty());
     }

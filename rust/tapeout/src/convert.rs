@@ -1,5 +1,6 @@
 //! `tapeout convert`: a weight file (GGUF or safetensors) to an IRPA archive, streamed.
 
+use crate::metadata::TensorMetadata;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
@@ -54,14 +55,7 @@ fn globs(patterns: &[String], flag: &str, path: &Path) -> Result<Vec<glob::Patte
 }
 
 fn metadata(dtype: &str, shape: &[u64], encoding: Option<&str>, from: Option<&str>) -> Vec<u8> {
-    let mut m = serde_json::json!({ "dtype": dtype, "shape": shape });
-    if let Some(e) = encoding {
-        m["encoding"] = e.into();
-    }
-    if let Some(f) = from {
-        m["from"] = f.into();
-    }
-    format!("TENSORv0:{m}").into_bytes()
+    TensorMetadata { encoding, from, ..TensorMetadata::new(dtype, shape) }.encode()
 }
 
 /// Writes the tensors of `file` to the archive at `out`, in file order, each payload streamed from
@@ -89,7 +83,7 @@ pub fn convert(
             skipped += 1;
             continue;
         }
-        let key = renames.get(t.name).copied().unwrap_or(t.name).to_owned();
+        let key = renames.get(t.name).copied().unwrap_or(t.name).to_owned(); // not renamed: its own name
         let count = t.shape.iter().product::<u64>();
         let bytes = Lent::Slice(t.bytes);
         let decode = match &t.stored {

@@ -1,5 +1,6 @@
 //! Export in one pass: the module text, and every external constant streamed into the archive.
 
+use crate::metadata::{PlaneOf, TensorMetadata};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -56,33 +57,33 @@ pub fn file_stem(module_name: &str) -> String {
 
 /// The metadata blob stored with each archive entry: dtype, shape, and the stored form it was
 /// converted from (so the archive describes itself; IREE ignores it).
+#[allow(clippy::expect_used, reason = "finalize turns every dynamic-shaped tensor into an input, never a constant")]
 fn metadata(graph: &ComputeGraph<'_>, data: &ConstantData<'_>, tensor: tapeout_graph::TensorId) -> Vec<u8> {
     let spec = graph.spec(tensor);
-    let mut m = serde_json::json!({
-        "dtype": data.dtype().name(),
-        "shape": spec.shape.static_dims().unwrap_or_default(),
-    });
+    let shape =
+        spec.shape.static_dims().expect("constants have static shapes: finalize makes dynamic-shaped ones inputs");
+    let mut m = TensorMetadata::new(data.dtype().name(), &shape);
     let held = match data {
         ConstantData::Transposed { of, rows, cols } => {
-            m["transposed_from"] = serde_json::json!([rows, cols]);
+            m.transposed_from = Some([*rows, *cols]);
             of
         }
         other => other,
     };
     match held {
-        ConstantData::Widen { from, .. } => m["from"] = from.name().into(),
-        ConstantData::Dequantize { encoding, .. } => m["from"] = encoding.name().into(),
+        ConstantData::Widen { from, .. } => m.from = Some(from.name()),
+        ConstantData::Dequantize { encoding, .. } => m.from = Some(encoding.name()),
         ConstantData::Plane { encoding, dims, padded_rows, plane, .. } => {
-            m["from"] = encoding.name().into();
-            m["plane"] = plane.suffix().into();
-            m["packed_shape"] = serde_json::json!(dims);
-            if *padded_rows != dims[0] {
-                m["padded_rows"] = (*padded_rows).into();
-            }
+            m.from = Some(encoding.name());
+            m.plane = Some(PlaneOf {
+                suffix: plane.suffix(),
+                packed_shape: dims,
+                padded_rows: (*padded_rows != dims[0]).then_some(*padded_rows),
+            });
         }
         _ => {}
     }
-    format!("TENSORv0:{m}").into_bytes()
+    m.encode()
 }
 
 /// Writes `<out_dir>/<name>.mlir` and `<out_dir>/<name>.irpa` for `graph`; with `max_archive_bytes`, the

@@ -12,6 +12,7 @@ mod archive;
 mod convert;
 mod error;
 mod export;
+mod metadata;
 mod shards;
 
 pub use tapeout_graph as graph;

@@ -77,7 +77,8 @@ pub(crate) fn write(
         None => vec![writer],
     };
     if shards.len() <= 1 {
-        let only = shards.pop().unwrap_or_default();
+        #[allow(clippy::expect_used, reason = "split returns at least one archive, an empty writer as one")]
+        let only = shards.pop().expect("split returns at least one archive");
         let summary = only.write_with_progress(dir.join(format!("{stem}.irpa")), progress)?;
         remove_stale(dir, stem, None)?;
         return Ok(ArchiveFiles { archives: vec![summary], index: None });
@@ -178,7 +179,9 @@ impl ArchiveSet {
             for e in archive.entries() {
                 // Within one archive the reader has its own rule; across archives a key may live in one only.
                 if let Some(&first) = where_is.get(e.key).filter(|&&first| first != i) {
-                    let first: &Path = archives.get(first).map_or(path.as_path(), |(p, _): &(PathBuf, Archive)| p);
+                    #[allow(clippy::expect_used, reason = "where_is maps keys to archives pushed in earlier rounds")]
+                    let (first, _): &(PathBuf, Archive) =
+                        archives.get(first).expect("where_is names only archives already opened");
                     return Err(Error::ArchiveSet {
                         path: path.clone(),
                         problem: format!(
@@ -234,6 +237,7 @@ impl ArchiveSet {
         // One archive answers in its own words (the reader's error for a missing key).
         let single = (self.archives.len() == 1).then_some(0);
         let Some(i) = self.where_is.get(key).copied().or(single) else {
+            // An empty set (opened from no paths) has no file to name.
             let path = self.archives.first().map(|(p, _)| p.clone()).unwrap_or_default();
             let files = self.archives.len();
             return Err(Error::ArchiveSet { path, problem: format!("no archive of the {files} holds key {key:?}") });
@@ -269,7 +273,7 @@ fn read_index(path: &Path) -> Result<(Vec<PathBuf>, BTreeMap<String, PathBuf>)> 
     if v.get("format").and_then(|f| f.as_str()) != Some(INDEX_FORMAT) {
         return Err(bad(format!("is not an archive index (\"format\" is not {INDEX_FORMAT:?})")));
     }
-    let dir = path.parent().unwrap_or(Path::new("."));
+    let dir = path.parent().unwrap_or(Path::new(".")); // no parent (a bare name): the working directory
     let name = |s: &str| -> Result<PathBuf> {
         let p = Path::new(s);
         if s.is_empty() || p.components().count() != 1 || p.is_absolute() || s == ".." || s == "." {
@@ -304,6 +308,7 @@ fn read_index(path: &Path) -> Result<(Vec<PathBuf>, BTreeMap<String, PathBuf>)> 
 #[cfg(test)]
 mod tests {
     use super::{ArchiveSet, INDEX_FORMAT, shard_count};
+    use crate::Error;
     use tapeout_irpa::{ArchiveWriter, BytesSource};
 
     #[test]
@@ -316,11 +321,20 @@ mod tests {
         }
         let paths = |names: &[&str]| names.iter().map(|n| dir.path().join(n)).collect::<Vec<_>>();
         let Err(e) = ArchiveSet::open(&paths(&["a.irpa", "b.irpa"])) else { panic!("a key in two archives") };
-        let msg = e.to_string();
-        assert!(msg.contains("b.irpa") && msg.contains("\"k\" is also in") && msg.contains("a.irpa"), "{msg}");
+        let b = dir.path().join("b.irpa");
+        assert!(
+            matches!(&e, Error::ArchiveSet { path, problem } if *path == b && problem.contains("\"k\" is also in")
+                && problem.contains("a.irpa")),
+            "{e}"
+        );
         let set = ArchiveSet::open(&paths(&["a.irpa", "c.irpa"])).unwrap();
         assert_eq!(set.get("other").unwrap().0, dir.path().join("c.irpa"));
-        assert!(set.get("nope").unwrap_err().to_string().contains("no archive of the 2 holds key \"nope\""));
+        let e = set.get("nope").unwrap_err();
+        let a = dir.path().join("a.irpa");
+        assert!(
+            matches!(&e, Error::ArchiveSet { path, problem } if *path == a && problem.contains("key \"nope\"")),
+            "{e}"
+        );
 
         for (files, map, needle) in [
             (r#"["../a.irpa"]"#, r#"{}"#, "not a file beside the index"),

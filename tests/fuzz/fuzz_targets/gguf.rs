@@ -3,8 +3,8 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok((_, _, _, tensors)) = tapeout_graph::io::gguf::parse(data) {
-        for t in &tensors {
+    if let Ok(parsed) = tapeout_graph::io::gguf::parse(data) {
+        for t in &parsed.tensors {
             assert!(t.start <= t.end && t.end <= data.len() as u64);
         }
     }

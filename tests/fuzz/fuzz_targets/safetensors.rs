@@ -3,10 +3,10 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok((tensors, order, metadata)) = tapeout_graph::io::safetensors::parse(data) {
-        assert_eq!(tensors.len(), order.len());
-        assert!(metadata.windows(2).all(|w| w[0] <= w[1]), "metadata sorted by key");
-        for t in tensors.values() {
+    if let Ok(parsed) = tapeout_graph::io::safetensors::parse(data) {
+        assert_eq!(parsed.tensors.len(), parsed.order.len());
+        assert!(parsed.metadata.windows(2).all(|w| w[0] <= w[1]), "metadata sorted by key");
+        for t in parsed.tensors.values() {
             assert!(t.start <= t.end && t.end <= data.len() as u64);
         }
     }

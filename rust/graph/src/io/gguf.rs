@@ -92,9 +92,7 @@ pub enum GgufError {
         tensor: String,
     },
     /// A GGML type tapeout does not read.
-    #[error(
-        "tensor {tensor:?}: GGML type {found} is not supported (F32, F16, BF16, F64, I8-I64, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K are)"
-    )]
+    #[error("tensor {tensor:?}: GGML type {found} is not supported ({} are)", supported_type_names())]
     UnsupportedType {
         /// The tensor.
         tensor: String,
@@ -298,24 +296,33 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The dense GGML type ids tapeout reads, with their dtype; the packed ones are [`Encoding::ggml_type`] of
+/// [`Encoding::DECODABLE`].
+const DENSE_GGML_TYPES: [(u32, DType); 8] = [
+    (0, DType::F32),
+    (1, DType::F16),
+    (24, DType::I8),
+    (25, DType::I16),
+    (26, DType::I32),
+    (27, DType::I64),
+    (28, DType::F64),
+    (30, DType::BF16),
+];
+
 /// `(storage, elements per block, bytes per block)` of a GGML type id.
 fn ggml_type(id: u32) -> Option<(GgufStorage, u64, u64)> {
-    let dense = |d: DType| Some((GgufStorage::Dense(d), 1, d.byte_width()));
-    match id {
-        0 => dense(DType::F32),
-        1 => dense(DType::F16),
-        24 => dense(DType::I8),
-        25 => dense(DType::I16),
-        26 => dense(DType::I32),
-        27 => dense(DType::I64),
-        28 => dense(DType::F64),
-        30 => dense(DType::BF16),
-        _ => {
-            let e = Encoding::DECODABLE.into_iter().find(|e| e.ggml_type() == Some(id))?;
-            let (elems, bytes) = e.block_geometry()?;
-            Some((GgufStorage::Packed(e), elems, bytes))
-        }
+    if let Some(&(_, d)) = DENSE_GGML_TYPES.iter().find(|(i, _)| *i == id) {
+        return Some((GgufStorage::Dense(d), 1, d.byte_width()));
     }
+    let e = Encoding::DECODABLE.into_iter().find(|e| e.ggml_type() == Some(id))?;
+    let (elems, bytes) = e.block_geometry()?;
+    Some((GgufStorage::Packed(e), elems, bytes))
+}
+
+/// The GGML type names tapeout reads, from the two tables, for messages.
+fn supported_type_names() -> String {
+    let dense = DENSE_GGML_TYPES.iter().map(|(_, d)| d.name().to_ascii_uppercase());
+    dense.chain(Encoding::DECODABLE.iter().map(|e| e.name().to_owned())).collect::<Vec<_>>().join(", ")
 }
 
 impl GgufFile {
@@ -327,7 +334,7 @@ impl GgufFile {
         // SAFETY: read-only mapping; the file must not be truncated while it is open.
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
         let parsed = parse(&map).map_err(|source| IoError::Gguf { path: path.clone(), source })?;
-        let (version, alignment, metadata, tensors) = parsed;
+        let ParsedGguf { version, alignment, metadata, tensors } = parsed;
         Ok(Self { path, file: Arc::new(file), map, version, alignment, metadata, tensors })
     }
 
@@ -372,7 +379,8 @@ impl GgufFile {
         self.tensors.iter().find(|t| t.name == name)
     }
 
-    /// The bytes of `tensor`, borrowed from the mapping.
+    /// The bytes of `tensor`, borrowed from the mapping. Every tensor this file lists lies inside it (checked at
+    /// open); a tensor that does not (one built by hand, or another file's) gets an empty slice.
     #[must_use]
     pub fn bytes(&self, tensor: &GgufTensor) -> &[u8] {
         let (Ok(s), Ok(e)) = (usize::try_from(tensor.start), usize::try_from(tensor.end)) else { return &[] };
@@ -380,14 +388,25 @@ impl GgufFile {
     }
 }
 
-type Parsed = (u32, u64, Vec<(String, GgufValue)>, Vec<GgufTensor>);
+/// What [`parse`] reads from a GGUF file: everything but the tensor data, which it only locates.
+#[derive(Debug, Clone)]
+pub struct ParsedGguf {
+    /// The format version (2 or 3).
+    pub version: u32,
+    /// The data alignment (`general.alignment`, 32 when absent).
+    pub alignment: u64,
+    /// The metadata key/value pairs, in file order.
+    pub metadata: Vec<(String, GgufValue)>,
+    /// The tensor infos, in file order, each located inside the input.
+    pub tensors: Vec<GgufTensor>,
+}
 
 /// Parses the header, metadata and tensor infos of a GGUF file held in `bytes`. Pure, so it can be
 /// fuzzed.
 ///
 /// # Errors
 /// [`GgufError`] naming the field or tensor.
-pub fn parse(bytes: &[u8]) -> Result<Parsed, GgufError> {
+pub fn parse(bytes: &[u8]) -> Result<ParsedGguf, GgufError> {
     let mut r = Reader { bytes, pos: 0 };
     let mut magic = [0u8; 4];
     magic.copy_from_slice(r.take(4, "magic")?);
@@ -463,7 +482,7 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed, GgufError> {
         let shape = dims.into_iter().rev().collect();
         tensors.push(GgufTensor { name, shape, ggml_type: ty, storage, start, end });
     }
-    Ok((version, alignment, metadata, tensors))
+    Ok(ParsedGguf { version, alignment, metadata, tensors })
 }
 
 #[cfg(test)]
@@ -503,7 +522,7 @@ mod tests {
     fn reads_dense_and_packed_tensors_with_reversed_dims() {
         let data = vec![0u8; 64 + 34 * 2];
         let bytes = file(&[("w", &[4, 2], 0, 0), ("q", &[32, 2], 8, 64)], &data);
-        let (_, align, md, t) = parse(&bytes).unwrap();
+        let ParsedGguf { alignment: align, metadata: md, tensors: t, .. } = parse(&bytes).unwrap();
         assert_eq!(align, 32);
         assert_eq!(md[0], ("general.alignment".into(), GgufValue::U64(32)));
         assert_eq!(t[0].shape, [2, 4]);
@@ -520,23 +539,38 @@ mod tests {
         absurd_tensors[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
         let mut absurd_kv = ok.clone();
         absurd_kv[16..24].copy_from_slice(&(1u64 << 60).to_le_bytes());
-        let cases: Vec<(Vec<u8>, &str)> = vec![
-            (b"GGUX".to_vec(), "not \"GGUF\""),
-            (ok[..10].to_vec(), "file ends"),
-            (absurd_tensors, "more than the file can hold"),
-            (absurd_kv, "more than the file can hold"),
-            (file(&[("w", &[1 << 40, 1 << 40], 0, 0)], &[]), "overflows"),
-            (file(&[("w", &[4, 1, 1, 1, 1], 0, 0)], &[]), "at most 4"),
-            (file(&[("w", &[4], 0, 0)], &[0; 8]), "run past the end"),
-            (file(&[("w", &[4], 0, 3)], &[0; 64]), "alignment"),
-            (file(&[("w", &[30], 8, 0)], &[0; 64]), "whole 32-value blocks"),
-            (file(&[("w", &[4], 99, 0)], &[0; 64]), "not supported"),
-            (file(&[("w", &[4], 0, 0), ("w", &[4], 0, 0)], &[0; 64]), "appears twice"),
+        type Check = fn(&GgufError) -> bool;
+        let cases: Vec<(Vec<u8>, Check)> = vec![
+            (b"GGUX".to_vec(), |e| matches!(e, GgufError::BadMagic { .. })),
+            (ok[..10].to_vec(), |e| matches!(e, GgufError::Truncated { .. })),
+            (absurd_tensors, |e| matches!(e, GgufError::CountTooLarge { count: u64::MAX, .. })),
+            (absurd_kv, |e| matches!(e, GgufError::CountTooLarge { count: 0x1000_0000_0000_0000, .. })),
+            (file(&[("w", &[1 << 40, 1 << 40], 0, 0)], &[]), |e| matches!(e, GgufError::ShapeOverflow { .. })),
+            (file(&[("w", &[4, 1, 1, 1, 1], 0, 0)], &[]), |e| matches!(e, GgufError::TooManyDims { dims: 5, .. })),
+            (file(&[("w", &[4], 0, 0)], &[0; 8]), |e| matches!(e, GgufError::OutOfFile { size: 16, .. })),
+            (file(&[("w", &[4], 0, 3)], &[0; 64]), |e| matches!(e, GgufError::Misaligned { offset: 3, .. })),
+            (file(&[("w", &[30], 8, 0)], &[0; 64]), |e| {
+                matches!(e, GgufError::PartialBlocks { row: 30, block: 32, .. })
+            }),
+            (file(&[("w", &[4], 99, 0)], &[0; 64]), |e| matches!(e, GgufError::UnsupportedType { found: 99, .. })),
+            (
+                file(&[("w", &[4], 0, 0), ("w", &[4], 0, 0)], &[0; 64]),
+                |e| matches!(e, GgufError::DuplicateTensor { tensor } if tensor == "w"),
+            ),
         ];
-        for (bytes, needle) in cases {
-            let e = parse(&bytes).err().map(|e| e.to_string()).unwrap_or_default();
-            assert!(e.contains(needle), "{needle:?} not in {e:?}");
+        for (i, (bytes, check)) in cases.into_iter().enumerate() {
+            let e = parse(&bytes).err();
+            assert!(e.as_ref().is_some_and(check), "case {i}: {e:?}");
         }
+    }
+
+    #[test]
+    fn an_unsupported_type_lists_the_two_tables() {
+        let e = GgufError::UnsupportedType { tensor: "w".into(), found: 99 }.to_string();
+        assert!(
+            e.contains("F32, F16, I8, I16, I32, I64, F64, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -547,7 +581,7 @@ mod tests {
         v.extend(1u64.to_le_bytes());
         v.extend(u64::MAX.to_le_bytes()); // key length
         v.extend([0u8; 64]); // enough bytes for the count check, far too few for the key
-        let e = parse(&v).err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(e.contains("needs 18446744073709551615 bytes, but the file ends"), "{e}");
+        let e = parse(&v).err();
+        assert!(matches!(e, Some(GgufError::Truncated { needed: u64::MAX, .. })), "{e:?}");
     }
 }

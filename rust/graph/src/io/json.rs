@@ -322,7 +322,8 @@ impl GraphFile {
             functions.push(Function { name: f.name, nodes, outputs, forced });
         }
         // The single-function form keeps its names at the top level.
-        let index = if single { scopes.pop().unwrap_or(index) } else { index };
+        #[allow(clippy::expect_used, reason = "the single-function form pushed exactly one scope above")]
+        let index = if single { scopes.pop().expect("the single-function form has one function") } else { index };
         Ok(Self {
             path: path.to_path_buf(),
             access: FileAccess::default(),
@@ -434,6 +435,7 @@ impl GraphFile {
     /// The forced inputs of function `f` (an index into [`Self::function_names`]).
     #[must_use]
     pub fn forced_inputs_of(&self, f: usize) -> HashSet<TensorId> {
+        // A function index past the end has no forced inputs (as it has no nodes).
         self.functions.get(f).map(|f| f.forced.iter().map(|&i| TensorId::at(i)).collect()).unwrap_or_default()
     }
 
@@ -566,7 +568,11 @@ impl GraphFile {
         if w.mapped {
             let (path, offset) = match &w.source {
                 Source::File(p, o) => (self.dir().join(p), *o),
-                Source::Named(_) => (weights.weights.as_ref().map(|f| f.path().to_path_buf()).unwrap_or_default(), 0),
+                Source::Named(_) => {
+                    #[allow(clippy::expect_used, reason = "the match above returned an error without a weights file")]
+                    let file = weights.weights.as_ref().expect("a named weight was read from the weights file above");
+                    (file.path().to_path_buf(), 0)
+                }
             };
             return Ok(Storage::Mapped { path, offset, len: bytes.len() as u64 });
         }

@@ -24,7 +24,7 @@ pub struct SafeTensor {
 }
 
 /// An open safetensors file.
-pub struct SafeTensors {
+pub struct SafetensorsFile {
     path: PathBuf,
     file: Arc<File>,
     map: Option<Mmap>,
@@ -33,7 +33,7 @@ pub struct SafeTensors {
     metadata: Vec<(String, String)>,
 }
 
-impl SafeTensors {
+impl SafetensorsFile {
     /// Opens and validates `path`: header size capped, every offset checked against the file,
     /// every byte length equal to shape × dtype width.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, IoError> {
@@ -43,10 +43,11 @@ impl SafeTensors {
         let map = if size == 0 {
             None
         } else {
-            // SAFETY: read-only mapping; the file must not be truncated while open (documented on `SafeTensors`).
+            // SAFETY: read-only mapping; the file must not be truncated while open (documented on `SafetensorsFile`).
             Some(unsafe { Mmap::map(&file) }.map_err(|source| IoError::Io { path: path.clone(), source })?)
         };
-        let (tensors, order, metadata) = parse(map.as_deref().unwrap_or(&[]))
+        // An empty file has no mapping; parse refuses its zero bytes.
+        let ParsedSafetensors { tensors, order, metadata } = parse(map.as_deref().unwrap_or(&[]))
             .map_err(|source| IoError::Safetensors { path: path.clone(), source })?;
         Ok(Self { path, file: Arc::new(file), map, tensors, order, metadata })
     }
@@ -86,7 +87,8 @@ impl SafeTensors {
         self.tensors.get_key_value(name).map(|(k, v)| (k.as_str(), v))
     }
 
-    /// The bytes of `tensor`, borrowed from the mapping.
+    /// The bytes of `tensor`, borrowed from the mapping. Every tensor this file lists lies inside it (checked at
+    /// open); a tensor that does not (one built by hand, or another file's) gets an empty slice.
     #[must_use]
     pub fn bytes(&self, tensor: &SafeTensor) -> &[u8] {
         let (Ok(s), Ok(e)) = (usize::try_from(tensor.start), usize::try_from(tensor.end)) else { return &[] };
@@ -94,8 +96,16 @@ impl SafeTensors {
     }
 }
 
-/// Tensors by name, names in file order, and the `__metadata__` pairs sorted by key.
-type Parsed = (HashMap<String, SafeTensor>, Vec<String>, Vec<(String, String)>);
+/// What [`parse`] reads from a safetensors file: the header, with every tensor located inside the input.
+#[derive(Debug, Clone)]
+pub struct ParsedSafetensors {
+    /// Tensors by name.
+    pub tensors: HashMap<String, SafeTensor>,
+    /// Their names in file order.
+    pub order: Vec<String>,
+    /// The `__metadata__` string pairs, sorted by key.
+    pub metadata: Vec<(String, String)>,
+}
 
 /// Why a safetensors file is refused.
 #[derive(Debug, thiserror::Error)]
@@ -153,7 +163,7 @@ fn dtype_of(d: safetensors::Dtype) -> Option<DType> {
 ///
 /// # Errors
 /// [`SafetensorsError`] naming the tensor where there is one.
-pub fn parse(bytes: &[u8]) -> Result<Parsed, SafetensorsError> {
+pub fn parse(bytes: &[u8]) -> Result<ParsedSafetensors, SafetensorsError> {
     let (header_len, meta) = safetensors::SafeTensors::read_metadata(bytes).map_err(SafetensorsError::Header)?;
     let data_start = 8 + header_len as u64;
     let infos = meta.tensors();
@@ -173,7 +183,7 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed, SafetensorsError> {
     let mut metadata: Vec<(String, String)> =
         meta.metadata().iter().flatten().map(|(k, v)| (k.clone(), v.clone())).collect();
     metadata.sort();
-    Ok((tensors, order, metadata))
+    Ok(ParsedSafetensors { tensors, order, metadata })
 }
 
 #[cfg(test)]
@@ -199,7 +209,7 @@ mod tests {
         let data: Vec<u8> = [1.0f32, 2.0, 3.0].iter().flat_map(|v| v.to_le_bytes()).chain([7u8, 8]).collect();
         let h = r#"{"a":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},"b":{"dtype":"U8","shape":[2],"data_offsets":[12,14]},"__metadata__":{"x":"y"}}"#;
         let (_d, p) = write(&file(h, &data));
-        let st = SafeTensors::open(&p).unwrap();
+        let st = SafetensorsFile::open(&p).unwrap();
         assert_eq!(st.names(), ["a", "b"]);
         assert_eq!(st.metadata(), [("x".to_owned(), "y".to_owned())]);
         let a = st.get("a").unwrap();
@@ -233,7 +243,7 @@ mod tests {
         ];
         for (bytes, needle) in cases {
             let (_d, p) = write(&bytes);
-            let e = SafeTensors::open(&p).err().map(|e| e.to_string()).unwrap_or_default();
+            let e = SafetensorsFile::open(&p).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(e.contains(needle), "{needle:?} not in {e:?}");
         }
     }

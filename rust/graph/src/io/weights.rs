@@ -5,7 +5,7 @@ use std::path::Path;
 use crate::dtype::DType;
 use crate::io::IoError;
 use crate::io::gguf::{GgufFile, GgufStorage};
-use crate::io::safetensors::SafeTensors;
+use crate::io::safetensors::SafetensorsFile;
 use crate::packed::{BlockOrder, Encoding};
 use crate::tensor::{HalfLayout, Lent, Storage};
 
@@ -43,7 +43,8 @@ impl<'a> StoredTensor<'a> {
         }
     }
 
-    /// Graph storage that borrows these bytes (see [`storage_of`]).
+    /// Graph storage that borrows these bytes: f32 as a slice (raw bytes when not 4-byte aligned), f16/bf16 for
+    /// lazy widening, packed blocks with their encoding, other dtypes as bytes.
     #[must_use]
     pub fn storage(&self, layout: HalfLayout) -> Storage<'a> {
         storage_of(&self.stored, self.bytes, layout)
@@ -70,7 +71,7 @@ pub fn storage_of<'a>(stored: &Stored, bytes: &'a [u8], layout: HalfLayout) -> S
 /// An open weight file.
 pub enum WeightFile {
     /// A safetensors file.
-    SafeTensors(SafeTensors),
+    SafeTensors(SafetensorsFile),
     /// A GGUF file.
     Gguf(GgufFile),
 }
@@ -88,7 +89,7 @@ impl WeightFile {
         if by_name || by_magic() {
             GgufFile::open(path).map(WeightFile::Gguf)
         } else {
-            SafeTensors::open(path).map(WeightFile::SafeTensors)
+            SafetensorsFile::open(path).map(WeightFile::SafeTensors)
         }
     }
 

@@ -52,8 +52,10 @@ class Checkpoint internal constructor(
             tensors.keys.filter { it.endsWith(name.substringAfterLast('.')) }.take(5).let { if (it.isEmpty()) ")" else "; e.g. $it)" })
 
     internal companion object {
-        fun open(file: File, expect: String?): Checkpoint {
-            val m = Json.parse(NativeBridge.describeWeights(file.path)) as Map<*, *>
+        fun open(file: File, expect: String?): Checkpoint = fromDescription(file, Json.parse(NativeBridge.describeWeights(file.path)) as Map<*, *>, expect)
+
+        /** The checkpoint the native reader described as [m] (`describeWeights`' JSON). */
+        fun fromDescription(file: File, m: Map<*, *>, expect: String?): Checkpoint {
             val format = m["format"] as String
             if (expect != null && format != expect) {
                 throw IllegalArgumentException("${file.path} is a $format file, not $expect; open it with ${if (format == "gguf") "Gguf" else "SafeTensors"}.open")
@@ -63,7 +65,7 @@ class Checkpoint internal constructor(
                 t as Map<*, *>
                 val name = t["name"] as String
                 val dtypeName = t["dtype"] as String
-                val dtype = DType.values().firstOrNull { it.json == dtypeName } ?: continue
+                val dtype = DType.values().firstOrNull { it.json == dtypeName } ?: throw UnknownDTypeException(file, name, dtypeName)
                 val shape = (t["shape"] as List<*>).map { (it as Number).toLong() }.toLongArray()
                 tensors[name] = CheckpointTensor(name, shape, dtype, file.absoluteFile, (t["offset"] as Number).toLong(),
                     (t["length"] as Number).toLong(), t["encoding"] as String?)
@@ -73,6 +75,25 @@ class Checkpoint internal constructor(
         }
     }
 }
+
+/**
+ * The native reader described a checkpoint tensor with a dtype this Kotlin library has no [DType] for: the jar's
+ * native library and its Kotlin classes are from different tapeout versions (every dtype the readers accept has a
+ * [DType] otherwise). Opening the checkpoint fails instead of leaving the tensor out, which would surface later
+ * as a missing key. [file], [tensor] and [dtype] say which.
+ */
+class UnknownDTypeException(
+    /** The checkpoint file. */
+    val file: File,
+    /** The tensor's name in the file. */
+    val tensor: String,
+    /** The dtype the native reader named. */
+    val dtype: String,
+) : TapeoutException(
+    "${file.path}: tensor '$tensor' has dtype '$dtype', which the Kotlin library does not know (it knows " +
+        DType.values().joinToString(", ") { it.json } + "); use the tapeout jar whose native library read the file " +
+        "(one version of both), or convert the tensor to one of those dtypes",
+)
 
 /** safetensors files (Hugging Face checkpoints). */
 object SafeTensors {

@@ -48,7 +48,12 @@ sealed class MaterializationPolicy {
 data class ConstantInfo(val name: String, val key: String, val bytes: Long, val kind: String)
 
 /** A weight that asked for key [wanted] and got [assigned] because another weight had it. */
-data class KeyCollision(val tensor: String, val wanted: String, val assigned: String)
+data class KeyCollision(val tensor: String, val wanted: String, val assigned: String) {
+    /** The warning an export prints for it (the same for one function and for [exportModule]). */
+    val warning: String
+        get() = "two weights have the key '$wanted'; the second ('$tensor') was renamed '$assigned'. " +
+            "Give each weight its own path (a checkpoint loaded by key will not find '$assigned')"
+}
 
 /**
  * Runs a native call; a [TapeoutException] it throws comes back naming the lines of your code that recorded the
@@ -76,6 +81,7 @@ internal fun <T> ExecutionTape.located(call: () -> T): T = try {
  * [index] is `<name>.irpa.index.json`; [irpa] is the only (or first) archive and [irpaBytes] their total size.
  * [parametersFlags] are the `--parameters=SCOPE=FILE` flags IREE's tools need to load them all.
  * [pins] counts critical pins of JVM arrays; [copies] how many of them were copies (0 on HotSpot).
+ * [keyCollisions] are the weights of every exported function that were given another weight's key.
  */
 data class ExportResult(
     val mlir: File,
@@ -88,15 +94,19 @@ data class ExportResult(
     val archives: List<File> = listOf(irpa),
     val index: File? = null,
     val parametersFlags: List<String> = emptyList(),
+    val keyCollisions: List<KeyCollision> = emptyList(),
 )
 
 /**
  * A validated graph made from an [ExecutionTape]: runtime [inputs] and frozen [constants] (with their stable
  * parameter keys). Export it with [export] (`.mlir` + `.irpa`) or look at the module with [toStableHlo].
- * The constants still borrow the tape's arrays; nothing was copied.
+ *
+ * The graph is the tape as it was when [toComputeGraph] made it: ops, outputs and names recorded on the tape
+ * afterwards are not part of it (make another graph for them). Its constants still borrow the tape's arrays,
+ * nothing was copied, so the values an array holds when [export] runs are the values written.
  */
 class ComputeGraph internal constructor(
-    private val tape: ExecutionTape,
+    private val snapshot: TapeSnapshot,
     private val options: Int,
     private val forced: IntArray,
     summary: Map<*, *>,
@@ -109,10 +119,7 @@ class ComputeGraph internal constructor(
 
     /** Weights whose key another weight already had, so they got `<key>.1`, `<key>.2`, …: usually two weights
      *  given one path by mistake. */
-    val keyCollisions: List<KeyCollision> = (summary["key_collisions"] as List<*>? ?: emptyList<Any>()).map {
-        val m = it as Map<*, *>
-        KeyCollision(m["tensor"] as String, m["wanted"] as String, m["assigned"] as String)
-    }
+    val keyCollisions: List<KeyCollision> = keyCollisions(summary)
 
     /**
      * Writes `<outputDir>/<name>.mlir` and `<outputDir>/<name>.irpa`. With [maxArchiveBytes] > 0 the parameters
@@ -126,32 +133,53 @@ class ComputeGraph internal constructor(
         maxArchiveBytes: Long = 0,
     ): ExportResult {
         require(maxArchiveBytes >= 0) { "maxArchiveBytes must be 0 (one archive) or a positive size, not $maxArchiveBytes" }
-        val a = Marshalled(tape)
-        val json = tape.located {
-            NativeBridge.export(tape.toGraphJson(name), a.data, a.kinds, a.encodings, options,
-                forced, outputDir.path, name, policy.scopeName, policy.inlineBelow, maxArchiveBytes)
-        }
-        return exportResult(Json.parse(json) as Map<*, *>)
+        val a = Marshalled(snapshot.tensors)
+        return nativeExport(snapshot.tape, snapshot.toGraphJson(name), a, options, forced, outputDir, name, policy, maxArchiveBytes)
+            .copy(keyCollisions = keyCollisions)
     }
 
     /** The StableHLO module text. */
     fun toStableHlo(policy: MaterializationPolicy = MaterializationPolicy.SizeThreshold(), name: String = "model"): String {
-        val a = Marshalled(tape)
-        return tape.located {
-            NativeBridge.toStableHlo(tape.toGraphJson(name), a.data, a.kinds, a.encodings, options,
+        val a = Marshalled(snapshot.tensors)
+        return snapshot.tape.located {
+            NativeBridge.toStableHlo(snapshot.toGraphJson(name), a.data, a.kinds, a.encodings, options,
                 forced, name, policy.scopeName, policy.inlineBelow)
         }
     }
 }
 
-/** The tape's JVM arrays, by reference, with the kind codes the native side expects. */
-internal class Marshalled(tape: ExecutionTape) {
-    val data: Array<Any?> = arrayOfNulls(tape.tensors.size)
-    val kinds = IntArray(tape.tensors.size)
-    val encodings: Array<String?> = arrayOfNulls(tape.tensors.size)
+/** The key collisions of a native summary. */
+internal fun keyCollisions(summary: Map<*, *>): List<KeyCollision> = (summary["key_collisions"] as List<*>? ?: emptyList<Any>()).map {
+    val m = it as Map<*, *>
+    KeyCollision(m["tensor"] as String, m["wanted"] as String, m["assigned"] as String)
+}
+
+/**
+ * The one export call of both [ComputeGraph.export] and [exportModule]: [json] with its JVM arrays [a] through
+ * the native library, a failure naming the lines of [tape] (when one tape recorded every node) that recorded
+ * what it names.
+ */
+internal fun nativeExport(tape: ExecutionTape?, json: String, a: Marshalled, options: Int, forced: IntArray, outputDir: File,
+                          name: String, policy: MaterializationPolicy, maxArchiveBytes: Long): ExportResult {
+    val call = {
+        NativeBridge.export(json, a.data, a.kinds, a.encodings, options, forced, outputDir.path, name,
+            policy.scopeName, policy.inlineBelow, maxArchiveBytes)
+    }
+    val result = if (tape != null) tape.located(call) else call()
+    return exportResult(Json.parse(result) as Map<*, *>)
+}
+
+/** The JVM arrays of [tensors] (a tape's, or a module's in its table order), by reference, with the kind codes
+ *  the native side expects. */
+internal class Marshalled(tensors: List<Tensor>) {
+    constructor(tape: ExecutionTape) : this(tape.tensors)
+
+    val data: Array<Any?> = arrayOfNulls(tensors.size)
+    val kinds = IntArray(tensors.size)
+    val encodings: Array<String?> = arrayOfNulls(tensors.size)
 
     init {
-        for (t in tape.tensors) lend(t.data, t.id, data, kinds, encodings)
+        tensors.forEachIndexed { i, t -> lend(t.data, i, data, kinds, encodings) }
     }
 }
 
@@ -175,6 +203,8 @@ internal fun lend(d: TensorData, i: Int, data: Array<Any?>, kinds: IntArray, enc
  *
  * With [synthesizeExternalInputs] `false`, a tensor that becomes an input without having been declared with
  * [ExecutionTape.input] is an error instead.
+ *
+ * The graph is a snapshot of the tape: ops and outputs recorded after this call are not in it.
  */
 fun ExecutionTape.toComputeGraph(
     synthesizeExternalInputs: Boolean = true,
@@ -182,14 +212,15 @@ fun ExecutionTape.toComputeGraph(
     packedConstants: PackedConstantHandling = PackedConstantHandling.FAIL,
     halfConstants: HalfConstantHandling = HalfConstantHandling.KEEP,
 ): ComputeGraph {
-    val a = Marshalled(this)
+    val snapshot = snapshot()
+    val a = Marshalled(snapshot.tensors)
     val forced = inputTensorIds.toIntArray()
     val options = nativeOptions(packedConstants, halfConstants)
-    val json = located { NativeBridge.finalize(toGraphJson("model"), a.data, a.kinds, a.encodings, options, forced) }
+    val json = located { NativeBridge.finalize(snapshot.toGraphJson("model"), a.data, a.kinds, a.encodings, options, forced) }
     val summary = Json.parse(json) as Map<*, *>
-    val graph = ComputeGraph(this, options, forced, summary)
+    val graph = ComputeGraph(snapshot, options, forced, summary)
     if (!synthesizeExternalInputs) {
-        val declared = tensors.filter { it.id in inputIds || it.id in inputTensorIds }.map { it.name }.toSet()
+        val declared = snapshot.tensors.filter { it.id in inputIds || it.id in inputTensorIds }.map { snapshot.nameOf(it) }.toSet()
         val synthesized = graph.inputs.filter { it !in declared }
         if (synthesized.isNotEmpty()) {
             throw GraphValidationException("tensors $synthesized would become function arguments but were not declared with input(); " +

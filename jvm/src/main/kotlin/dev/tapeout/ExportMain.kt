@@ -115,10 +115,7 @@ object ExportMain {
             }
             val tape = built.getValue("main")
             val graph = tape.toComputeGraph(packedConstants = packed, halfConstants = half)
-            for (k in graph.keyCollisions) {
-                println("tapeout: warning: two weights have the key '${k.wanted}'; the second ('${k.tensor}') was renamed '${k.assigned}'. " +
-                    "Give each weight its own path (a checkpoint loaded by key will not find '${k.assigned}')")
-            }
+            for (k in graph.keyCollisions) println("tapeout: warning: ${k.warning}")
             val total = graph.constants.sumOf { it.bytes }
             println("tapeout: ${tape.ops.size} ops, ${graph.inputs.size} inputs, ${graph.constants.size} constants (${total} bytes)")
             val policy = MaterializationPolicy.SizeThreshold(args[4].toLong(), scope)
@@ -163,6 +160,7 @@ object ExportMain {
         println("tapeout: functions ${tapes.keys.joinToString()}: ${tapes.values.sumOf { it.ops.size }} ops")
         println("tapeout: exporting to $outDir/$name.mlir and the parameter archive")
         val r = exportModule(File(outDir), name, tapes, packed, half, MaterializationPolicy.SizeThreshold(inlineBelow, scope), maxArchiveBytes)
+        for (k in r.keyCollisions) println("tapeout: warning: ${k.warning}")
         writeInputs(File(outDir, "$name.inputs"), tapes.values.toList())
         println("tapeout: wrote ${r.irpa} (${r.externals} parameters, ${r.irpaBytes} bytes) in %.2f s".format((System.nanoTime() - t0) / 1e9))
         println("tapeout: wrote ${r.mlir} (${r.mlirBytes} bytes)")

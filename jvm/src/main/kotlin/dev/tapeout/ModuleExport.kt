@@ -14,6 +14,11 @@ import java.io.File
  * ```kotlin
  * exportModule(File("build/tapeout"), "tiny_llm", mapOf("prefill" to prefillTape, "decode" to decodeTape))
  * ```
+ *
+ * Each tape is first made a [ComputeGraph] ([toComputeGraph], as a single-function export does), so an invalid
+ * function fails naming the line of your code that recorded the node, and [ExportResult.keyCollisions] lists
+ * the weights of every function that were given another weight's key. The module is then the functions as those
+ * graphs took them: ops recorded on a tape while this runs are not exported.
  */
 fun exportModule(
     outputDir: File,
@@ -26,10 +31,12 @@ fun exportModule(
 ): ExportResult {
     require(functions.isNotEmpty()) { "exportModule needs at least one function" }
     require(maxArchiveBytes >= 0) { "maxArchiveBytes must be 0 (one archive) or a positive size, not $maxArchiveBytes" }
-    val m = ModuleTables(functions)
-    val json = NativeBridge.export(m.json(name), m.data, m.kinds, m.encodings, nativeOptions(packedConstants, halfConstants),
-        IntArray(0), outputDir.path, name, policy.scopeName, policy.inlineBelow, maxArchiveBytes)
-    return exportResult(Json.parse(json) as Map<*, *>)
+    val graphs = functions.mapValues { (_, tape) -> tape.toComputeGraph(packedConstants = packedConstants, halfConstants = halfConstants) }
+    val m = ModuleTables(functions.mapValues { (_, tape) -> tape.snapshot() })
+    // A node index the native side names is one function's: the tape is known when there is only one.
+    val only = functions.values.singleOrNull()
+    return nativeExport(only, m.json(name), m.arrays, nativeOptions(packedConstants, halfConstants), IntArray(0), outputDir, name,
+        policy, maxArchiveBytes).copy(keyCollisions = graphs.values.flatMap { it.keyCollisions })
 }
 
 /** What [NativeBridge.export] returns, as an [ExportResult]. */
@@ -52,7 +59,7 @@ private class Same(val o: Any) {
  * The tapes as one graph with `"functions"`: the weights in one shared table (one entry per key and source),
  * each function's inputs and activations in its own, and the JVM arrays by position in that order.
  */
-private class ModuleTables(val functions: Map<String, ExecutionTape>) {
+private class ModuleTables(val functions: Map<String, TapeSnapshot>) {
     /** Shared entries, in first-use order: a representative tensor each. */
     val shared = ArrayList<Tensor>()
     private val sharedName = HashMap<Pair<String?, Any>, String>()
@@ -71,14 +78,15 @@ private class ModuleTables(val functions: Map<String, ExecutionTape>) {
     }
 
     init {
-        val localNames = functions.values.flatMap { tape -> tape.tensors.map { it.name } }.toSet()
-        for ((fn, tape) in functions) {
+        val localNames = functions.values.flatMap { s -> s.tensors.map { s.nameOf(it) } }.toSet()
+        for ((fn, s) in functions) {
             val mine = HashMap<Int, String>()
-            for (t in tape.tensors) {
+            for (t in s.tensors) {
                 val src = source(t.data) ?: continue
-                val key = (t.path ?: "$fn/${t.name}") to src
+                val local = s.nameOf(t)
+                val key = (t.path ?: "$fn/$local") to src
                 val n = sharedName.getOrPut(key) {
-                    var candidate = t.path ?: "$fn.${t.name}"
+                    var candidate = t.path ?: "$fn.$local"
                     while (candidate in sharedNames || candidate in localNames) candidate += "'"
                     sharedNames.add(candidate)
                     shared.add(t)
@@ -86,38 +94,29 @@ private class ModuleTables(val functions: Map<String, ExecutionTape>) {
                 }
                 mine[t.id] = n
             }
-            weightOf[tape] = mine
+            weightOf[s.tape] = mine
         }
     }
 
-    private fun nameIn(tape: ExecutionTape, t: Tensor): String = weightOf.getValue(tape)[t.id] ?: t.name
+    private fun nameIn(s: TapeSnapshot, t: Tensor): String = weightOf.getValue(s.tape)[t.id] ?: s.nameOf(t)
 
     /** Locals of each tape: everything that is not a shared weight. */
-    private val locals: List<List<Tensor>> = functions.values.map { tape -> tape.tensors.filter { it.id !in weightOf.getValue(tape) } }
+    private val locals: List<List<Tensor>> = functions.values.map { s -> s.tensors.filter { it.id !in weightOf.getValue(s.tape) } }
 
-    val data: Array<Any?>
-    val kinds: IntArray
-    val encodings: Array<String?>
-
-    init {
-        val all = shared + locals.flatten()
-        data = arrayOfNulls(all.size)
-        kinds = IntArray(all.size)
-        encodings = arrayOfNulls(all.size)
-        all.forEachIndexed { i, t -> lend(t.data, i, data, kinds, encodings) }
-    }
+    /** The JVM arrays of the shared weights, then of each function's locals: the positions the JSON's tables give. */
+    val arrays = Marshalled(shared + locals.flatten())
 
     fun json(module: String): String {
         val sb = StringBuilder()
         sb.append("{\"format\":\"tapeout-graph/1\",\"name\":").append(Json.quote(module)).append(",\"tensors\":[")
         shared.forEachIndexed { i, t -> if (i > 0) sb.append(','); appendTensorJson(sb, sharedNameOf(t), t) }
         sb.append("],\"functions\":[")
-        functions.entries.forEachIndexed { fi, (fn, tape) ->
+        functions.entries.forEachIndexed { fi, (fn, s) ->
             if (fi > 0) sb.append(',')
             sb.append("{\"name\":").append(Json.quote(fn)).append(",\"tensors\":[")
-            locals[fi].forEachIndexed { i, t -> if (i > 0) sb.append(','); appendTensorJson(sb, t.name, t) }
+            locals[fi].forEachIndexed { i, t -> if (i > 0) sb.append(','); appendTensorJson(sb, s.nameOf(t), t) }
             sb.append("],")
-            appendFunctionBody(sb, tape.ops, tape.outputs) { nameIn(tape, it) }
+            appendFunctionBody(sb, s.ops, s.outputs) { nameIn(s, it) }
             sb.append('}')
         }
         return sb.append("]}").toString()

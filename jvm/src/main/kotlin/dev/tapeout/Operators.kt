@@ -23,10 +23,7 @@ operator fun Tensor.unaryMinus(): Tensor = tape.neg(this)
 infix fun Tensor.matmul(other: Tensor): Tensor = tape.matmul(this, other)
 
 /** A scalar of this tensor's dtype (a 16-bit weight as the tape sees it alone: its [ExecutionTape.compute] type or f32). */
-private fun Tensor.scalarLike(value: Double): Tensor = tape.scalar(value, if (data.isHalf(dtype) && dtype != tape.compute) DType.F32 else dtype)
-
-private fun TensorData.isHalf(dtype: DType) = (this is HalfTensorData || this is HalfBitsTensorData || (this is FileTensorData && encoding == null)) &&
-    (dtype == DType.BF16 || dtype == DType.F16)
+private fun Tensor.scalarLike(value: Double): Tensor = tape.scalar(value, if (isHalfWeight() && dtype != tape.compute) DType.F32 else dtype)
 
 /** `this + value`, the value a scalar constant of this tensor's dtype. */
 operator fun Tensor.plus(value: Number): Tensor = tape.add(this, scalarLike(value.toDouble()))

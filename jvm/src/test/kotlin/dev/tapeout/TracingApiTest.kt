@@ -1,5 +1,6 @@
 package dev.tapeout
 
+import org.junit.jupiter.api.Assertions.assertEquals
 import org.junit.jupiter.api.Assertions.assertTrue
 import org.junit.jupiter.api.Test
 
@@ -67,13 +68,32 @@ class TracingApiTest {
         // Leaves make tensors without an op; linear and embedding record other ops (ModelApiTest checks them).
         val leaves = setOf("input", "weight", "halfWeight", "packedWeight", "denseWeight", "mapped", "record", "scalar", "param",
             "output", "linear", "embedding")
+        // The op families are interfaces ExecutionTape implements (ElementwiseOps, ShapeOps, LayerOps, TapeSources).
         val tracing = ExecutionTape::class.java.methods
-            .filter { it.returnType == Tensor::class.java && it.declaringClass == ExecutionTape::class.java && !it.name.contains('$') }
+            .filter { it.returnType == Tensor::class.java && it.declaringClass.isAssignableFrom(ExecutionTape::class.java) }
+            .filter { it.declaringClass.name.startsWith("dev.tapeout.") && !it.name.contains('$') }
             .map { it.name.substringBefore('$') }
             .filter { it !in leaves }
             .toSet()
         val snake = { name: String -> name.replace(Regex("([a-z0-9])([A-Z])"), "$1_$2").lowercase() }
         val missing = tracing.filter { snake(it) !in recorded }
         assertTrue(missing.isEmpty(), "tracing functions not exercised by wholeOpSet(): $missing")
+        assertTrue(tracing.size >= 40, "the reflection finds the op families: $tracing")
+    }
+
+    @Test
+    fun `the tracing API records only names of the op table, with operand counts the table accepts`() {
+        for (op in wholeOpSet().ops) {
+            val entry = Op.named(op.op)
+            assertTrue(entry != null, "'${op.op}' is not in OpTable.kt")
+            assertTrue(entry!!.acceptsInputs(op.inputs.size), "'${op.op}' recorded with ${op.inputs.size} operands; the table says ${entry.inputsText}")
+            assertTrue(op.outputs.size in entry.minOutputs..entry.maxOutputs, "'${op.op}' recorded with ${op.outputs.size} results")
+        }
+    }
+
+    @Test
+    fun `OpTable kt is the op table of the native library the tests load`() {
+        // rust/graph/tests/kotlin_op_table.rs checks the file against the Rust source; this checks the build.
+        assertEquals(NativeBridge.knownOps().split(", ").toSet(), Op.values().map { it.opName }.toSet())
     }
 }
