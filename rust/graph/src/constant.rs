@@ -1,12 +1,21 @@
 //! Constant values produced lazily, chunk by chunk, from the storage they borrow.
 
+pub use crate::sink::ByteSink;
+
 use crate::dtype::DType;
 use crate::packed::{self, Encoding};
-use crate::tensor::{HalfLayout, Lent, StreamError};
+use crate::sink::widen_into;
+use crate::tensor::{HalfLayout, Lent, StreamError, TensorSpec};
+use crate::trace::TensorId;
+use crate::transpose::{self, Held};
 
 /// Values produced per chunk when widening or dequantizing: 1 Mi f32 = 4 MiB, the only buffer
 /// these paths allocate.
 pub const CHUNK_VALUES: u64 = 1 << 20;
+
+/// [`CHUNK_VALUES`] as a buffer length.
+const CHUNK_USIZE: usize = 1 << 20;
+const _: () = assert!(CHUNK_USIZE as u64 == CHUNK_VALUES);
 
 /// The most bytes lent per chunk when passing stored bytes through: 64 MiB (one pin of a JVM array).
 pub const MAX_LEND_BYTES: u64 = 64 << 20;
@@ -75,19 +84,6 @@ pub enum ConstantData<'a> {
     },
 }
 
-/// Where a constant's bytes go: an archive entry, the hex text of a module, any buffer.
-pub trait ByteSink {
-    /// Appends bytes; the sink's own failure is [`StreamError::Sink`].
-    fn put(&mut self, bytes: &[u8]) -> Result<(), StreamError>;
-}
-
-impl ByteSink for Vec<u8> {
-    fn put(&mut self, bytes: &[u8]) -> Result<(), StreamError> {
-        self.extend_from_slice(bytes);
-        Ok(())
-    }
-}
-
 /// Appends f32 values as little-endian bytes (no copy on little-endian hosts).
 fn put_f32(out: &mut dyn ByteSink, values: &[f32]) -> Result<(), StreamError> {
     if cfg!(target_endian = "little") {
@@ -105,20 +101,35 @@ where
     lent.for_each_chunk(max, &mut |chunk| f(&mut *out, chunk))
 }
 
-pub(crate) fn widen_into(from: DType, src: &[u8], dst: &mut [f32]) {
-    if from == DType::BF16 {
-        for (y, b) in dst.iter_mut().zip(src.chunks_exact(2)) {
-            *y = f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16);
-        }
-    } else {
-        for (y, b) in dst.iter_mut().zip(src.chunks_exact(2)) {
-            *y = half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32();
-        }
-    }
+fn buffer(len: u64) -> Vec<f32> {
+    // At most one chunk: a length past this host's usize is past a chunk.
+    vec![0f32; usize::try_from(len).map_or(CHUNK_USIZE, |n| n.min(CHUNK_USIZE))]
 }
 
-fn buffer(len: u64) -> Vec<f32> {
-    vec![0f32; usize::try_from(len.min(CHUNK_VALUES)).unwrap_or(0)]
+/// A frozen value of the graph, with its stable parameter key.
+#[derive(Debug, Clone)]
+pub struct Constant<'a> {
+    /// The tensor it provides.
+    pub tensor: TensorId,
+    /// The parameter key: the module path when the tensor has one, unique in the graph.
+    pub key: String,
+    /// Its values, produced lazily from the borrowed storage.
+    pub data: ConstantData<'a>,
+}
+
+/// Why a constant's values and the spec of its tensor disagree, if they do: what the verifier run after every
+/// rewrite of [`crate::finalize`] checks of each constant.
+pub(crate) fn disagreement(spec: &TensorSpec, data: &ConstantData<'_>) -> Option<String> {
+    let (held, wanted) = (data.dtype(), spec.dtype);
+    // The program converts a float constant to the float type its tensor has (a 16-bit weight kept as stored).
+    if held != wanted && !(held.is_float() && wanted.is_float()) {
+        return Some(format!("its values are {held}, its tensor is {wanted}"));
+    }
+    match spec.shape.element_count().filter(|_| !spec.shape.is_dynamic()) {
+        Some(n) if n == data.element_count() => None,
+        Some(n) => Some(format!("it holds {} values, its tensor [{}] has {n}", data.element_count(), spec.shape)),
+        None => Some(format!("its tensor [{}] has no static element count", spec.shape)),
+    }
 }
 
 impl<T> Lent<'_, T> {
@@ -141,7 +152,13 @@ impl ConstantData<'_> {
         match self {
             ConstantData::Raw { bytes: Lent::Slice(b), .. } => Some(b),
             ConstantData::F32(Lent::Slice(v)) if cfg!(target_endian = "little") => Some(bytemuck::cast_slice(v)),
-            _ => None,
+            // Lent in chunks, or converted on the way out.
+            ConstantData::Raw { .. }
+            | ConstantData::F32(_)
+            | ConstantData::Widen { .. }
+            | ConstantData::Dequantize { .. }
+            | ConstantData::Transposed { .. }
+            | ConstantData::Plane { .. } => None,
         }
     }
 
@@ -161,6 +178,32 @@ impl ConstantData<'_> {
         }
     }
 
+    /// The row-major `[rows, cols]` values as the tiled transposer reads them, when it can read them.
+    fn held(&self) -> Option<Held<'_, '_>> {
+        match self {
+            ConstantData::F32(values) => Some(Held::F32(values)),
+            ConstantData::Raw { dtype, bytes } if !dtype.is_sub_byte() => {
+                Some(Held::Stored { width: dtype.byte_width(), bytes })
+            }
+            ConstantData::Widen { from, bytes, layout: HalfLayout::RowMajor, .. } => {
+                Some(Held::Widen { from: *from, bytes })
+            }
+            ConstantData::Dequantize { encoding, bytes, .. } => Some(Held::Dequantize { encoding, bytes }),
+            // Sub-byte codes, column-major halves, planes and transposed values are not tiled again.
+            ConstantData::Raw { .. }
+            | ConstantData::Widen { layout: HalfLayout::ColumnMajor, .. }
+            | ConstantData::Transposed { .. }
+            | ConstantData::Plane { .. } => None,
+        }
+    }
+
+    /// True when these values, taken as row-major `[rows, cols]`, can be streamed transposed
+    /// ([`ConstantData::Transposed`]): addressable or chunk-lent f32, stored bytes, row-major 16-bit (kept or
+    /// widened), or packed blocks whose rows are whole blocks.
+    pub(crate) fn transposable(&self, rows: u64, cols: u64) -> bool {
+        self.held().is_some_and(|h| transpose::transposable(&h, rows, cols))
+    }
+
     /// The dtype of the bytes this constant produces (`f32` unless [`ConstantData::Raw`] or
     /// [`ConstantData::Transposed`]).
     #[must_use]
@@ -168,10 +211,8 @@ impl ConstantData<'_> {
         match self {
             ConstantData::Raw { dtype, .. } => *dtype,
             ConstantData::Transposed { of, .. } => of.dtype(),
-            ConstantData::Plane { encoding, plane, .. } => {
-                crate::planar::Split::of(encoding).map_or(DType::I8, |s| s.dtype(*plane))
-            }
-            _ => DType::F32,
+            ConstantData::Plane { encoding, plane, .. } => plane_split(encoding).dtype(*plane),
+            ConstantData::F32(_) | ConstantData::Widen { .. } | ConstantData::Dequantize { .. } => DType::F32,
         }
     }
 
@@ -185,8 +226,8 @@ impl ConstantData<'_> {
             ConstantData::Raw { dtype, bytes } => bytes.len() / dtype.byte_width(),
             ConstantData::Transposed { of, .. } => of.element_count(),
             ConstantData::Plane { encoding, dims: [_, cols], padded_rows, plane, .. } => {
-                crate::planar::Split::of(encoding)
-                    .map_or(0, |s| padded_rows * (cols / s.block_values.max(1)) * s.values_per_block(*plane))
+                let s = plane_split(encoding);
+                padded_rows * (cols / s.block_values) * s.values_per_block(*plane)
             }
         }
     }
@@ -197,8 +238,17 @@ impl ConstantData<'_> {
         match self {
             ConstantData::Raw { bytes, .. } => bytes.len(),
             ConstantData::Transposed { of, .. } => of.byte_len(),
-            ConstantData::Plane { .. } => self.dtype().bytes_for(self.element_count()).unwrap_or(u64::MAX),
-            _ => self.element_count() * 4,
+            ConstantData::Plane { .. } => {
+                let (dtype, n) = (self.dtype(), self.element_count());
+                // Sub-byte codes share bytes; the other planes (i8 codes, f16 scales) are as wide as their type.
+                match dtype.sub_byte_bits() {
+                    Some(bits) => n.div_ceil(u64::from(8 / bits)),
+                    None => n * dtype.byte_width(),
+                }
+            }
+            ConstantData::F32(_) | ConstantData::Widen { .. } | ConstantData::Dequantize { .. } => {
+                self.element_count() * 4
+            }
         }
     }
 
@@ -216,9 +266,12 @@ impl ConstantData<'_> {
             ConstantData::Raw { bytes, .. } => {
                 lend(out, bytes, MAX_LEND_BYTES, |o: &mut dyn ByteSink, chunk: &[_]| o.put(chunk))
             }
-            ConstantData::Transposed { of, rows, cols } => crate::transpose::stream(of, *rows, *cols, out),
+            ConstantData::Transposed { of, rows, cols } => match of.held() {
+                Some(held) => transpose::stream(&held, *rows, *cols, out),
+                None => Err(transpose::cannot_transpose(*rows, *cols)),
+            },
             ConstantData::Plane { encoding, bytes, dims, padded_rows, plane } => {
-                crate::transpose::stream_plane(encoding, bytes, *dims, *padded_rows, *plane, out)
+                transpose::stream_plane(encoding, bytes, *dims, *padded_rows, *plane, out)
             }
             ConstantData::Widen { from, bytes, layout: HalfLayout::RowMajor, .. } => {
                 let mut buf = buffer(bytes.len() / 2);
@@ -262,7 +315,9 @@ impl ConstantData<'_> {
                 let blocks_per_chunk = (CHUNK_VALUES / block_elems).max(1);
                 let mut buf = buffer((*elements).max(block_elems));
                 lend(out, bytes, blocks_per_chunk * block_bytes, |o: &mut dyn ByteSink, chunk: &[_]| {
-                    let n = usize::try_from(chunk.len() as u64 / block_bytes * block_elems).unwrap_or(0);
+                    // A chunk decodes to at most the buffer's values (a usize), as it was lent to fill it.
+                    let n = usize::try_from(chunk.len() as u64 / block_bytes * block_elems)
+                        .map_err(|e| StreamError::Lend(e.into()))?;
                     packed::dequantize(encoding, chunk, &mut buf[..n])
                         .map_err(|e| StreamError::Decode(e.to_string()))?;
                     put_f32(o, &buf[..n])
@@ -270,4 +325,11 @@ impl ConstantData<'_> {
             }
         }
     }
+}
+
+/// The split of a plane's encoding: [`ConstantData::Plane`] is only made (by the `keep_packed` rewrite) for an
+/// encoding that splits.
+#[allow(clippy::expect_used, reason = "an internal invariant: keep_packed makes planes only of encodings that split")]
+fn plane_split(encoding: &Encoding) -> crate::planar::Split {
+    crate::planar::Split::of(encoding).expect("a plane is only made for an encoding that splits into planes")
 }

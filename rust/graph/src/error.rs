@@ -127,6 +127,34 @@ pub enum GraphError {
     /// The graph declares no outputs: the module would compute nothing.
     #[error("the graph has no outputs: it would compute nothing")]
     NoOutputs,
+
+    /// A rewrite of `finalize` produced a graph that breaks a rule the recorded graph was checked against (a use
+    /// before its definition, a tensor without a producer, an op whose types do not fit, a constant whose values
+    /// disagree with its tensor). This is a bug in tapeout, not in the model: file it with the message and the
+    /// graph that triggers it. Until it is fixed, turning the rewrite off avoids it (`keep_packed` runs for
+    /// `PackedConstantHandling::Keep`, `transpose_at_export` for `WeightLayout::ChosenForUse`).
+    #[error(
+        "internal error: the {pass} rewrite broke the graph at {node}: {detail}. This is a bug in tapeout, not in          the model: please report it with this message and the graph; until it is fixed, {}",
+        pass_workaround(pass)
+    )]
+    PassBroke {
+        /// The rewrite whose output failed verification.
+        pass: &'static str,
+        /// Where: the node as [`crate::Op::describe`] names it (an inserted op by the recorded node it stands
+        /// for), or the tensor or output.
+        node: String,
+        /// The rule it breaks.
+        detail: String,
+    },
+}
+
+/// How a user avoids a broken rewrite until it is fixed.
+fn pass_workaround(pass: &str) -> &'static str {
+    match pass {
+        "keep_packed" => "have packed weights dequantized instead of kept packed",
+        "transpose_at_export" => "export with the weight layout as held (WeightLayout::AsHeld)",
+        _ => "export without the rewrite",
+    }
 }
 
 /// Shorthand for results of this crate.

@@ -2,15 +2,16 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use crate::constant::ConstantData;
+pub use crate::constant::Constant;
+
+use crate::constant::{ConstantData, disagreement};
 use crate::dtype::DType;
 use crate::error::{GraphError, Result};
 use crate::ops;
 use crate::ops::OpKind;
 use crate::packed::{BlockOrder, Encoding};
-use crate::shape::Shape;
-use crate::tensor::{HalfLayout, Lent, Storage, TensorSpec};
-use crate::trace::{Attr, Attrs};
+use crate::pass::{self, Program};
+use crate::tensor::{HalfLayout, Storage, TensorSpec};
 use crate::trace::{Op, TensorId, Trace};
 
 /// What to do with a frozen weight stored as packed (quantized) blocks.
@@ -24,7 +25,7 @@ pub enum PackedConstantHandling {
     Dequantize,
     /// Keep the blocks packed: each weight becomes planes of integer codes and per-block scales
     /// ([`Plane`](crate::Plane)) and its uses become ops on them, so that the program contracts the codes per block
-    /// and never materializes the f32 weight for a linear layer or an embedding ([`crate::keep`]).
+    /// and never materializes the f32 weight for a linear layer or an embedding (the `keep_packed` rewrite).
     Keep,
 }
 
@@ -64,17 +65,6 @@ pub struct ExtractOptions {
     pub half: HalfConstantHandling,
     /// Weights written in the layout their use wants (default) or as held.
     pub layout: WeightLayout,
-}
-
-/// A frozen value of the graph, with its stable parameter key.
-#[derive(Debug, Clone)]
-pub struct Constant<'a> {
-    /// The tensor it provides.
-    pub tensor: TensorId,
-    /// The parameter key: the module path when the tensor has one, unique in the graph.
-    pub key: String,
-    /// Its values, produced lazily from the borrowed storage.
-    pub data: ConstantData<'a>,
 }
 
 /// A key that had to be changed because another constant already had it.
@@ -136,7 +126,7 @@ impl<'a> ComputeGraph<'a> {
         self.constant_of.get(&id).map(|&i| &self.constants[i])
     }
 
-    /// Nodes (the trace's ops) in topological order.
+    /// Nodes in topological order: the trace's ops, and those the rewrites inserted ([`Op::is_inserted`]).
     #[must_use]
     pub fn nodes(&self) -> &[Op] {
         &self.nodes
@@ -449,101 +439,6 @@ fn assign_keys(constants: &mut [Constant<'_>], specs: &[TensorSpec]) -> Vec<KeyC
     collisions
 }
 
-/// True when `node` swaps the two dimensions of a rank-2 operand (`perm` absent, i.e. reversed, or `[1, 0]`).
-pub(crate) fn swaps_two_dims(node: &Op) -> bool {
-    node.op == OpKind::Transpose
-        && match node.attrs.get("perm") {
-            None => true,
-            Some(Attr::Ints(p)) => p.as_slice() == [1, 0] || p.as_slice() == [-1, -2],
-            Some(_) => false,
-        }
-}
-
-/// True when `node` gathers rows (axis 0) of a rank-2 `table` operand.
-fn gathers_rows_of(node: &Op, table: TensorId) -> bool {
-    node.op == OpKind::Gather
-        && node.inputs.first() == Some(&table)
-        && node.inputs.get(1) != Some(&table)
-        && matches!(node.attrs.get("axis"), None | Some(Attr::Int(0 | -2)))
-}
-
-/// [`WeightLayout::ChosenForUse`]: a rank-2 `[rows, cols]` constant, not a graph output, that the program only
-/// contracts on its last dimension is written transposed ([`ConstantData::Transposed`]) under its own key, and
-/// the program uses it as stored:
-/// - its one use is a 2-D transpose (a PyTorch-layout `[out, in]` linear): the transpose's result becomes the
-///   constant and the transpose node leaves;
-/// - its uses are one such transpose and gathers of its rows (a tied embedding and LM head): the same, and each
-///   gather reads columns of the stored `[cols, rows]` table (`gather` along axis 1, then a transpose of the
-///   small gathered activation). Measured with IREE 3.13 (docs/performance.md): for a decode step, the table as
-///   held makes IREE keep a transposed copy of it (2.0× the archive in RSS); stored transposed, 1.03×.
-///
-/// Constants whose values cannot be streamed transposed within the tile budget stay as held.
-fn transpose_at_export<'a>(
-    constants: &mut [Constant<'a>],
-    nodes: &mut Vec<Op>,
-    specs: &mut Vec<TensorSpec>,
-    outputs: &[TensorId],
-) {
-    let mut uses: HashMap<TensorId, Vec<usize>> = HashMap::new();
-    for (i, n) in nodes.iter().enumerate() {
-        for &t in &n.inputs {
-            uses.entry(t).or_default().push(i);
-        }
-    }
-    let mut removed = HashSet::new();
-    let mut inserted: Vec<(usize, Op)> = Vec::new(); // (after node, op)
-    for c in constants.iter_mut() {
-        let Some(used_by) = uses.get(&c.tensor) else { continue };
-        let Some(&[rows, cols]) = specs[c.tensor.index()].shape.static_dims().as_deref() else { continue };
-        if outputs.contains(&c.tensor) || !crate::transpose::transposable(&c.data, rows, cols) {
-            continue;
-        }
-        let (swaps, others): (Vec<usize>, Vec<usize>) = used_by.iter().partition(|&&i| swaps_two_dims(&nodes[i]));
-        let [swap] = swaps.as_slice() else { continue };
-        let [out] = nodes[*swap].outputs.as_slice() else { continue };
-        let out = *out;
-        let gathers_rows = |i: usize| {
-            let n = &nodes[i];
-            gathers_rows_of(n, c.tensor) && n.outputs.len() == 1 && !specs[n.outputs[0].index()].shape.0.is_empty()
-        };
-        if !others.iter().all(|&i| gathers_rows(i)) {
-            continue;
-        }
-        // Gathers of rows become gathers of columns of the stored table, then a transpose of what they gathered.
-        for &i in &others {
-            let gathered = nodes[i].outputs[0];
-            let spec = specs[gathered.index()].clone();
-            let rank = spec.shape.0.len();
-            let Some((&width, ids)) = spec.shape.0.split_last() else { continue }; // checked above
-            let columns = TensorId::at(specs.len());
-            let dims = std::iter::once(width).chain(ids.iter().copied()).collect();
-            specs.push(TensorSpec::new(format!("{}_columns", spec.name), Shape(dims), spec.dtype));
-            let node = &mut nodes[i];
-            node.inputs[0] = out;
-            node.attrs.insert("axis".into(), Attr::Int(1));
-            node.outputs[0] = columns;
-            let perm: Vec<i64> = (1..rank).chain([0]).map(|d| d as i64).collect();
-            let mut attrs = Attrs::new();
-            attrs.insert("perm".into(), Attr::Ints(perm));
-            inserted.push((
-                i,
-                Op { index: node.index, op: OpKind::Transpose, attrs, inputs: vec![columns], outputs: vec![gathered] },
-            ));
-        }
-        c.tensor = out;
-        let held = std::mem::replace(&mut c.data, ConstantData::F32(Lent::Slice(&[])));
-        c.data = ConstantData::Transposed { of: Box::new(held), rows, cols };
-        removed.insert(*swap);
-    }
-    let old = std::mem::take(nodes);
-    for (i, node) in old.into_iter().enumerate() {
-        if !removed.contains(&i) {
-            nodes.push(node);
-        }
-        nodes.extend(inserted.iter().filter(|(after, _)| *after == i).map(|(_, op)| op.clone()));
-    }
-}
-
 /// Turns a trace into a [`ComputeGraph`]: validates it, orders it, and decides for every tensor
 /// that no op produces whether it is a runtime input or a frozen constant.
 ///
@@ -552,6 +447,14 @@ fn transpose_at_export<'a>(
 /// ([`HalfConstantHandling::Keep`], the default) or widened lazily; packed → error
 /// ([`PackedConstantHandling::Fail`]) or constant dequantized lazily; other dense dtypes →
 /// constant as stored; mapped or shape-only → input.
+///
+/// Then the rewrites the options ask for run, each a pass from one program to the next: `keep_packed`
+/// ([`PackedConstantHandling::Keep`]), then `transpose_at_export` ([`WeightLayout::ChosenForUse`]). What each
+/// produces is checked as the recorded graph was; a rule it breaks is [`GraphError::PassBroke`], a bug to report.
+///
+/// # Errors
+/// Any [`GraphError`]: what the recorded graph or its storage breaks, a weight that cannot be kept packed, or
+/// [`GraphError::PassBroke`].
 pub fn finalize<'a>(trace: &Trace<'a>, opts: &ExtractOptions) -> Result<ComputeGraph<'a>> {
     let producer = check_structure(trace)?;
     let order = topological_order(trace, &producer)?;
@@ -591,21 +494,199 @@ pub fn finalize<'a>(trace: &Trace<'a>, opts: &ExtractOptions) -> Result<ComputeG
         check_signature(&ops[i], &specs)?;
     }
     let key_collisions = assign_keys(&mut constants, &specs);
-    let mut nodes: Vec<Op> = order.into_iter().map(|i| ops[i].clone()).collect();
+    let nodes: Vec<Op> = order.into_iter().map(|i| ops[i].clone()).collect();
+    let mut program =
+        Program { specs, inputs, constants, nodes, outputs: trace.outputs().to_vec(), next_index: ops.len() };
+    // The rewrites, each verified: what they produce passes the checks the recorded graph passed.
     if opts.packed == PackedConstantHandling::Keep {
-        crate::keep::keep_packed(&mut constants, &mut nodes, &mut specs, trace.outputs())?;
+        program = pass::keep_packed(program)?;
+        verify(&program, "keep_packed")?;
     }
     if opts.layout == WeightLayout::ChosenForUse {
-        transpose_at_export(&mut constants, &mut nodes, &mut specs, trace.outputs());
+        program = pass::transpose_at_export(program);
+        verify(&program, "transpose_at_export")?;
     }
+    let Program { specs, inputs, constants, nodes, outputs, .. } = program;
     let constant_of = constants.iter().enumerate().map(|(i, c)| (c.tensor, i)).collect();
-    Ok(ComputeGraph {
-        tensors: specs,
-        inputs,
-        constants,
-        constant_of,
-        nodes,
-        outputs: trace.outputs().to_vec(),
-        key_collisions,
-    })
+    Ok(ComputeGraph { tensors: specs, inputs, constants, constant_of, nodes, outputs, key_collisions })
+}
+
+/// Checks what the rewrite `pass` produced as [`finalize`] checks what the user recorded: every tensor id names a
+/// tensor, every node reads only tensors defined before it (an input, a constant, or an earlier node's result),
+/// every tensor has at most one definition, the outputs are defined, every node fits its op's signature
+/// ([`check_signature`]), and every constant has a unique key and values that agree with its tensor's spec.
+///
+/// # Errors
+/// [`GraphError::PassBroke`], naming the pass and the node (or constant, or output) where a rule breaks.
+fn verify(program: &Program<'_>, pass: &'static str) -> Result<()> {
+    /// What defines a tensor.
+    #[derive(Clone, Copy)]
+    enum Def {
+        Input,
+        Constant(usize),
+        Node(usize),
+    }
+    let broke = |node: String, detail: String| GraphError::PassBroke { pass, node, detail };
+    let name = |d: Def| match d {
+        Def::Input => "a runtime input".to_owned(),
+        Def::Constant(i) => format!("constant '{}'", program.constants[i].key),
+        Def::Node(i) => program.describe(&program.nodes[i]),
+    };
+    let specs = &program.specs;
+    // Where each tensor is defined: `None` until it is.
+    let mut defined: Vec<Option<Def>> = vec![None; specs.len()];
+    let define = |defined: &mut [Option<Def>], t: TensorId, by: Def, at: &dyn Fn() -> String| -> Result<()> {
+        let Some(slot) = defined.get_mut(t.index()) else {
+            return Err(broke(at(), format!("tensor #{} does not exist", t.index())));
+        };
+        match slot.replace(by) {
+            Some(first) => Err(broke(at(), format!("tensor #{} is already defined, by {}", t.index(), name(first)))),
+            None => Ok(()),
+        }
+    };
+    for &t in &program.inputs {
+        define(&mut defined, t, Def::Input, &|| format!("runtime input #{}", t.index()))?;
+    }
+    let mut keys = HashSet::with_capacity(program.constants.len());
+    for (i, c) in program.constants.iter().enumerate() {
+        let at = || name(Def::Constant(i));
+        define(&mut defined, c.tensor, Def::Constant(i), &at)?;
+        if !keys.insert(c.key.as_str()) {
+            return Err(broke(at(), "another constant has its key".into()));
+        }
+        if let Some(detail) = disagreement(&specs[c.tensor.index()], &c.data) {
+            return Err(broke(at(), detail));
+        }
+    }
+    for (i, node) in program.nodes.iter().enumerate() {
+        let at = || name(Def::Node(i));
+        for (port, t) in node.inputs.iter().enumerate() {
+            let detail = match defined.get(t.index()) {
+                Some(Some(_)) => continue,
+                None => format!("input {port} is tensor #{}, which does not exist", t.index()),
+                Some(None) => format!("input {port}, tensor #{}, is read before it is defined", t.index()),
+            };
+            return Err(broke(at(), detail));
+        }
+        for &t in &node.outputs {
+            define(&mut defined, t, Def::Node(i), &at)?;
+        }
+        check_signature(node, specs).map_err(|e| broke(at(), e.to_string()))?;
+    }
+    if program.outputs.is_empty() {
+        return Err(broke("the graph outputs".into(), "there are none".into()));
+    }
+    for (i, t) in program.outputs.iter().enumerate() {
+        if !matches!(defined.get(t.index()), Some(Some(_))) {
+            return Err(broke(format!("graph output {i}"), format!("tensor #{} is not defined", t.index())));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shape::Shape;
+    use crate::tensor::Lent;
+    use crate::trace::Attrs;
+
+    /// x [2] (input), w [2] (constant), y = add(x, w) recorded as node 0; outputs [y].
+    fn recorded(w: &[f32]) -> Program<'_> {
+        let specs = ["x", "w", "y"].map(|n| TensorSpec::new(n, Shape::of(&[2]), DType::F32)).to_vec();
+        let (x, wt, y) = (TensorId::at(0), TensorId::at(1), TensorId::at(2));
+        let mut t = Trace::new();
+        t.record(OpKind::Add, Attrs::new(), &[x, wt], &[y]);
+        Program {
+            specs,
+            inputs: vec![x],
+            constants: vec![Constant { tensor: wt, key: "w".into(), data: ConstantData::F32(Lent::Slice(w)) }],
+            nodes: t.ops().to_vec(),
+            outputs: vec![y],
+            next_index: 1,
+        }
+    }
+
+    fn broke(p: &Program<'_>) -> (String, String) {
+        match verify(p, "test_pass") {
+            Err(GraphError::PassBroke { pass: "test_pass", node, detail }) => (node, detail),
+            other => panic!("expected PassBroke from test_pass, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_well_formed_program_passes() {
+        verify(&recorded(&[1.0, 2.0]), "test_pass").unwrap();
+    }
+
+    #[test]
+    fn an_inserted_op_reading_a_tensor_before_its_definition_is_caught_and_named_by_its_origin() {
+        let w = [1.0, 2.0];
+        let mut p = recorded(&w);
+        // A rewrite inserts z = neg(y) for node 0, but puts it before node 0, which defines y.
+        p.specs.push(TensorSpec::new("z", Shape::of(&[2]), DType::F32));
+        let z = TensorId::at(3);
+        let neg =
+            pass::Fresh::from(p.next_index).op(Some(0), OpKind::Neg, Attrs::new(), vec![TensorId::at(2)], vec![z]);
+        p.nodes.insert(0, neg);
+        p.outputs = vec![z];
+        let (node, detail) = broke(&p);
+        assert_eq!(node, "node 0 (neg -> 'z', op #1 inserted for it by a rewrite)");
+        assert!(detail.contains("tensor #2") && detail.contains("before it is defined"), "{detail}");
+    }
+
+    #[test]
+    fn an_inserted_op_whose_types_do_not_fit_is_caught() {
+        let w = [1.0, 2.0];
+        let mut p = recorded(&w);
+        p.specs.push(TensorSpec::new("z", Shape::of(&[3]), DType::F32));
+        let z = TensorId::at(3);
+        p.nodes.push(pass::Fresh::from(1).op(Some(0), OpKind::Neg, Attrs::new(), vec![TensorId::at(2)], vec![z]));
+        p.outputs = vec![z];
+        let (node, _) = broke(&p);
+        assert!(node.starts_with("node 0 (neg -> 'z'"), "{node}");
+    }
+
+    #[test]
+    fn dangling_ids_double_definitions_and_undefined_outputs_are_caught() {
+        let w = [1.0, 2.0];
+        let mut p = recorded(&w);
+        p.nodes[0].inputs[1] = TensorId::at(9);
+        assert!(broke(&p).1.contains("tensor #9, which does not exist"));
+
+        let mut p = recorded(&w);
+        p.nodes[0].outputs[0] = TensorId::at(0); // redefines the input x
+        let (node, detail) = broke(&p);
+        assert_eq!(node, "node 0 (add -> 'x')");
+        assert!(detail.contains("already defined, by a runtime input"), "{detail}");
+
+        let mut p = recorded(&w);
+        p.nodes.clear();
+        assert_eq!(broke(&p).0, "graph output 0");
+
+        let mut p = recorded(&w);
+        p.outputs.clear();
+        assert_eq!(broke(&p).0, "the graph outputs");
+    }
+
+    #[test]
+    fn constants_that_disagree_with_their_tensor_or_share_a_key_are_caught() {
+        let three = [1.0, 2.0, 3.0];
+        let (node, detail) = broke(&recorded(&three));
+        assert_eq!(node, "constant 'w'");
+        assert!(detail.contains("3 values") && detail.contains("has 2"), "{detail}");
+
+        let w = [1.0, 2.0];
+        let mut p = recorded(&w);
+        p.specs[1].dtype = DType::I32;
+        p.specs[0].dtype = DType::I32;
+        p.specs[2].dtype = DType::I32;
+        assert!(broke(&p).1.contains("its values are f32, its tensor is i32"));
+
+        let mut p = recorded(&w);
+        p.inputs.clear();
+        let x = Constant { tensor: TensorId::at(0), key: "w".into(), data: ConstantData::F32(Lent::Slice(&w)) };
+        p.constants.push(x);
+        assert!(broke(&p).1.contains("another constant has its key"));
+    }
 }

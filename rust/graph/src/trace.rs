@@ -43,10 +43,21 @@ pub enum Attr {
 /// Named attributes, sorted by name (so output is deterministic).
 pub type Attrs = BTreeMap<String, Attr>;
 
-/// One recorded operation.
+/// Where a node of a graph comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// The user recorded it: its index is its position in recording order.
+    Recorded,
+    /// A rewrite of [`crate::finalize`] inserted it (its index is fresh, past every recorded node) for the recorded
+    /// node at this index, or for no one node (`None`: e.g. the dequantization of a weight that is only an output).
+    Inserted(Option<usize>),
+}
+
+/// One recorded operation, or one a rewrite inserted.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Op {
-    /// Its position in recording order (the node's index in a graph file).
+    /// Its position in recording order (the node's index in a graph file); for an op a rewrite inserted, a fresh
+    /// index past every recorded node (see [`Op::origin`]).
     pub index: usize,
     /// The op.
     pub op: OpKind,
@@ -56,15 +67,54 @@ pub struct Op {
     pub inputs: Vec<TensorId>,
     /// Results, in order.
     pub outputs: Vec<TensorId>,
+    /// Recorded, or inserted by a rewrite (for which recorded node).
+    pub(crate) origin: Origin,
 }
 
 impl Op {
-    /// How messages name this node: its position, op and first result by module path or name, e.g.
-    /// `node 3 (reshape -> 'model.h')`. `spec` looks up a tensor's spec.
+    /// An op a rewrite inserts, with the fresh `index` it gets, for the recorded node `origin` (see [`Op::origin`]).
+    pub(crate) fn inserted(
+        index: usize,
+        origin: Option<usize>,
+        op: OpKind,
+        attrs: Attrs,
+        inputs: Vec<TensorId>,
+        outputs: Vec<TensorId>,
+    ) -> Op {
+        Op { index, op, attrs, inputs, outputs, origin: Origin::Inserted(origin) }
+    }
+
+    /// The recorded node this op stands for: its own index when the user recorded it, the node a rewrite inserted
+    /// it for otherwise (`None` when it was inserted for no one node).
+    #[must_use]
+    pub fn origin(&self) -> Option<usize> {
+        match self.origin {
+            Origin::Recorded => Some(self.index),
+            Origin::Inserted(origin) => origin,
+        }
+    }
+
+    /// True when a rewrite inserted this op (the user did not record it).
+    #[must_use]
+    pub fn is_inserted(&self) -> bool {
+        matches!(self.origin, Origin::Inserted(_))
+    }
+
+    /// How messages name this node: the recorded node's position, the op and its first result by module path or
+    /// name, e.g. `node 3 (reshape -> 'model.h')`. An op a rewrite inserted is named by the recorded node it stands
+    /// for, e.g. `node 3 (convert -> 'w.qs_f32', op #12 inserted for it by a rewrite)`, so that a message leads to
+    /// what the user wrote. `spec` looks up a tensor's spec.
     pub fn describe<'s>(&self, spec: impl Fn(TensorId) -> Option<&'s TensorSpec>) -> String {
-        match self.outputs.first().and_then(|&t| spec(t)) {
-            Some(s) => format!("node {} ({} -> '{}')", self.index, self.op, s.label()),
-            None => format!("node {} ({})", self.index, self.op),
+        let what = match self.outputs.first().and_then(|&t| spec(t)) {
+            Some(s) => format!("{} -> '{}'", self.op, s.label()),
+            None => self.op.to_string(),
+        };
+        match self.origin {
+            Origin::Recorded => format!("node {} ({what})", self.index),
+            Origin::Inserted(Some(node)) => {
+                format!("node {node} ({what}, op #{} inserted for it by a rewrite)", self.index)
+            }
+            Origin::Inserted(None) => format!("op #{} ({what}, inserted by a rewrite)", self.index),
         }
     }
 }
@@ -98,7 +148,14 @@ impl<'a> Trace<'a> {
     /// Records an op.
     pub fn record(&mut self, op: OpKind, attrs: Attrs, inputs: &[TensorId], outputs: &[TensorId]) -> &Op {
         let index = self.ops.len();
-        self.ops.push(Op { index, op, attrs, inputs: inputs.to_vec(), outputs: outputs.to_vec() });
+        self.ops.push(Op {
+            index,
+            op,
+            attrs,
+            inputs: inputs.to_vec(),
+            outputs: outputs.to_vec(),
+            origin: Origin::Recorded,
+        });
         &self.ops[index]
     }
 

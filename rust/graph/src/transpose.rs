@@ -1,15 +1,51 @@
 //! Writing a row-major `[rows, cols]` constant as `[cols, rows]`, tile by tile, from any lender: the layout chosen
-//! at export time for a weight the program only contracts on its last dimension (see `transpose_at_export`).
+//! at export time for a weight the program only contracts on its last dimension (the `transpose_at_export`
+//! rewrite), and the planes of a packed weight kept packed. It reads what [`Held`] describes, so that it does not
+//! depend on [`crate::ConstantData`] (which depends on it).
 //!
 //! A tile is a band of source columns across the source rows. Its bytes are read as one strided copy
 //! ([`Lent::copy_runs`]: one short pin of a JVM array, or plain reads of a mapped file), decoded (widened or
 //! dequantized when asked), and written out as whole output rows. Nothing holds more than a few tiles' worth of
 //! memory, whatever the weight's size; nothing pins a JVM array for longer than one tile's copy.
 
-use crate::constant::{ByteSink, ConstantData, widen_into};
+use crate::dtype::DType;
 use crate::packed::{self, Encoding};
 use crate::planar::{Plane, Split, split_block, split_block_window};
-use crate::tensor::{HalfLayout, Lent, StreamError};
+use crate::sink::{ByteSink, widen_into};
+use crate::tensor::{Lent, StreamError};
+
+/// Row-major values the transposer can read, each unit of them a whole number of lent elements.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Held<'d, 'a> {
+    /// f32 values.
+    F32(&'d Lent<'a, f32>),
+    /// Values of `width` bytes each, written as stored.
+    Stored {
+        /// Bytes per value (1, 2, 4 or 8: not a sub-byte type).
+        width: u64,
+        /// The bytes.
+        bytes: &'d Lent<'a, u8>,
+    },
+    /// Row-major f16 or bf16 (`from`) values widened to f32.
+    Widen {
+        /// `F16` or `BF16`.
+        from: DType,
+        /// Two bytes per value.
+        bytes: &'d Lent<'a, u8>,
+    },
+    /// Row-major packed blocks dequantized to f32.
+    Dequantize {
+        /// The block encoding.
+        encoding: &'d Encoding,
+        /// The packed bytes.
+        bytes: &'d Lent<'a, u8>,
+    },
+}
+
+/// The error of writing values that cannot be written as `[cols, rows]`.
+pub(crate) fn cannot_transpose(rows: u64, cols: u64) -> StreamError {
+    StreamError::Lend(format!("these values cannot be written as [{cols}, {rows}]").into())
+}
 
 /// Target size of one decoded tile.
 const TILE_BYTES: u64 = 16 << 20;
@@ -76,18 +112,15 @@ impl Plan {
     }
 }
 
-fn plan(data: &ConstantData<'_>, rows: u64, cols: u64) -> Option<Plan> {
-    let (unit_values, unit_elems, ow, held, elem) = match data {
-        ConstantData::F32(v) => (1, 1, 4, v.len(), 4),
-        ConstantData::Raw { dtype, bytes } if !dtype.is_sub_byte() => {
-            (1, dtype.byte_width(), dtype.byte_width(), bytes.len(), 1)
-        }
-        ConstantData::Widen { bytes, layout: HalfLayout::RowMajor, .. } => (1, 2, 4, bytes.len(), 1),
-        ConstantData::Dequantize { encoding, bytes, .. } => {
+fn plan(data: &Held<'_, '_>, rows: u64, cols: u64) -> Option<Plan> {
+    let (unit_values, unit_elems, ow, held, elem) = match *data {
+        Held::F32(v) => (1, 1, 4, v.len(), 4),
+        Held::Stored { width, bytes } => (1, width, width, bytes.len(), 1),
+        Held::Widen { bytes, .. } => (1, 2, 4, bytes.len(), 1),
+        Held::Dequantize { encoding, bytes } => {
             let (values, block) = encoding.block_geometry()?;
             (values, block, 4, bytes.len(), 1)
         }
-        _ => return None,
     };
     if unit_values == 0 || cols % unit_values != 0 {
         return None;
@@ -99,19 +132,19 @@ fn plan(data: &ConstantData<'_>, rows: u64, cols: u64) -> Option<Plan> {
     Plan::new(rows, units, unit_values, unit_elems, ow, unit_elems * elem)
 }
 
-/// True when `data`, the row-major `[rows, cols]` values of a constant, can be streamed transposed: addressable or
-/// chunk-lent f32, stored bytes, row-major 16-bit (kept or widened), or packed blocks whose rows are whole blocks.
-pub(crate) fn transposable(data: &ConstantData<'_>, rows: u64, cols: u64) -> bool {
+/// True when `data`, the row-major `[rows, cols]` values of a constant, can be streamed transposed: its rows are
+/// whole units (values, or packed blocks) and it holds exactly `rows` of them.
+pub(crate) fn transposable(data: &Held<'_, '_>, rows: u64, cols: u64) -> bool {
     plan(data, rows, cols).is_some()
 }
 
 /// Writes the row-major `[rows, cols]` values of `data` to `out` as row-major `[cols, rows]`.
-pub(crate) fn stream(data: &ConstantData<'_>, rows: u64, cols: u64, out: &mut dyn ByteSink) -> Result<(), StreamError> {
+pub(crate) fn stream(data: &Held<'_, '_>, rows: u64, cols: u64, out: &mut dyn ByteSink) -> Result<(), StreamError> {
     let Some(plan) = plan(data, rows, cols) else {
-        return Err(StreamError::Lend(format!("these values cannot be written as [{cols}, {rows}]").into()));
+        return Err(cannot_transpose(rows, cols));
     };
-    match data {
-        ConstantData::F32(lent) => tiles(&plan, lent, out, &mut |gathered, _, tile| {
+    match *data {
+        Held::F32(lent) => tiles(&plan, lent, out, &mut |gathered, _, tile| {
             if cfg!(target_endian = "little") {
                 tile.extend_from_slice(bytemuck::cast_slice(gathered));
             } else {
@@ -119,22 +152,22 @@ pub(crate) fn stream(data: &ConstantData<'_>, rows: u64, cols: u64, out: &mut dy
             }
             Ok(())
         }),
-        ConstantData::Raw { bytes, .. } => tiles(&plan, bytes, out, &mut |gathered, _, tile| {
+        Held::Stored { bytes, .. } => tiles(&plan, bytes, out, &mut |gathered, _, tile| {
             tile.extend_from_slice(gathered);
             Ok(())
         }),
-        ConstantData::Widen { from, bytes, .. } => {
+        Held::Widen { from, bytes } => {
             let mut buf = vec![0f32; host(DECODE_VALUES)?];
             tiles(&plan, bytes, out, &mut |gathered, _, tile| {
                 for piece in gathered.chunks(buf.len() * 2) {
                     let n = piece.len() / 2;
-                    widen_into(*from, piece, &mut buf[..n]);
+                    widen_into(from, piece, &mut buf[..n]);
                     extend_f32(tile, &buf[..n]);
                 }
                 Ok(())
             })
         }
-        ConstantData::Dequantize { encoding, bytes, .. } => {
+        Held::Dequantize { encoding, bytes } => {
             let (block_bytes, block_values) = (host(plan.unit_elems)?, host(plan.unit_values)?);
             let mut buf = vec![0f32; block_values];
             tiles(&plan, bytes, out, &mut |gathered, [v0, v1], tile| {
@@ -145,7 +178,6 @@ pub(crate) fn stream(data: &ConstantData<'_>, rows: u64, cols: u64, out: &mut dy
                 Ok(())
             })
         }
-        _ => Err(StreamError::Lend("these values cannot be transposed".into())),
     }
 }
 
@@ -285,7 +317,7 @@ pub(crate) fn stream_plane(
     let Some(bits) = split.dtype(plane).sub_byte_bits() else {
         return tiles(&plan, bytes, &mut RowPad::new(out, row, pad), &mut decode);
     };
-    let mut packer = SubByte { out, bits, acc: 0, filled: 0 };
+    let mut packer = SubByte::new(out, bits)?;
     tiles(&plan, bytes, &mut RowPad::new(&mut packer, row, pad), &mut decode)?;
     packer.finish()
 }
@@ -332,11 +364,21 @@ impl ByteSink for RowPad<'_> {
 struct SubByte<'o> {
     out: &'o mut dyn ByteSink,
     bits: u32,
+    /// Codes per byte.
+    per: usize,
     acc: u8,
     filled: u32,
 }
 
-impl SubByte<'_> {
+impl<'o> SubByte<'o> {
+    /// A packer of `bits`-wide codes (4 or 2).
+    fn new(out: &'o mut dyn ByteSink, bits: u32) -> Result<Self, StreamError> {
+        if !matches!(bits, 2 | 4) {
+            return Err(StreamError::Decode(format!("codes of {bits} bits are not packed (a bug in tapeout)")));
+        }
+        Ok(SubByte { out, bits, per: host(u64::from(8 / bits))?, acc: 0, filled: 0 })
+    }
+
     fn finish(self) -> Result<(), StreamError> {
         if self.filled > 0 { self.out.put(&[self.acc]) } else { Ok(()) }
     }
@@ -360,8 +402,7 @@ impl ByteSink for SubByte<'_> {
             push(self, rest[0], &mut packed);
             rest = &rest[1..];
         }
-        let per = usize::try_from(8 / self.bits).unwrap_or(2);
-        let whole = rest.chunks_exact(per);
+        let whole = rest.chunks_exact(self.per);
         let tail = whole.remainder();
         let bits = self.bits;
         packed.extend(whole.map(|g| g.iter().rev().fold(0u8, |acc, &c| (acc << bits) | (c & mask))));
@@ -480,7 +521,7 @@ mod tests {
         }
     }
 
-    fn transposed(data: &ConstantData<'_>, rows: u64, cols: u64) -> Vec<u8> {
+    fn transposed(data: &Held<'_, '_>, rows: u64, cols: u64) -> Vec<u8> {
         let mut out = Vec::new();
         stream(data, rows, cols, &mut out).unwrap();
         out
@@ -491,12 +532,12 @@ mod tests {
         let (rows, cols) = (37u64, 53u64);
         let values: Vec<f32> = (0..rows * cols).map(|i| i as f32).collect();
         let lender = Counting(values.clone(), Cell::new(0));
-        let got = transposed(&ConstantData::F32(Lent::Chunked(&lender)), rows, cols);
+        let got = transposed(&Held::F32(&Lent::Chunked(&lender)), rows, cols);
         let want: Vec<u8> =
             (0..cols).flat_map(|c| (0..rows).map(move |r| (r * cols + c) as f32)).flat_map(f32::to_le_bytes).collect();
         assert_eq!(got, want);
         assert_eq!(lender.1.get(), rows, "one lend per source row of the one tile (the default copy_runs)");
-        assert_eq!(got, transposed(&ConstantData::F32(Lent::Slice(&values)), rows, cols));
+        assert_eq!(got, transposed(&Held::F32(&Lent::Slice(&values)), rows, cols));
     }
 
     #[test]
@@ -504,9 +545,9 @@ mod tests {
         // 4 Mi + 3 rows of one f32 column pair: each column is 16 MiB + 12 bytes, past one tile.
         let (rows, cols) = ((4u64 << 20) + 3, 2u64);
         let values: Vec<f32> = (0..rows * cols).map(|i| (i % 1_000_003) as f32).collect();
-        let p = plan(&ConstantData::F32(Lent::Slice(&values)), rows, cols).unwrap();
+        let p = plan(&Held::F32(&Lent::Slice(&values)), rows, cols).unwrap();
         assert_eq!((p.band, p.window, p.group), (1, 1, 4 << 20));
-        let got = transposed(&ConstantData::F32(Lent::Slice(&values)), rows, cols);
+        let got = transposed(&Held::F32(&Lent::Slice(&values)), rows, cols);
         let at = |c: u64, r: u64| {
             let i = usize::try_from(4 * (c * rows + r)).unwrap();
             f32::from_le_bytes(got[i..i + 4].try_into().unwrap())
@@ -580,7 +621,7 @@ mod tests {
         let codes: Vec<u8> = (0..37u8).map(|i| (i % 16).wrapping_sub(8)).collect(); // -8..=7 as bytes
         for bits in [4u32, 2] {
             let mut whole = Vec::new();
-            let mut p = SubByte { out: &mut whole, bits, acc: 0, filled: 0 };
+            let mut p = SubByte::new(&mut whole, bits).unwrap();
             p.put(&codes).unwrap();
             p.finish().unwrap();
             let per = 8 / usize::try_from(bits).unwrap();
@@ -592,7 +633,7 @@ mod tests {
             }
             for cut in [1, 3, 5, 7, 36] {
                 let mut split = Vec::new();
-                let mut p = SubByte { out: &mut split, bits, acc: 0, filled: 0 };
+                let mut p = SubByte::new(&mut split, bits).unwrap();
                 p.put(&codes[..cut]).unwrap();
                 p.put(&codes[cut..]).unwrap();
                 p.finish().unwrap();
@@ -613,10 +654,15 @@ mod tests {
             }
         }
         let enc = Encoding::Q8_0;
-        let data =
-            ConstantData::Dequantize { encoding: enc.clone(), bytes: Lent::Slice(&bytes), elements: rows * cols };
+        let lent = Lent::Slice(&bytes);
+        let data = Held::Dequantize { encoding: &enc, bytes: &lent };
+        // The row-major values, decoded block by block on their own.
         let mut row_major = Vec::new();
-        data.stream(&mut row_major).unwrap();
+        for block in bytes.chunks_exact(34) {
+            let mut values = [0f32; 32];
+            packed::dequantize(&enc, block, &mut values).unwrap();
+            row_major.extend(values.iter().flat_map(|v| v.to_le_bytes()));
+        }
         let got = transposed(&data, rows, cols);
         for c in 0..cols {
             for r in 0..rows {

@@ -226,6 +226,33 @@ fn keep_turns_a_packed_linear_weight_into_planes_and_a_per_block_contraction() {
         "padding sliced off"
     );
     assert_eq!(g.outputs(), outs.as_slice());
+    // Every op of the program is inserted, with an index of its own past the two recorded ones, and stands for
+    // the recorded node it came from: the contraction for the matmul (node 1), the planes' shared values for the
+    // weight's first use, its transpose (node 0).
+    let mut indices: Vec<usize> = g.nodes().iter().map(|n| n.index).collect();
+    indices.sort_unstable();
+    indices.dedup();
+    assert_eq!(indices.len(), g.nodes().len(), "fresh indices are unique");
+    assert!(g.nodes().iter().all(|n| n.is_inserted() && n.index >= trace.ops().len()));
+    assert_eq!(last.origin(), Some(1));
+    assert!(g.describe(last).starts_with("node 1 (slice -> 'y0', op #"), "{}", g.describe(last));
+    let batched = batched.expect("checked above");
+    assert_eq!(batched.origin(), Some(1));
+    let converts = |t: TensorId| g.nodes().iter().find(|n| n.op == OpKind::Convert && n.inputs == [t]).unwrap();
+    let d = &g.constants()[1];
+    assert_eq!(converts(d.tensor).origin(), Some(0), "values built before any use stand for the first one");
+    assert_eq!(converts(qs.tensor).origin(), Some(1), "values built for a use stand for it");
+
+    // Q5_1 offsets its codes by 16 and weights their high bits by 16: one scalar constant, one key, for both.
+    let blocks = vec![0u8; 24 * 3];
+    let q5 = Tensor {
+        spec: spec("w5", &[3, 32], DType::F32).with_path("model.q5.weight"),
+        storage: Storage::Packed { encoding: Encoding::Q5_1, order: BlockOrder::RowMajor, bytes: Lent::Slice(&blocks) },
+    };
+    let (trace, _, _) = linear_trace(q5, 1);
+    let g = finalize(&trace, &keep).unwrap();
+    let scalars: Vec<&str> = g.constants().iter().map(|c| c.key.as_str()).filter(|k| k.contains(".const")).collect();
+    assert_eq!(scalars, ["model.q5.weight.const16", "model.q5.weight.const-8"]);
 
     // A weight whose rows are not whole blocks, or of another rank, cannot be kept packed: an error that says so.
     let blocks = vec![0u8; 34 * 3];
@@ -238,11 +265,11 @@ fn keep_turns_a_packed_linear_weight_into_planes_and_a_per_block_contraction() {
     let y = t.add_placeholder(spec("y", &[96], DType::F32));
     t.record(OpKind::Neg, Attrs::new(), &[w], &[y]);
     t.set_outputs(&[y]);
-    let err = finalize(&t, &keep).unwrap_err().to_string();
-    assert!(
-        err.contains("'w'") && err.contains("Q8_0") && err.contains("rank-2") && err.contains("dequantize"),
-        "{err}"
-    );
+    let err = finalize(&t, &keep).unwrap_err();
+    let GraphError::CannotKeepPacked { tensor, encoding, detail } = &err else { panic!("{err}") };
+    assert_eq!((tensor.as_str(), encoding.as_str()), ("w", "Q8_0"));
+    assert!(detail.contains("rank-2"), "{detail}");
+    assert!(err.to_string().contains("dequantize it instead"), "the remedy: {err}");
     // [2, 48]: 96 values are 3 whole blocks, but a row of 48 is not.
     let rows48 = Tensor {
         spec: spec("w48", &[2, 48], DType::F32),
@@ -253,8 +280,10 @@ fn keep_turns_a_packed_linear_weight_into_planes_and_a_per_block_contraction() {
     let y = t.add_placeholder(spec("y", &[2, 48], DType::F32));
     t.record(OpKind::Neg, Attrs::new(), &[w], &[y]);
     t.set_outputs(&[y]);
-    let err = finalize(&t, &keep).unwrap_err().to_string();
-    assert!(err.contains("'w48'") && err.contains("rows of 48 values are not whole 32-value blocks"), "{err}");
+    let err = finalize(&t, &keep).unwrap_err();
+    let GraphError::CannotKeepPacked { tensor, detail, .. } = &err else { panic!("{err}") };
+    assert_eq!(tensor, "w48");
+    assert!(detail.contains("rows of 48 values are not whole 32-value blocks"), "{detail}");
 }
 
 #[test]
@@ -735,6 +764,10 @@ fn a_tied_embedding_and_head_is_stored_once_transposed_and_gathered_by_columns()
     assert_eq!(g.spec(columns).shape, Shape::of(&[3, 2]));
     assert_eq!((g.nodes()[1].inputs.clone(), g.nodes()[1].outputs.clone()), (vec![columns], vec![h]));
     assert_eq!(g.nodes()[1].attrs.get("perm"), Some(&Attr::Ints(vec![1, 0])));
+    // The inserted transpose has a fresh index and stands for the gather (node 0); the recorded nodes keep theirs.
+    let origins: Vec<_> = g.nodes().iter().map(|n| (n.index, n.is_inserted(), n.origin())).collect();
+    assert_eq!(origins, [(0, false, Some(0)), (3, true, Some(0)), (2, false, Some(2))]);
+    assert_eq!(g.describe(&g.nodes()[1]), "node 0 (transpose -> 'h', op #3 inserted for it by a rewrite)");
     let want: Vec<f32> = (0..3).flat_map(|c| (0..5).map(move |r| (r * 3 + c) as f32)).collect();
     assert_eq!(f32s(&bytes_of(&c.data)), want);
 

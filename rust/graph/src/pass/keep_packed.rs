@@ -13,13 +13,17 @@
 //!
 //! The planes hold `Np ≥ N` rows ([`Split::padded_rows`]); every value computed on them is `Np` wide and sliced to
 //! `N` where it leaves the rewrite.
+//!
+//! Every op the rewrite inserts has a fresh index and stands for the recorded node it replaces (the matmul, the
+//! gather), or, for the values derived from the planes before any use, for the weight's first use
+//! ([`Op::origin`]): a message about it names what the user recorded.
 
 use std::collections::HashMap;
 
-use crate::constant::ConstantData;
+use super::{Fresh, Program, gathers_rows_of, swaps_two_dims, uses};
+use crate::constant::{Constant, ConstantData};
 use crate::dtype::DType;
 use crate::error::{GraphError, Result};
-use crate::graph::Constant;
 use crate::ops::OpKind;
 use crate::planar::{Plane, Split};
 use crate::shape::Shape;
@@ -29,7 +33,22 @@ use crate::trace::{Attr, Attrs, Op, TensorId};
 static EIGHT: [u8; 4] = 8.0f32.to_le_bytes();
 static MINUS_EIGHT: [u8; 4] = (-8.0f32).to_le_bytes();
 static SIXTEEN: [u8; 4] = 16.0f32.to_le_bytes();
-static THIRTY_TWO: [u8; 4] = 32.0f32.to_le_bytes();
+
+/// The f32 bytes of a scalar the rewrite uses: the formats' code offsets (8 for Q4_1 and Q4_K, 16 for Q5_1 and
+/// Q5_K), their high bits' biases (−8 for 5-bit codes, 8 for 6-bit ones) and the high bits' weight 16, every one
+/// checked end to end by the IREE gate. `None` for any other: [`Split::of`] has grown a value this rewrite does
+/// not know.
+fn scalar_bytes(v: i32) -> Option<&'static [u8; 4]> {
+    match v {
+        8 => Some(&EIGHT),
+        -8 => Some(&MINUS_EIGHT),
+        16 => Some(&SIXTEEN),
+        _ => None,
+    }
+}
+
+/// The largest extent the rewrite writes into an `i64` attribute (slice limits, reshaped dims).
+const MAX_DIM: u64 = i64::MAX.unsigned_abs();
 
 /// New tensors and ops, appended as the rewrite goes.
 struct Builder<'s> {
@@ -39,7 +58,10 @@ struct Builder<'s> {
     /// `[Kb, 1, N]`, …). Those stay in the prelude wherever they were first built, so that every use sees them.
     shared: Vec<bool>,
     sharing: bool,
-    index: usize,
+    /// The recorded node the ops built now stand for (see [`Op::origin`]).
+    origin: Option<usize>,
+    /// Fresh indices for them.
+    fresh: Fresh,
 }
 
 impl Builder<'_> {
@@ -50,7 +72,8 @@ impl Builder<'_> {
     }
 
     fn op_into(&mut self, op: OpKind, attrs: Attrs, inputs: &[TensorId], out: TensorId) -> TensorId {
-        self.ops.push(Op { index: self.index, op, attrs, inputs: inputs.to_vec(), outputs: vec![out] });
+        let op = self.fresh.op(self.origin, op, attrs, inputs.to_vec(), vec![out]);
+        self.ops.push(op);
         self.shared.push(self.sharing);
         out
     }
@@ -92,9 +115,12 @@ impl Builder<'_> {
     }
 }
 
+/// An attribute of integers: axes, permutations, or extents the rewrite has checked are at most [`MAX_DIM`].
+#[allow(clippy::expect_used, reason = "an internal invariant: every extent is checked against MAX_DIM first")]
 fn ints(name: &str, v: impl IntoIterator<Item = u64>) -> Attrs {
+    let as_i64 = |d: u64| i64::try_from(d).expect("keep_packed checks that every extent it writes fits i64");
     let mut a = Attrs::new();
-    a.insert(name.into(), Attr::Ints(v.into_iter().map(|d| i64::try_from(d).unwrap_or(i64::MAX)).collect()));
+    a.insert(name.into(), Attr::Ints(v.into_iter().map(as_i64).collect()));
     a
 }
 
@@ -229,19 +255,17 @@ fn slice_to(dims: &[u64]) -> Attrs {
     a
 }
 
-/// Rewrites every packed constant listed in `kept` into planes; see the module docs.
-pub(crate) fn keep_packed<'a>(
-    constants: &mut Vec<Constant<'a>>,
-    nodes: &mut Vec<Op>,
-    specs: &mut Vec<TensorSpec>,
-    outputs: &[TensorId],
-) -> Result<()> {
-    let mut uses: HashMap<TensorId, Vec<usize>> = HashMap::new();
-    for (i, n) in nodes.iter().enumerate() {
-        for &t in &n.inputs {
-            uses.entry(t).or_default().push(i);
-        }
-    }
+/// Rewrites every packed constant that is to be dequantized ([`ConstantData::Dequantize`]) and splits into planes;
+/// see the module docs.
+///
+/// # Errors
+/// [`GraphError::CannotKeepPacked`] for a weight that cannot be kept packed in its shape;
+/// [`GraphError::PassBroke`] when a format's split asks for a scalar the rewrite has no constant for.
+pub(crate) fn keep_packed<'a>(program: Program<'a>) -> Result<Program<'a>> {
+    let Program { mut specs, inputs, mut constants, mut nodes, outputs, next_index } = program;
+    let specs = &mut specs;
+    let uses = uses(&nodes);
+    let mut fresh = Fresh::from(next_index);
     let mut prelude: Vec<Op> = Vec::new();
     let mut replaced: HashMap<usize, Vec<Op>> = HashMap::new();
     let mut removed: Vec<usize> = Vec::new();
@@ -264,22 +288,23 @@ pub(crate) fn keep_packed<'a>(
                 spec.shape
             )));
         };
+        if n > MAX_DIM || k > MAX_DIM {
+            return Err(cannot(format!("its [{n}, {k}] has an extent past {MAX_DIM}")));
+        }
         if k % split.block_values != 0 {
             return Err(cannot(format!("its rows of {k} values are not whole {}-value blocks", split.block_values)));
         }
         // Every plane holds `np` rows (`n` rounded up to a multiple IREE reads sub-byte codes right at; the extra
         // rows are zero) and the program computes on `np`, slicing the `n` real rows out of its results.
-        let np = split.padded_rows(n).ok_or_else(|| cannot(format!("its {n} rows cannot be padded")))?;
+        let np = split
+            .padded_rows(n)
+            .filter(|&np| np <= MAX_DIM)
+            .ok_or_else(|| cannot(format!("its {n} rows cannot be padded")))?;
         kept_ids.push(c.tensor);
         let (kb, ks, bsub) = (k / split.sub_values, k / split.block_values, split.sub_values);
-        let first_use = uses.get(&c.tensor).and_then(|u| u.first().copied()).unwrap_or(0);
-        let mut b = Builder {
-            specs,
-            ops: Vec::new(),
-            shared: Vec::new(),
-            sharing: false,
-            index: nodes.get(first_use).map_or(0, |n| n.index),
-        };
+        // The planes' shared values stand for the weight's first use (none when it is only a graph output).
+        let first_use = uses.get(&c.tensor).and_then(|u| u.first()).and_then(|&i| nodes[i].origin());
+        let mut b = Builder { specs, ops: Vec::new(), shared: Vec::new(), sharing: false, origin: first_use, fresh };
         let name = spec.name.clone();
 
         // The planes, as constants of their own.
@@ -287,8 +312,9 @@ pub(crate) fn keep_packed<'a>(
         for p in split.planes(encoding) {
             let pdims: Vec<u64> = match p {
                 Plane::Quants | Plane::QuantsHigh => vec![kb, bsub, np],
+                // K-quants' `d` and `dmin` are per super-block; every other number is per sub-block.
                 Plane::Scale | Plane::SuperMin if split.two_level => vec![ks, np],
-                _ => vec![kb, np],
+                Plane::Scale | Plane::SuperMin | Plane::Min | Plane::SubScales | Plane::SubMins => vec![kb, np],
             };
             let t = b.tensor(format!("{name}.{}", p.suffix()), &pdims, split.dtype(p));
             plane_ids.insert(p, t);
@@ -301,22 +327,28 @@ pub(crate) fn keep_packed<'a>(
             };
             planes_out.push(Constant { tensor: t, key: format!("{}.{}", c.key, p.suffix()), data });
         }
-        let scalar = |b: &mut Builder<'_>, planes_out: &mut Vec<Constant<'a>>, v: i32| {
-            let t = b.tensor(format!("{name}.const{v}"), &[], DType::F32);
-            // The only scalars the formats use (offsets, biases, the high bits' weight); every one is checked
-            // end to end by the IREE gate.
-            let bytes: &'static [u8; 4] = match v {
-                8 => &EIGHT,
-                -8 => &MINUS_EIGHT,
-                16 => &SIXTEEN,
-                _ => &THIRTY_TWO,
+        // One constant per scalar value and weight, however many terms use it (Q5_1 and Q5_K offset their codes
+        // by 16 and weight their high bits by 16): keys stay unique.
+        let mut scalars: HashMap<i32, TensorId> = HashMap::new();
+        let mut scalar = |b: &mut Builder<'_>, planes_out: &mut Vec<Constant<'a>>, v: i32| {
+            if let Some(&t) = scalars.get(&v) {
+                return Ok(t);
+            }
+            let Some(bytes) = scalar_bytes(v) else {
+                return Err(GraphError::PassBroke {
+                    pass: "keep_packed",
+                    node: format!("weight '{}'", spec.label()),
+                    detail: format!("the {encoding} planes need the scalar {v}, which the rewrite has no constant for"),
+                });
             };
+            let t = b.tensor(format!("{name}.const{v}"), &[], DType::F32);
             planes_out.push(Constant {
                 tensor: t,
                 key: format!("{}.const{v}", c.key),
                 data: ConstantData::Raw { dtype: DType::F32, bytes: Lent::Slice(bytes) },
             });
-            t
+            scalars.insert(v, t);
+            Ok(t)
         };
         let f32_of = |b: &mut Builder<'_>, p: Plane, dims: &[u64]| {
             b.op(
@@ -349,7 +381,7 @@ pub(crate) fn keep_packed<'a>(
             f32_of(&mut b, Plane::Scale, &[kb, np])
         };
         let base_offset = if split.has_offset_term {
-            let o = scalar(&mut b, &mut planes_out, split.offset);
+            let o = scalar(&mut b, &mut planes_out, split.offset)?;
             let oa = b.op(OpKind::Mul, Attrs::new(), &[scale, o], format!("{name}.oa"), &[kb, np], DType::F32);
             Some(if split.two_level {
                 let dmin = f32_of(&mut b, Plane::SuperMin, &[ks, np]);
@@ -367,13 +399,13 @@ pub(crate) fn keep_packed<'a>(
         // With a high plane the contracted codes are `qs + 16·qh`; the bias that centres them joins C.
         let (offset, high) = match split.high {
             Some(hb) => {
-                let bias = scalar(&mut b, &mut planes_out, hb.bias);
+                let bias = scalar(&mut b, &mut planes_out, hb.bias)?;
                 let ba = b.op(OpKind::Mul, Attrs::new(), &[scale, bias], format!("{name}.ba"), &[kb, np], DType::F32);
                 let c = match base_offset {
                     Some(c) => b.op(OpKind::Add, Attrs::new(), &[c, ba], format!("{name}.cb"), &[kb, np], DType::F32),
                     None => ba,
                 };
-                let sixteen = scalar(&mut b, &mut planes_out, 16);
+                let sixteen = scalar(&mut b, &mut planes_out, 16)?;
                 (Some(c), Some((plane_ids[&Plane::QuantsHigh], sixteen)))
             }
             None => (base_offset, None),
@@ -398,9 +430,11 @@ pub(crate) fn keep_packed<'a>(
 
         // Each use.
         let mut needs_whole = outputs.contains(&c.tensor);
+        // The first recorded node that needs the whole weight, which its dequantization stands for.
+        let mut whole_for = None;
         for &i in uses.get(&c.tensor).map(Vec::as_slice).unwrap_or(&[]) {
             let node = &nodes[i];
-            if crate::graph::swaps_two_dims(node) && node.outputs.len() == 1 {
+            if swaps_two_dims(node) && node.outputs.len() == 1 {
                 let tt = node.outputs[0];
                 removed.push(i);
                 let mut tt_whole = outputs.contains(&tt);
@@ -408,7 +442,7 @@ pub(crate) fn keep_packed<'a>(
                     let m = &nodes[j];
                     match linear_x(m, tt, b.specs, k, &replaced, j) {
                         Some(xd) => {
-                            b.index = m.index;
+                            b.origin = m.origin();
                             let start = b.ops.len();
                             linear_use(&mut b, &mut pl, m.inputs[0], &xd, m.outputs[0]);
                             let seq = b.take_use(start);
@@ -418,35 +452,42 @@ pub(crate) fn keep_packed<'a>(
                     }
                 }
                 if tt_whole {
+                    b.origin = node.origin();
                     pl.dequantized_t(&mut b, tt);
                 }
                 continue;
             }
             match gather_ids(node, c.tensor, b.specs, &replaced, i) {
                 Some(ids) => {
-                    b.index = node.index;
+                    b.origin = node.origin();
                     let start = b.ops.len();
                     gather_use(&mut b, &mut pl, node.inputs[1], &ids, node.outputs[0]);
                     let seq = b.take_use(start);
                     replaced.insert(i, seq);
                 }
-                None => needs_whole = true,
+                None => {
+                    needs_whole = true;
+                    whole_for = whole_for.or(node.origin());
+                }
             }
         }
         if needs_whole {
+            b.origin = whole_for.or(first_use);
             // W itself, for uses that need every value: dequantized as Wᵀ, then transposed back.
             let wt = b.tensor(format!("{name}.t"), &[k, n], DType::F32);
             pl.dequantized_t(&mut b, wt);
             b.op_into(OpKind::Transpose, ints("perm", [1, 0]), &[wt], c.tensor);
         }
         prelude.append(&mut b.ops);
+        fresh = b.fresh;
     }
+    let next_index = fresh.next();
     if kept_ids.is_empty() {
-        return Ok(());
+        return Ok(Program { specs: std::mem::take(specs), inputs, constants, nodes, outputs, next_index });
     }
     constants.retain(|c| !kept_ids.contains(&c.tensor));
     constants.append(&mut planes_out);
-    let old = std::mem::take(nodes);
+    let old = std::mem::take(&mut nodes);
     nodes.append(&mut prelude);
     for (i, node) in old.into_iter().enumerate() {
         if let Some(seq) = replaced.remove(&i) {
@@ -455,7 +496,7 @@ pub(crate) fn keep_packed<'a>(
             nodes.push(node);
         }
     }
-    Ok(())
+    Ok(Program { specs: std::mem::take(specs), inputs, constants, nodes, outputs, next_index })
 }
 
 /// The static dims of `x` when `m` is a linear layer `matmul(x, tt)` the rewrite contracts per block.
@@ -470,7 +511,10 @@ fn linear_x(
     let linear = m.op == OpKind::Matmul && m.inputs.get(1) == Some(&tt) && m.inputs.first() != Some(&tt);
     let x = m.inputs.first().map(|x| &specs[x.index()]);
     let xd = x.filter(|x| x.dtype == DType::F32).and_then(|x| x.shape.static_dims())?;
-    (linear && m.outputs.len() == 1 && xd.last() == Some(&k) && !replaced.contains_key(&j)).then_some(xd)
+    // `x` is contracted as `[P, Kb, B]`: `P`, its leading extents' product, is written into a slice's limits.
+    let (_, lead) = xd.split_last()?;
+    let p = lead.iter().try_fold(1u64, |p, &d| p.checked_mul(d)).filter(|&p| p <= MAX_DIM);
+    (linear && p.is_some() && m.outputs.len() == 1 && xd.last() == Some(&k) && !replaced.contains_key(&j)).then_some(xd)
 }
 
 /// The static dims of the ids when `node` gathers rows of `w` the rewrite gathers from the planes.
@@ -481,10 +525,7 @@ fn gather_ids(
     replaced: &HashMap<usize, Vec<Op>>,
     i: usize,
 ) -> Option<Vec<u64>> {
-    let gather_rows = node.op == OpKind::Gather
-        && node.inputs.first() == Some(&w)
-        && node.inputs.get(1) != Some(&w)
-        && matches!(node.attrs.get("axis"), None | Some(Attr::Int(0 | -2)));
+    let gather_rows = gathers_rows_of(node, w);
     let ids = node.inputs.get(1).and_then(|t| specs[t.index()].shape.static_dims())?;
     (gather_rows && node.outputs.len() == 1 && !replaced.contains_key(&i)).then_some(ids)
 }
@@ -570,4 +611,24 @@ fn gather_use(b: &mut Builder<'_>, pl: &mut Planes, ids: TensorId, id_dims: &[u6
     let cols = b.op(OpKind::Reshape, Attrs::new(), &[v], format!("{g_name}.cols"), &with(&[k]), DType::F32);
     let r = id_dims.len() as u64;
     b.op_into(OpKind::Transpose, ints("perm", (1..=r).chain([0])), &[cols], g);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packed::Encoding;
+
+    #[test]
+    fn every_scalar_a_split_asks_for_has_a_constant() {
+        for e in Encoding::DECODABLE {
+            let s = Split::of(&e).expect("decodable encodings split");
+            let offset = s.has_offset_term.then_some(s.offset);
+            let high = s.high.map(|h| h.bias).into_iter().chain(s.high.map(|_| 16));
+            for v in offset.into_iter().chain(high) {
+                let bytes = scalar_bytes(v).unwrap_or_else(|| panic!("{e}: no constant for {v}"));
+                assert_eq!(f64::from(f32::from_le_bytes(*bytes)), f64::from(v), "{e}");
+            }
+        }
+        assert_eq!(scalar_bytes(32), None, "a value no format uses has no constant (no wildcard)");
+    }
 }

@@ -1,0 +1,122 @@
+//! The rewrites [`crate::finalize`] runs after it has checked what the user recorded, each a pass from one
+//! [`Program`] to the next: [`keep_packed()`] ([`PackedConstantHandling::Keep`](crate::PackedConstantHandling::Keep))
+//! and [`transpose_at_export()`] ([`WeightLayout::ChosenForUse`](crate::WeightLayout::ChosenForUse)).
+//!
+//! Passes read and write the IR ([`Op`], [`TensorSpec`], [`Constant`]) and nothing of the graph module, which runs
+//! them and verifies each one's output with the checks the recorded graph passed.
+
+mod keep_packed;
+mod transpose_at_export;
+
+pub(crate) use keep_packed::keep_packed;
+pub(crate) use transpose_at_export::transpose_at_export;
+
+use crate::constant::Constant;
+use crate::ops::OpKind;
+use crate::tensor::TensorSpec;
+use crate::trace::{Attr, Attrs, Op, TensorId};
+
+/// What a pass takes and returns: every tensor's spec, the runtime inputs and constants that define tensors no
+/// node produces, the nodes in topological order, and the results.
+#[derive(Debug)]
+pub(crate) struct Program<'a> {
+    /// Specs of every tensor, indexed by [`TensorId::index`]; a pass appends the tensors it creates.
+    pub(crate) specs: Vec<TensorSpec>,
+    /// Runtime inputs (function arguments), in first-use order.
+    pub(crate) inputs: Vec<TensorId>,
+    /// Frozen values, with unique keys.
+    pub(crate) constants: Vec<Constant<'a>>,
+    /// The nodes in topological order.
+    pub(crate) nodes: Vec<Op>,
+    /// The model's results.
+    pub(crate) outputs: Vec<TensorId>,
+    /// The index the next inserted op gets: past every recorded node, and past every op inserted so far.
+    pub(crate) next_index: usize,
+}
+
+impl Program<'_> {
+    /// How messages name `node`.
+    pub(crate) fn describe(&self, node: &Op) -> String {
+        node.describe(|t| self.specs.get(t.index()))
+    }
+}
+
+/// Hands out fresh node indices for inserted ops.
+#[derive(Debug)]
+pub(crate) struct Fresh {
+    next: usize,
+}
+
+impl Fresh {
+    /// Indices from `next` on.
+    pub(crate) fn from(next: usize) -> Self {
+        Fresh { next }
+    }
+
+    /// A new op with a fresh index, inserted for the recorded node `origin`.
+    pub(crate) fn op(
+        &mut self,
+        origin: Option<usize>,
+        op: OpKind,
+        attrs: Attrs,
+        inputs: Vec<TensorId>,
+        outputs: Vec<TensorId>,
+    ) -> Op {
+        let index = self.next;
+        self.next += 1;
+        Op::inserted(index, origin, op, attrs, inputs, outputs)
+    }
+
+    /// The next index it would hand out.
+    pub(crate) fn next(&self) -> usize {
+        self.next
+    }
+}
+
+/// True when `node` swaps the two dimensions of a rank-2 operand (`perm` absent, i.e. reversed, or `[1, 0]`).
+pub(crate) fn swaps_two_dims(node: &Op) -> bool {
+    node.op == OpKind::Transpose
+        && match node.attrs.get("perm") {
+            None => true,
+            Some(Attr::Ints(p)) => p.as_slice() == [1, 0] || p.as_slice() == [-1, -2],
+            Some(Attr::Int(_) | Attr::Float(_) | Attr::Bool(_) | Attr::Str(_) | Attr::Floats(_)) => false,
+        }
+}
+
+/// True when `node` gathers rows (axis 0) of a rank-2 `table` operand.
+pub(crate) fn gathers_rows_of(node: &Op, table: TensorId) -> bool {
+    node.op == OpKind::Gather
+        && node.inputs.first() == Some(&table)
+        && node.inputs.get(1) != Some(&table)
+        && matches!(node.attrs.get("axis"), None | Some(Attr::Int(0 | -2)))
+}
+
+/// Every use of each tensor: the positions of the nodes that read it, in order.
+pub(crate) fn uses(nodes: &[Op]) -> std::collections::HashMap<TensorId, Vec<usize>> {
+    let mut uses: std::collections::HashMap<TensorId, Vec<usize>> = std::collections::HashMap::new();
+    for (i, n) in nodes.iter().enumerate() {
+        for &t in &n.inputs {
+            uses.entry(t).or_default().push(i);
+        }
+    }
+    uses
+}
+
+#[cfg(test)]
+mod tests {
+    /// The dependency goes one way: the graph module runs the passes, the passes read the IR; constants stream
+    /// through the transposer, which reads what they lend.
+    #[test]
+    fn passes_and_the_transposer_do_not_import_what_uses_them() {
+        let graph = concat!("crate", "::graph");
+        for (file, text) in [
+            ("pass/mod.rs", include_str!("mod.rs")),
+            ("pass/keep_packed.rs", include_str!("keep_packed.rs")),
+            ("pass/transpose_at_export.rs", include_str!("transpose_at_export.rs")),
+        ] {
+            assert!(!text.contains(graph), "{file} imports the graph module");
+        }
+        let constant = concat!("crate", "::constant");
+        assert!(!include_str!("../transpose.rs").contains(constant), "transpose.rs imports the constants");
+    }
+}
