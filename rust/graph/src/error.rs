@@ -176,7 +176,8 @@ impl GraphError {
         match self {
             GraphError::DanglingReference { node, .. }
             | GraphError::Arity { node, .. }
-            | GraphError::TypeMismatch { node, .. } => label_index(node).into_iter().collect(),
+            | GraphError::TypeMismatch { node, .. }
+            | GraphError::PassBroke { node, .. } => label_index(node).into_iter().collect(),
             GraphError::DuplicateProducer { first, second, .. } => {
                 [first, second].into_iter().filter_map(|l| label_index(l)).collect()
             }
@@ -213,6 +214,7 @@ mod tests {
             inputs: vec![],
             outputs: vec![TensorId::at(0)],
             attrs: Default::default(),
+            origin: crate::trace::Origin::Recorded,
         };
         let labelled = op.describe(|_| Some(&spec));
         let bare = op.describe(|_| None);
@@ -220,6 +222,14 @@ mod tests {
         assert_eq!(e.nodes(), vec![17, 17]);
         let e = GraphError::TypeMismatch { node: labelled, op: "add", detail: "d".into() };
         assert_eq!((e.nodes(), e.tensor()), (vec![17], None));
+        // An op a rewrite inserted is about the recorded node it stands for, never its own fresh index.
+        let inserted = Op::inserted(40, Some(3), OpKind::Convert, Default::default(), vec![], vec![TensorId::at(0)]);
+        let orphan = Op::inserted(41, None, OpKind::Convert, Default::default(), vec![], vec![TensorId::at(0)]);
+        let e =
+            GraphError::PassBroke { pass: "keep_packed", node: inserted.describe(|_| Some(&spec)), detail: "d".into() };
+        assert_eq!(e.nodes(), vec![3]);
+        let e = GraphError::Cycle { nodes: vec![orphan.describe(|_| Some(&spec))] };
+        assert_eq!(e.nodes(), Vec::<u64>::new());
         let e = GraphError::PackedConstant { tensor: "model.w".into(), path: None, encoding: None };
         assert_eq!((e.nodes(), e.tensor()), (vec![], Some("model.w")));
     }
