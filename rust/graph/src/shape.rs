@@ -52,6 +52,17 @@ impl Shape {
             .collect()
     }
 
+    /// The MLIR ranked tensor type of this shape with elements of `dtype`: `tensor<4x?xf32>`, `tensor<i1>` for a
+    /// scalar. The one spelling of tensor types, for [`crate::TensorSpec::mlir_type`] and the emitter alike.
+    #[must_use]
+    pub fn mlir_type(&self, dtype: crate::DType) -> String {
+        if self.rank() == 0 {
+            format!("tensor<{}>", dtype.mlir_name())
+        } else {
+            format!("tensor<{self}x{}>", dtype.mlir_name())
+        }
+    }
+
     /// The element count as a `u64`: `None` for a dynamic shape, and `None` on overflow.
     /// A dynamic shape never gets a volume.
     #[must_use]

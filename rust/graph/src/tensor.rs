@@ -287,11 +287,7 @@ impl TensorSpec {
     /// The MLIR tensor type, e.g. `tensor<4x3xf32>`, `tensor<?x8xbf16>`, `tensor<i1>`.
     #[must_use]
     pub fn mlir_type(&self) -> String {
-        if self.shape.rank() == 0 {
-            format!("tensor<{}>", self.dtype.mlir_name())
-        } else {
-            format!("tensor<{}x{}>", self.shape, self.dtype.mlir_name())
-        }
+        self.shape.mlir_type(self.dtype)
     }
 }
 

@@ -16,11 +16,7 @@ pub(crate) struct Val {
 }
 
 pub(crate) fn ty(shape: &Shape, dtype: DType) -> String {
-    if shape.rank() == 0 {
-        format!("tensor<{}>", dtype.mlir_name())
-    } else {
-        format!("tensor<{shape}x{}>", dtype.mlir_name())
-    }
+    shape.mlir_type(dtype)
 }
 
 impl Val {
