@@ -59,24 +59,25 @@ data class KeyCollision(val tensor: String, val wanted: String, val assigned: St
 }
 
 /**
- * Runs a native call; a [TapeoutException] it throws comes back naming the lines of your code that recorded the
- * nodes and the tensor it is about ([TapeoutException.nodes]: `node 3` is the tape's fourth op).
+ * Runs a native call on this snapshot's graph; a [TapeoutException] it throws comes back naming the lines of your
+ * code that recorded the nodes and the tensor it is about ([TapeoutException.nodes]: `node 3` is the fourth op).
+ * Names are looked up as the snapshot has them, which is how the native side saw them.
  */
-internal fun <T> ExecutionTape.located(call: () -> T): T = try {
+internal fun <T> TapeSnapshot.located(call: () -> T): T = try {
     call()
 } catch (e: TapeoutException) {
     val sites = LinkedHashSet<String>()
-    val byName = tensors.associateBy { it.name }
+    val byName = tensors.associateBy { nameOf(it) }
     fun tensorSite(key: String) {
         val t = byName[key] ?: tensors.firstOrNull { it.path == key }
-        t?.site?.let { sites += "'${t.path ?: t.name}' was recorded at ${siteText(it)}" }
+        t?.site?.let { sites += "'${t.path ?: nameOf(t)}' was recorded at ${siteText(it)}" }
     }
     for (n in e.nodes) {
         val op = ops.getOrNull(n) ?: continue
         op.site?.let { sites += "node $n (${op.op}) was recorded at ${siteText(it)}" }
     }
     // The tensor a node error's message names is the node's first result.
-    for (n in e.nodes) ops.getOrNull(n)?.outputs?.firstOrNull()?.let { tensorSite(it.path ?: it.name) }
+    for (n in e.nodes) ops.getOrNull(n)?.outputs?.firstOrNull()?.let { tensorSite(it.path ?: nameOf(it)) }
     e.tensor?.let(::tensorSite)
     if (sites.isEmpty()) throw e
     throw e.withDetail(sites.joinToString("; ", " (", ")"))
@@ -137,14 +138,14 @@ class ComputeGraph internal constructor(
     ): ExportResult {
         require(maxArchiveBytes >= 0) { "maxArchiveBytes must be 0 (one archive) or a positive size, not $maxArchiveBytes" }
         val a = Marshalled(snapshot.tensors)
-        return nativeExport(snapshot.tape, snapshot.toGraphJson(name), a, options, forced, outputDir, name, policy, maxArchiveBytes)
+        return nativeExport(snapshot, snapshot.toGraphJson(name), a, options, forced, outputDir, name, policy, maxArchiveBytes)
             .copy(keyCollisions = keyCollisions)
     }
 
     /** The StableHLO module text. */
     fun toStableHlo(policy: MaterializationPolicy = MaterializationPolicy.SizeThreshold(), name: String = "model"): String {
         val a = Marshalled(snapshot.tensors)
-        return snapshot.tape.located {
+        return snapshot.located {
             NativeBridge.toStableHlo(snapshot.toGraphJson(name), a.data, a.kinds, a.encodings, options,
                 forced, name, policy.scopeName, policy.inlineBelow)
         }
@@ -153,16 +154,16 @@ class ComputeGraph internal constructor(
 
 /**
  * The one export call of both [ComputeGraph.export] and [exportModule]: [json] with its JVM arrays [a] through
- * the native library, a failure naming the lines of [tape] (when one tape recorded every node) that recorded
+ * the native library, a failure naming the lines of [snapshot] (when one tape recorded every node) that recorded
  * what it names.
  */
-internal fun nativeExport(tape: ExecutionTape?, json: String, a: Marshalled, options: Int, forced: IntArray, outputDir: File,
+internal fun nativeExport(snapshot: TapeSnapshot?, json: String, a: Marshalled, options: Int, forced: IntArray, outputDir: File,
                           name: String, policy: MaterializationPolicy, maxArchiveBytes: Long): ExportResult {
     val call = {
         NativeBridge.export(json, a.data, a.kinds, a.encodings, options, forced, outputDir.path, name,
             policy.scopeName, policy.inlineBelow, maxArchiveBytes)
     }
-    val result = if (tape != null) tape.located(call) else call()
+    val result = if (snapshot != null) snapshot.located(call) else call()
     return exportResult(result)
 }
 
@@ -213,7 +214,7 @@ fun ExecutionTape.toComputeGraph(
     val a = Marshalled(snapshot.tensors)
     val forced = inputTensorIds.toIntArray()
     val options = nativeOptions(packedConstants, halfConstants)
-    val json = located { NativeBridge.finalize(snapshot.toGraphJson("model"), a.data, a.kinds, a.encodings, options, forced) }
+    val json = snapshot.located { NativeBridge.finalize(snapshot.toGraphJson("model"), a.data, a.kinds, a.encodings, options, forced) }
     val graph = ComputeGraph(snapshot, options, forced, GraphSummary.parse(json))
     if (!synthesizeExternalInputs) {
         val declared = snapshot.tensors.filter { it.id in inputIds || it.id in inputTensorIds }.map { snapshot.nameOf(it) }.toSet()

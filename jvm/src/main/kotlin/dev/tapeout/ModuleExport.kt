@@ -34,7 +34,7 @@ fun exportModule(
     val graphs = functions.mapValues { (_, tape) -> tape.toComputeGraph(packedConstants = packedConstants, halfConstants = halfConstants) }
     val m = ModuleTables(functions.mapValues { (_, tape) -> tape.snapshot() })
     // A node index the native side names is one function's: the tape is known when there is only one.
-    val only = functions.values.singleOrNull()
+    val only = m.functions.values.singleOrNull()
     return nativeExport(only, m.json(name), m.arrays, nativeOptions(packedConstants, halfConstants), IntArray(0), outputDir, name,
         policy, maxArchiveBytes).copy(keyCollisions = graphs.values.flatMap { it.keyCollisions })
 }
