@@ -195,7 +195,13 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     }
 
     pub(crate) fn static_dims(&self, v: &Val) -> Result<Vec<u64>> {
-        v.shape.static_dims().ok_or_else(|| self.err(format!("needs a static shape, got [{}]", v.shape)))
+        v.shape.static_dims().ok_or_else(|| {
+            self.err(format!(
+                "needs a static shape, got [{}]: this op has no `?` lowering; give its input static sizes (a \
+                 `?` dimension cannot reach it)",
+                v.shape
+            ))
+        })
     }
 
     // --- primitives ---------------------------------------------------------------------
