@@ -128,6 +128,9 @@ CASES = {
                              [n("gather", ["table", "ids"], "y", axis=0)], {"table": [10, "S", 4], "ids": ["S"]}),
     "gather_dynamic_table_axis1": ([t("table", [D, 10]), t("ids", [2, D], "i64"), t("y", [D, 2, D])],
                                    [n("gather", ["table", "ids"], "y", axis=1)], {"table": ["S", 10], "ids": [2, "S"]}),
+    # A declared result less specific than the computed one ([?, ?] for [3, ?]): a tensor.cast to the declared type.
+    "gather_declared_less_specific": ([t("table", [10, D]), t("ids", [3], "i32"), t("y", [D, D])],
+                                      [n("gather", ["table", "ids"], "y", axis=0)], {"table": [10, "S"], "ids": [3]}),
     # matmul with `?` dimensions: [S, 1] x [1, N] (HF's rotary angles), a `?` batch, a `?` batch and sequence.
     "matmul_column_row": ([t("p", [D, 1]), t("f", [1, 16], weight=(1 / 10000 ** (np.arange(16) / 16)).astype(np.float32)[None]),
                            t("y", [D, 16])], [n("matmul", ["p", "f"], "y")], {"p": ["S", 1]}),
@@ -142,7 +145,7 @@ CASES = {
 }
 
 # Cases whose result size is not the input's `?` (a slice start, a concatenation), so the static control (every `?` made 4) does not type-check.
-DYNAMIC_ONLY = {"slice_dynamic_to_end", "add_dynamic_against_static", "concat_cache_dynamic_axis", "concat_two_dynamic"}
+DYNAMIC_ONLY = {"slice_dynamic_to_end", "gather_declared_less_specific", "add_dynamic_against_static", "concat_cache_dynamic_axis", "concat_two_dynamic"}
 
 
 def write_graph(tmp, name, tensors, nodes, outputs, static=None):
