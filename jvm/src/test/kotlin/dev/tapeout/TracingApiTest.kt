@@ -65,9 +65,10 @@ class TracingApiTest {
         val recorded = wholeOpSet().ops.map { it.op }.toSet()
         assertTrue(native.containsAll(recorded), "recorded ops missing from the native table: ${recorded - native}")
         // Every public tracing function is exercised above (so a new one fails here until it is added there).
-        // Leaves make tensors without an op; linear and embedding record other ops (ModelApiTest checks them).
+        // Leaves make tensors without an op; linear, embedding and repeatKv record other ops (ModelApiTest and
+        // AttentionTest check them).
         val leaves = setOf("input", "weight", "halfWeight", "packedWeight", "denseWeight", "mapped", "record", "scalar", "param",
-            "output", "linear", "embedding")
+            "output", "linear", "embedding", "repeatKv")
         // The op families are interfaces ExecutionTape implements (ElementwiseOps, ShapeOps, LayerOps, TapeSources).
         val tracing = ExecutionTape::class.java.methods
             .filter { it.returnType == Tensor::class.java && it.declaringClass.isAssignableFrom(ExecutionTape::class.java) }
