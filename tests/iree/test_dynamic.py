@@ -82,6 +82,21 @@ CASES = {
     "causal_mask": ([t("x", [D, D]), t("y", [D, D])], [n("causal_mask", ["x"], "y")], {"x": ["S", "S"]}),
     "sdpa_causal": ([t("q", [2, D, 8]), t("k", [2, D, 8]), t("v", [2, D, 8]), t("y", [2, D, 8])],
                     [n("sdpa", ["q", "k", "v"], "y", causal=True)], {"q": [2, "S", 8], "k": [2, "S", 8], "v": [2, "S", 8]}),
+    # NumPy broadcasting with `?` dimensions (issue 27): `?` against 1, two `?` in different operands, a rank
+    # difference, and the ternary ops.
+    "mul_positions_by_inv_freq": ([t("p", [D, 1]), t("f", [16], weight=(1 / 10000 ** (np.arange(16) / 16)).astype(np.float32)),
+                                   t("y", [D, 16])], [n("mul", ["p", "f"], "y")], {"p": ["S", 1]}),
+    "sub_column_row": ([t("a", [D, 1]), t("b", [1, D]), t("y", [D, D])], [n("sub", ["a", "b"], "y")],
+                       {"a": ["S", 1], "b": [1, "S"]}),
+    "div_leading_unit": ([t("a", [D, 1, 4]), t("b", [3, 1], weight=np.array([[1], [2], [3]], np.float32)), t("y", [D, 3, 4])], [n("div", ["a", "b"], "y")],
+                         {"a": ["S", 1, 4]}),
+    "max_rank0": ([t("a", [2, D]), t("b", []), t("y", [2, D])], [n("max", ["a", "b"], "y")], {"a": [2, "S"], "b": []}),
+    "compare_select_column_row": ([t("r", [D, 1], "i32"), t("c", [1, D], "i32"), t("x", [D]), t("z", []),
+                                   t("m", [D, D], "bool"), t("y", [D, D])],
+                                  [n("compare", ["r", "c"], "m", direction="GE"), n("select", ["m", "x", "z"], "y")],
+                                  {"r": ["S", 1], "c": [1, "S"], "x": ["S"], "z": []}),
+    "clamp_broadcast_bounds": ([t("x", [D, 1]), t("lo", [4], weight=-np.abs(W4x5[:, 1])), t("hi", []), t("y", [D, 4])],
+                               [n("clamp", ["x", "lo", "hi"], "y")], {"x": ["S", 1], "hi": []}),
 }
 
 

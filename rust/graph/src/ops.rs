@@ -485,14 +485,15 @@ fn broadcast_rule(a: &AttrView<'_>, x: Spec<'_>, out: Spec<'_>) -> Result<(), St
 
 fn clamp(a: &AttrView<'_>, ins: &[Spec<'_>], out: Spec<'_>) -> Result<(), String> {
     let x = ins[0];
-    if let [_, (_, lo), (_, hi)] = ins {
+    if let [_, (lo_s, lo), (hi_s, hi)] = ins {
         if *lo != x.1 || *hi != x.1 {
             return Err(format!("the bounds ({lo}, {hi}) must have the operand's dtype {}", x.1));
         }
-    } else {
-        a.number("min")?;
-        a.number("max")?;
+        same_dtype(x, out)?;
+        return expect_shape(&broadcast_many(&[x.0, lo_s, hi_s])?, out.0, "the operand and its bounds broadcast to");
     }
+    a.number("min")?;
+    a.number("max")?;
     same_dtype(x, out)?;
     expect_shape(x.0, out.0, "the operand's shape is")
 }

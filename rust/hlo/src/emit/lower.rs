@@ -78,9 +78,9 @@ impl<'g> Emitter<'g, '_, '_> {
                 let rhs = format!("stablehlo.iota dim = {dim} : {}", ty(out.shape, out.dtype));
                 self.assign(&rhs, out.shape.clone(), out.dtype)
             }
-            OpKind::Select => self.select(&ins)?,
-            OpKind::Compare => self.compare(&ins)?,
-            OpKind::Clamp => self.clamp(&ins)?,
+            OpKind::Select => self.select(&ins, &out)?,
+            OpKind::Compare => self.compare(&ins, &out)?,
+            OpKind::Clamp => self.clamp(&ins, &out)?,
         };
         if result.dtype != spec.dtype || !tapeout_graph::ops::shapes_agree(&result.shape, &spec.shape) {
             return Err(self.err(format!(
@@ -105,17 +105,9 @@ impl<'g> Emitter<'g, '_, '_> {
             OpKind::Max => "maximum",
             _ => "minimum",
         };
-        let like = if &ins[0].shape == out.shape { ins[0].clone() } else { ins[1].clone() };
-        let like = if &like.shape == out.shape {
-            like
-        } else if out.shape.is_dynamic() {
-            return Err(self.err("a dynamic result must have the shape of one operand"));
-        } else {
-            Val { name: String::new(), shape: out.shape.clone(), dtype: ins[0].dtype }
-        };
-        let a = self.numpy_broadcast(&ins[0], &like)?;
-        let b = self.numpy_broadcast(&ins[1], &like)?;
-        Ok(self.binary_same(name, &a, &b))
+        let both = self.broadcast_operands(ins, out.shape)?;
+        let (a, b) = (&both[0], &both[1]);
+        Ok(self.binary_same(name, a, b))
     }
 
     /// One StableHLO unary op.
@@ -280,19 +272,19 @@ impl<'g> Emitter<'g, '_, '_> {
         Ok(self.assign(&rhs, x.shape.clone(), x.dtype))
     }
 
-    fn select(&mut self, ins: &[Val]) -> Result<Val> {
-        let all = self.broadcast_all(ins)?;
+    fn select(&mut self, ins: &[Val], out: &Out<'_>) -> Result<Val> {
+        let all = self.broadcast_operands(ins, out.shape)?;
         let (p, a, b) = (&all[0], &all[1], &all[2]);
         let rhs = format!("stablehlo.select {}, {}, {} : {}, {}", p.name, a.name, b.name, p.ty(), a.ty());
         Ok(self.assign(&rhs, a.shape.clone(), a.dtype))
     }
 
-    fn compare(&mut self, ins: &[Val]) -> Result<Val> {
+    fn compare(&mut self, ins: &[Val], out: &Out<'_>) -> Result<Val> {
         let dir = match self.attr("direction") {
             Some(Attr::Str(s)) => s.clone(),
             _ => return Err(self.attr_err("direction", "must be one of EQ, NE, LT, LE, GT, GE")),
         };
-        let both = self.broadcast_all(ins)?;
+        let both = self.broadcast_operands(ins, out.shape)?;
         let (a, b) = (&both[0], &both[1]);
         let kind = match a.dtype {
             d if d.is_float() => "FLOAT",
@@ -310,16 +302,28 @@ impl<'g> Emitter<'g, '_, '_> {
         Ok(self.assign(&rhs, a.shape.clone(), DType::Bool))
     }
 
-    /// `(x, min, max)`, or `(x)` with `min`/`max` attributes (unbounded by default).
-    fn clamp(&mut self, ins: &[Val]) -> Result<Val> {
-        let x = &ins[0];
-        let (lo, hi) = if let [_, lo, hi] = ins {
-            (lo.clone(), hi.clone())
+    /// `(x, min, max)` NumPy-broadcast to the result (a scalar bound stays a scalar, which StableHLO takes), or
+    /// `(x)` with `min`/`max` attributes (unbounded by default).
+    fn clamp(&mut self, ins: &[Val], out: &Out<'_>) -> Result<Val> {
+        let (x, lo, hi) = if let [x, lo, hi] = ins {
+            let x = self.broadcast_operands(std::slice::from_ref(x), out.shape)?.remove(0);
+            let bound = |e: &mut Self, b: &Val| -> Result<Val> {
+                if b.rank() == 0 {
+                    Ok(b.clone())
+                } else {
+                    Ok(e.broadcast_operands(&[b.clone(), x.clone()], out.shape)?.remove(0))
+                }
+            };
+            let (lo, hi) = (bound(self, lo)?, bound(self, hi)?);
+            (x, lo, hi)
         } else {
+            let x = ins[0].clone();
             let lo = self.attr_f64("min", f64::NEG_INFINITY)?;
             let hi = self.attr_f64("max", f64::INFINITY)?;
-            (self.splat(lo, &Shape::scalar(), x.dtype), self.splat(hi, &Shape::scalar(), x.dtype))
+            let (lo, hi) = (self.splat(lo, &Shape::scalar(), x.dtype), self.splat(hi, &Shape::scalar(), x.dtype));
+            (x, lo, hi)
         };
+        let x = &x;
         let rhs = format!(
             "stablehlo.clamp {}, {}, {} : ({}, {}, {}) -> {}",
             lo.name,
