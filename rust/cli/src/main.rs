@@ -405,6 +405,7 @@ fn export(graph: &Path, opts: &GraphFileExport<'_>, out_dir: &Path) -> Result<()
         );
     }
     println!("wrote {} ({} bytes; {} inline constants)", s.mlir.display(), s.mlir_bytes, s.inline_constants);
+    println!("wrote {} (the functions' arguments and results)", s.signature.display());
     match &s.archives.index {
         None => {
             #[allow(clippy::expect_used, reason = "an export without an index wrote exactly one archive")]

@@ -174,3 +174,41 @@ fn export_is_byte_identical_across_processes() {
         assert!(outputs[0].1 == outputs[1].1, "{name}: the two processes wrote different archives");
     }
 }
+
+#[test]
+fn export_writes_the_signature_beside_the_module_in_declared_order() {
+    let dir = tempfile::tempdir().unwrap();
+    // Declared `tokens, positions`; the first node reads `positions`.
+    let graph = r#"{"format":"tapeout-graph/1","name":"sig","tensors":[
+        {"name":"tokens","shape":["?",4],"dtype":"f32"},
+        {"name":"positions","shape":["?",4],"dtype":"i32"},
+        {"name":"p","shape":["?",4],"dtype":"f32"},
+        {"name":"y","shape":["?",4],"dtype":"f32"}],
+      "nodes":[{"op":"convert","inputs":["positions"],"outputs":["p"],"attrs":{}},
+               {"op":"add","inputs":["p","tokens"],"outputs":["y"],"attrs":{}}],
+      "outputs":["y","p"]}"#;
+    std::fs::write(dir.path().join("sig.json"), graph).unwrap();
+    let o = tapeout(&["export", "sig.json", "-o", "out"], dir.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("sig.signature.json"), "the CLI says it wrote it");
+    let text = std::fs::read_to_string(dir.path().join("out/sig.signature.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let expected = serde_json::json!({
+        "format": "tapeout-signature/1", "module": "sig",
+        "functions": [{"name": "main",
+            "arguments": [{"name": "tokens", "dtype": "f32", "shape": ["?", 4]},
+                          {"name": "positions", "dtype": "i32", "shape": ["?", 4]}],
+            "results": [{"name": "y", "dtype": "f32", "shape": ["?", 4]},
+                        {"name": "p", "dtype": "f32", "shape": ["?", 4]}]}]});
+    assert_eq!(v, expected);
+    // The module's own argument list agrees.
+    let mlir = std::fs::read_to_string(dir.path().join("out/sig.mlir")).unwrap();
+    let (t, p) = (mlir.find("tapeout.name = \"tokens\"").unwrap(), mlir.find("tapeout.name = \"positions\"").unwrap());
+    assert!(t < p, "{mlir}");
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("out"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".tmp") || n.starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "no temporary files left: {leftovers:?}");
+}
