@@ -212,3 +212,37 @@ fn export_writes_the_signature_beside_the_module_in_declared_order() {
         .collect();
     assert!(leftovers.is_empty(), "no temporary files left: {leftovers:?}");
 }
+
+#[test]
+fn dump_shows_each_entrys_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = graphs();
+    let (json, st) = (g.join("mlp.json"), g.join("mlp.safetensors"));
+    let (json, st) = (json.display().to_string(), st.display().to_string());
+    let o = tapeout(&["export", &json, "--weights", &st, "-o", "out", "--packed", "dequantize"], dir.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::write(dir.path().join("a.bin"), [1u8; 4]).unwrap();
+    std::fs::write(dir.path().join("m.txt"), "hand-written").unwrap();
+    assert!(tapeout(&["pack", "-o", "p.irpa", "a=a.bin", "--meta", "a=m.txt"], dir.path()).status.success());
+
+    let o = tapeout(&["dump", "out/mlp.irpa"], dir.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let row = text.lines().find(|l| l.contains("`model.fc1.weight`")).unwrap();
+    assert!(row.ends_with("| f32 [64, 16] from=Q8_0 transposed_from=[16,64]"), "{text}");
+    let o = tapeout(&["dump", "p.irpa"], dir.path());
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("`a` | hand-written"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+
+    let o = tapeout(&["dump", "--json", "out/mlp.irpa"], dir.path());
+    let rows: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let fc1 = rows.iter().find(|r| r["key"] == "model.fc1.weight").unwrap();
+    assert_eq!(fc1["metadata"]["dtype"], "f32");
+    assert_eq!(fc1["metadata"]["shape"], serde_json::json!([64, 16]));
+    assert_eq!(fc1["metadata"]["from"], "Q8_0");
+    assert!(fc1["metadata_length"].as_u64().unwrap() > 0);
+}
