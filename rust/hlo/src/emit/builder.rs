@@ -308,6 +308,24 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         self.broadcast_to(x, &dims, &like.shape, Some(like))
     }
 
+    /// `get_dimension_size` of dimension `i` of `x`, static or not (IREE folds a static one).
+    pub(crate) fn runtime_dim(&mut self, x: &Val, i: usize) -> Val {
+        self.assign(
+            &format!("stablehlo.get_dimension_size {}, dim = {i} : ({}) -> tensor<i32>", x.name, x.ty()),
+            Shape::scalar(),
+            DType::I32,
+        )
+    }
+
+    /// The run-time shape of `x` (`tensor<Nxi32>`), every dimension read with `get_dimension_size`.
+    pub(crate) fn runtime_shape(&mut self, x: &Val) -> Result<Val> {
+        if x.rank() == 0 {
+            return Ok(self.assign("stablehlo.constant dense<> : tensor<0xi32>", Shape::of(&[0]), DType::I32));
+        }
+        let parts: Vec<Val> = (0..x.rank()).map(|i| self.runtime_dim(x, i)).collect();
+        Ok(self.shape_of_parts(&parts))
+    }
+
     /// The run-time size of dimension `i` of `x` as a `tensor<i32>` (a constant when it is static).
     pub(crate) fn dim_size(&mut self, x: &Val, i: usize) -> Result<Val> {
         match x.shape.0.get(i) {
@@ -789,34 +807,48 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     /// A slice where `None` takes a dimension whole (static or `?`) and `Some((start, limit, stride))` a range of
     /// a static one: `stablehlo.slice` for static shapes, `stablehlo.real_dynamic_slice` otherwise.
     pub(crate) fn slice_whole_or(&mut self, x: &Val, ranges: &[Option<(u64, u64, u64)>]) -> Result<Val> {
+        let full: Vec<(u64, Option<u64>, u64)> = ranges
+            .iter()
+            .enumerate()
+            .map(|(i, r)| match (*r, x.shape.0[i]) {
+                (Some((lo, hi, st)), _) => (lo, Some(hi), st),
+                (None, Dim::Static(n)) => (0, Some(n), 1),
+                (None, Dim::Dynamic) => (0, None, 1),
+            })
+            .collect();
+        self.slice_ranges(x, &full)
+    }
+
+    /// A strided slice, each dimension `(start, limit, stride)` where a `None` limit is the run-time end of a `?`
+    /// dimension (its result dimension is `?`): `stablehlo.slice` when everything is static, else
+    /// `stablehlo.real_dynamic_slice` with the limits read by `get_dimension_size` (IREE 3.13 lowers it).
+    pub(crate) fn slice_ranges(&mut self, x: &Val, ranges: &[(u64, Option<u64>, u64)]) -> Result<Val> {
         if !x.shape.is_dynamic() {
-            let dims = self.static_dims(x)?;
-            let full: Vec<(u64, u64, u64)> = dims.iter().zip(ranges).map(|(&n, r)| r.unwrap_or((0, n, 1))).collect();
+            let mut full = Vec::with_capacity(ranges.len());
+            for &(lo, hi, st) in ranges {
+                let hi = hi.ok_or_else(|| self.err("a slice of a static dimension needs its limit"))?;
+                full.push((lo, hi, st));
+            }
             return Ok(self.slice(x, &full));
         }
         let mut shape = x.shape.clone();
         let as_i32 = |e: &Self, v: u64| i32::try_from(v).map_err(|_| e.err(format!("slice bound {v} is above i32")));
         let (mut starts, mut limits, mut strides) = (Vec::new(), Vec::new(), Vec::new());
-        for (i, r) in ranges.iter().enumerate() {
-            let (a, b, st) = match *r {
-                Some((lo, hi, st)) => {
-                    shape.0[i] = Dim::Static((hi - lo).div_ceil(st));
-                    let (lo, hi, st) = (as_i32(self, lo)?, as_i32(self, hi)?, as_i32(self, st)?);
-                    (
-                        self.splat(f64::from(lo), &Shape::scalar(), DType::I32),
-                        self.splat(f64::from(hi), &Shape::scalar(), DType::I32),
-                        self.splat(f64::from(st), &Shape::scalar(), DType::I32),
-                    )
+        for (i, &(lo, hi, st)) in ranges.iter().enumerate() {
+            let (lo32, st32) = (as_i32(self, lo)?, as_i32(self, st)?);
+            starts.push(self.splat(f64::from(lo32), &Shape::scalar(), DType::I32));
+            limits.push(match hi {
+                Some(hi) => {
+                    shape.0[i] = Dim::Static(hi.saturating_sub(lo).div_ceil(st.max(1)));
+                    let hi = as_i32(self, hi)?;
+                    self.splat(f64::from(hi), &Shape::scalar(), DType::I32)
                 }
-                None => (
-                    self.splat(0.0, &Shape::scalar(), DType::I32),
-                    self.dim_size(x, i)?,
-                    self.splat(1.0, &Shape::scalar(), DType::I32),
-                ),
-            };
-            starts.push(a);
-            limits.push(b);
-            strides.push(st);
+                None => {
+                    shape.0[i] = Dim::Dynamic;
+                    self.dim_size(x, i)?
+                }
+            });
+            strides.push(self.splat(f64::from(st32), &Shape::scalar(), DType::I32));
         }
         let (start, limit, stride) =
             (self.shape_of_parts(&starts), self.shape_of_parts(&limits), self.shape_of_parts(&strides));

@@ -42,7 +42,7 @@ impl<'g> Emitter<'g, '_, '_> {
             | OpKind::Sigmoid => self.elementwise_unary(node.op, &ins[0]),
             OpKind::Relu | OpKind::Silu | OpKind::Gelu => self.activation(node.op, &ins[0])?,
             OpKind::Convert => self.convert(&ins[0], &out),
-            OpKind::Broadcast => self.lower_broadcast(&ins[0], &out)?,
+            OpKind::Broadcast => self.lower_broadcast(&ins[0], ins.get(1), &out)?,
             OpKind::Reshape => self.reshape(&ins[0], out.shape)?,
             OpKind::Transpose => self.lower_transpose(&ins[0])?,
             OpKind::Concat => {
@@ -73,11 +73,7 @@ impl<'g> Emitter<'g, '_, '_> {
                 let axis = self.axis("axis", self.attr_int("axis", -1)?, ins[0].rank())?;
                 self.argmax(&ins[0], axis, out.dtype)?
             }
-            OpKind::Iota => {
-                let dim = self.axis("dim", self.attr_int("dim", 0)?, out.shape.rank())?;
-                let rhs = format!("stablehlo.iota dim = {dim} : {}", ty(out.shape, out.dtype));
-                self.assign(&rhs, out.shape.clone(), out.dtype)
-            }
+            OpKind::Iota => self.lower_iota(ins.first(), &out)?,
             OpKind::Select => self.select(&ins, &out)?,
             OpKind::Compare => self.compare(&ins, &out)?,
             OpKind::Clamp => self.clamp(&ins, &out)?,
@@ -158,16 +154,46 @@ impl<'g> Emitter<'g, '_, '_> {
         self.assign(&rhs, out.shape.clone(), out.dtype)
     }
 
-    fn lower_broadcast(&mut self, x: &Val, out: &Out<'_>) -> Result<Val> {
+    /// A broadcast to the declared shape, or with a reference operand `like` to `like`'s run-time shape (every
+    /// extent read with `get_dimension_size`, which IREE folds where it is static).
+    fn lower_broadcast(&mut self, x: &Val, like: Option<&Val>, out: &Out<'_>) -> Result<Val> {
         let rank = out.shape.rank();
         let dims = match self.attr_ints("dims")? {
             Some(d) => d.iter().map(|&a| self.axis("dims", a, rank)).collect::<Result<Vec<_>>>()?,
             None => (rank.saturating_sub(x.rank())..rank).collect(),
         };
-        if out.shape.is_dynamic() {
-            return Err(self.err("broadcast to a dynamic shape needs a reference operand; use an elementwise op"));
+        if let Some(like) = like {
+            let st = self.runtime_shape(like)?;
+            return Ok(self.dynamic_broadcast(x, &dims, out.shape, &st));
         }
+        // A `?` result without a reference is refused by the type rule (`tapeout_graph::ops`).
         self.broadcast_to(x, &dims, out.shape, None)
+    }
+
+    /// `stablehlo.iota` of a static shape, or with a reference operand the 1-D `dynamic_iota` of the run-time
+    /// size of its dimension `axis`.
+    fn lower_iota(&mut self, like: Option<&Val>, out: &Out<'_>) -> Result<Val> {
+        let Some(like) = like else {
+            let dim = self.axis("dim", self.attr_int("dim", 0)?, out.shape.rank())?;
+            if out.shape.is_dynamic() {
+                // The type rule refuses it; never write `stablehlo.iota : tensor<?x..>`, which IREE rejects.
+                return Err(
+                    self.err(format!("an iota of shape [{}] needs a reference tensor for its length", out.shape))
+                );
+            }
+            let rhs = format!("stablehlo.iota dim = {dim} : {}", ty(out.shape, out.dtype));
+            return Ok(self.assign(&rhs, out.shape.clone(), out.dtype));
+        };
+        let axis = self.axis("axis", self.attr_int("axis", 0)?, like.rank())?;
+        let n = self.runtime_dim(like, axis);
+        let st = self.assign(
+            &format!("stablehlo.reshape {} : (tensor<i32>) -> tensor<1xi32>", n.name),
+            Shape::of(&[1]),
+            DType::I32,
+        );
+        let rhs =
+            format!("stablehlo.dynamic_iota {}, dim = 0 : ({}) -> {}", st.name, st.ty(), ty(out.shape, out.dtype));
+        Ok(self.assign(&rhs, out.shape.clone(), out.dtype))
     }
 
     fn lower_transpose(&mut self, x: &Val) -> Result<Val> {
@@ -179,7 +205,8 @@ impl<'g> Emitter<'g, '_, '_> {
         Ok(self.transpose(x, &perm))
     }
 
-    /// A strided static slice; a `?` dimension is taken whole (the type rule refuses anything else).
+    /// A strided slice; a `?` dimension is sliced to the end from a static start and stride (the type rule
+    /// refuses anything else), written as `stablehlo.real_dynamic_slice`.
     fn lower_slice(&mut self, x: &Val) -> Result<Val> {
         let rank = x.rank();
         let start = self.attr_ints("start")?.ok_or_else(|| self.attr_err("start", "is required"))?;
@@ -192,15 +219,13 @@ impl<'g> Emitter<'g, '_, '_> {
                     self.attr_err("start", format!("dimension {i}: [{}:{}:{}]", start[i], limit[i], stride[i]))
                 })
             };
+            let (b, k) = (bound(start[i])?, bound(stride[i])?);
             ranges.push(match x.shape.0[i] {
-                Dim::Dynamic => None,
-                Dim::Static(d) => {
-                    let l = if limit[i] == -1 { d } else { bound(limit[i])? };
-                    Some((bound(start[i])?, l, bound(stride[i])?))
-                }
+                Dim::Dynamic => (b, None, k),
+                Dim::Static(d) => (b, Some(if limit[i] == -1 { d } else { bound(limit[i])? }), k),
             });
         }
-        self.slice_whole_or(x, &ranges)
+        self.slice_ranges(x, &ranges)
     }
 
     fn gather(&mut self, table: &Val, idx: &Val, out: &Out<'_>) -> Result<Val> {
