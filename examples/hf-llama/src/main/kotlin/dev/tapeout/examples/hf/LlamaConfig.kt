@@ -1,0 +1,60 @@
+package dev.tapeout.examples.hf
+
+import dev.tapeout.HfConfig
+import dev.tapeout.RopeScaling
+import java.io.File
+
+/**
+ * The fields of a Llama/Qwen2 `config.json` this model reads (through the library's [HfConfig]), with
+ * transformers' defaults where the file may leave them out. RoPE comes from `rope_parameters` (what transformers 5
+ * writes: `rope_type`, `rope_theta`, the scaling's own fields) or, for files of transformers 4, from `rope_theta`
+ * and `rope_scaling`.
+ */
+class LlamaConfig(val hf: HfConfig) {
+    /** `model_type`: `llama` or `qwen2`. */
+    val modelType: String = hf.string("model_type")
+    val vocabSize = hf.vocabSize
+    val hiddenSize = hf.hiddenSize
+    val intermediateSize = hf.intermediateSize
+    val numHiddenLayers = hf.numHiddenLayers
+    val numAttentionHeads = hf.numAttentionHeads
+    val numKeyValueHeads = hf.numKeyValueHeads
+    val headDim = hf.headDim
+    val rmsNormEps = hf.doubleOrNull("rms_norm_eps") ?: 1e-6
+    val tieWordEmbeddings = hf.tieWordEmbeddings
+    /** q/k/v biases: always in Qwen2; Llama's `attention_bias`. */
+    val qkvBias = modelType == "qwen2" || (hf.booleanOrNull("attention_bias") ?: false)
+    /** The o_proj bias: Llama's `attention_bias`; never in Qwen2. */
+    val oBias = modelType != "qwen2" && (hf.booleanOrNull("attention_bias") ?: false)
+    val mlpBias = hf.booleanOrNull("mlp_bias") ?: false
+
+    private val rope: HfConfig? = hf.objOrNull("rope_parameters") ?: hf.ropeScaling
+    /** `rope_theta`: in `rope_parameters` (transformers 5), else top level. */
+    val ropeTheta: Double = hf.objOrNull("rope_parameters")?.doubleOrNull("rope_theta") ?: hf.ropeTheta
+    val ropeType: String = rope?.let { it.stringOrNull("rope_type") ?: it.stringOrNull("type") } ?: "default"
+
+    /** HF's `rope_type` as a [RopeScaling]. */
+    val ropeScaling: RopeScaling = when (ropeType) {
+        "default" -> RopeScaling.None
+        "linear" -> RopeScaling.Linear(scalingFields().double("factor"))
+        "llama3" -> scalingFields().let {
+            RopeScaling.Llama3(it.double("factor"), it.double("low_freq_factor"), it.double("high_freq_factor"),
+                it.int("original_max_position_embeddings"))
+        }
+        else -> throw IllegalArgumentException("${hf.source}: rope_type '$ropeType' is not modelled here (default, linear, llama3)")
+    }
+
+    private fun scalingFields() = rope ?: throw IllegalArgumentException("${hf.source}: rope_type '$ropeType' without its fields")
+
+    init {
+        require(modelType == "llama" || modelType == "qwen2") { "${hf.source}: model_type '$modelType' is not llama or qwen2" }
+        require(numAttentionHeads % numKeyValueHeads == 0) {
+            "${hf.source}: num_attention_heads ($numAttentionHeads) is not a multiple of num_key_value_heads ($numKeyValueHeads)"
+        }
+    }
+
+    companion object {
+        /** Reads [file], a transformers `config.json`. */
+        fun read(file: File) = LlamaConfig(HfConfig.read(file))
+    }
+}
