@@ -38,12 +38,14 @@ import kotlin.math.pow
  * Functions (batch 1, as HF's `[B, S]` with B = 1):
  * - `prefill(input_ids [1, ?] i32)` → `logits [1, ?, vocab]`, `present_key_<i>`, `present_value_<i>` `[1, KV, ?, D]`;
  * - `decode(input_ids [1, 1] i32, past_key_<i>, past_value_<i> [1, KV, ?, D] …)` → `logits [1, 1, vocab]` and the
- *   caches one position longer.
+ *   caches one position longer;
+ * - with `static=<N>` (Gradle: `-PhfLlama.staticCache=N`) decode is HF's `StaticCache` form instead:
+ *   `decode(input_ids [1, 1], cache_position [] i32, past_key_<i>, past_value_<i> [1, KV, N, D] …)`.
  *
  * Compute is f32; a bf16 checkpoint's weights stay bf16 in the archive and are widened where they are used (the
  * tape's default `compute = F32`), which is what transformers' `model.float()` computes.
  *
- * `args`: the checkpoint directory (holding `config.json` and `model.safetensors`).
+ * `args`: the checkpoint directory (holding `config.json` and `model.safetensors`), optionally `static=<N>`.
  */
 class HfLlama : ModuleProvider {
     override fun buildTapes(args: List<String>): Map<String, ExecutionTape> {
@@ -60,7 +62,10 @@ class HfLlama : ModuleProvider {
         }
         // The KV cache: HF's DynamicCache (concat along the `?` past length) or, with a second argument
         // `static=<length>`, HF's StaticCache (a fixed-length cache written at cache_position).
-        val static = args.getOrNull(1)?.removePrefix("static=")?.toInt()
+        val static = args.getOrNull(1)?.let { a ->
+            a.removePrefix("static=").toIntOrNull()?.takeIf { a.startsWith("static=") && it > 0 }
+                ?: throw IllegalArgumentException("HfLlama's second argument must be static=<cache length> (a positive number), not '$a'")
+        }
         val decode = if (static != null) model.decodeStaticTape(checkpoint, static) else model.decodeTape(checkpoint)
         return mapOf("prefill" to model.prefillTape(checkpoint), "decode" to decode)
     }
