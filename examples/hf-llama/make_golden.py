@@ -17,7 +17,9 @@ change, and its outputs are checked in: for each model, testdata/<model>/
       prefill_b_tokens [1] i32, prefill_b_logits [1, vocab] f32   (prefill of a 1-token prompt)
       decode_tokens [STEPS] i32, decode_logits [STEPS, vocab] f32 (greedy decode after prompt a with transformers'
           DynamicCache: step i feeds decode_tokens[i], the argmax of the previous logits, and gets decode_logits[i])
-Each model's tensors are a few hundred KB. The weights are seeded random values (not transformers' init, whose
+Rerunning it reproduces the same tensors and values (seeded, CPU); golden.safetensors' header may list its
+metadata in another order, so compare values (safetensors.numpy.load_file), not bytes. Each model's tensors are a
+few hundred KB. The weights are seeded random values (not transformers' init, whose
 0.02 std makes nearly flat logits): every argmax in the golden file leads the runner-up by at least MARGIN, so an
 implementation within 1e-4 of these logits must pick the same tokens (checked here; a seed that fails is refused).
 
@@ -28,6 +30,8 @@ Models (8 query heads, 2 KV heads, head_dim 8, vocab 97, hidden 64, 2 layers, in
                 divided). Goldens: transformers run in float32 on the bf16 weights (model.float()), so the check
                 compares f32 compute on identical weight values.
   - qwen2-f32:  Qwen2ForCausalLM, float32, q/k/v biases, tied LM head (no lm_head.weight stored), theta 1e6.
+  - mistral-bf16: MistralForCausalLM, bfloat16 weights, no sliding window (Llama's layers under Mistral's names
+                and config), theta 1e6; goldens in float32 as for llama-bf16.
 """
 import inspect
 import json
@@ -37,7 +41,8 @@ import sys
 import numpy as np
 import torch
 from safetensors.numpy import save_file
-from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import (DynamicCache, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM)
 
 STEPS = 5
 MARGIN = 1e-2
@@ -58,6 +63,9 @@ def models():
                          "high_freq_factor": 4.0, "original_max_position_embeddings": 64})
     yield "qwen2-f32", 3, torch.float32, Qwen2ForCausalLM, Qwen2Config(
         **COMMON, tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+    yield "mistral-bf16", 4, torch.bfloat16, MistralForCausalLM, MistralConfig(
+        **COMMON, head_dim=8, tie_word_embeddings=False, sliding_window=None,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
 
 
 def randomize(model, seed):

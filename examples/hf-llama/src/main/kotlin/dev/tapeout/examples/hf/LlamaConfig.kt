@@ -11,7 +11,7 @@ import java.io.File
  * and `rope_scaling`.
  */
 class LlamaConfig(val hf: HfConfig) {
-    /** `model_type`: `llama` or `qwen2`. */
+    /** `model_type`: `llama`, `qwen2` or `mistral` (Llama's layers; its sliding window must be off: `null`). */
     val modelType: String = hf.string("model_type")
     val vocabSize = hf.vocabSize
     val hiddenSize = hf.hiddenSize
@@ -47,7 +47,10 @@ class LlamaConfig(val hf: HfConfig) {
     private fun scalingFields() = rope ?: throw IllegalArgumentException("${hf.source}: rope_type '$ropeType' without its fields")
 
     init {
-        require(modelType == "llama" || modelType == "qwen2") { "${hf.source}: model_type '$modelType' is not llama or qwen2" }
+        require(modelType in setOf("llama", "qwen2", "mistral")) { "${hf.source}: model_type '$modelType' is not llama, qwen2 or mistral" }
+        // Sliding-window attention (Mistral, Qwen2's use_sliding_window) is not modelled: refused, not ignored.
+        val window = if (modelType == "qwen2" && hf.booleanOrNull("use_sliding_window") != true) null else hf.intOrNull("sliding_window")
+        require(window == null) { "${hf.source}: sliding_window $window is not modelled here (only full attention); set it to null" }
         require(numAttentionHeads % numKeyValueHeads == 0) {
             "${hf.source}: num_attention_heads ($numAttentionHeads) is not a multiple of num_key_value_heads ($numKeyValueHeads)"
         }
