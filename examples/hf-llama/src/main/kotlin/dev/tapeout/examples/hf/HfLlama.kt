@@ -1,23 +1,24 @@
 package dev.tapeout.examples.hf
 
+import dev.tapeout.Checkpoint
 import dev.tapeout.DType
 import dev.tapeout.Embedding
 import dev.tapeout.ExecutionTape
 import dev.tapeout.Linear
 import dev.tapeout.Module
-import dev.tapeout.Rotary
 import dev.tapeout.ModuleList
 import dev.tapeout.ModuleProvider
 import dev.tapeout.RMSNorm
+import dev.tapeout.Rotary
 import dev.tapeout.SafeTensors
-import dev.tapeout.rotary
 import dev.tapeout.Tensor
 import dev.tapeout.plus
 import dev.tapeout.reshape
+import dev.tapeout.rotary
 import dev.tapeout.times
 import dev.tapeout.transpose
-import java.io.File
 import kotlin.math.pow
+import java.io.File
 
 /**
  * A Llama- or Qwen2-family checkpoint as `transformers` writes it (`save_pretrained`: `config.json` +
@@ -73,8 +74,11 @@ class HfLlama : ModuleProvider {
 
 /** `LlamaMLP`: `down_proj(silu(gate_proj(x)) * up_proj(x))`. */
 class LlamaMLP(c: LlamaConfig) : Module() {
+    /** `gate_proj`. */
     val gateProj = child("gate_proj", Linear(c.hiddenSize, c.intermediateSize, bias = c.mlpBias))
+    /** `up_proj`. */
     val upProj = child("up_proj", Linear(c.hiddenSize, c.intermediateSize, bias = c.mlpBias))
+    /** `down_proj`. */
     val downProj = child("down_proj", Linear(c.intermediateSize, c.hiddenSize, bias = c.mlpBias))
 
     /** The MLP of hidden states `[S, hidden]`. */
@@ -90,9 +94,13 @@ class LayerCache(val keys: Tensor, val values: Tensor, val position: Tensor? = n
 
 /** `LlamaAttention` / `Qwen2Attention`: q/k/v/o projections, RoPE on q and k, GQA attention over the cache. */
 class LlamaAttention(private val c: LlamaConfig) : Module() {
+    /** `q_proj` (`[heads·D, hidden]`, biased in Qwen2). */
     val qProj = child("q_proj", Linear(c.hiddenSize, c.numAttentionHeads * c.headDim, bias = c.qkvBias))
+    /** `k_proj` (`[KV·D, hidden]`). */
     val kProj = child("k_proj", Linear(c.hiddenSize, c.numKeyValueHeads * c.headDim, bias = c.qkvBias))
+    /** `v_proj` (`[KV·D, hidden]`). */
     val vProj = child("v_proj", Linear(c.hiddenSize, c.numKeyValueHeads * c.headDim, bias = c.qkvBias))
+    /** `o_proj`. */
     val oProj = child("o_proj", Linear(c.numAttentionHeads * c.headDim, c.hiddenSize, bias = c.oBias))
 
     /**
@@ -130,9 +138,13 @@ class LlamaAttention(private val c: LlamaConfig) : Module() {
 
 /** `LlamaDecoderLayer`: pre-norm attention and MLP, each with a residual. */
 class LlamaDecoderLayer(c: LlamaConfig) : Module() {
+    /** `self_attn`. */
     val selfAttn = child("self_attn", LlamaAttention(c))
+    /** `mlp`. */
     val mlp = child("mlp", LlamaMLP(c))
+    /** `input_layernorm`. */
     val inputLayernorm = child("input_layernorm", RMSNorm(c.hiddenSize, c.rmsNormEps))
+    /** `post_attention_layernorm`. */
     val postAttentionLayernorm = child("post_attention_layernorm", RMSNorm(c.hiddenSize, c.rmsNormEps))
 
     /** One layer over `[S, hidden]`. */
@@ -145,8 +157,11 @@ class LlamaDecoderLayer(c: LlamaConfig) : Module() {
 
 /** `LlamaModel`: the embedding, the layers, the final norm; positions and RoPE computed here, as HF does. */
 class LlamaModel(private val c: LlamaConfig) : Module() {
+    /** `embed_tokens`. */
     val embedTokens = child("embed_tokens", Embedding(c.vocabSize, c.hiddenSize))
+    /** `layers.<i>`. */
     val layers = child("layers", ModuleList(List(c.numHiddenLayers) { LlamaDecoderLayer(c) }))
+    /** `norm`, the final RMSNorm. */
     val norm = child("norm", RMSNorm(c.hiddenSize, c.rmsNormEps))
 
 
@@ -181,8 +196,13 @@ class LlamaModel(private val c: LlamaConfig) : Module() {
 }
 
 /** `LlamaForCausalLM` / `Qwen2ForCausalLM`: the model and `lm_head` (tied to `embed_tokens` when the config says so). */
-class LlamaForCausalLM(val config: LlamaConfig) : Module() {
+class LlamaForCausalLM(
+    /** The checkpoint's config. */
+    val config: LlamaConfig,
+) : Module() {
+    /** `model`. */
     val model = child("model", LlamaModel(config))
+    /** `lm_head`. */
     val lmHead = child("lm_head", Linear(config.hiddenSize, config.vocabSize, bias = false)).also {
         if (config.tieWordEmbeddings) it.tieTo(model.embedTokens)
     }
@@ -194,7 +214,7 @@ class LlamaForCausalLM(val config: LlamaConfig) : Module() {
     }
 
     /** A prompt of any length: `input_ids [1, ?]`. */
-    fun prefillTape(checkpoint: dev.tapeout.Checkpoint): ExecutionTape {
+    fun prefillTape(checkpoint: Checkpoint): ExecutionTape {
         val t = ExecutionTape()
         t.load(checkpoint)
         outputs(t, t.input("input_ids", 1, -1, dtype = DType.I32), null)
@@ -202,7 +222,7 @@ class LlamaForCausalLM(val config: LlamaConfig) : Module() {
     }
 
     /** One token after a cache of any length: `input_ids [1, 1]`, `past_key_<i>`/`past_value_<i>` `[1, KV, ?, D]`. */
-    fun decodeTape(checkpoint: dev.tapeout.Checkpoint): ExecutionTape {
+    fun decodeTape(checkpoint: Checkpoint): ExecutionTape {
         val t = ExecutionTape()
         t.load(checkpoint)
         val ids = t.input("input_ids", 1, 1, dtype = DType.I32)
@@ -219,7 +239,7 @@ class LlamaForCausalLM(val config: LlamaConfig) : Module() {
      * length [maxCache] (`past_key_<i>`/`past_value_<i>` `[1, KV, maxCache, D]`), written there with
      * dynamic_update_slice; the rows after it are masked (their scores get -1e9, weight 0 after softmax).
      */
-    fun decodeStaticTape(checkpoint: dev.tapeout.Checkpoint, maxCache: Int): ExecutionTape {
+    fun decodeStaticTape(checkpoint: Checkpoint, maxCache: Int): ExecutionTape {
         val t = ExecutionTape()
         t.load(checkpoint)
         val ids = t.input("input_ids", 1, 1, dtype = DType.I32)

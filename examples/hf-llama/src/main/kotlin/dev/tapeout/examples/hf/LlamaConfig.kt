@@ -10,27 +10,41 @@ import java.io.File
  * writes: `rope_type`, `rope_theta`, the scaling's own fields) or, for files of transformers 4, from `rope_theta`
  * and `rope_scaling`.
  */
-class LlamaConfig(val hf: HfConfig) {
+class LlamaConfig(
+    /** The file as the library read it. */
+    val hf: HfConfig,
+) {
     /** `model_type`: `llama`, `qwen2` or `mistral` (Llama's layers; its sliding window must be off: `null`). */
     val modelType: String = hf.string("model_type")
+    /** `vocab_size`. */
     val vocabSize = hf.vocabSize
+    /** `hidden_size`. */
     val hiddenSize = hf.hiddenSize
+    /** `intermediate_size` (the MLP's width). */
     val intermediateSize = hf.intermediateSize
+    /** `num_hidden_layers`. */
     val numHiddenLayers = hf.numHiddenLayers
+    /** `num_attention_heads` (query heads). */
     val numAttentionHeads = hf.numAttentionHeads
+    /** `num_key_value_heads` (`num_attention_heads` when absent). */
     val numKeyValueHeads = hf.numKeyValueHeads
+    /** `head_dim`, else `hidden_size / num_attention_heads`. */
     val headDim = hf.headDim
+    /** `rms_norm_eps` (1e-6 when absent). */
     val rmsNormEps = hf.doubleOrNull("rms_norm_eps") ?: 1e-6
+    /** `tie_word_embeddings`: `lm_head` uses `embed_tokens`' table. */
     val tieWordEmbeddings = hf.tieWordEmbeddings
     /** q/k/v biases: always in Qwen2; Llama's `attention_bias`. */
     val qkvBias = modelType == "qwen2" || (hf.booleanOrNull("attention_bias") ?: false)
     /** The o_proj bias: Llama's `attention_bias`; never in Qwen2. */
     val oBias = modelType != "qwen2" && (hf.booleanOrNull("attention_bias") ?: false)
+    /** Llama's `mlp_bias`. */
     val mlpBias = hf.booleanOrNull("mlp_bias") ?: false
 
     private val rope: HfConfig? = hf.objOrNull("rope_parameters") ?: hf.ropeScaling
     /** `rope_theta`: in `rope_parameters` (transformers 5), else top level. */
     val ropeTheta: Double = hf.objOrNull("rope_parameters")?.doubleOrNull("rope_theta") ?: hf.ropeTheta
+    /** `rope_type` (`default` when absent). */
     val ropeType: String = rope?.let { it.stringOrNull("rope_type") ?: it.stringOrNull("type") } ?: "default"
 
     /** HF's `rope_type` as a [RopeScaling]. */
