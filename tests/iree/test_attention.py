@@ -96,6 +96,18 @@ CASES = {
 }
 
 
+def with_mask_input(case, mask_shape):
+    """`case` with an additive mask given at run time (a padding mask of a run-time size)."""
+    tensors, nodes, shapes = case
+    tensors = tensors[:-1] + [t("mask", [D if isinstance(x, str) else x for x in mask_shape])] + tensors[-1:]
+    nodes = [dict(nodes[0], inputs=nodes[0]["inputs"] + ["mask"])]
+    return tensors, nodes, {**shapes, "mask": mask_shape}
+
+
+CASES["gqa_dynamic_mask_input_causal"] = with_mask_input(sdpa_case(2, 4, 2, "S", "T", 8, 8, causal=True), [2, 1, "S", "T"])
+CASES["gqa_dynamic_decode_mask_input"] = with_mask_input(sdpa_case(1, 8, 2, 1, "T", 16, 16), [1, 1, 1, "T"])
+
+
 def rope_case(x_shape, table_shape, **attrs):
     dims = lambda sh: [D if isinstance(x, str) else x for x in sh]  # noqa: E731
     tensors = [t("x", dims(x_shape)), t("c", dims(table_shape)), t("s", dims(table_shape)), t("y", dims(x_shape))]
@@ -158,7 +170,7 @@ def test_attention_and_rope_compile_and_match_numpy(case, tapeout, tmp_path):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{case} at {size}")
         attrs = nodes[0]["attrs"]
         if nodes[0]["op"] == "sdpa":
-            mask = graph.weights.get("mask")
+            mask = feeds.get("mask", graph.weights.get("mask"))
             oracle = attention(feeds["q"], feeds["k"], feeds["v"], mask, attrs.get("causal", False), attrs.get("scale"))
         else:
             oracle = rope_oracle(feeds["x"], feeds["c"], feeds["s"], attrs.get("interleaved", False))
@@ -206,3 +218,137 @@ def test_bad_attention_and_rope_shapes_are_refused_and_nothing_is_written(case, 
     for needle in needles:
         assert needle in r.stderr, f"{needle!r} missing from {r.stderr}"
     assert not (tmp_path / "out" / f"{case}.mlir").exists(), "no MLIR is written"
+
+
+# --- rotary(): cos/sin computed in the graph by the Kotlin library, against transformers' formulas -----------------
+
+ROTARY_CASES = {
+    # name: (Kotlin arguments after positions and headDim, head dim, positions shape ("S": run-time), interleaved)
+    "rotary_default_static": ("theta = 10000.0", 8, [5], False, None),
+    "rotary_default_dynamic": ("theta = 10000.0", 8, ["S"], False, None),
+    "rotary_linear_batched_interleaved": ("theta = 10000.0, scaling = RopeScaling.Linear(4.0), interleaved = true", 16,
+                                          [2, "S"], True, ("linear", 4.0)),
+    "rotary_llama3": ("theta = 500000.0, scaling = RopeScaling.Llama3(8.0, 1.0, 4.0, 64)", 16, ["S"], False,
+                      ("llama3", 8.0, 1.0, 4.0, 64)),
+}
+
+KOTLIN_CASES = '''
+import dev.tapeout.*
+import java.io.File
+
+fun case(out: File, name: String, pos: LongArray, posType: DType, heads: Int, d: Int, rotary: ExecutionTape.(Tensor) -> Rotary) {
+    val t = ExecutionTape()
+    val p = t.input("pos", pos, posType)
+    val r = t.rotary(p)
+    val s = pos.last()
+    val x = t.input("x", if (pos.size == 1) longArrayOf(1, heads.toLong(), s, d.toLong()) else longArrayOf(pos[0], heads.toLong(), s, d.toLong()))
+    t.output("cos", r.cos)
+    t.output("sin", r.sin)
+    t.output("y", t.rope(x, r))
+    t.toComputeGraph().export(out, name)
+}
+
+fun main(args: Array<String>) {
+    val out = File(args[0])
+%s
+}
+'''
+
+
+def transformers_inv_freq(dim, base, scaling):
+    """transformers' modeling_rope_utils, transcribed to numpy float32 (its torch tensors are float32)."""
+    f = np.float32
+    inv = f(1.0) / (f(base) ** (np.arange(0, dim, 2).astype(np.float32) / f(dim)))
+    if scaling is None:
+        return inv
+    if scaling[0] == "linear":
+        return inv / f(scaling[1])
+    _, factor, low, high, old = scaling
+    low_wavelen, high_wavelen = f(old / low), f(old / high)
+    wavelen = f(2 * math.pi) / inv
+    inv_llama = np.where(wavelen > low_wavelen, inv / f(factor), inv)
+    smooth = (f(old) / wavelen - f(low)) / f(high - low)
+    smoothed = (f(1) - smooth) * inv_llama / f(factor) + smooth * inv_llama
+    medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+    return np.where(medium, smoothed, inv_llama).astype(np.float32)
+
+
+def transformers_cos_sin(positions, inv, interleaved):
+    """The rotary embedding's forward: freqs = positions × inv_freq (float32), emb = cat(freqs, freqs) (GPT-J:
+    each angle twice in a row), cos/sin of emb; [B, S] positions give [B, 1, S, D] (apply_rotary_pos_emb's unsqueeze)."""
+    freqs = positions.astype(np.float32)[..., None] * inv
+    emb = np.repeat(freqs, 2, axis=-1) if interleaved else np.concatenate([freqs, freqs], axis=-1)
+    emb = emb.astype(np.float64)
+    if positions.ndim == 2:
+        emb = emb[:, None]
+    return np.cos(emb), np.sin(emb)
+
+
+def apply_rotary(x, cos, sin, interleaved):
+    """transformers' apply_rotary_pos_emb (rotate_half) or the GPT-J rotate_every_two form."""
+    x = x.astype(np.float64)
+    if interleaved:
+        rot = np.stack([-x[..., 1::2], x[..., 0::2]], axis=-1).reshape(x.shape)
+    else:
+        h = x.shape[-1] // 2
+        rot = np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
+    return x * cos + rot * sin
+
+
+@pytest.fixture(scope="module")
+def rotary_modules(tmp_path_factory):
+    """The ROTARY_CASES exported by the Kotlin library: its jar built by Gradle (as tests/gradle does), a small
+    program compiled by the repository's kotlinc against it, run on the JVM with the JNI library."""
+    import shutil
+    import subprocess
+    gradle = shutil.which("gradle")
+    if gradle is None:
+        pytest.skip("gradle is installed by scripts/setup")
+    subprocess.run([gradle, "-c", "settings-gradle4.gradle", "--offline", "--no-daemon", "--quiet", ":jvm:jar"],
+                   cwd=ROOT, check=True, capture_output=True)
+    kotlin = ROOT / "jvm/tools/node_modules/kotlin-compiler"
+    classes = ROOT / "jvm/build/kotlinc/main"
+    work = tmp_path_factory.mktemp("rotary")
+    calls = []
+    for name, (kwargs, d, pos, _, _) in ROTARY_CASES.items():
+        dims = ", ".join("DYNAMIC" if x == "S" else f"{x}L" for x in pos)
+        dtype = "DType.I64" if len(pos) == 2 else "DType.I32"
+        calls.append(f'    case(out, "{name}", longArrayOf({dims}), {dtype}, 3, {d}) {{ p -> rotary(p, {d}, {kwargs}) }}')
+    (work / "Cases.kt").write_text(KOTLIN_CASES % "\n".join(calls))
+    cp = f"{classes}:{kotlin / 'lib/kotlin-stdlib.jar'}"
+    run(kotlin / "bin/kotlinc", "-cp", cp, work / "Cases.kt", "-d", work / "classes")
+    run("java", "-cp", f"{work / 'classes'}:{cp}", f"-Dtapeout.native.path={ROOT / 'target/release/libtapeout_jni.so'}",
+        "CasesKt", work / "out")
+    return work / "out"
+
+
+@pytest.mark.parametrize("case", sorted(ROTARY_CASES))
+def test_rotary_tables_computed_in_the_graph_match_transformers(case, rotary_modules, tmp_path):
+    _, d, pos, interleaved, scaling = ROTARY_CASES[case]
+    base = 500000.0 if scaling and scaling[0] == "llama3" else 10000.0
+    inv = transformers_inv_freq(d, base, scaling)
+    mlir = rotary_modules / f"{case}.mlir"
+    text = mlir.read_text()
+    assert ("?x" in text or "x?" in text or "tensor<?" in text) == ("S" in pos), "positions of a run-time length"
+    sizes = [3, 7] if "S" in pos else [5]
+    for i, s in enumerate(sizes):
+        shape = [s if x == "S" else x for x in pos]
+        # Positions as a KV cache sees them: a run of S starting at an offset (up to beyond the llama3 window).
+        start = 0 if i == 0 else 1000
+        positions = (start + np.arange(s))[None].repeat(shape[0], 0) + np.arange(shape[0])[:, None] * 5 \
+            if len(shape) == 2 else start + np.arange(s)
+        positions = positions.astype(np.int64 if len(shape) == 2 else np.int32)
+        x = RNG.standard_normal((positions.shape[0] if len(shape) == 2 else 1, 3, s, d)).astype(np.float32)
+        work = tmp_path / f"run{i}"
+        work.mkdir()
+        order = [n for n in ("pos", "x") if f'tapeout.name = "{n}"' in text]
+        feeds = {"pos": positions, "x": x}
+        cos, sin, y = compile_and_run_iree(work, mlir, [rotary_modules / f"{case}.irpa"], [feeds[k] for k in order],
+                                           outputs=3)
+        want_cos, want_sin = transformers_cos_sin(positions, inv, interleaved)
+        # f32 angles up to ~1000 rad: cos/sin agree to a few f32 ulps of the angle.
+        tol = 1e-5 if start == 0 else 2e-4
+        np.testing.assert_allclose(cos, want_cos, atol=tol, err_msg=f"{case} cos at S={s}")
+        np.testing.assert_allclose(sin, want_sin, atol=tol, err_msg=f"{case} sin at S={s}")
+        np.testing.assert_allclose(y, apply_rotary(x, want_cos, want_sin, interleaved), atol=4 * tol,
+                                   err_msg=f"{case} rope at S={s}")
