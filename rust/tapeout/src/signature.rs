@@ -71,3 +71,39 @@ pub(crate) fn write(path: &Path, module: &str, functions: &[(&str, &ComputeGraph
         .map_err(|source| Error::Write { path: path.to_path_buf(), source })?;
     Ok(file)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+    use super::*;
+    use tapeout_graph::{Attrs, DType, ExtractOptions, OpKind, Shape, TensorSpec, Trace};
+
+    #[test]
+    fn every_function_lists_its_arguments_in_declared_order_and_its_results() {
+        let mut t = Trace::new();
+        let dynamic = |name: &str, dtype| TensorSpec::new(name, Shape(vec![Dim::Dynamic, Dim::Static(8)]), dtype);
+        let ids = t.add_placeholder(dynamic("ids", DType::I32));
+        let x = t.add_placeholder(dynamic("x", DType::F32));
+        let f = t.add_placeholder(dynamic("f", DType::F32));
+        let y = t.add_placeholder(dynamic("y \"quoted\"", DType::F32));
+        t.record(OpKind::Neg, Attrs::new(), &[x], &[y]);
+        t.record(OpKind::Convert, Attrs::new(), &[ids], &[f]);
+        t.set_outputs(&[y, f]);
+        let g = tapeout_graph::finalize(&t, &ExtractOptions::default()).unwrap();
+        let text = signature_json("m", &[("prefill", &g), ("decode", &g)]);
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let args = serde_json::json!([
+            {"name": "ids", "dtype": "i32", "shape": ["?", 8]},
+            {"name": "x", "dtype": "f32", "shape": ["?", 8]}]);
+        let results = serde_json::json!([
+            {"name": "y \"quoted\"", "dtype": "f32", "shape": ["?", 8]},
+            {"name": "f", "dtype": "f32", "shape": ["?", 8]}]);
+        assert_eq!(
+            v,
+            serde_json::json!({"format": SIGNATURE_FORMAT, "module": "m", "functions": [
+                {"name": "prefill", "arguments": args, "results": results},
+                {"name": "decode", "arguments": args, "results": results}]})
+        );
+        assert_eq!(signature_file_name("m"), "m.signature.json");
+    }
+}
