@@ -48,3 +48,13 @@ def write_safetensors_2d(path, name, w, dtype):
     h += b" " * ((-len(h)) % 8)
     pathlib.Path(path).write_bytes(len(h).to_bytes(8, "little") + h + blob)
     return w, blob
+
+
+def signature(mlir, function="main"):
+    """`(argument names, result names)` of `function`, from the signature file tapeout writes beside the module
+    `mlir` (`<name>.signature.json`, docs/signature-format.md)."""
+    import json
+    mlir = pathlib.Path(mlir)
+    doc = json.loads(mlir.with_name(mlir.name[: -len(".mlir")] + ".signature.json").read_text())
+    [f] = [f for f in doc["functions"] if f["name"] == function]
+    return [a["name"] for a in f["arguments"]], [r["name"] for r in f["results"]]

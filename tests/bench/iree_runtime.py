@@ -38,7 +38,7 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-from harness import iree_tool  # noqa: E402
+from harness import iree_tool, signature  # noqa: E402
 
 TAPEOUT = ROOT / "target/release/tapeout"
 
@@ -175,10 +175,8 @@ def tied(a):
 
 
 def arg_order(mlir, fn):
-    """The `tapeout.name`s of `fn`'s arguments in order (tapeout orders arguments by first use)."""
-    import re
-    sig = re.search(r"func\.func @" + fn + r"\((.*?)\) ->", pathlib.Path(mlir).read_text(), re.S).group(1)
-    return re.findall(r'tapeout\.name = "([^"]*)"', sig)
+    """The names of `fn`'s arguments in order, from the signature file beside the module (docs/signature-format.md)."""
+    return signature(mlir, fn)[0]
 
 
 def tiny_llm(a):
@@ -209,13 +207,13 @@ def tiny_llm(a):
 
 
 def arg_types(mlir, fn):
-    """`{tapeout.name: (shape, numpy dtype)}` of `fn`'s arguments, in argument order."""
-    sig = re.search(r"func\.func @" + fn + r"\((.*?)\) ->", pathlib.Path(mlir).read_text(), re.S).group(1)
-    out = {}
-    for t, name in re.findall(r'%arg\d+: tensor<([^>]*)> \{tapeout\.name = "([^"]*)"\}', sig):
-        *dims, dtype = t.split("x")
-        out[name] = (tuple(int(x) for x in dims), {"f32": np.float32, "i32": np.int32, "i64": np.int64}[dtype])
-    return out
+    """`{name: (shape, numpy dtype)}` of `fn`'s arguments, in argument order, from the signature file beside the
+    module (these exports have static shapes)."""
+    mlir = pathlib.Path(mlir)
+    doc = json.loads(mlir.with_name(mlir.name[: -len(".mlir")] + ".signature.json").read_text())
+    [f] = [f for f in doc["functions"] if f["name"] == fn]
+    dtypes = {"f32": np.float32, "i32": np.int32, "i64": np.int64}
+    return {a["name"]: (tuple(a["shape"]), dtypes[a["dtype"]]) for a in f["arguments"]}
 
 
 def tiny_llm_decode(a):
@@ -344,7 +342,8 @@ def serving(d, src, seq=64, repeats=200):
             rt.create_hal_module(config.vm_instance, config.device),
             rt.VmModule.mmap(config.vm_instance, str(g_vmfb)), config=config)[-1]
 
-    g_args = [dec[n] for n in arg_order(g_mlir, "decode")]
+    # The rewritten decode keeps the original's non-cache arguments, in their order (with_cache_globals).
+    g_args = [dec[n] for n in order["decode"] if not n.startswith("cache_")]
     # Same numbers: both variants from zero caches (the globals start at zero).
     zero = {**dec, **{k: np.zeros_like(v) for k, v in caches.items()}}
     want = m.decode(*[zero[n] for n in order["decode"]])[0].to_host()

@@ -417,3 +417,76 @@ def test_a_module_provider_exports_one_module_with_a_function_per_tape(built_jar
         (tmp_path / fn).mkdir()
         [y] = compile_and_run_iree(tmp_path / fn, out / "served.mlir", [out / "served.irpa"], [x], function=fn)
         np.testing.assert_allclose(y, x @ w.T)
+
+
+def test_renaming_module_name_removes_the_old_outputs_and_nothing_else(built_jars, tmp_path):
+    import json
+    block = "tapeout { model = 'demo.Model'; moduleName = '%s'; packedConstants = 'DEQUANTIZE' }"
+    p = project(tmp_path, block % "first")
+    r = gradle(p, "exportIrpa")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = p / "build/tapeout"
+    first = ["first.mlir", "first.irpa", "first.signature.json", "first.inputs"]
+    assert all((out / f).is_file() for f in first), sorted(x.name for x in out.iterdir())
+    sig = json.loads((out / "first.signature.json").read_text())
+    assert sig["format"] == "tapeout-signature/1" and sig["module"] == "first"
+    [main] = sig["functions"]
+    assert main["name"] == "main" and main["arguments"] == [{"name": "x", "dtype": "f32", "shape": [2, 32]}], main
+    (out / "notes.txt").write_text("mine")          # a file of the user's in the output directory
+    (out / "first.extra").write_text("also mine")    # named like an output, but tapeout never wrote it
+    (p / "build.gradle").write_text(build_file(block % "second"))
+    r = gradle(p, "exportIrpa")
+    assert r.returncode == 0, r.stdout + r.stderr
+    left = sorted(x.name for x in out.iterdir())
+    assert left == ["first.extra", "notes.txt", "second.inputs", "second.irpa", "second.mlir", "second.signature.json"], left
+
+
+CHECKPOINT_MODEL = '''
+package demo
+
+import dev.tapeout.*
+import java.io.File
+
+class Ckpt : ModelProvider {
+    class Net : Module() {
+        val fc = child("fc", Linear(4, 3, bias = false))
+        val spare = child("spare", Linear(4, 4, bias = false))
+        operator fun invoke(x: Tensor) = fc(x)
+    }
+
+    override fun buildTape(): ExecutionTape {
+        val t = ExecutionTape()
+        t.load(SafeTensors.open(File(System.getProperty("demo.checkpoint"))))
+        t.output("y", Net()(t.input("x", 2, 4)))
+        return t
+    }
+}
+'''
+
+
+def test_checkpoint_tensors_never_read_and_parameters_never_bound_are_build_warnings(built_jars, tmp_path):
+    import numpy as np
+    from safetensors.numpy import save_file
+    ckpt = tmp_path / "model.safetensors"
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    save_file({"fc.weight": np.ones((3, 4), np.float32), "head.weight": np.ones((2, 4), np.float32)}, str(ckpt))
+    p = project(tmp_path / "p", f"tapeout {{ model = 'demo.Ckpt'; systemProperty 'demo.checkpoint', '{ckpt}' }}")
+    (p / "src/main/kotlin/demo/Ckpt.kt").write_text(CHECKPOINT_MODEL)
+    r = gradle(p, "exportIrpa")
+    text = r.stdout + r.stderr
+    assert r.returncode == 0, text
+    assert "tapeout: warning: 1 checkpoint tensor(s) of model.safetensors were never read by the model: head.weight" in text, text
+    assert "tapeout: warning: 1 parameter(s) the model declares have no values (nothing bound them): spare.weight" in text, text
+
+
+def test_an_unset_kotlin_home_says_how_to_set_it_and_that_a_daemon_may_not_see_it(built_jars, tmp_path):
+    import os
+    p = project(tmp_path, "tapeout { model = 'demo.Model' }")
+    (p / "gradle.properties").write_text("systemProp.gradle-debian-helper.hook.enabled=false\n")
+    env = {k: v for k, v in os.environ.items() if k != "KOTLIN_HOME"}
+    r = subprocess.run([GRADLE, "--offline", "--no-daemon", "--console=plain", "exportIrpa"], cwd=p,
+                       capture_output=True, text=True, env=env)
+    text = r.stdout + r.stderr
+    assert r.returncode != 0, text
+    assert "set -PkotlinHome=<kotlinc distribution>" in text and "KOTLIN_HOME" in text, text
+    assert "A Gradle daemon started before KOTLIN_HOME was exported may not see it: stop it (gradle --stop)" in text, text

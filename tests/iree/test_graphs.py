@@ -321,4 +321,4 @@ def test_a_sharded_export_round_trips_through_iree_with_a_parameter_larger_than_
     assert bad.returncode == 1 and '"model.w3"' in bad.stderr and files[2] in bad.stderr, bad.stderr
     # Without the limit the set goes back to one archive, and the shards and index are removed.
     run(tapeout, "export", tmp_path / "g.json", "--weights", tmp_path / "w.safetensors", "-o", out)
-    assert sorted(p.name for p in out.iterdir()) == ["sharded.irpa", "sharded.mlir"]
+    assert sorted(p.name for p in out.iterdir()) == ["sharded.irpa", "sharded.mlir", "sharded.signature.json"]

@@ -8,7 +8,6 @@ IREE 3.13 silently misreads an `i4`/`i2` tensor whose innermost rows do not fill
 this sweep is what keeps a shape-dependent error of that kind from hiding again. One module per format (all sizes,
 uses and batches as the results of one function) keeps the compile count small."""
 import json
-import re
 
 import iree.runtime as rt
 import numpy as np
@@ -16,7 +15,7 @@ import pytest
 from gguf import GGUFReader, GGUFWriter, GGML_QUANT_SIZES, GGMLQuantizationType as T
 from gguf.quants import dequantize
 
-from harness import iree_tool, run
+from harness import iree_tool, run, signature
 from test_packed import FORMATS, random_blocks
 
 ROWS = [1, 2, 3, 4, 5, 7, 8, 9, 15, 17, 33, 65, 127]
@@ -86,10 +85,7 @@ def feeds_and_oracle(k, dense, rng, rows=ROWS, batches=BATCHES, uses=USES):
 
 def run_sweep(tmp_path, out, name, feeds, want, cpu="generic"):
     """Compiles `out/<name>.mlir`, runs `main` in IREE's Python runtime with the archive, and checks every result."""
-    mlir = (out / f"{name}.mlir").read_text()
-    sig = mlir[mlir.index("func.func @main("):mlir.index("->")]
-    args = re.findall(r'tapeout\.name = "([^"]+)"', sig)
-    results = re.findall(r'tapeout\.name = "([^"]+)"', mlir[mlir.index("->"):mlir.index("{\n", mlir.index("->"))])
+    args, results = signature(out / f"{name}.mlir")
     assert sorted(results) == sorted(want), (len(results), len(want))
     vmfb = tmp_path / f"{name}.vmfb"
     run(iree_tool("iree-compile"), out / f"{name}.mlir", "--iree-hal-target-device=local",

@@ -48,7 +48,7 @@ enum Command {
         #[arg(long)]
         iree_placement: bool,
     },
-    /// List the entries of an archive (absolute start, end, length, type, key, metadata size).
+    /// List the entries of an archive (absolute start, end, length, type, key, and each entry's metadata: dtype, shape, what it was converted from).
     Dump {
         /// The archive; or several archives of one set, or the set's `<name>.irpa.index.json`.
         #[arg(required = true, num_args = 1..)]
@@ -57,7 +57,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Export a JSON graph (docs/graph-format.md) to OUTDIR/<name>.mlir + OUTDIR/<name>.irpa.
+    /// Export a JSON graph (docs/graph-format.md) to OUTDIR/<name>.mlir + OUTDIR/<name>.signature.json + OUTDIR/<name>.irpa.
     Export {
         /// The graph file.
         graph: PathBuf,
@@ -405,6 +405,7 @@ fn export(graph: &Path, opts: &GraphFileExport<'_>, out_dir: &Path) -> Result<()
         );
     }
     println!("wrote {} ({} bytes; {} inline constants)", s.mlir.display(), s.mlir_bytes, s.inline_constants);
+    println!("wrote {} (the functions' arguments and results)", s.signature.display());
     match &s.archives.index {
         None => {
             #[allow(clippy::expect_used, reason = "an export without an index wrote exactly one archive")]
@@ -452,6 +453,52 @@ fn escape_key(key: &str) -> String {
     key.escape_debug().to_string()
 }
 
+/// Prefix of the metadata blob tapeout writes (`TENSORv0:` then a JSON object).
+const TENSOR_METADATA: &str = "TENSORv0:";
+
+/// An entry's metadata for `dump --json`: tapeout's `TENSORv0:` object as JSON, other UTF-8 text as a string, other
+/// bytes as hex (`null` when there is none).
+fn metadata_json(metadata: &[u8]) -> serde_json::Value {
+    if metadata.is_empty() {
+        return serde_json::Value::Null;
+    }
+    match std::str::from_utf8(metadata) {
+        Ok(text) => text
+            .strip_prefix(TENSOR_METADATA)
+            .and_then(|j| serde_json::from_str::<serde_json::Value>(j).ok())
+            .filter(serde_json::Value::is_object)
+            .unwrap_or_else(|| text.into()),
+        Err(_) => format!("0x{}", metadata.iter().map(|b| format!("{b:02x}")).collect::<String>()).into(),
+    }
+}
+
+/// An entry's metadata for the `dump` table: tapeout's `TENSORv0:` object as `dtype [shape]` and its other fields
+/// (`from=Q8_0`, `transposed_from=[16,64]`), other text escaped, other bytes as their count.
+fn metadata_text(metadata: &[u8]) -> String {
+    match metadata_json(metadata) {
+        serde_json::Value::Null => "-".to_owned(),
+        serde_json::Value::Object(m) => {
+            let mut parts = Vec::new();
+            if let Some(d) = m.get("dtype").and_then(serde_json::Value::as_str) {
+                parts.push(d.to_owned());
+            }
+            if let Some(serde_json::Value::Array(dims)) = m.get("shape") {
+                parts.push(format!("[{}]", dims.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")));
+            }
+            parts.extend(m.iter().filter(|(k, _)| *k != "dtype" && *k != "shape").map(|(k, v)| match v {
+                serde_json::Value::String(s) => format!("{k}={s}"),
+                other => format!("{k}={other}"),
+            }));
+            parts.join(" ")
+        }
+        serde_json::Value::String(s) if s.starts_with("0x") && std::str::from_utf8(metadata).is_err() => {
+            format!("{} bytes (binary)", metadata.len())
+        }
+        serde_json::Value::String(s) => s.escape_debug().to_string(),
+        other => other.to_string(),
+    }
+}
+
 fn open_set(files: &[PathBuf]) -> Result<ArchiveSet, Failure> {
     Ok(ArchiveSet::open(files)?)
 }
@@ -468,6 +515,7 @@ fn dump(files: &[PathBuf], json: bool) -> Result<(), Failure> {
                     "key": e.key,
                     "length": e.byte_len(),
                     "metadata_length": e.metadata.len(),
+                    "metadata": metadata_json(e.metadata),
                 });
                 if several {
                     obj["file"] = path.display().to_string().into();
@@ -497,11 +545,7 @@ fn dump(files: &[PathBuf], json: bool) -> Result<(), Failure> {
             total,
             archive.file_size()
         ))?;
-        w(writeln!(
-            out,
-            "{:>14} | {:>14} | {:>14} | {:<5} | {:>8} | Key",
-            "Start", "End", "Length", "Type", "Metadata"
-        ))?;
+        w(writeln!(out, "{:>14} | {:>14} | {:>14} | {:<5} | Key | Metadata", "Start", "End", "Length", "Type"))?;
         for e in archive.entries() {
             let (start, end, ty) = match e.location.kind {
                 irpa::IndexKind::Data(r) => (r.offset.to_string(), (r.offset + r.length).to_string(), "data"),
@@ -509,10 +553,10 @@ fn dump(files: &[PathBuf], json: bool) -> Result<(), Failure> {
             };
             w(writeln!(
                 out,
-                "{start:>14} | {end:>14} | {:>14} | {ty:<5} | {:>8} | `{}`",
+                "{start:>14} | {end:>14} | {:>14} | {ty:<5} | `{}` | {}",
                 e.byte_len(),
-                e.metadata.len(),
-                escape_key(e.key)
+                escape_key(e.key),
+                metadata_text(e.metadata)
             ))?;
         }
     }

@@ -174,3 +174,75 @@ fn export_is_byte_identical_across_processes() {
         assert!(outputs[0].1 == outputs[1].1, "{name}: the two processes wrote different archives");
     }
 }
+
+#[test]
+fn export_writes_the_signature_beside_the_module_in_declared_order() {
+    let dir = tempfile::tempdir().unwrap();
+    // Declared `tokens, positions`; the first node reads `positions`.
+    let graph = r#"{"format":"tapeout-graph/1","name":"sig","tensors":[
+        {"name":"tokens","shape":["?",4],"dtype":"f32"},
+        {"name":"positions","shape":["?",4],"dtype":"i32"},
+        {"name":"p","shape":["?",4],"dtype":"f32"},
+        {"name":"y","shape":["?",4],"dtype":"f32"}],
+      "nodes":[{"op":"convert","inputs":["positions"],"outputs":["p"],"attrs":{}},
+               {"op":"add","inputs":["p","tokens"],"outputs":["y"],"attrs":{}}],
+      "outputs":["y","p"]}"#;
+    std::fs::write(dir.path().join("sig.json"), graph).unwrap();
+    let o = tapeout(&["export", "sig.json", "-o", "out"], dir.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("sig.signature.json"), "the CLI says it wrote it");
+    let text = std::fs::read_to_string(dir.path().join("out/sig.signature.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let expected = serde_json::json!({
+        "format": "tapeout-signature/1", "module": "sig",
+        "functions": [{"name": "main",
+            "arguments": [{"name": "tokens", "dtype": "f32", "shape": ["?", 4]},
+                          {"name": "positions", "dtype": "i32", "shape": ["?", 4]}],
+            "results": [{"name": "y", "dtype": "f32", "shape": ["?", 4]},
+                        {"name": "p", "dtype": "f32", "shape": ["?", 4]}]}]});
+    assert_eq!(v, expected);
+    // The module's own argument list agrees.
+    let mlir = std::fs::read_to_string(dir.path().join("out/sig.mlir")).unwrap();
+    let (t, p) = (mlir.find("tapeout.name = \"tokens\"").unwrap(), mlir.find("tapeout.name = \"positions\"").unwrap());
+    assert!(t < p, "{mlir}");
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("out"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".tmp") || n.starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "no temporary files left: {leftovers:?}");
+}
+
+#[test]
+fn dump_shows_each_entrys_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = graphs();
+    let (json, st) = (g.join("mlp.json"), g.join("mlp.safetensors"));
+    let (json, st) = (json.display().to_string(), st.display().to_string());
+    let o = tapeout(&["export", &json, "--weights", &st, "-o", "out", "--packed", "dequantize"], dir.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::write(dir.path().join("a.bin"), [1u8; 4]).unwrap();
+    std::fs::write(dir.path().join("m.txt"), "hand-written").unwrap();
+    assert!(tapeout(&["pack", "-o", "p.irpa", "a=a.bin", "--meta", "a=m.txt"], dir.path()).status.success());
+
+    let o = tapeout(&["dump", "out/mlp.irpa"], dir.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let row = text.lines().find(|l| l.contains("`model.fc1.weight`")).unwrap();
+    assert!(row.ends_with("| f32 [64, 16] from=Q8_0 transposed_from=[16,64]"), "{text}");
+    let o = tapeout(&["dump", "p.irpa"], dir.path());
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("`a` | hand-written"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+
+    let o = tapeout(&["dump", "--json", "out/mlp.irpa"], dir.path());
+    let rows: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let fc1 = rows.iter().find(|r| r["key"] == "model.fc1.weight").unwrap();
+    assert_eq!(fc1["metadata"]["dtype"], "f32");
+    assert_eq!(fc1["metadata"]["shape"], serde_json::json!([64, 16]));
+    assert_eq!(fc1["metadata"]["from"], "Q8_0");
+    assert!(fc1["metadata_length"].as_u64().unwrap() > 0);
+}

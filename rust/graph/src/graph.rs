@@ -108,7 +108,7 @@ impl<'a> ComputeGraph<'a> {
         &self.tensors
     }
 
-    /// Runtime inputs (function arguments), in first-use order.
+    /// Runtime inputs (function arguments), in the order the trace declared them (its tensor table).
     #[must_use]
     pub fn inputs(&self) -> &[TensorId] {
         &self.inputs
@@ -489,6 +489,9 @@ pub fn finalize<'a>(trace: &Trace<'a>, opts: &ExtractOptions) -> Result<ComputeG
             None => inputs.push(id),
         }
     }
+    // Function arguments in the order the trace declared them (its tensor table), not the order ops first read
+    // them: a caller passes `(tokens, positions)` as it declared them, whichever the model happens to use first.
+    inputs.sort_unstable_by_key(|t| t.index());
     // Types are checked as the program will see them: widened and dequantized weights are f32.
     for &i in &order {
         check_signature(&ops[i], &specs)?;

@@ -453,7 +453,7 @@ fn forced_inputs_dynamic_shapes_and_mapped_storage_stay_inputs() {
     t.set_outputs(&[z, d]);
     let opts = ExtractOptions { forced_inputs: [forced].into(), ..ExtractOptions::default() };
     let g = finalize(&t, &opts).unwrap();
-    assert_eq!(g.inputs(), [x, forced, mapped, dynamic], "first-use order");
+    assert_eq!(g.inputs(), [x, forced, dynamic, mapped], "declaration order (the tensor table), not first use");
     assert!(g.constants().is_empty(), "a dynamic packed tensor is an input, not a FAIL");
 }
 
@@ -830,4 +830,22 @@ impl ChunkLender<u8> for Chunks {
         let (s, e) = (usize::try_from(start).unwrap(), usize::try_from(start + len).unwrap());
         f(&self.0[s..e])
     }
+}
+
+#[test]
+fn arguments_keep_the_declared_order_when_ops_read_them_in_another() {
+    let mut t = Trace::new();
+    // Declared tokens, positions, mask; the ops read mask first, then positions, then tokens.
+    let tokens = t.add_placeholder(spec("tokens", &[4], DType::F32));
+    let positions = t.add_placeholder(spec("positions", &[4], DType::F32));
+    let mask = t.add_placeholder(spec("mask", &[4], DType::F32));
+    let a = t.add_placeholder(spec("a", &[4], DType::F32));
+    let b = t.add_placeholder(spec("b", &[4], DType::F32));
+    let c = t.add_placeholder(spec("c", &[4], DType::F32));
+    t.record(OpKind::Neg, Attrs::new(), &[mask], &[a]);
+    t.record(OpKind::Add, Attrs::new(), &[a, positions], &[b]);
+    t.record(OpKind::Add, Attrs::new(), &[b, tokens], &[c]);
+    t.set_outputs(&[c]);
+    let g = finalize(&t, &ExtractOptions::default()).unwrap();
+    assert_eq!(g.inputs(), [tokens, positions, mask]);
 }

@@ -132,6 +132,7 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_export<'l>(
                 v["functions"] = functions.iter().map(|(n, _)| n.to_string()).collect::<Vec<_>>().into();
                 v["mlir"] = s.mlir.display().to_string().into();
                 v["mlir_bytes"] = s.mlir_bytes.into();
+                v["signature"] = s.signature.display().to_string().into();
                 let archives = &s.archives.archives;
                 v["archives"] = archives.iter().map(|a| a.path.display().to_string()).collect::<Vec<_>>().into();
                 v["archive_bytes"] = archives.iter().map(|a| a.file_size).collect::<Vec<_>>().into();

@@ -15,6 +15,7 @@ use tapeout_irpa::{ArchiveWriter, AtomicFile, FileRegionSource, Progress};
 use crate::archive::ConstantPayload;
 use crate::error::{Error, Result};
 use crate::shards::{self, ArchiveFiles};
+use crate::signature;
 
 /// What [`export`] wrote.
 #[derive(Debug, Clone)]
@@ -23,6 +24,9 @@ pub struct ExportSummary {
     pub mlir: PathBuf,
     /// Its size in bytes.
     pub mlir_bytes: u64,
+    /// The signature file beside it (`<dir>/<name>.signature.json`, `docs/signature-format.md`): every function's
+    /// arguments and results in order, with their names, dtypes and shapes.
+    pub signature: PathBuf,
     /// The parameter archive (`<dir>/<name>.irpa`), or the shards of a set and its index.
     pub archives: ArchiveFiles,
     /// The flags that give IREE's tools the archives: `--parameters=SCOPE=FILE`, one per file.
@@ -86,14 +90,14 @@ fn metadata(graph: &ComputeGraph<'_>, data: &ConstantData<'_>, tensor: tapeout_g
     m.encode()
 }
 
-/// Writes `<out_dir>/<name>.mlir` and `<out_dir>/<name>.irpa` for `graph`; with `max_archive_bytes`, the
+/// Writes `<out_dir>/<name>.mlir`, `<out_dir>/<name>.signature.json` and `<out_dir>/<name>.irpa` for `graph`; with `max_archive_bytes`, the
 /// parameters go to as many archives as that limit needs (`<name>-0000k-of-0000n.irpa` plus
 /// `<name>.irpa.index.json`; no parameter is split, and one larger than the limit has a file of its own).
 ///
 /// External constants are streamed from their sources (borrowed f32, lazily widened or
-/// dequantized) through the archive writer: peak extra memory is one chunk. Both files are written
+/// dequantized) through the archive writer: peak extra memory is one chunk. Every file is written
 /// atomically: the module is emitted first into its temporary file (so an emission error stops the
-/// export before any archive work), then the archive is written, then the module is committed.
+/// export before any archive work), then the archive is written, then the signature and the module are committed.
 pub fn export(
     graph: &ComputeGraph<'_>,
     opts: &EmitOptions,
@@ -156,11 +160,14 @@ pub fn export_functions(
         MaterializationPolicy::InlineAlways => "model",
     };
     let archives = shards::write(writer, max_archive_bytes, out_dir, &stem, scope, progress)?;
+    let signature = out_dir.join(signature::signature_file_name(&stem));
+    signature::write(&signature, &opts.module_name, functions)?.commit()?;
     module_file.commit()?;
     let constants: usize = functions.iter().map(|(_, g)| g.constants().len()).sum();
     Ok(ExportSummary {
         mlir,
         mlir_bytes,
+        signature,
         parameters_flags: archives.parameters_flags(scope),
         archives,
         externals: externals.len(),

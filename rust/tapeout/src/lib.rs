@@ -14,6 +14,7 @@ mod error;
 mod export;
 mod metadata;
 mod shards;
+mod signature;
 
 pub use tapeout_graph as graph;
 pub use tapeout_hlo as hlo;
@@ -26,3 +27,4 @@ pub use export::{
     ExportSummary, GraphFileExport, export, export_functions, export_graph_file, file_stem, finalize, module_text,
 };
 pub use shards::{ArchiveFiles, ArchiveSet, INDEX_FORMAT, index_file_name, shard_file_name};
+pub use signature::{SIGNATURE_FORMAT, signature_file_name, signature_json};

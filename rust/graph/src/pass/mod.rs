@@ -22,7 +22,7 @@ use crate::trace::{Attr, Attrs, Op, TensorId};
 pub(crate) struct Program<'a> {
     /// Specs of every tensor, indexed by [`TensorId::index`]; a pass appends the tensors it creates.
     pub(crate) specs: Vec<TensorSpec>,
-    /// Runtime inputs (function arguments), in first-use order.
+    /// Runtime inputs (function arguments), in the order the trace declared them (its tensor table).
     pub(crate) inputs: Vec<TensorId>,
     /// Frozen values, with unique keys.
     pub(crate) constants: Vec<Constant<'a>>,

@@ -89,6 +89,8 @@ internal fun <T> TapeSnapshot.located(call: () -> T): T = try {
  * [parametersFlags] are the `--parameters=SCOPE=FILE` flags IREE's tools need to load them all.
  * [pins] counts critical pins of JVM arrays; [copies] how many of them were copies (0 on HotSpot).
  * [keyCollisions] are the weights of every exported function that were given another weight's key.
+ * [signature] is `<name>.signature.json` beside the module: read it with [ModuleSignature.read].
+ * [warnings] are what the export has to say that is not an error (a checkpoint tensor the model never read, …).
  */
 data class ExportResult(
     val mlir: File,
@@ -102,6 +104,8 @@ data class ExportResult(
     val index: File? = null,
     val parametersFlags: List<String> = emptyList(),
     val keyCollisions: List<KeyCollision> = emptyList(),
+    val signature: File = File(mlir.parentFile, mlir.name.removeSuffix(".mlir") + ".signature.json"),
+    val warnings: List<String> = emptyList(),
 )
 
 /**
@@ -125,6 +129,10 @@ class ComputeGraph internal constructor(
      *  given one path by mistake. */
     val keyCollisions: List<KeyCollision> = summary.keyCollisions
 
+    /** What the tape made of its checkpoints and its modules' parameters when this graph was made: tensors never
+     *  read, parameters nothing bound. [export] puts its warnings in [ExportResult.warnings]. */
+    val checkpointReport: CheckpointReport = checkpointReportOf(listOf(snapshot.tape))
+
     /**
      * Writes `<outputDir>/<name>.mlir` and `<outputDir>/<name>.irpa`. With [maxArchiveBytes] > 0 the parameters
      * are split over archives of at most that many bytes each (`<name>-00001-of-0000K.irpa` plus
@@ -139,7 +147,7 @@ class ComputeGraph internal constructor(
         require(maxArchiveBytes >= 0) { "maxArchiveBytes must be 0 (one archive) or a positive size, not $maxArchiveBytes" }
         val a = Marshalled(snapshot.tensors)
         return nativeExport(snapshot, snapshot.toGraphJson(name), a, options, forced, outputDir, name, policy, maxArchiveBytes)
-            .copy(keyCollisions = keyCollisions)
+            .copy(keyCollisions = keyCollisions, warnings = checkpointReport.warnings)
     }
 
     /** The StableHLO module text. */

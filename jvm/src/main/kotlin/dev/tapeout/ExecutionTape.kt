@@ -43,7 +43,9 @@ class ExecutionTape(val compute: DType = DType.F32, val captureSites: Boolean = 
     private val declaredInputs = LinkedHashSet<Int>()
     private val names = HashMap<String, Tensor>()
     private val scopes = ArrayList<String>()
-    private val checkpoints = ArrayList<Checkpoint>()
+    internal val checkpoints = ArrayList<Checkpoint>()
+    /** The root modules whose parameters were asked for on this tape ([Module.param]), for [checkpointReport]. */
+    internal val modules = LinkedHashSet<Module>()
     private val byKey = HashMap<String, Tensor>()
 
     /** Scalars made by [scalar], one per value and dtype. */
@@ -149,12 +151,7 @@ class ExecutionTape(val compute: DType = DType.F32, val captureSites: Boolean = 
     /** The tensor already keyed [k] on this tape, else [make]'s. */
     internal fun keyedOrMake(k: String, make: () -> Tensor): Tensor = byKey[k] ?: make()
 
-    private fun nearKeys(k: String): String {
-        val all = checkpoints.flatMap { it.tensors.keys }
-        val tail = k.substringAfterLast('.')
-        val near = all.filter { it.endsWith(".$tail") || it == tail }.take(5)
-        return if (near.isEmpty()) " (${all.size} tensors; none ends in '.$tail')" else "; keys with that ending: $near"
-    }
+    private fun nearKeys(k: String): String = suggestKeys(k, checkpoints)
 
     /** Registers [t] as the tensor of key [path] (the first one keeps it) and returns it. */
     internal fun keyed(path: String, t: Tensor): Tensor {
@@ -219,7 +216,8 @@ class ExecutionTape(val compute: DType = DType.F32, val captureSites: Boolean = 
 internal val LIBRARY_FILES = setOf(
     "ExecutionTape.kt", "Weights.kt", "ElementwiseOps.kt", "ShapeOps.kt", "LayerOps.kt", "DTypePolicy.kt", "OpTable.kt",
     "GraphJson.kt", "Bits.kt", "Operators.kt", "Modules.kt", "Checkpoints.kt", "Tensors.kt", "ComputeGraph.kt",
-    "ModuleExport.kt", "Json.kt", "Native.kt", "Exceptions.kt", "ExportMain.kt", "NativeBoundary.kt", "NativeContract.kt", "Rotary.kt",
+    "ModuleExport.kt", "Json.kt", "Native.kt", "Exceptions.kt", "ExportMain.kt", "NativeBoundary.kt", "NativeContract.kt",
+    "ModuleSignature.kt", "HfConfig.kt", "Rotary.kt",
 )
 
 /** A frame of the tapeout library itself (or of the JDK and Kotlin runtime), which a call site skips. */

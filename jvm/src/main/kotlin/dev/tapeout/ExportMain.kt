@@ -66,7 +66,7 @@ internal class ExportResponse(private val file: File) {
     val warnings = ArrayList<String>()
 
     /** The export succeeded and wrote [r]'s files. */
-    fun ok(r: ExportResult) = write("ok", listOf(r.mlir) + r.archives + listOfNotNull(r.index), emptyList())
+    fun ok(r: ExportResult) = write("ok", listOf(r.mlir, r.signature) + r.archives + listOfNotNull(r.index), emptyList())
 
     fun failed(lines: List<String>) = write("failed", emptyList(), lines)
 
@@ -89,7 +89,7 @@ internal class ExportResponse(private val file: File) {
 
 /**
  * The entry point the Gradle `exportIrpa` task runs in a forked JVM: `ExportMain <request file>` ([ExportRequest]).
- * Prints its progress on stdout; warnings (key collisions) and a failure go to the [ExportResponse] file, a failure
+ * Prints its progress on stdout; warnings (key collisions, checkpoint tensors never read, parameters never bound) and a failure go to the [ExportResponse] file, a failure
  * with exit code 1: the message, and for an exception thrown by the model its class and the model's own top stack
  * frames. Writes `<output dir>/<module name>.inputs`: the files the tape reads (checkpoints, mapped regions) with
  * their sizes and modification times, so the Gradle task reruns when one changes.
@@ -175,6 +175,7 @@ object ExportMain {
             if (built.size != 1 || built.keys.single() != "main") {
                 val r = exportFunctions(built, outDir, name, scope, req.inlineBelowBytes, req.packed, req.half, req.maxArchiveBytes, t0)
                 for (k in r.keyCollisions) out.warnings += k.warning
+                out.warnings += r.warnings
                 out.ok(r)
                 return
             }
@@ -207,6 +208,7 @@ object ExportMain {
             }
             println("tapeout: wrote ${r.mlir} (${r.mlirBytes} bytes)")
             println("tapeout: IREE loads the parameters with: ${r.parametersFlags.joinToString(" ")}")
+            out.warnings += r.warnings
             out.ok(r)
         } catch (e: TapeoutException) {
             fail(listOf(e.describe(::gradleWording)))

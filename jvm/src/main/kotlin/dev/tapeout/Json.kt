@@ -73,3 +73,87 @@ internal object Json {
         }
     }
 }
+
+/** A JSON file a reader ([HfConfig], [ModuleSignature]) could not use: not JSON, or a key missing or of another
+ *  type. The message names the file and the key (its dotted path, `rope_scaling.factor`). */
+class JsonFileException(detail: String) : TapeoutException(detail)
+
+/**
+ * A JSON object read from [source] (a file's path, for messages), whose [path] inside the document is `""` at the
+ * top and `rope_scaling.` for a nested object: typed getters whose failures name the file and the full key.
+ */
+internal class JsonObjectView(val fields: Map<*, *>, val source: String, private val path: String = "") {
+    fun keyText(key: String) = "'$path$key'"
+
+    private fun describe(v: Any?): String = when (v) {
+        null -> "null"
+        is String -> "a string (${Json.quote(v)})"
+        is Boolean -> "a boolean ($v)"
+        is Long, is Double -> "a number ($v)"
+        is List<*> -> "a list"
+        is Map<*, *> -> "an object"
+        else -> v.toString()
+    }
+
+    fun wrong(key: String, want: String): Nothing =
+        throw JsonFileException("$source: key ${keyText(key)} is ${describe(fields[key])}, not $want")
+
+    fun missing(key: String): Nothing = throw JsonFileException("$source has no key ${keyText(key)}")
+
+    /** The value at [key], or null when absent or JSON `null`. */
+    fun raw(key: String): Any? = fields[key]
+
+    fun has(key: String) = fields[key] != null
+
+    fun stringOrNull(key: String): String? = raw(key)?.let { it as? String ?: wrong(key, "a string") }
+    fun string(key: String): String = stringOrNull(key) ?: missing(key)
+
+    fun longOrNull(key: String): Long? = when (val v = raw(key)) {
+        null -> null
+        is Long -> v
+        is Double -> if (v == Math.rint(v) && kotlin.math.abs(v) < 9.0e15) v.toLong() else wrong(key, "an integer")
+        else -> wrong(key, "an integer")
+    }
+    fun long(key: String): Long = longOrNull(key) ?: missing(key)
+
+    fun intOrNull(key: String): Int? = longOrNull(key)?.let { if (it in Int.MIN_VALUE..Int.MAX_VALUE) it.toInt() else wrong(key, "a 32-bit integer") }
+    fun int(key: String): Int = intOrNull(key) ?: missing(key)
+
+    fun doubleOrNull(key: String): Double? = raw(key)?.let { (it as? Number)?.toDouble() ?: wrong(key, "a number") }
+    fun double(key: String): Double = doubleOrNull(key) ?: missing(key)
+
+    fun booleanOrNull(key: String): Boolean? = raw(key)?.let { it as? Boolean ?: wrong(key, "a boolean") }
+    fun boolean(key: String): Boolean = booleanOrNull(key) ?: missing(key)
+
+    fun listOrNull(key: String): List<*>? = raw(key)?.let { it as? List<*> ?: wrong(key, "a list") }
+    fun list(key: String): List<*> = listOrNull(key) ?: missing(key)
+
+    fun objOrNull(key: String): JsonObjectView? =
+        raw(key)?.let { JsonObjectView(it as? Map<*, *> ?: wrong(key, "an object"), source, "$path$key.") }
+    fun obj(key: String): JsonObjectView = objOrNull(key) ?: missing(key)
+
+    /** The objects of the list at [key], each named `key[i].` in messages. */
+    fun objects(key: String): List<JsonObjectView> = list(key).mapIndexed { i, o ->
+        JsonObjectView(o as? Map<*, *> ?: throw JsonFileException("$source: ${keyText(key)}[$i] is ${describe(o)}, not an object"),
+            source, "$path$key[$i].")
+    }
+
+    companion object {
+        /** The JSON object in [file], or a [JsonFileException] naming the file when it cannot be read or is not one. */
+        fun read(file: java.io.File, what: String): JsonObjectView {
+            val text = try { file.readText() } catch (e: java.io.IOException) {
+                throw JsonFileException("cannot read $what ${file.path}: ${e.message}").also { it.initCause(e) }
+            }
+            return parse(text, file.path, what)
+        }
+
+        fun parse(text: String, source: String, what: String): JsonObjectView {
+            val v = try { Json.parse(text) } catch (e: IndexOutOfBoundsException) {
+                throw JsonFileException("$source is not valid JSON ($what): it ends in the middle of a value").also { it.initCause(e) }
+            } catch (e: RuntimeException) {
+                throw JsonFileException("$source is not valid JSON ($what): ${e.message ?: e.javaClass.simpleName}").also { it.initCause(e) }
+            }
+            return JsonObjectView(v as? Map<*, *> ?: throw JsonFileException("$source is not a JSON object ($what)"), source)
+        }
+    }
+}

@@ -17,7 +17,8 @@ import java.io.File
  *
  * Each tape is first made a [ComputeGraph] ([toComputeGraph], as a single-function export does), so an invalid
  * function fails naming the line of your code that recorded the node, and [ExportResult.keyCollisions] lists
- * the weights of every function that were given another weight's key. The module is then the functions as those
+ * the weights of every function that were given another weight's key; [ExportResult.warnings] the checkpoint tensors
+ * no function read and the declared parameters nothing bound ([CheckpointReport]). The module is then the functions as those
  * graphs took them: ops recorded on a tape while this runs are not exported.
  */
 fun exportModule(
@@ -36,7 +37,8 @@ fun exportModule(
     // A node index the native side names is one function's: the tape is known when there is only one.
     val only = m.functions.values.singleOrNull()
     return nativeExport(only, m.json(name), m.arrays, nativeOptions(packedConstants, halfConstants), IntArray(0), outputDir, name,
-        policy, maxArchiveBytes).copy(keyCollisions = graphs.values.flatMap { it.keyCollisions })
+        policy, maxArchiveBytes).copy(keyCollisions = graphs.values.flatMap { it.keyCollisions },
+        warnings = checkpointReportOf(functions.values).warnings)
 }
 
 /** A value compared by identity (the same array object), for finding the weights several tapes share. */

@@ -80,9 +80,20 @@ abstract class Module {
     fun param(tape: ExecutionTape, name: String): Tensor {
         val shape = declared[name] ?: throw IllegalArgumentException("module '$path' has no parameter '$name' (it has ${declared.keys})")
         val key = keyOf(name)
+        synchronized(tape.modules) { tape.modules.add(root) }
         val make = bound[name]
         return if (make != null) tape.keyedOrMake(key) { make(tape, key) } else tape.paramAt(key, shape)
     }
+
+    /** The root of this module's tree. */
+    internal val root: Module get() = parent?.root ?: this
+
+    /** Whether this module's parameter [name] takes its values from elsewhere (a tied LM head's weight). */
+    internal open fun isTied(name: String): Boolean = false
+
+    /** Keys of the tree's parameters that no [bind] gave values and that are not tied: a checkpoint must have them. */
+    internal fun unprovidedKeys(): List<String> =
+        declared.keys.filter { it !in bound && !isTied(it) }.map { keyOf(it) } + childMap.values.flatMap { it.unprovidedKeys() }
 
     /** Every parameter key of the tree, depth first in registration order: the keys PyTorch's `state_dict()` lists. */
     fun stateDictKeys(): List<String> = declared.keys.map { keyOf(it) } + childMap.values.flatMap { it.stateDictKeys() }
@@ -103,6 +114,8 @@ class Linear(val inFeatures: Int, val outFeatures: Int, val bias: Boolean = true
     }
 
     private var tied: Embedding? = null
+
+    override fun isTied(name: String): Boolean = name == "weight" && tied != null
 
     /** Uses [embedding]'s table as this layer's weight (a tied LM head): one parameter, stored once. */
     fun tieTo(embedding: Embedding): Linear {

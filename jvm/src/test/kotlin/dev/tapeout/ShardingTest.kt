@@ -37,7 +37,7 @@ class ShardingTest {
         // One archive again without the limit: the set and its index are gone.
         val one = tape.toComputeGraph().export(dir, "m", MaterializationPolicy.ExternalAlways())
         assertNull(one.index)
-        assertEquals(listOf("m.irpa", "m.mlir"), dir.list()!!.sorted())
+        assertEquals(listOf("m.irpa", "m.mlir", "m.signature.json"), dir.list()!!.sorted())
         assertEquals(listOf(File(dir, "m.irpa")), one.archives)
         dir.deleteRecursively()
     }

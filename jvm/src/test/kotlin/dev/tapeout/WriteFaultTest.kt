@@ -31,6 +31,7 @@ class WriteFaultTest {
             model(16).toComputeGraph().export(mnt, "out")
             val before = File(mnt, "out.irpa").readBytes()
             val beforeMlir = File(mnt, "out.mlir").readBytes()
+            val beforeSignature = File(mnt, "out.signature.json").readBytes()
             // 4 MiB of weights into 1 MiB.
             val e = assertThrows<IOException> { model(1 shl 20).toComputeGraph().export(mnt, "out") }
             val msg = e.message ?: ""
@@ -38,8 +39,9 @@ class WriteFaultTest {
             assertFalse(msg.contains("tapeout-tmp"), msg)
             assertArrayEquals(before, File(mnt, "out.irpa").readBytes(), "the previous archive is intact")
             assertArrayEquals(beforeMlir, File(mnt, "out.mlir").readBytes(), "the previous module is intact")
+            assertArrayEquals(beforeSignature, File(mnt, "out.signature.json").readBytes(), "the previous signature is intact")
             val left = mnt.list()!!.sorted()
-            assertTrue(left == listOf("out.irpa", "out.mlir"), "no temporary file is left: $left")
+            assertTrue(left == listOf("out.irpa", "out.mlir", "out.signature.json"), "no temporary file is left: $left")
         } finally {
             run("umount", "-l", mnt.path)
             mnt.deleteRecursively()

@@ -219,6 +219,10 @@ public class ExportIrpaTask extends DefaultTask {
             for (String f : response.outputs) {
                 if (!new File(f).isFile()) throw new GradleException("the export JVM reported writing " + f + ", which is not there");
             }
+            List<File> written = new ArrayList<>();
+            for (String f : response.outputs) written.add(new File(f).getAbsoluteFile());
+            written.add(new File(getOutputDir(), getModuleName() + ".inputs").getAbsoluteFile());
+            removeStaleOutputs(new File(dir, WRITTEN), written);
             return;
         }
         if (response != null && !response.ok && !response.errors.isEmpty()) {
@@ -228,5 +232,41 @@ public class ExportIrpaTask extends DefaultTask {
         if (response == null) message.append(" without a response");
         if (!stderr.isEmpty()) message.append(":\n").append(String.join("\n", stderr));
         throw new GradleException(message.toString());
+    }
+
+    /** The list of files the last successful export of this task wrote, in its temporary directory. */
+    static final String WRITTEN = "written-outputs.txt";
+
+    /**
+     * Removes the files the previous export of this task wrote (listed in {@code record}, one {@code size mtime path}
+     * line each) that this export did not write again: the outputs of an old {@code moduleName} or {@code outputDir},
+     * or shards of another count. Only files this task wrote and that nobody changed since (same size and
+     * modification time) are removed, never anything else; then {@code record} lists {@code written}.
+     */
+    static void removeStaleOutputs(File record, List<File> written) throws IOException {
+        java.util.Set<String> now = new java.util.HashSet<>();
+        for (File f : written) now.add(f.getPath());
+        if (record.isFile()) {
+            for (String line : Files.readAllLines(record.toPath(), StandardCharsets.UTF_8)) {
+                String[] f = line.split(" ", 3);
+                if (f.length != 3 || now.contains(f[2])) continue;
+                File old = new File(f[2]);
+                try {
+                    if (old.isFile() && old.length() == Long.parseLong(f[0]) && old.lastModified() == Long.parseLong(f[1])) {
+                        Files.delete(old.toPath());
+                    }
+                } catch (NumberFormatException ignored) {
+                    // not a line this task wrote: leave the file alone
+                }
+            }
+        }
+        StringBuilder sb = new StringBuilder();
+        for (File f : written) {
+            if (f.isFile()) sb.append(f.length()).append(' ').append(f.lastModified()).append(' ').append(f.getPath()).append('\n');
+        }
+        File tmp = new File(record.getPath() + ".tmp");
+        Files.write(tmp.toPath(), sb.toString().getBytes(StandardCharsets.UTF_8));
+        Files.move(tmp.toPath(), record.toPath(), java.nio.file.StandardCopyOption.REPLACE_EXISTING,
+            java.nio.file.StandardCopyOption.ATOMIC_MOVE);
     }
 }

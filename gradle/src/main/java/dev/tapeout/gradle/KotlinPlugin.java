@@ -78,9 +78,29 @@ public class KotlinPlugin implements Plugin<Project> {
 
     static File kotlinHome(Project project) {
         Object p = project.findProperty("kotlinHome");
-        String home = p != null ? p.toString() : System.getenv("KOTLIN_HOME");
-        if (home == null) throw new GradleException("set -PkotlinHome=<kotlinc distribution> or KOTLIN_HOME");
+        String home = p != null ? p.toString() : environment(project, "KOTLIN_HOME");
+        if (home == null || home.isEmpty()) {
+            throw new GradleException("set -PkotlinHome=<kotlinc distribution> (or kotlinHome=... in gradle.properties) "
+                + "or the environment variable KOTLIN_HOME. A Gradle daemon started before KOTLIN_HOME was exported may "
+                + "not see it: stop it (gradle --stop) or pass -PkotlinHome");
+        }
         return project.getRootProject().file(home);
+    }
+
+    /**
+     * The environment variable {@code name} as this build's client has it: {@code providers.environmentVariable}
+     * where Gradle has it (6.1 and later, read per build), else the process environment (which a daemon took when
+     * it started).
+     */
+    static String environment(Project project, String name) {
+        try {
+            Object providers = Project.class.getMethod("getProviders").invoke(project);
+            Object provider = providers.getClass().getMethod("environmentVariable", String.class).invoke(providers, name);
+            Object value = provider.getClass().getMethod("getOrNull").invoke(provider);
+            return value == null ? null : value.toString();
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            return System.getenv(name);
+        }
     }
 
     private static void junitPlatform(Project project, Test testTask, SourceSet test) {
