@@ -142,6 +142,14 @@ CASES = {
                              {"a": ["S", 3, 4], "b": ["S", 4, 5]}),
     "matmul_dynamic_batch_and_seq": ([t("q", [D, 2, D, 8]), t("k", [D, 2, 8, D]), t("y", [D, 2, D, D])],
                                      [n("matmul", ["q", "k"], "y")], {"q": ["S", 2, "S", 8], "k": ["S", 2, 8, "S"]}),
+    # A linear over HF's `[1, S, hidden]` hidden states: the unit batch beside a `?` sequence (IREE folds that
+    # dot_general into a dynamic_reshape it rejects unless the leading dims are merged first).
+    "matmul_unit_batch_dynamic_seq": ([t("x", [1, D, 4]), t("w", [4, 5], weight=W4x5), t("y", [1, D, 5])],
+                                      [n("matmul", ["x", "w"], "y")], {"x": [1, "S", 4]}),
+    "matmul_rank3_dynamic_batch_weight": ([t("x", [D, 3, 4]), t("w", [4, 5], weight=W4x5), t("y", [D, 3, 5])],
+                                          [n("matmul", ["x", "w"], "y")], {"x": ["S", 3, 4]}),
+    "matmul_rank4_dynamic_seq_weight": ([t("x", [2, 1, D, 4]), t("w", [4, 5], weight=W4x5), t("y", [2, 1, D, 5])],
+                                        [n("matmul", ["x", "w"], "y")], {"x": [2, 1, "S", 4]}),
 }
 
 # Cases whose result size is not the input's `?` (a slice start, a concatenation), so the static control (every `?` made 4) does not type-check.

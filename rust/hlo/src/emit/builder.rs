@@ -553,10 +553,17 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         let expand = shape.0.len() >= x.shape.0.len();
         let (few, many) = if expand { (&x.shape.0, &shape.0) } else { (&shape.0, &x.shape.0) };
         let groups = group_dims(few, many).ok_or_else(unsupported)?;
+        Ok(self.reshape_grouped(x, shape, &groups))
+    }
+
+    /// `tensor.expand_shape` / `tensor.collapse_shape` of `x` to `shape`, dimension `i` of the shorter shape
+    /// being the dimensions `groups[i]` of the longer one (each group holding at most one `?`).
+    fn reshape_grouped(&mut self, x: &Val, shape: &Shape, groups: &[Vec<usize>]) -> Val {
+        let expand = shape.0.len() >= x.shape.0.len();
         let assoc = format!("[{}]", list(groups.iter().map(|g| format!("[{}]", list(g.clone())))));
         if !expand {
             let rhs = format!("tensor.collapse_shape {} {assoc} : {} into {}", x.name, x.ty(), ty(shape, x.dtype));
-            return Ok(self.assign(&rhs, shape.clone(), x.dtype));
+            return self.assign(&rhs, shape.clone(), x.dtype);
         }
         // expand_shape names every output size: static ones as numbers, a `?` as the input size divided by the
         // static sizes of its group.
@@ -593,7 +600,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
             x.ty(),
             ty(shape, x.dtype)
         );
-        Ok(self.assign(&rhs, shape.clone(), x.dtype))
+        self.assign(&rhs, shape.clone(), x.dtype)
     }
 
     /// The reduction `r` of `x` over `axes` with those axes put back as size 1 (`keepdims`): a broadcast, which
@@ -735,6 +742,16 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
             let product = self.binary_same("multiply", &both[0], &both[1]);
             let sum = self.reduce(&product, &[ra - 1], "add");
             return self.keep_dims(&sum, &product, &[ra - 1], out);
+        }
+        let lead = &ad[..ra.saturating_sub(1)];
+        if dynamic && rb == 2 && ra >= 3 && lead.iter().filter(|d| **d == Dim::Dynamic).count() == 1 {
+            // `[L.., K] x [K, N]` with one `?` among the leading dims (a linear over HF's `[1, S, K]`): IREE 3.13
+            // folds the other leading dims of that `dot_general` into a `stablehlo.dynamic_reshape` it rejects. The
+            // leading dims merged into one (`tensor.collapse_shape`), a 2-D product, then split back again.
+            let groups = [(0..ra - 1).collect::<Vec<_>>(), vec![ra - 1]];
+            let flat = self.reshape_grouped(a, &Shape(vec![Dim::Dynamic, ad[ra - 1]]), &groups);
+            let prod = self.matmul(&flat, b, &Shape(vec![Dim::Dynamic, bd[1]]))?;
+            return Ok(self.reshape_grouped(&prod, out, &groups));
         }
         let rhs = if rb == 2 && ra >= 1 {
             format!("stablehlo.dot_general {}, {}, contracting_dims = [{}] x [0]", a.name, b.name, ra - 1)
