@@ -428,6 +428,7 @@ def test_renaming_module_name_removes_the_old_outputs_and_nothing_else(built_jar
     out = p / "build/tapeout"
     first = ["first.mlir", "first.irpa", "first.signature.json", "first.inputs"]
     assert all((out / f).is_file() for f in first), sorted(x.name for x in out.iterdir())
+    assert "and first.signature.json" in r.stdout, r.stdout
     sig = json.loads((out / "first.signature.json").read_text())
     assert sig["format"] == "tapeout-signature/1" and sig["module"] == "first"
     [main] = sig["functions"]

@@ -206,7 +206,7 @@ object ExportMain {
                 for (a in r.archives) println("tapeout: wrote $a (${a.length()} bytes)")
                 println("tapeout: wrote ${r.index} (${r.externals} parameters in ${r.archives.size} archives, ${r.irpaBytes} bytes) in %.2f s".format(secs))
             }
-            println("tapeout: wrote ${r.mlir} (${r.mlirBytes} bytes)")
+            println("tapeout: wrote ${r.mlir} (${r.mlirBytes} bytes) and ${r.signature.name}")
             println("tapeout: IREE loads the parameters with: ${r.parametersFlags.joinToString(" ")}")
             out.warnings += r.warnings
             out.ok(r)
@@ -230,7 +230,7 @@ object ExportMain {
         val r = exportModule(File(outDir), name, tapes, packed, half, MaterializationPolicy.SizeThreshold(inlineBelow, scope), maxArchiveBytes)
         writeInputs(File(outDir, "$name.inputs"), tapes.values.toList())
         println("tapeout: wrote ${r.irpa} (${r.externals} parameters, ${r.irpaBytes} bytes) in %.2f s".format((System.nanoTime() - t0) / 1e9))
-        println("tapeout: wrote ${r.mlir} (${r.mlirBytes} bytes)")
+        println("tapeout: wrote ${r.mlir} (${r.mlirBytes} bytes) and ${r.signature.name}")
         println("tapeout: IREE loads the parameters with: ${r.parametersFlags.joinToString(" ")}")
         return r
     }
