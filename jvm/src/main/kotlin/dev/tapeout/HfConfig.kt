@@ -81,14 +81,18 @@ class HfConfig private constructor(private val o: JsonObjectView) {
     val maxPositionEmbeddings: Int get() = int("max_position_embeddings")
     /** `rms_norm_eps`. */
     val rmsNormEps: Double get() = double("rms_norm_eps")
-    /** `rope_theta`; 10000 when absent, transformers' default. */
-    val ropeTheta: Double get() = doubleOrNull("rope_theta") ?: 10000.0
-    /** `rope_scaling` (`{"rope_type": "llama3", "factor": 8.0, …}`), or null when absent or null. */
+    /** `rope_parameters.rope_theta` (transformers 5) or `rope_theta` (4.x); 10000 when absent, transformers' default. */
+    val ropeTheta: Double get() = objOrNull("rope_parameters")?.doubleOrNull("rope_theta") ?: doubleOrNull("rope_theta") ?: 10000.0
+    /**
+     * The RoPE scaling (`{"rope_type": "llama3", "factor": 8.0, …}`): `rope_scaling` (4.x), or `rope_parameters`
+     * (transformers 5) when its `rope_type` is not `default`; null when there is none.
+     */
     val ropeScaling: HfConfig? get() = objOrNull("rope_scaling")
+        ?: objOrNull("rope_parameters")?.takeIf { (it.stringOrNull("rope_type") ?: "default") != "default" }
     /** `tie_word_embeddings`; false when absent. */
     val tieWordEmbeddings: Boolean get() = booleanOrNull("tie_word_embeddings") ?: false
-    /** `torch_dtype` (`float32`, `bfloat16`), or null. */
-    val torchDtype: String? get() = stringOrNull("torch_dtype")
+    /** `dtype` (transformers 5) or `torch_dtype` (4.x): `float32`, `bfloat16`; or null. */
+    val torchDtype: String? get() = stringOrNull("dtype") ?: stringOrNull("torch_dtype")
 
     override fun toString(): String = "HfConfig($source, ${keys.size} keys)"
 

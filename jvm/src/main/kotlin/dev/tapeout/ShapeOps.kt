@@ -5,14 +5,28 @@ package dev.tapeout
  * slices, and gathers. Result shapes are inferred and checked here, so an error names the recording line.
  */
 sealed interface ShapeOps {
-    /** The same elements in [shape] (one [DYNAMIC] dimension allowed on dynamic tensors). */
+    /**
+     * The same elements in [shape]. As PyTorch's `view`, one `-1` ([DYNAMIC]) entry is inferred from the others
+     * when [x] has a static shape; on a tensor with `?` dimensions it stays `?` (a run-time size).
+     */
     fun reshape(x: Tensor, vararg shape: Long): Tensor {
         val t = core
         val known = shape.filter { it != DYNAMIC }.fold(1L) { a, d -> a * d }
-        if (x.shape.none { it == DYNAMIC } && shape.none { it == DYNAMIC } && known != elementCount(x.shape)) {
-            t.fail(Op.RESHAPE, listOf(x), "${elementCount(x.shape)} elements cannot be reshaped to ${shapeText(shape)} ($known)")
+        val unknown = shape.count { it == DYNAMIC }
+        var target = shape
+        if (x.shape.none { it == DYNAMIC }) {
+            val count = elementCount(x.shape)
+            if (unknown > 1) t.fail(Op.RESHAPE, listOf(x), "only one dimension of ${shapeText(shape)} can be -1 (inferred)")
+            if (unknown == 1) {
+                if (known == 0L || count % known != 0L) {
+                    t.fail(Op.RESHAPE, listOf(x), "$count elements cannot be reshaped to ${shapeText(shape)}: the -1 dimension cannot be inferred")
+                }
+                target = LongArray(shape.size) { if (shape[it] == DYNAMIC) count / known else shape[it] }
+            } else if (known != count) {
+                t.fail(Op.RESHAPE, listOf(x), "$count elements cannot be reshaped to ${shapeText(shape)} ($known)")
+            }
         }
-        return t.record(Op.RESHAPE, listOf(x), shape, t.dtypes.one(Op.RESHAPE, x))
+        return t.record(Op.RESHAPE, listOf(x), target, t.dtypes.one(Op.RESHAPE, x))
     }
 
     /** [reshape] with Int dimensions. */

@@ -127,6 +127,21 @@ class DynamicShapesTest {
     }
 
     @Test
+    fun `reshape infers one -1 on a static tensor as PyTorch's view does, and keeps it dynamic on a dynamic one`() {
+        val t = ExecutionTape()
+        val x = t.input("x", 1, 2, 12)
+        assertArrayEquals(longArrayOf(1, 2, 3, 4), t.reshape(x, 1, 2, -1, 4).shape)
+        assertArrayEquals(longArrayOf(24), t.reshape(x, -1).shape)
+        val d = t.input("d", longArrayOf(1, DYNAMIC, 12))
+        assertArrayEquals(longArrayOf(1, DYNAMIC, 3, 4), t.reshape(d, 1, -1, 3, 4).shape)
+        val line = nextLine()
+        val two = assertThrows<GraphValidationException> { t.reshape(x, -1, -1, 4) }
+        assertTrue(two.message!!.contains("only one dimension") && two.message!!.contains("$here:$line"), two.message)
+        val uneven = assertThrows<GraphValidationException> { t.reshape(x, 5, -1) }
+        assertTrue(uneven.message!!.contains("cannot be inferred"), uneven.message)
+    }
+
+    @Test
     fun `a dynamic case refused at export names the line that recorded it and what to do`() {
         val t = ExecutionTape()
         val x = t.input("x", longArrayOf(DYNAMIC, 2, 3))

@@ -99,6 +99,11 @@ class SignatureAndCheckpointTest {
         assertTrue(wrong.message!!.contains("'torch_dtype' is a string (\"bfloat16\"), not an integer"), wrong.message)
         assertEquals(10000.0, HfConfig.parse("""{"rope_scaling": null}""").ropeTheta)
         assertNull(HfConfig.parse("""{"rope_scaling": null}""").ropeScaling)
+        // transformers 5 writes RoPE under `rope_parameters` (theta included) and `dtype` for `torch_dtype`.
+        val v5 = HfConfig.parse("""{"dtype": "bfloat16", "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}}""")
+        assertEquals(1e6, v5.ropeTheta); assertNull(v5.ropeScaling, "rope_type default is no scaling"); assertEquals("bfloat16", v5.torchDtype)
+        val v5llama3 = HfConfig.parse("""{"rope_parameters": {"rope_theta": 500000.0, "rope_type": "llama3", "factor": 8.0}}""")
+        assertEquals(500000.0, v5llama3.ropeTheta); assertEquals(8.0, v5llama3.ropeScaling!!.double("factor"))
         val bad = assertThrows<JsonFileException> { HfConfig.parse("""{"a": [1, 2""", "cfg.json") }
         assertTrue(bad.message!!.contains("cfg.json is not valid JSON"), bad.message)
         dir.deleteRecursively()
