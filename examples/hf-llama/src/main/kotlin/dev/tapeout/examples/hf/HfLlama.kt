@@ -81,7 +81,7 @@ class LlamaMLP(c: LlamaConfig) : Module() {
     /** `down_proj`. */
     val downProj = child("down_proj", Linear(c.intermediateSize, c.hiddenSize, bias = c.mlpBias))
 
-    /** The MLP of hidden states `[S, hidden]`. */
+    /** The MLP of hidden states `[1, S, hidden]`. */
     operator fun invoke(x: Tensor): Tensor = downProj(x.tape.silu(gateProj(x)) * upProj(x))
 }
 
@@ -104,13 +104,14 @@ class LlamaAttention(private val c: LlamaConfig) : Module() {
     val oProj = child("o_proj", Linear(c.numAttentionHeads * c.headDim, c.hiddenSize, bias = c.oBias))
 
     /**
-     * `proj(x).view(*input_shape, -1, head_dim).transpose(1, 2)`: `[S, hidden]` → `[1, heads, S, head_dim]`, S
-     * taken from x as HF's `input_shape` is (a size, or `?`: in tapeout's reshape -1 means `?`, not "infer").
+     * `proj(x).view(*input_shape, -1, head_dim).transpose(1, 2)`: `[1, S, hidden]` → `[1, heads, S, head_dim]`,
+     * S taken from x as HF's `input_shape` is (a size, or `?`). The head count is given, not `-1`: on a tensor
+     * with a `?` dimension tapeout's `-1` is a run-time size, not "infer".
      */
-    private fun heads(p: Linear, x: Tensor, n: Int) = p(x).reshape(1, x.shape[0].toInt(), n, c.headDim).transpose(0, 2, 1, 3)
+    private fun heads(p: Linear, x: Tensor, n: Int) = p(x).reshape(x.shape[0].toInt(), x.shape[1].toInt(), n, c.headDim).transpose(0, 2, 1, 3)
 
     /**
-     * Attention of `[S, hidden]` at the positions of [rotary]; [past] (HF's `past_key_values` layer) is
+     * Attention of `[1, S, hidden]` at the positions of [rotary]; [past] (HF's `past_key_values` layer) is
      * concatenated in front of this step's keys and values (`DynamicLayer.update`). Returns the output and the
      * layer's cache after this step.
      */
@@ -132,7 +133,8 @@ class LlamaAttention(private val c: LlamaConfig) : Module() {
         // is_causal; causal is bottom-right aligned, so the one query of a decode step sees the whole cache).
         val scale = c.headDim.toDouble().pow(-0.5)
         val a = if (past?.mask != null) t.sdpa(q, k, v, mask = past.mask, scale = scale) else t.sdpa(q, k, v, causal = true, scale = scale)
-        return oProj(a.transpose(0, 2, 1, 3).reshape(x.shape[0].toInt(), c.numAttentionHeads * c.headDim)) to LayerCache(k, v, pos, past?.mask)
+        val merged = a.transpose(0, 2, 1, 3).reshape(x.shape[0].toInt(), x.shape[1].toInt(), c.numAttentionHeads * c.headDim)
+        return oProj(merged) to LayerCache(k, v, pos, past?.mask)
     }
 }
 
@@ -147,7 +149,7 @@ class LlamaDecoderLayer(c: LlamaConfig) : Module() {
     /** `post_attention_layernorm`. */
     val postAttentionLayernorm = child("post_attention_layernorm", RMSNorm(c.hiddenSize, c.rmsNormEps))
 
-    /** One layer over `[S, hidden]`. */
+    /** One layer over `[1, S, hidden]`. */
     operator fun invoke(h: Tensor, rotary: Rotary, past: LayerCache?): Pair<Tensor, LayerCache> {
         val (a, cache) = selfAttn(inputLayernorm(h), rotary, past)
         val r = h + a
@@ -166,7 +168,7 @@ class LlamaModel(private val c: LlamaConfig) : Module() {
 
 
     /**
-     * Hidden states `[S, hidden]` of [inputIds] `[1, S]` after the final norm, with each layer's cache.
+     * Hidden states `[1, S, hidden]` of [inputIds] `[1, S]` after the final norm, with each layer's cache.
      * `cache_position = arange(past_seen, past_seen + S)`: `past_seen` counted from the `?` length of [past].
      */
     operator fun invoke(inputIds: Tensor, past: List<LayerCache>?): Pair<Tensor, List<LayerCache>> {
@@ -180,11 +182,7 @@ class LlamaModel(private val c: LlamaConfig) : Module() {
             positions = positions + pastSeen
         }
         val rotary = t.rotary(positions.reshape(1, positions.shape[0].toInt()), c.headDim, c.ropeTheta, c.ropeScaling)
-        // WORKAROUND, labelled: hidden states are [S, hidden], not HF's [1, S, hidden]. IREE 3.13 rejects the
-        // module tapeout writes for linear([1, ?, 64], [64, 64]) (iree-compile: "failed to legalize operation
-        // 'stablehlo.dynamic_reshape'", the dot_general's batch collapse), so the batch of 1 is dropped here and
-        // put back on the logits and caches.
-        var h = embedTokens(inputIds.reshape(inputIds.shape[1].toInt()))
+        var h = embedTokens(inputIds)
         val caches = ArrayList<LayerCache>()
         for ((i, layer) in layers.withIndex()) {
             val (out, cache) = layer(h, rotary, past?.get(i))
@@ -209,7 +207,7 @@ class LlamaForCausalLM(
 
     private fun outputs(t: ExecutionTape, inputIds: Tensor, past: List<LayerCache>?) {
         val (h, caches) = model(inputIds, past)
-        t.output("logits", lmHead(h).let { it.reshape(1, it.shape[0].toInt(), config.vocabSize) })
+        t.output("logits", lmHead(h))
         caches.forEachIndexed { i, c -> t.output("present_key_$i", c.keys); t.output("present_value_$i", c.values) }
     }
 
