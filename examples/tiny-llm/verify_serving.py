@@ -7,8 +7,8 @@ every decode step's logits against a full-sequence prefill of the tokens so far.
 Writes OUT (text): a line of the tokens (prompt, then one per step), then a line of logits per position fed,
 for the Kotlin reference to check (Verify.kt). Exits 1 when decode and the full-sequence forward disagree.
 """
+import json
 import pathlib
-import re
 import subprocess
 import sys
 
@@ -32,10 +32,10 @@ def load(export: pathlib.Path, name: str, work: pathlib.Path, bin_dir: str):
     return rt.load_vm_modules(params, hal, rt.VmModule.mmap(config.vm_instance, str(vmfb)), config=config)[-1]
 
 
-def arg_names(mlir_text, fn):
-    """The `tapeout.name`s of `fn`'s arguments, in order (tapeout orders arguments by first use)."""
-    sig = re.search(r"func\.func @" + fn + r"\((.*?)\) ->", mlir_text, re.S).group(1)
-    return re.findall(r'tapeout\.name = "([^"]*)"', sig)
+def arg_names(signature, fn):
+    """The names of `fn`'s arguments, in call order, from the export's signature file (docs/signature-format.md)."""
+    [f] = [f for f in signature["functions"] if f["name"] == fn]
+    return [a["name"] for a in f["arguments"]]
 
 
 def call(m, names, fn, **args):
@@ -51,8 +51,8 @@ def prefill(m, names, tokens):
 def main(export, name, work, prompt, steps, out_json, bin_dir=""):
     work.mkdir(parents=True, exist_ok=True)
     m = load(export, name, work, bin_dir)
-    text = (export / f"{name}.mlir").read_text()
-    names = {fn: arg_names(text, fn) for fn in ("prefill", "decode")}
+    signature = json.loads((export / f"{name}.signature.json").read_text())
+    names = {fn: arg_names(signature, fn) for fn in ("prefill", "decode")}
     logits, nxt, kv = prefill(m, names, prompt)
     caches = [np.zeros((HEADS, MAX, HEAD_DIM), np.float32) for _ in range(2 * LAYERS)]
     for c, x in zip(caches, kv):
