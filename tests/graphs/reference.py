@@ -170,7 +170,8 @@ def rope(a, at, spec):
 
 
 def broadcast(a, at, spec):
-    out = static_shape(spec)
+    # With a second operand (`like`) the result has its shape, `?` dimensions included.
+    out = list(np.shape(a[1])) if len(a) > 1 else static_shape(spec)
     x = np.asarray(a[0])
     dims = at.get("dims", list(range(len(out) - x.ndim, len(out))))
     shape = [1] * len(out)
@@ -192,6 +193,8 @@ def clamp(a, at, spec):
 
 
 def iota(a, at, spec):
+    if a:  # a reference operand: the 1-D indices 0..n of its dimension `axis`
+        return np.arange(np.shape(a[0])[at.get("axis", 0)])
     shape = static_shape(spec)
     dim = at.get("dim", 0)
     return np.broadcast_to(np.arange(shape[dim]).reshape([-1 if i == dim else 1 for i in range(len(shape))]), shape)

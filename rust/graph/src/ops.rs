@@ -124,8 +124,9 @@ op_table! {
     Argmax = "argmax": Exactly(1), Exactly(1), Own;
     /// 2-D average pooling (NCHW).
     AvgPool2d = "avg_pool2d": Exactly(1), Exactly(1), ElementwiseUnaryDType;
-    /// Broadcast to the result shape (`dims` maps operand dimensions).
-    Broadcast = "broadcast": Exactly(1), Exactly(1), Own;
+    /// Broadcast to the result shape (`dims` maps operand dimensions; NumPy right-aligned without it). An optional
+    /// second operand `like` gives the result's shape, `?` dimensions included (read at run time).
+    Broadcast = "broadcast": Between(1, 2), Exactly(1), Own;
     /// Mask the scores above the diagonal with -inf.
     CausalMask = "causal_mask": Exactly(1), Exactly(1), ElementwiseUnaryDType;
     /// `min(max(x, lo), hi)`.
@@ -152,8 +153,9 @@ op_table! {
     Gather = "gather": Exactly(2), Exactly(1), Own;
     /// GELU (tanh approximation).
     Gelu = "gelu": Exactly(1), Exactly(1), ElementwiseUnary;
-    /// Indices along `dim`.
-    Iota = "iota": Exactly(0), Exactly(1), Own;
+    /// Indices along `dim` of a static result shape; with one operand (a reference tensor) the 1-D indices
+    /// `0..n` where n is the size of the reference's dimension `axis` (`?` allowed: read at run time).
+    Iota = "iota": Between(0, 1), Exactly(1), Own;
     /// Layer normalization over the last axis (optional gamma, beta).
     LayerNorm = "layer_norm": Between(1, 3), Exactly(1), SameDType;
     /// `ln x`.
@@ -341,7 +343,7 @@ pub(crate) fn check_types(op: OpKind, attrs: &Attrs, ins: &[Spec<'_>], outs: &[S
         }
         OpKind::Concat => concat(&a, ins, outs[0]),
         OpKind::Argmax => argmax(&a, ins[0], outs[0]),
-        OpKind::Broadcast => broadcast_rule(&a, ins[0], outs[0]),
+        OpKind::Broadcast => broadcast_rule(&a, ins, outs[0]),
         OpKind::Clamp => clamp(&a, ins, outs[0]),
         OpKind::Compare => compare(&a, ins, outs[0]),
         OpKind::Convert => {
@@ -351,10 +353,7 @@ pub(crate) fn check_types(op: OpKind, attrs: &Attrs, ins: &[Spec<'_>], outs: &[S
         OpKind::DynamicSlice => dynamic_slice(&a, ins, outs[0]),
         OpKind::DynamicUpdateSlice => dynamic_update_slice(ins, outs[0]),
         OpKind::Gather => gather(&a, ins, outs[0]),
-        OpKind::Iota => {
-            a.axis("dim", a.int("dim", 0)?, outs[0].0.rank())?;
-            Ok(())
-        }
+        OpKind::Iota => iota(&a, ins, outs[0]),
         OpKind::ReduceMax | OpKind::ReduceMean | OpKind::ReduceSum => reduce(&a, ins[0], outs[0]),
         OpKind::Matmul => {
             let ((a, _), (b, _), (r, _)) = (ins[0], ins[1], outs[0]);
@@ -468,31 +467,79 @@ fn argmax(a: &AttrView<'_>, (s, d): Spec<'_>, (rs, rd): Spec<'_>) -> Result<(), 
     expect_shape(&kept, rs, &format!("taking axis {axis} out of [{s}] gives"))
 }
 
-fn broadcast_rule(a: &AttrView<'_>, x: Spec<'_>, out: Spec<'_>) -> Result<(), String> {
+fn broadcast_rule(a: &AttrView<'_>, ins: &[Spec<'_>], out: Spec<'_>) -> Result<(), String> {
+    let x = ins[0];
     same_dtype(x, out)?;
-    if let Some(dims) = a.axes("dims", out.0.rank())? {
-        if dims.len() != x.0.rank() {
+    let (xs, rs) = (x.0, out.0);
+    let rank = rs.rank();
+    let dims = match a.axes("dims", rank)? {
+        Some(dims) if dims.len() != xs.rank() => {
             return Err(AttrView::bad(
                 "dims",
-                format!("needs one entry per operand dimension ({}), got {}", x.0.rank(), dims.len()),
+                format!("needs one entry per operand dimension ({}), got {}", xs.rank(), dims.len()),
             ));
         }
-    } else if x.0.rank() > out.0.rank() {
-        return Err(format!("cannot broadcast [{}] to the lower rank [{}]", x.0, out.0));
+        Some(dims) => dims,
+        None if xs.rank() > rank => return Err(format!("cannot broadcast [{xs}] to the lower rank [{rs}]")),
+        None => (rank - xs.rank()..rank).collect(),
+    };
+    for (i, &d) in dims.iter().enumerate() {
+        match (xs.0[i], rs.0[d]) {
+            (Dim::Static(1) | Dim::Dynamic, _) | (_, Dim::Dynamic) => {}
+            (Dim::Static(m), Dim::Static(n)) if m == n => {}
+            (m, n) => {
+                let show = |d: Dim| if let Dim::Static(v) = d { v.to_string() } else { "?".into() };
+                return Err(format!(
+                    "dimension {i} of [{xs}] ({}) cannot broadcast to dimension {d} of [{rs}] ({})",
+                    show(m),
+                    show(n)
+                ));
+            }
+        }
     }
-    Ok(())
+    match ins.get(1) {
+        Some((like, _)) => expect_shape(like, rs, "the reference operand `like` has the shape"),
+        None if rs.is_dynamic() => Err(format!(
+            "the result [{rs}] has `?` dimensions, which a broadcast can only take from a reference tensor: give it \
+             as a second operand (`like`; in Kotlin expand(x, like))"
+        )),
+        None => Ok(()),
+    }
+}
+
+fn iota(a: &AttrView<'_>, ins: &[Spec<'_>], (rs, rd): Spec<'_>) -> Result<(), String> {
+    if rd == DType::Bool {
+        return Err("an iota counts in a number type, not bool".into());
+    }
+    let Some(&(like, _)) = ins.first() else {
+        a.axis("dim", a.int("dim", 0)?, rs.rank())?;
+        if rs.is_dynamic() {
+            return Err(format!(
+                "the result [{rs}] has a `?` length, which an iota can only take from a reference tensor: give it as \
+                 the operand with attribute 'axis' (in Kotlin arange(like, axis))"
+            ));
+        }
+        return Ok(());
+    };
+    let axis = a.axis("axis", a.int("axis", 0)?, like.rank())?;
+    if rs.rank() != 1 {
+        return Err(format!("an iota of a reference's dimension is 1-D, but the node declares [{rs}]"));
+    }
+    a.axis("dim", a.int("dim", 0)?, 1)?;
+    expect_shape(&Shape(vec![like.0[axis]]), rs, &format!("dimension {axis} of the reference [{like}] gives"))
 }
 
 fn clamp(a: &AttrView<'_>, ins: &[Spec<'_>], out: Spec<'_>) -> Result<(), String> {
     let x = ins[0];
-    if let [_, (_, lo), (_, hi)] = ins {
+    if let [_, (lo_s, lo), (hi_s, hi)] = ins {
         if *lo != x.1 || *hi != x.1 {
             return Err(format!("the bounds ({lo}, {hi}) must have the operand's dtype {}", x.1));
         }
-    } else {
-        a.number("min")?;
-        a.number("max")?;
+        same_dtype(x, out)?;
+        return expect_shape(&broadcast_many(&[x.0, lo_s, hi_s])?, out.0, "the operand and its bounds broadcast to");
     }
+    a.number("min")?;
+    a.number("max")?;
     same_dtype(x, out)?;
     expect_shape(x.0, out.0, "the operand's shape is")
 }
@@ -768,13 +815,15 @@ fn slice(a: &AttrView<'_>, x: Spec<'_>, out: Spec<'_>) -> Result<(), String> {
     for i in 0..rank {
         let (st, li, sd) = (start[i], limit[i], stride[i]);
         let dim = match s.0[i] {
-            // A `?` dimension is taken whole: start 0, limit -1 (to the end), stride 1.
-            Dim::Dynamic if st == 0 && li == -1 && sd == 1 => Dim::Dynamic,
+            // A `?` dimension is sliced to the end (limit -1) from a static start with a static stride: the
+            // result is `?` (the run-time size must be at least the start).
+            Dim::Dynamic if st >= 0 && li == -1 && sd > 0 => Dim::Dynamic,
             Dim::Dynamic => {
                 return Err(AttrView::bad(
                     "start",
                     format!(
-                        "dimension {i} is `?`: it can only be taken whole (start 0, limit -1, stride 1), not                          [{st}:{li}:{sd}]"
+                        "dimension {i} is `?`: it can only be sliced to the end (limit -1, a start >= 0 and a stride \
+                         > 0), not [{st}:{li}:{sd}]; for a window of static size at a run-time offset use dynamic_slice"
                     ),
                 ));
             }
@@ -930,6 +979,63 @@ mod tests {
         assert_eq!(check(OpKind::Matmul, &[], &[(&[5, 2, 3], F32), (&[3, 4], F32)], (&[5, 2, 4], F32)), Ok(()));
         let e = check(OpKind::Matmul, &[], &[(&[2, 3], F32), (&[4, 5], F32)], (&[2, 5], F32)).unwrap_err();
         assert_eq!(e, "[2x3] x [4x5]: the contracted (or batch) dimensions differ");
+    }
+
+    /// A check with `?` dimensions: `None` in a shape is `?`.
+    fn check_dyn(
+        op: OpKind,
+        attrs: &[(&str, Attr)],
+        ins: &[(&[Option<u64>], DType)],
+        out: (&[Option<u64>], DType),
+    ) -> Result<(), String> {
+        let dyn_shape = |d: &[Option<u64>]| Shape(d.iter().map(|x| x.map_or(Dim::Dynamic, Dim::Static)).collect());
+        let attrs: Attrs = attrs.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect();
+        let shapes: Vec<Shape> = ins.iter().map(|(d, _)| dyn_shape(d)).collect();
+        let ins: Vec<Spec<'_>> = shapes.iter().zip(ins).map(|(s, (_, d))| (s, *d)).collect();
+        let out_shape = dyn_shape(out.0);
+        check_types(op, &attrs, &ins, &[(&out_shape, out.1)])
+    }
+
+    #[test]
+    fn dynamic_dims_broadcast_by_numpy_rules() {
+        let q = None;
+        let s = |d: &[Option<u64>]| Shape(d.iter().map(|x| x.map_or(Dim::Dynamic, Dim::Static)).collect());
+        // `?` against 1 stays `?`; against a static n it is n; against `?` it stays `?`.
+        assert_eq!(broadcast(&s(&[q, Some(1)]), &s(&[Some(16)])), Some(s(&[q, Some(16)])));
+        assert_eq!(broadcast(&s(&[q, Some(1)]), &s(&[Some(1), q])), Some(s(&[q, q])));
+        assert_eq!(broadcast(&s(&[q]), &s(&[Some(5)])), Some(s(&[Some(5)])));
+        assert_eq!(broadcast(&s(&[Some(2), q]), &s(&[Some(3), Some(1)])), None);
+        use DType::{Bool, F32, I32};
+        let (d1, d16) = ([q, Some(1)], [q, Some(16)]);
+        assert_eq!(check_dyn(OpKind::Mul, &[], &[(&d1, F32), (&[Some(16)], F32)], (&d16, F32)), Ok(()));
+        let lt = [("direction", Attr::Str("LT".into()))];
+        assert_eq!(check_dyn(OpKind::Compare, &lt, &[(&d1, I32), (&[Some(1), q], I32)], (&[q, q], Bool)), Ok(()));
+        let three = [(&[Some(4), Some(1)][..], F32), (&[Some(3)][..], F32), (&[][..], F32)];
+        assert_eq!(check_dyn(OpKind::Clamp, &[], &three, (&[Some(4), Some(3)], F32)), Ok(()));
+        let e = check_dyn(OpKind::Clamp, &[], &three, (&[Some(4), Some(1)], F32)).unwrap_err();
+        assert_eq!(e, "the node declares the result shape [4x1], but the operand and its bounds broadcast to [4x3]");
+    }
+
+    #[test]
+    fn broadcast_and_iota_take_dynamic_shapes_from_a_reference_only() {
+        use DType::{F32, I32};
+        let q = None;
+        let like = [Some(2), q, Some(16)];
+        assert_eq!(check_dyn(OpKind::Broadcast, &[], &[(&[Some(16)], F32), (&like, F32)], (&like, F32)), Ok(()));
+        let e = check_dyn(OpKind::Broadcast, &[], &[(&[Some(16)], F32)], (&like, F32)).unwrap_err();
+        assert!(e.contains("only take from a reference tensor") && e.contains("expand(x, like)"), "{e}");
+        let e = check_dyn(OpKind::Broadcast, &[], &[(&[Some(16)], F32), (&like, F32)], (&[Some(2), q, Some(8)], F32))
+            .unwrap_err();
+        assert!(e.contains("cannot broadcast"), "{e}");
+        let e = check_dyn(OpKind::Broadcast, &[], &[(&[Some(3)], F32)], (&[Some(2), Some(4)], F32)).unwrap_err();
+        assert_eq!(e, "dimension 0 of [3] (3) cannot broadcast to dimension 1 of [2x4] (4)");
+        let axis = [("axis", Attr::Int(1))];
+        assert_eq!(check_dyn(OpKind::Iota, &axis, &[(&like, F32)], (&[q], I32)), Ok(()));
+        let last = [("axis", Attr::Int(-1))];
+        let e = check_dyn(OpKind::Iota, &last, &[(&like, F32)], (&[Some(8)], I32)).unwrap_err();
+        assert!(e.contains("dimension 2 of the reference [2x?x16] gives [16]"), "{e}");
+        let e = check_dyn(OpKind::Iota, &[], &[], (&[q], I32)).unwrap_err();
+        assert!(e.contains("`?` length") && e.contains("arange(like, axis)"), "{e}");
     }
 
     #[test]

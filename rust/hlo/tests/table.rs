@@ -50,7 +50,10 @@ fn case(op: OpKind, n: usize) -> Case {
         OpKind::AvgPool2d | OpKind::MaxPool2d => {
             c(vec![f(&[1, 1, 4, 4])], attrs(&[("kernel", ints(&[2, 2]))]), f(&[1, 1, 2, 2]))
         }
-        OpKind::Broadcast => c(vec![f(&[3])], Attrs::new(), f(&[2, 3])),
+        OpKind::Broadcast => {
+            let like = if n == 2 { vec![f(&[2, 3])] } else { vec![] };
+            c([vec![f(&[3])], like].concat(), Attrs::new(), f(&[2, 3]))
+        }
         OpKind::Clamp => {
             let bounds = if n == 3 { vec![f(&[]), f(&[])] } else { vec![] };
             c([vec![f(&[2, 3])], bounds].concat(), Attrs::new(), f(&[2, 3]))
@@ -78,6 +81,7 @@ fn case(op: OpKind, n: usize) -> Case {
             c(ins, Attrs::new(), f(&vec![4; rank]))
         }
         OpKind::Gather => c(vec![f(&[5, 3]), (vec![2], I32)], Attrs::new(), f(&[2, 3])),
+        OpKind::Iota if n == 1 => c(vec![f(&[4, 5])], attrs(&[("axis", Attr::Int(1))]), (vec![5], I32)),
         OpKind::Iota => c(vec![], attrs(&[("dim", Attr::Int(1))]), (vec![2, 3], I32)),
         OpKind::LayerNorm | OpKind::RmsNorm => {
             c([vec![f(&[3, 4])], vec![f(&[4]); n - 1]].concat(), Attrs::new(), f(&[3, 4]))

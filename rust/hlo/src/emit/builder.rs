@@ -278,33 +278,21 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     /// target shape is taken at run time from `like`.
     pub(crate) fn broadcast_to(&mut self, x: &Val, dims: &[usize], shape: &Shape, like: Option<&Val>) -> Result<Val> {
         let out = ty(shape, x.dtype);
-        if shape.is_dynamic() {
-            if let Some(like) = like {
-                let st = self.shape_tensor(like)?;
-                // Which operand dimensions keep their size and which grow from 1: IREE only lowers a dynamic
-                // broadcast whose every operand dimension is known one way or the other. Equal dimensions (`?`
-                // to `?` is equal in the graph format) do not expand; a static 1 to another size does.
-                let (mut expanding, mut same) = (Vec::new(), Vec::new());
-                for (i, &d) in dims.iter().enumerate() {
-                    match (x.shape.0.get(i), shape.0.get(d)) {
-                        (Some(a), Some(b)) if a == b => same.push(i),
-                        (Some(Dim::Static(1)), Some(_)) => expanding.push(i),
-                        _ => {}
-                    }
+        if shape.is_dynamic() || x.shape.is_dynamic() {
+            let st = match like {
+                Some(like) => self.shape_tensor(like)?,
+                // A static target: its extents are constants.
+                None if !shape.is_dynamic() => {
+                    self.shape_tensor(&Val { name: String::new(), shape: shape.clone(), dtype: x.dtype })?
                 }
-                let rhs = format!(
-                    "stablehlo.dynamic_broadcast_in_dim {}, {}, dims = [{}] {{known_expanding_dimensions = \
-                     array<i64{}>, known_nonexpanding_dimensions = array<i64{}>}} : ({}, {}) -> {out}",
-                    x.name,
-                    st.name,
-                    list(dims),
-                    i64_array(&expanding),
-                    i64_array(&same),
-                    x.ty(),
-                    st.ty()
-                );
-                return Ok(self.assign(&rhs, shape.clone(), x.dtype));
-            }
+                None => {
+                    return Err(self.err(format!(
+                        "broadcast of [{}] to [{shape}] needs a reference tensor for the `?` dimensions",
+                        x.shape
+                    )));
+                }
+            };
+            return Ok(self.dynamic_broadcast(x, dims, shape, &st));
         }
         let rhs = format!("stablehlo.broadcast_in_dim {}, dims = [{}] : ({}) -> {out}", x.name, list(dims), x.ty());
         Ok(self.assign(&rhs, shape.clone(), x.dtype))
@@ -318,6 +306,24 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         let offset = like.rank().checked_sub(x.rank()).ok_or_else(|| self.err("cannot broadcast to a lower rank"))?;
         let dims: Vec<usize> = (offset..like.rank()).collect();
         self.broadcast_to(x, &dims, &like.shape, Some(like))
+    }
+
+    /// `get_dimension_size` of dimension `i` of `x`, static or not (IREE folds a static one).
+    pub(crate) fn runtime_dim(&mut self, x: &Val, i: usize) -> Val {
+        self.assign(
+            &format!("stablehlo.get_dimension_size {}, dim = {i} : ({}) -> tensor<i32>", x.name, x.ty()),
+            Shape::scalar(),
+            DType::I32,
+        )
+    }
+
+    /// The run-time shape of `x` (`tensor<Nxi32>`), every dimension read with `get_dimension_size`.
+    pub(crate) fn runtime_shape(&mut self, x: &Val) -> Result<Val> {
+        if x.rank() == 0 {
+            return Ok(self.assign("stablehlo.constant dense<> : tensor<0xi32>", Shape::of(&[0]), DType::I32));
+        }
+        let parts: Vec<Val> = (0..x.rank()).map(|i| self.runtime_dim(x, i)).collect();
+        Ok(self.shape_of_parts(&parts))
     }
 
     /// The run-time size of dimension `i` of `x` as a `tensor<i32>` (a constant when it is static).
@@ -339,7 +345,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     }
 
     /// A `tensor<Nxi32>` shape from one `tensor<i32>` per dimension.
-    fn shape_of_parts(&mut self, parts: &[Val]) -> Val {
+    pub(crate) fn shape_of_parts(&mut self, parts: &[Val]) -> Val {
         let ones: Vec<Val> = parts
             .iter()
             .map(|p| {
@@ -362,30 +368,128 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         self.assign(&rhs, Shape::of(&[rank]), DType::I32)
     }
 
-    /// The operands NumPy-broadcast to one shape (for ops StableHLO wants equal shapes for: select, compare).
-    /// With `?` dimensions one operand must already have the result's shape (its run-time shape is used).
-    pub(crate) fn broadcast_all(&mut self, xs: &[Val]) -> Result<Vec<Val>> {
-        let mut target = xs[0].shape.clone();
-        for x in &xs[1..] {
-            target = tapeout_graph::ops::broadcast(&target, &x.shape)
-                .ok_or_else(|| self.err(format!("operand shapes [{}] and [{}] do not broadcast", target, x.shape)))?;
+    /// Every operand NumPy-broadcast (right-aligned) to `target`, the node's result shape, for the elementwise
+    /// ops (StableHLO wants equal shapes). With `?` dimensions (in an operand or in `target`) the run-time result
+    /// shape is built dimension by dimension: a static extent as a constant, a `?` from `get_dimension_size` of an
+    /// operand that has `?` there, then `stablehlo.dynamic_broadcast_in_dim` with every operand dimension declared
+    /// expanding (a static 1 growing) or non-expanding (the rest), as IREE 3.13 needs. A `?` against a static n is
+    /// taken to be n at run time, and two `?` are taken to be equal (graph-format.md says so).
+    pub(crate) fn broadcast_operands(&mut self, xs: &[Val], target: &Shape) -> Result<Vec<Val>> {
+        let rank = target.rank();
+        for x in xs {
+            if x.rank() > rank {
+                return Err(self.err(format!("cannot broadcast [{}] to the lower rank [{target}]", x.shape)));
+            }
         }
-        let like = xs.iter().find(|x| x.shape == target).cloned();
-        if target.is_dynamic() && like.is_none() {
-            return Err(self.err(format!(
-                "with `?` dimensions one operand must have the result's shape [{target}]; broadcast one first"
-            )));
-        }
-        xs.iter()
-            .map(|x| {
-                if x.shape == target {
-                    return Ok(x.clone());
+        let dynamic = target.is_dynamic() || xs.iter().any(|x| x.shape.is_dynamic());
+        let mut shape_tensor: Option<Val> = None;
+        let mut out = Vec::with_capacity(xs.len());
+        for x in xs {
+            if &x.shape == target {
+                out.push(x.clone());
+                continue;
+            }
+            let offset = rank - x.rank();
+            let dims: Vec<usize> = (offset..rank).collect();
+            if !dynamic {
+                out.push(self.broadcast_to(x, &dims, target, None)?);
+                continue;
+            }
+            let st = match &shape_tensor {
+                Some(st) => st.clone(),
+                None => {
+                    let st = self.broadcast_shape_tensor(xs, target)?;
+                    shape_tensor = Some(st.clone());
+                    st
                 }
-                let offset = target.rank() - x.rank();
-                let dims: Vec<usize> = (offset..target.rank()).collect();
-                self.broadcast_to(x, &dims, &target, like.as_ref())
-            })
-            .collect()
+            };
+            out.push(self.dynamic_broadcast(x, &dims, target, &st));
+        }
+        Ok(out)
+    }
+
+    /// The run-time shape (`tensor<Nxi32>`) of the broadcast of `xs` to `target`: each static dimension a
+    /// constant, each `?` the size of an operand's `?` dimension aligned with it (right-aligned). The same text
+    /// [`Emitter::shape_tensor`] writes for one operand.
+    fn broadcast_shape_tensor(&mut self, xs: &[Val], target: &Shape) -> Result<Val> {
+        let rank = target.rank();
+        let mut parts = Vec::with_capacity(rank);
+        for (i, d) in target.0.iter().enumerate() {
+            let aligned = |x: &Val| (i + x.rank()).checked_sub(rank).map(|j| (j, x.shape.0[j]));
+            let owner = xs.iter().find_map(|x| match aligned(x) {
+                Some((j, Dim::Dynamic)) if *d == Dim::Dynamic => Some((x.clone(), j)),
+                _ => None,
+            });
+            let part = match (d, owner) {
+                (_, Some((x, j))) => {
+                    let s = self.dim_size(&x, j)?;
+                    self.assign(
+                        &format!("stablehlo.reshape {} : (tensor<i32>) -> tensor<1xi32>", s.name),
+                        Shape::of(&[1]),
+                        DType::I32,
+                    )
+                }
+                (Dim::Static(n), None) => self.const_i32(*n, i, target)?,
+                (Dim::Dynamic, None) => {
+                    // Declared `?` where every operand is static: the operands' extent (not 1 if any).
+                    let n = xs
+                        .iter()
+                        .filter_map(|x| match aligned(x) {
+                            Some((_, Dim::Static(n))) if n != 1 => Some(n),
+                            _ => None,
+                        })
+                        .next()
+                        .unwrap_or(1);
+                    self.const_i32(n, i, target)?
+                }
+            };
+            parts.push(part);
+        }
+        if parts.len() == 1 {
+            return Ok(parts.remove(0));
+        }
+        let rank = parts.len() as u64;
+        let rhs = format!(
+            "stablehlo.concatenate {}, dim = 0 : ({}) -> tensor<{rank}xi32>",
+            list(parts.iter().map(|p| p.name.clone())),
+            list(parts.iter().map(Val::ty))
+        );
+        Ok(self.assign(&rhs, Shape::of(&[rank]), DType::I32))
+    }
+
+    /// A `tensor<1xi32>` constant `n` (dimension `i` of `of`), or an error when it is above `i32::MAX`.
+    fn const_i32(&mut self, n: u64, i: usize, of: &Shape) -> Result<Val> {
+        let v = i32::try_from(n).map_err(|_| {
+            self.err(format!("dimension {i} of [{of}] is {n}, above the i32 extent of a run-time shape"))
+        })?;
+        Ok(self.splat(f64::from(v), &Shape::of(&[1]), DType::I32))
+    }
+
+    /// `stablehlo.dynamic_broadcast_in_dim` of `x` to `shape` (run-time extents in `st`), operand dimension i
+    /// going to result dimension `dims[i]`: a static 1 meeting another extent is expanding, every other operand
+    /// dimension non-expanding (equal, or a `?` assumed equal to what it meets). IREE 3.13 lowers the op only
+    /// when every operand dimension is classified one way or the other.
+    pub(crate) fn dynamic_broadcast(&mut self, x: &Val, dims: &[usize], shape: &Shape, st: &Val) -> Val {
+        let (mut expanding, mut same) = (Vec::new(), Vec::new());
+        for (i, &d) in dims.iter().enumerate() {
+            match (x.shape.0.get(i), shape.0.get(d)) {
+                (Some(Dim::Static(1)), Some(b)) if *b != Dim::Static(1) => expanding.push(i),
+                _ => same.push(i),
+            }
+        }
+        let rhs = format!(
+            "stablehlo.dynamic_broadcast_in_dim {}, {}, dims = [{}] {{known_expanding_dimensions = array<i64{}>, \
+             known_nonexpanding_dimensions = array<i64{}>}} : ({}, {}) -> {}",
+            x.name,
+            st.name,
+            list(dims),
+            i64_array(&expanding),
+            i64_array(&same),
+            x.ty(),
+            st.ty(),
+            ty(shape, x.dtype)
+        );
+        self.assign(&rhs, shape.clone(), x.dtype)
     }
 
     /// `x` reshaped to `shape`. With `?` dimensions the reshape must split or merge whole dimensions (each `?`
@@ -703,34 +807,48 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     /// A slice where `None` takes a dimension whole (static or `?`) and `Some((start, limit, stride))` a range of
     /// a static one: `stablehlo.slice` for static shapes, `stablehlo.real_dynamic_slice` otherwise.
     pub(crate) fn slice_whole_or(&mut self, x: &Val, ranges: &[Option<(u64, u64, u64)>]) -> Result<Val> {
+        let full: Vec<(u64, Option<u64>, u64)> = ranges
+            .iter()
+            .enumerate()
+            .map(|(i, r)| match (*r, x.shape.0[i]) {
+                (Some((lo, hi, st)), _) => (lo, Some(hi), st),
+                (None, Dim::Static(n)) => (0, Some(n), 1),
+                (None, Dim::Dynamic) => (0, None, 1),
+            })
+            .collect();
+        self.slice_ranges(x, &full)
+    }
+
+    /// A strided slice, each dimension `(start, limit, stride)` where a `None` limit is the run-time end of a `?`
+    /// dimension (its result dimension is `?`): `stablehlo.slice` when everything is static, else
+    /// `stablehlo.real_dynamic_slice` with the limits read by `get_dimension_size` (IREE 3.13 lowers it).
+    pub(crate) fn slice_ranges(&mut self, x: &Val, ranges: &[(u64, Option<u64>, u64)]) -> Result<Val> {
         if !x.shape.is_dynamic() {
-            let dims = self.static_dims(x)?;
-            let full: Vec<(u64, u64, u64)> = dims.iter().zip(ranges).map(|(&n, r)| r.unwrap_or((0, n, 1))).collect();
+            let mut full = Vec::with_capacity(ranges.len());
+            for &(lo, hi, st) in ranges {
+                let hi = hi.ok_or_else(|| self.err("a slice of a static dimension needs its limit"))?;
+                full.push((lo, hi, st));
+            }
             return Ok(self.slice(x, &full));
         }
         let mut shape = x.shape.clone();
         let as_i32 = |e: &Self, v: u64| i32::try_from(v).map_err(|_| e.err(format!("slice bound {v} is above i32")));
         let (mut starts, mut limits, mut strides) = (Vec::new(), Vec::new(), Vec::new());
-        for (i, r) in ranges.iter().enumerate() {
-            let (a, b, st) = match *r {
-                Some((lo, hi, st)) => {
-                    shape.0[i] = Dim::Static((hi - lo).div_ceil(st));
-                    let (lo, hi, st) = (as_i32(self, lo)?, as_i32(self, hi)?, as_i32(self, st)?);
-                    (
-                        self.splat(f64::from(lo), &Shape::scalar(), DType::I32),
-                        self.splat(f64::from(hi), &Shape::scalar(), DType::I32),
-                        self.splat(f64::from(st), &Shape::scalar(), DType::I32),
-                    )
+        for (i, &(lo, hi, st)) in ranges.iter().enumerate() {
+            let (lo32, st32) = (as_i32(self, lo)?, as_i32(self, st)?);
+            starts.push(self.splat(f64::from(lo32), &Shape::scalar(), DType::I32));
+            limits.push(match hi {
+                Some(hi) => {
+                    shape.0[i] = Dim::Static(hi.saturating_sub(lo).div_ceil(st.max(1)));
+                    let hi = as_i32(self, hi)?;
+                    self.splat(f64::from(hi), &Shape::scalar(), DType::I32)
                 }
-                None => (
-                    self.splat(0.0, &Shape::scalar(), DType::I32),
-                    self.dim_size(x, i)?,
-                    self.splat(1.0, &Shape::scalar(), DType::I32),
-                ),
-            };
-            starts.push(a);
-            limits.push(b);
-            strides.push(st);
+                None => {
+                    shape.0[i] = Dim::Dynamic;
+                    self.dim_size(x, i)?
+                }
+            });
+            strides.push(self.splat(f64::from(st32), &Shape::scalar(), DType::I32));
         }
         let (start, limit, stride) =
             (self.shape_of_parts(&starts), self.shape_of_parts(&limits), self.shape_of_parts(&strides));

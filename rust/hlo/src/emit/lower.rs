@@ -42,7 +42,7 @@ impl<'g> Emitter<'g, '_, '_> {
             | OpKind::Sigmoid => self.elementwise_unary(node.op, &ins[0]),
             OpKind::Relu | OpKind::Silu | OpKind::Gelu => self.activation(node.op, &ins[0])?,
             OpKind::Convert => self.convert(&ins[0], &out),
-            OpKind::Broadcast => self.lower_broadcast(&ins[0], &out)?,
+            OpKind::Broadcast => self.lower_broadcast(&ins[0], ins.get(1), &out)?,
             OpKind::Reshape => self.reshape(&ins[0], out.shape)?,
             OpKind::Transpose => self.lower_transpose(&ins[0])?,
             OpKind::Concat => {
@@ -73,14 +73,10 @@ impl<'g> Emitter<'g, '_, '_> {
                 let axis = self.axis("axis", self.attr_int("axis", -1)?, ins[0].rank())?;
                 self.argmax(&ins[0], axis, out.dtype)?
             }
-            OpKind::Iota => {
-                let dim = self.axis("dim", self.attr_int("dim", 0)?, out.shape.rank())?;
-                let rhs = format!("stablehlo.iota dim = {dim} : {}", ty(out.shape, out.dtype));
-                self.assign(&rhs, out.shape.clone(), out.dtype)
-            }
-            OpKind::Select => self.select(&ins)?,
-            OpKind::Compare => self.compare(&ins)?,
-            OpKind::Clamp => self.clamp(&ins)?,
+            OpKind::Iota => self.lower_iota(ins.first(), &out)?,
+            OpKind::Select => self.select(&ins, &out)?,
+            OpKind::Compare => self.compare(&ins, &out)?,
+            OpKind::Clamp => self.clamp(&ins, &out)?,
         };
         if result.dtype != spec.dtype || !tapeout_graph::ops::shapes_agree(&result.shape, &spec.shape) {
             return Err(self.err(format!(
@@ -105,17 +101,9 @@ impl<'g> Emitter<'g, '_, '_> {
             OpKind::Max => "maximum",
             _ => "minimum",
         };
-        let like = if &ins[0].shape == out.shape { ins[0].clone() } else { ins[1].clone() };
-        let like = if &like.shape == out.shape {
-            like
-        } else if out.shape.is_dynamic() {
-            return Err(self.err("a dynamic result must have the shape of one operand"));
-        } else {
-            Val { name: String::new(), shape: out.shape.clone(), dtype: ins[0].dtype }
-        };
-        let a = self.numpy_broadcast(&ins[0], &like)?;
-        let b = self.numpy_broadcast(&ins[1], &like)?;
-        Ok(self.binary_same(name, &a, &b))
+        let both = self.broadcast_operands(ins, out.shape)?;
+        let (a, b) = (&both[0], &both[1]);
+        Ok(self.binary_same(name, a, b))
     }
 
     /// One StableHLO unary op.
@@ -166,16 +154,46 @@ impl<'g> Emitter<'g, '_, '_> {
         self.assign(&rhs, out.shape.clone(), out.dtype)
     }
 
-    fn lower_broadcast(&mut self, x: &Val, out: &Out<'_>) -> Result<Val> {
+    /// A broadcast to the declared shape, or with a reference operand `like` to `like`'s run-time shape (every
+    /// extent read with `get_dimension_size`, which IREE folds where it is static).
+    fn lower_broadcast(&mut self, x: &Val, like: Option<&Val>, out: &Out<'_>) -> Result<Val> {
         let rank = out.shape.rank();
         let dims = match self.attr_ints("dims")? {
             Some(d) => d.iter().map(|&a| self.axis("dims", a, rank)).collect::<Result<Vec<_>>>()?,
             None => (rank.saturating_sub(x.rank())..rank).collect(),
         };
-        if out.shape.is_dynamic() {
-            return Err(self.err("broadcast to a dynamic shape needs a reference operand; use an elementwise op"));
+        if let Some(like) = like {
+            let st = self.runtime_shape(like)?;
+            return Ok(self.dynamic_broadcast(x, &dims, out.shape, &st));
         }
+        // A `?` result without a reference is refused by the type rule (`tapeout_graph::ops`).
         self.broadcast_to(x, &dims, out.shape, None)
+    }
+
+    /// `stablehlo.iota` of a static shape, or with a reference operand the 1-D `dynamic_iota` of the run-time
+    /// size of its dimension `axis`.
+    fn lower_iota(&mut self, like: Option<&Val>, out: &Out<'_>) -> Result<Val> {
+        let Some(like) = like else {
+            let dim = self.axis("dim", self.attr_int("dim", 0)?, out.shape.rank())?;
+            if out.shape.is_dynamic() {
+                // The type rule refuses it; never write `stablehlo.iota : tensor<?x..>`, which IREE rejects.
+                return Err(
+                    self.err(format!("an iota of shape [{}] needs a reference tensor for its length", out.shape))
+                );
+            }
+            let rhs = format!("stablehlo.iota dim = {dim} : {}", ty(out.shape, out.dtype));
+            return Ok(self.assign(&rhs, out.shape.clone(), out.dtype));
+        };
+        let axis = self.axis("axis", self.attr_int("axis", 0)?, like.rank())?;
+        let n = self.runtime_dim(like, axis);
+        let st = self.assign(
+            &format!("stablehlo.reshape {} : (tensor<i32>) -> tensor<1xi32>", n.name),
+            Shape::of(&[1]),
+            DType::I32,
+        );
+        let rhs =
+            format!("stablehlo.dynamic_iota {}, dim = 0 : ({}) -> {}", st.name, st.ty(), ty(out.shape, out.dtype));
+        Ok(self.assign(&rhs, out.shape.clone(), out.dtype))
     }
 
     fn lower_transpose(&mut self, x: &Val) -> Result<Val> {
@@ -187,7 +205,8 @@ impl<'g> Emitter<'g, '_, '_> {
         Ok(self.transpose(x, &perm))
     }
 
-    /// A strided static slice; a `?` dimension is taken whole (the type rule refuses anything else).
+    /// A strided slice; a `?` dimension is sliced to the end from a static start and stride (the type rule
+    /// refuses anything else), written as `stablehlo.real_dynamic_slice`.
     fn lower_slice(&mut self, x: &Val) -> Result<Val> {
         let rank = x.rank();
         let start = self.attr_ints("start")?.ok_or_else(|| self.attr_err("start", "is required"))?;
@@ -200,15 +219,13 @@ impl<'g> Emitter<'g, '_, '_> {
                     self.attr_err("start", format!("dimension {i}: [{}:{}:{}]", start[i], limit[i], stride[i]))
                 })
             };
+            let (b, k) = (bound(start[i])?, bound(stride[i])?);
             ranges.push(match x.shape.0[i] {
-                Dim::Dynamic => None,
-                Dim::Static(d) => {
-                    let l = if limit[i] == -1 { d } else { bound(limit[i])? };
-                    Some((bound(start[i])?, l, bound(stride[i])?))
-                }
+                Dim::Dynamic => (b, None, k),
+                Dim::Static(d) => (b, Some(if limit[i] == -1 { d } else { bound(limit[i])? }), k),
             });
         }
-        self.slice_whole_or(x, &ranges)
+        self.slice_ranges(x, &ranges)
     }
 
     fn gather(&mut self, table: &Val, idx: &Val, out: &Out<'_>) -> Result<Val> {
@@ -280,19 +297,19 @@ impl<'g> Emitter<'g, '_, '_> {
         Ok(self.assign(&rhs, x.shape.clone(), x.dtype))
     }
 
-    fn select(&mut self, ins: &[Val]) -> Result<Val> {
-        let all = self.broadcast_all(ins)?;
+    fn select(&mut self, ins: &[Val], out: &Out<'_>) -> Result<Val> {
+        let all = self.broadcast_operands(ins, out.shape)?;
         let (p, a, b) = (&all[0], &all[1], &all[2]);
         let rhs = format!("stablehlo.select {}, {}, {} : {}, {}", p.name, a.name, b.name, p.ty(), a.ty());
         Ok(self.assign(&rhs, a.shape.clone(), a.dtype))
     }
 
-    fn compare(&mut self, ins: &[Val]) -> Result<Val> {
+    fn compare(&mut self, ins: &[Val], out: &Out<'_>) -> Result<Val> {
         let dir = match self.attr("direction") {
             Some(Attr::Str(s)) => s.clone(),
             _ => return Err(self.attr_err("direction", "must be one of EQ, NE, LT, LE, GT, GE")),
         };
-        let both = self.broadcast_all(ins)?;
+        let both = self.broadcast_operands(ins, out.shape)?;
         let (a, b) = (&both[0], &both[1]);
         let kind = match a.dtype {
             d if d.is_float() => "FLOAT",
@@ -310,16 +327,28 @@ impl<'g> Emitter<'g, '_, '_> {
         Ok(self.assign(&rhs, a.shape.clone(), DType::Bool))
     }
 
-    /// `(x, min, max)`, or `(x)` with `min`/`max` attributes (unbounded by default).
-    fn clamp(&mut self, ins: &[Val]) -> Result<Val> {
-        let x = &ins[0];
-        let (lo, hi) = if let [_, lo, hi] = ins {
-            (lo.clone(), hi.clone())
+    /// `(x, min, max)` NumPy-broadcast to the result (a scalar bound stays a scalar, which StableHLO takes), or
+    /// `(x)` with `min`/`max` attributes (unbounded by default).
+    fn clamp(&mut self, ins: &[Val], out: &Out<'_>) -> Result<Val> {
+        let (x, lo, hi) = if let [x, lo, hi] = ins {
+            let x = self.broadcast_operands(std::slice::from_ref(x), out.shape)?.remove(0);
+            let bound = |e: &mut Self, b: &Val| -> Result<Val> {
+                if b.rank() == 0 {
+                    Ok(b.clone())
+                } else {
+                    Ok(e.broadcast_operands(&[b.clone(), x.clone()], out.shape)?.remove(0))
+                }
+            };
+            let (lo, hi) = (bound(self, lo)?, bound(self, hi)?);
+            (x, lo, hi)
         } else {
+            let x = ins[0].clone();
             let lo = self.attr_f64("min", f64::NEG_INFINITY)?;
             let hi = self.attr_f64("max", f64::INFINITY)?;
-            (self.splat(lo, &Shape::scalar(), x.dtype), self.splat(hi, &Shape::scalar(), x.dtype))
+            let (lo, hi) = (self.splat(lo, &Shape::scalar(), x.dtype), self.splat(hi, &Shape::scalar(), x.dtype));
+            (x, lo, hi)
         };
+        let x = &x;
         let rhs = format!(
             "stablehlo.clamp {}, {}, {} : ({}, {}, {}) -> {}",
             lo.name,

@@ -101,8 +101,30 @@ sealed interface ElementwiseOps {
         return t.record(Op.COMPARE, listOf(a, b), t.broadcastShape(Op.COMPARE, a.shape, b.shape, listOf(a, b)), DType.BOOL, mapOf("direction" to direction))
     }
 
-    /** Indices 0, 1, … along dimension [dim] of [shape]. */
-    fun iota(shape: LongArray, dim: Int, dtype: DType = DType.I32): Tensor = core.record(Op.IOTA, emptyList(), shape, dtype, mapOf("dim" to dim))
+    /** Indices 0, 1, … along dimension [dim] of the static [shape]. A [DYNAMIC] size is refused: for indices of a
+     *  run-time length use [arange] with a tensor that has it. */
+    fun iota(shape: LongArray, dim: Int, dtype: DType = DType.I32): Tensor {
+        val t = core
+        if (shape.any { it < 0 }) {
+            t.fail(Op.IOTA, emptyList(), "the shape ${shapeText(shape)} has a DYNAMIC (or negative) size, known only at run time; " +
+                "use arange(like, axis) to count along a dimension of a tensor that has it")
+        }
+        if (dim !in shape.indices) t.fail(Op.IOTA, emptyList(), "dim $dim is out of range for rank ${shape.size}")
+        if (dtype == DType.BOOL) t.fail(Op.IOTA, emptyList(), "counts in a number type, not bool")
+        return t.record(Op.IOTA, emptyList(), shape, dtype, mapOf("dim" to dim))
+    }
+
+    /**
+     * The 1-D indices `0 until n` as [dtype], where n is the size of dimension [axis] of [like] (negative counts from
+     * the end): read at run time when that dimension is [DYNAMIC], e.g. the positions `0..S-1` of a prefill of any
+     * length. Only [like]'s shape is used.
+     */
+    fun arange(like: Tensor, axis: Int, dtype: DType = DType.I32): Tensor {
+        val t = core
+        val a = t.axis(Op.IOTA, like, axis)
+        if (dtype == DType.BOOL) t.fail(Op.IOTA, listOf(like), "counts in a number type, not bool")
+        return t.record(Op.IOTA, listOf(like), longArrayOf(like.shape[a]), dtype, mapOf("axis" to a, "dim" to 0))
+    }
 
     /** [iota] with Int dimensions. */
     fun iota(shape: IntArray, dim: Int, dtype: DType = DType.I32): Tensor = iota(longs(shape), dim, dtype)

@@ -18,8 +18,28 @@ sealed interface ShapeOps {
     /** [reshape] with Int dimensions. */
     fun reshape(x: Tensor, vararg shape: Int): Tensor = reshape(x, *longs(shape))
 
-    /** [x] broadcast to [shape]. */
-    fun broadcast(x: Tensor, vararg shape: Long): Tensor = core.record(Op.BROADCAST, listOf(x), shape, core.dtypes.one(Op.BROADCAST, x))
+    /** [x] broadcast (NumPy, right-aligned) to the static [shape]. A [DYNAMIC] entry is refused: a `?` size is only
+     *  known at run time, from a tensor, so broadcast to a tensor's shape with [expand]. */
+    fun broadcast(x: Tensor, vararg shape: Long): Tensor {
+        val t = core
+        if (shape.any { it < 0 }) {
+            t.fail(Op.BROADCAST, listOf(x), "the shape ${shapeText(shape)} has a DYNAMIC (or negative) size, known only at run time; " +
+                "use expand(x, like) to broadcast to the shape of a tensor that has it")
+        }
+        t.checkBroadcastsTo(Op.BROADCAST, x, shape, listOf(x))
+        return t.record(Op.BROADCAST, listOf(x), shape, t.dtypes.one(Op.BROADCAST, x))
+    }
+
+    /**
+     * [x] broadcast (NumPy, right-aligned) to the shape of [like], which may have [DYNAMIC] dimensions: each is
+     * read from [like] at run time (PyTorch's `x.expand_as(like)`). A dimension of [x] is 1 (it is repeated), equal
+     * to [like]'s, or DYNAMIC (then taken to equal [like]'s at run time). Only [like]'s shape is used.
+     */
+    fun expand(x: Tensor, like: Tensor): Tensor {
+        val t = core
+        t.checkBroadcastsTo(Op.BROADCAST, x, like.shape, listOf(x, like))
+        return t.record(Op.BROADCAST, listOf(x, like), like.shape, t.dtypes.one(Op.BROADCAST, x))
+    }
 
     /** [broadcast] with Int dimensions. */
     fun broadcast(x: Tensor, vararg shape: Int): Tensor = broadcast(x, *longs(shape))
@@ -45,11 +65,29 @@ sealed interface ShapeOps {
         return t.record(Op.CONCAT, parts, shape, dtype, mapOf("axis" to a))
     }
 
-    /** The elements `start[i] until limit[i]` step `stride[i]` of each dimension. */
+    /**
+     * The elements `start[i] until limit[i]` step `stride[i]` of each dimension; a limit of -1 is "to the end".
+     * On a [DYNAMIC] dimension the limit must be -1 (the result is DYNAMIC too; start and stride are static, and
+     * the run-time size must be at least start).
+     */
     fun slice(x: Tensor, start: LongArray, limit: LongArray, stride: LongArray = LongArray(x.rank) { 1 }): Tensor {
         val t = core
         if (start.size != x.rank || limit.size != x.rank || stride.size != x.rank) t.fail(Op.SLICE, listOf(x), "start, limit and stride need one entry per dimension (${x.rank})")
-        val shape = LongArray(x.rank) { (limit[it] - start[it] + stride[it] - 1) / stride[it] }
+        val shape = LongArray(x.rank) { i ->
+            val (b, e, k, d) = listOf(start[i], limit[i], stride[i], x.shape[i])
+            val bounds = "[$b:$e:$k] of dimension $i (size ${if (d == DYNAMIC) "?" else d})"
+            if (b < 0 || k <= 0 || e < -1) t.fail(Op.SLICE, listOf(x), "$bounds: start must be >= 0, stride > 0, and limit >= 0 or -1 (to the end)")
+            when {
+                d == DYNAMIC && e == -1L -> DYNAMIC
+                d == DYNAMIC -> t.fail(Op.SLICE, listOf(x), "$bounds: a DYNAMIC dimension can only be sliced to the end (limit -1); " +
+                    "for a window of static size at a run-time offset use dynamicSlice")
+                else -> {
+                    val end = if (e == -1L) d else e
+                    if (b > end || end > d) t.fail(Op.SLICE, listOf(x), "$bounds does not fit")
+                    (end - b + k - 1) / k
+                }
+            }
+        }
         return t.record(Op.SLICE, listOf(x), shape, t.dtypes.one(Op.SLICE, x), mapOf("start" to start.toList(), "limit" to limit.toList(), "stride" to stride.toList()))
     }
 
@@ -102,6 +140,18 @@ internal fun ExecutionTape.axis(op: Op, x: Tensor, a: Int): Int {
     val r = if (a < 0) a + x.rank else a
     if (r !in 0 until x.rank) fail(op, listOf(x), "axis $a is out of range for rank ${x.rank}")
     return r
+}
+
+/** [x] broadcasts (NumPy, right-aligned) to [shape] (a [DYNAMIC] size on either side is taken to fit), or a failure. */
+internal fun ExecutionTape.checkBroadcastsTo(op: Op, x: Tensor, shape: LongArray, operands: List<Tensor>) {
+    if (x.rank > shape.size) fail(op, operands, "cannot broadcast to the lower rank ${shape.size} (${shapeText(shape)})")
+    val off = shape.size - x.rank
+    for (i in 0 until x.rank) {
+        val (a, b) = x.shape[i] to shape[off + i]
+        if (a != 1L && a != b && a != DYNAMIC && b != DYNAMIC) {
+            fail(op, operands, "dimension $i ($a) cannot broadcast to dimension ${off + i} ($b) of ${shapeText(shape)}")
+        }
+    }
 }
 
 /** One integer scalar offset per dimension of [x], all i32 or all i64. */

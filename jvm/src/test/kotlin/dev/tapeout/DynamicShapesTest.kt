@@ -1,0 +1,117 @@
+package dev.tapeout
+
+import org.junit.jupiter.api.Assertions.assertArrayEquals
+import org.junit.jupiter.api.Assertions.assertEquals
+import org.junit.jupiter.api.Assertions.assertTrue
+import org.junit.jupiter.api.Test
+
+/**
+ * `?` dimensions the way Hugging Face model code uses them (issue 27): what records and exports, and what is refused
+ * at the line of the model that recorded it, with what to do instead. IREE compiles and runs the same forms in
+ * tests/iree/test_dynamic.py.
+ */
+class DynamicShapesTest {
+    private fun nextLine(): Int = Throwable().stackTrace[1].lineNumber + 1
+
+    private val here = "DynamicShapesTest.kt"
+
+    @Test
+    fun `elementwise ops broadcast a dynamic dimension against 1, a static size and another dynamic one`() {
+        val t = ExecutionTape()
+        val p = t.input("p", longArrayOf(DYNAMIC, 1))
+        val f = t.input("f", 16)
+        val angles = t.mul(p, f)
+        assertArrayEquals(longArrayOf(DYNAMIC, 16), angles.shape)
+        val row = t.input("row", longArrayOf(1, DYNAMIC))
+        assertArrayEquals(longArrayOf(DYNAMIC, DYNAMIC), t.sub(p, row).shape)
+        assertArrayEquals(longArrayOf(4, 16), t.add(t.input("q", longArrayOf(DYNAMIC, 16)), t.input("r", 4, 1)).shape)
+        val keep = t.compare(p, row, "GE")
+        assertArrayEquals(longArrayOf(DYNAMIC, DYNAMIC), t.select(keep, p, t.input("z")).shape)
+        t.output("angles", angles)
+        val text = t.toComputeGraph().toStableHlo()
+        assertTrue(text.contains("stablehlo.dynamic_broadcast_in_dim") && text.contains("known_expanding_dimensions = array<i64: 1>"), text)
+        assertTrue(!text.contains("dynamic_reshape"), text)
+    }
+
+    @Test
+    fun `expand broadcasts to the run-time shape of a reference tensor`() {
+        val t = ExecutionTape()
+        val x = t.input("x", longArrayOf(2, DYNAMIC, 16))
+        val b = t.input("b", 16)
+        val e = t.expand(b, x)
+        assertArrayEquals(longArrayOf(2, DYNAMIC, 16), e.shape)
+        assertEquals(listOf(b, x), t.ops.last().inputs, "the reference is the second operand")
+        t.output("e", e)
+        val text = t.toComputeGraph().toStableHlo()
+        assertTrue(Regex("""get_dimension_size %arg\d, dim = 1 : \(tensor<2x\?x16xf32>\)""").containsMatchIn(text) && text.contains("dynamic_broadcast_in_dim"), text)
+        val line = nextLine()
+        val bad = assertThrows<GraphValidationException> { t.expand(t.input("c", 8), x) }
+        assertTrue(bad.detail.startsWith("broadcast at $here:$line") && bad.detail.contains("cannot broadcast"), bad.detail)
+    }
+
+    @Test
+    fun `broadcast to a DYNAMIC size is refused at the recording line, pointing to expand`() {
+        val t = ExecutionTape()
+        val b = t.input("b", 16)
+        val line = nextLine()
+        val e = assertThrows<GraphValidationException> { t.broadcast(b, DYNAMIC, 16) }
+        assertTrue(e.detail.startsWith("broadcast at $here:$line"), e.detail)
+        assertTrue(e.detail.contains("expand(x, like)"), e.detail)
+        val line2 = nextLine()
+        val e2 = assertThrows<GraphValidationException> { t.broadcast(t.input("c", 3), 2, 4) }
+        assertTrue(e2.detail.startsWith("broadcast at $here:$line2") && e2.detail.contains("dimension 0 (3) cannot broadcast"), e2.detail)
+        assertArrayEquals(longArrayOf(2, 16), t.broadcast(b, 2, 16).shape)
+    }
+
+    @Test
+    fun `arange counts along a dynamic dimension and iota of a DYNAMIC length is refused`() {
+        val t = ExecutionTape()
+        val x = t.input("x", longArrayOf(1, DYNAMIC, 8))
+        val pos = t.arange(x, 1)
+        assertArrayEquals(longArrayOf(DYNAMIC), pos.shape)
+        assertEquals(DType.I32, pos.dtype)
+        assertEquals(mapOf<String, Any>("axis" to 1, "dim" to 0), t.ops.last().attrs)
+        assertArrayEquals(longArrayOf(8), t.arange(x, -1, DType.I64).shape)
+        t.output("pos", pos)
+        val text = t.toComputeGraph().toStableHlo()
+        assertTrue(text.contains("stablehlo.dynamic_iota") && text.contains("-> tensor<?xi32>"), text)
+        for (len in listOf(DYNAMIC, -3L)) {
+            val line = nextLine()
+            val e = assertThrows<GraphValidationException> { t.iota(longArrayOf(len), 0) }
+            assertTrue(e.detail.startsWith("iota at $here:$line"), e.detail)
+            assertTrue(e.detail.contains("arange(like, axis)"), e.detail)
+        }
+    }
+
+    @Test
+    fun `slice with limit -1 runs to the end, on static and dynamic dimensions`() {
+        val t = ExecutionTape()
+        val x = t.input("x", longArrayOf(DYNAMIC, 64))
+        val tail = t.slice(x, longArrayOf(0, 32), longArrayOf(-1, -1))
+        assertArrayEquals(longArrayOf(DYNAMIC, 32), tail.shape)
+        val skip = t.slice(x, longArrayOf(1, 0), longArrayOf(-1, -1), longArrayOf(2, 3))
+        assertArrayEquals(longArrayOf(DYNAMIC, 22), skip.shape)
+        t.output("tail", tail)
+        t.output("skip", skip)
+        val text = t.toComputeGraph().toStableHlo()
+        assertTrue(text.contains("stablehlo.real_dynamic_slice"), text)
+        val line = nextLine()
+        val e = assertThrows<GraphValidationException> { t.slice(x, longArrayOf(0, 0), longArrayOf(4, -1)) }
+        assertTrue(e.detail.startsWith("slice at $here:$line") && e.detail.contains("dynamicSlice"), e.detail)
+        val line2 = nextLine()
+        val e2 = assertThrows<GraphValidationException> { t.slice(x, longArrayOf(0, 60), longArrayOf(-1, 70)) }
+        assertTrue(e2.detail.startsWith("slice at $here:$line2") && e2.detail.contains("does not fit"), e2.detail)
+    }
+
+    @Test
+    fun `a dynamic case refused at export names the line that recorded it and what to do`() {
+        val t = ExecutionTape()
+        val x = t.input("x", longArrayOf(DYNAMIC, 2, 3))
+        val line = nextLine()
+        val y = t.reshape(x, DYNAMIC, 3, 2)
+        t.output("y", y)
+        val e = assertThrows<TapeoutException> { t.toComputeGraph().toStableHlo() }
+        assertTrue(e.detail.contains("reshape") && e.detail.contains("split or merge whole dimensions"), e.detail)
+        assertTrue(e.detail.contains("was recorded at $here:$line"), e.detail)
+    }
+}
