@@ -152,7 +152,12 @@ def causal(s):
 
 
 def sdpa(a, at, spec):
+    """Attention over the last two dimensions; with fewer k/v heads than q heads (the dimension before S), each
+    k/v head serves consecutive query heads, as transformers' repeat_kv copies them."""
     q, k, v = f64(a[0]), f64(a[1]), f64(a[2])
+    if q.ndim >= 3 and k.shape[-3] != q.shape[-3]:
+        groups = q.shape[-3] // k.shape[-3]
+        k, v = np.repeat(k, groups, axis=-3), np.repeat(v, groups, axis=-3)
     scale = at.get("scale", 1 / math.sqrt(q.shape[-1]))
     s = (q @ np.swapaxes(k, -1, -2)) * scale
     if len(a) > 3:
@@ -163,10 +168,25 @@ def sdpa(a, at, spec):
 
 
 def rope(a, at, spec):
+    """Each pair (p, q) of x becomes (p cos - q sin, q cos + p sin): pairs (i, i + D/2) by default (rotate_half),
+    (2i, 2i + 1) with `interleaved`. A full table (width D) is used element by element, x cos + rotate(x) sin; a
+    half table (width D/2) holds one angle per pair."""
     x, c, s = f64(a[0]), f64(a[1]), f64(a[2])
-    h = x.shape[-1] // 2
-    rot = np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
-    return x * c + rot * s
+    d = x.shape[-1]
+    if at.get("interleaved", False):
+        p, q = x[..., 0::2], x[..., 1::2]
+
+        def join(u, w):
+            return np.stack(np.broadcast_arrays(u, w), axis=-1).reshape(*np.broadcast_shapes(u.shape, w.shape)[:-1], d)
+    else:
+        p, q = x[..., :d // 2], x[..., d // 2:]
+
+        def join(u, w):
+            u, w = np.broadcast_arrays(u, w)
+            return np.concatenate([u, w], axis=-1)
+    if c.shape[-1] == d // 2 and d > 2:
+        return join(p * c - q * s, q * c + p * s)
+    return x * c + join(-q, p) * s
 
 
 def broadcast(a, at, spec):

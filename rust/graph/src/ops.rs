@@ -186,11 +186,11 @@ op_table! {
     Reshape = "reshape": Exactly(1), Exactly(1), Own;
     /// RMS normalization over the last axis (optional gamma).
     RmsNorm = "rms_norm": Between(1, 2), Exactly(1), SameDType;
-    /// Rotary position embedding (x, cos, sin).
+    /// Rotary position embedding (x, cos, sin): rotate-half pairs, or adjacent pairs with `interleaved`.
     Rope = "rope": Exactly(3), Exactly(1), SameDType;
     /// `1 / sqrt x`.
     Rsqrt = "rsqrt": Exactly(1), Exactly(1), ElementwiseUnary;
-    /// Scaled dot-product attention (q, k, v, optional mask).
+    /// Scaled dot-product attention (q, k, v, optional mask), grouped-query when k and v have fewer heads.
     Sdpa = "sdpa": Between(3, 4), Exactly(1), SameDType;
     /// `pred ? a : b`.
     Select = "select": Exactly(3), Exactly(1), Own;
@@ -329,18 +329,8 @@ pub(crate) fn check_types(op: OpKind, attrs: &Attrs, ins: &[Spec<'_>], outs: &[S
         OpKind::CausalMask => Ok(()),
         OpKind::LayerNorm | OpKind::RmsNorm if ins[0].0.rank() == 0 => Err("normalisation needs rank >= 1".into()),
         OpKind::LayerNorm | OpKind::RmsNorm => Ok(()),
-        OpKind::Rope => match ins[0].0.0.last() {
-            None => Err("rope needs a tensor of rank >= 1".into()),
-            Some(Dim::Static(d)) if d % 2 != 0 => Err(format!("rope needs an even last dimension, got {d}")),
-            Some(_) => Ok(()),
-        },
-        OpKind::Sdpa => {
-            let r = ins[0].0.rank();
-            if r < 2 || ins[1].0.rank() != r || ins[2].0.rank() != r {
-                return Err("q, k and v must have one rank >= 2 ([.., S, D], [.., T, D], [.., T, Dv])".into());
-            }
-            Ok(())
-        }
+        OpKind::Rope => rope(&a, ins, outs[0]),
+        OpKind::Sdpa => sdpa(&a, ins, outs[0]),
         OpKind::Concat => concat(&a, ins, outs[0]),
         OpKind::Argmax => argmax(&a, ins[0], outs[0]),
         OpKind::Broadcast => broadcast_rule(&a, ins, outs[0]),
@@ -579,6 +569,148 @@ fn concat(a: &AttrView<'_>, ins: &[Spec<'_>], (rs, _): Spec<'_>) -> Result<(), S
     }
     want.0[axis] = total.map_or(Dim::Dynamic, Dim::Static);
     expect_shape(&want, rs, "the concatenation's shape is")
+}
+
+/// Two dimensions that can be one extent (a `?` matches anything).
+fn dims_agree(a: Dim, b: Dim) -> bool {
+    matches!((a, b), (Dim::Dynamic, _) | (_, Dim::Dynamic)) || a == b
+}
+
+/// How many query heads share one key/value head in `sdpa`: the query head count (the dimension before S) must
+/// be a multiple of the key/value one. 1 when they are equal (both `?` counts as equal).
+///
+/// # Errors
+/// When the counts do not divide, or only one of them is `?` (the grouping must be known when the graph is made).
+pub fn query_groups(q_heads: Dim, kv_heads: Dim) -> Result<u64, String> {
+    match (q_heads, kv_heads) {
+        (Dim::Dynamic, Dim::Dynamic) => Ok(1),
+        (Dim::Static(h), Dim::Static(kv)) if kv > 0 && h % kv == 0 => Ok(h / kv),
+        (Dim::Static(h), Dim::Static(kv)) => Err(format!(
+            "q has {h} heads and k/v {kv}: grouped-query attention needs the query heads to be a multiple of the \
+             key/value heads (the dimension before the sequence)"
+        )),
+        (h, kv) => Err(format!(
+            "q has {} heads and k/v {}: with a `?` head count on one side only the grouping of query heads is \
+             unknown; give both a static head count (or both the same `?`)",
+            dim_text(h),
+            dim_text(kv)
+        )),
+    }
+}
+
+fn dim_text(d: Dim) -> String {
+    match d {
+        Dim::Static(n) => n.to_string(),
+        Dim::Dynamic => "?".into(),
+    }
+}
+
+/// `sdpa`: q `[.., H, S, D]`, k `[.., KV, T, D]`, v `[.., KV, T, Dv]` (H a multiple of KV), an optional additive
+/// mask broadcastable to the scores `[.., H, S, T]`; the result is `[.., H, S, Dv]`.
+fn sdpa(a: &AttrView<'_>, ins: &[Spec<'_>], out: Spec<'_>) -> Result<(), String> {
+    let (q, k, v) = (ins[0].0, ins[1].0, ins[2].0);
+    let r = q.rank();
+    if r < 2 || k.rank() != r || v.rank() != r {
+        return Err(format!(
+            "q, k and v must have one rank >= 2 ([.., S, D], [.., T, D], [.., T, Dv]), got [{q}], [{k}], [{v}]"
+        ));
+    }
+    a.bool("causal", false)?;
+    a.number("scale")?;
+    let (qd, kd, vd) = (&q.0, &k.0, &v.0);
+    if !dims_agree(qd[r - 1], kd[r - 1]) {
+        return Err(format!("q [{q}] and k [{k}] have different head dimensions (the last)"));
+    }
+    if !dims_agree(kd[r - 2], vd[r - 2]) {
+        return Err(format!("k [{k}] and v [{v}] have different key lengths (dimension {})", r - 2));
+    }
+    if r >= 3 {
+        if !dims_agree(kd[r - 3], vd[r - 3]) {
+            return Err(format!("k [{k}] and v [{v}] have different head counts (dimension {})", r - 3));
+        }
+        query_groups(qd[r - 3], kd[r - 3])?;
+        for i in 0..r - 3 {
+            if !dims_agree(qd[i], kd[i]) || !dims_agree(qd[i], vd[i]) {
+                return Err(format!("q [{q}], k [{k}] and v [{v}] differ in dimension {i}"));
+            }
+        }
+    }
+    let mut scores = q.clone();
+    scores.0[r - 1] = kd[r - 2];
+    if let Some((m, _)) = ins.get(3) {
+        let fits = m.rank() <= r && broadcast(m, &scores).is_some_and(|b| shapes_agree(&b, &scores));
+        if !fits {
+            return Err(format!(
+                "the mask [{m}] does not broadcast to the attention scores [{scores}] ([.., H, S, T])"
+            ));
+        }
+    }
+    let mut want = q.clone();
+    want.0[r - 1] = vd[r - 1];
+    same_dtype(ins[0], out)?;
+    expect_shape(&want, out.0, "q and v give")
+}
+
+/// The width a `rope` table may have for an `x` of last dimension `d`: `d` (full tables), `d / 2` (half tables,
+/// one angle per pair) or 1 (one angle for every pair).
+///
+/// # Errors
+/// A `?` or odd `d`, or any other table width, described.
+pub fn rope_table_width(d: Dim, width: Dim) -> Result<RopeTable, String> {
+    let Dim::Static(d) = d else {
+        return Err("rope needs a static last dimension (the rotated head dimension)".into());
+    };
+    if d % 2 != 0 {
+        return Err(format!("rope needs an even last dimension, got {d}"));
+    }
+    match width {
+        Dim::Static(w) if w == d => Ok(RopeTable::Full),
+        Dim::Static(w) if w == d / 2 => Ok(RopeTable::Half),
+        Dim::Static(1) => Ok(RopeTable::Full),
+        w => Err(format!(
+            "a cos/sin table of width {} for a head dimension of {d}: the width must be {d} (full tables) or {} \
+             (half tables, one angle per pair)",
+            dim_text(w),
+            d / 2
+        )),
+    }
+}
+
+/// Which form of cos/sin table `rope` was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeTable {
+    /// As wide as x (or 1, one angle for all): `x·cos + rotate(x)·sin`.
+    Full,
+    /// Half as wide: one angle per rotated pair.
+    Half,
+}
+
+/// `rope`: x `[.., S, D]` (D even and static), cos and sin of one shape `[.., S, D]` or `[.., S, D/2]`
+/// broadcastable to x; the result has x's shape.
+fn rope(a: &AttrView<'_>, ins: &[Spec<'_>], out: Spec<'_>) -> Result<(), String> {
+    let ((x, _), (c, _), (s, _)) = (ins[0], ins[1], ins[2]);
+    a.bool("interleaved", false)?;
+    let Some(&d) = x.0.last() else {
+        return Err("rope needs a tensor of rank >= 1".into());
+    };
+    if c != s {
+        return Err(format!("cos [{c}] and sin [{s}] must have one shape"));
+    }
+    let Some(&w) = c.0.last() else {
+        return Err(format!("cos and sin must be tables [.., S, D] or [.., S, D/2], got [{c}]"));
+    };
+    let table = rope_table_width(d, w)?;
+    let mut like = x.clone();
+    if table == RopeTable::Half {
+        if let Some(last) = like.0.last_mut() {
+            *last = w;
+        }
+    }
+    let fits = c.rank() <= x.rank() && broadcast(c, &like).is_some_and(|b| shapes_agree(&b, &like));
+    if !fits {
+        return Err(format!("the cos/sin tables [{c}] do not broadcast to [{like}] (x is [{x}])"));
+    }
+    expect_shape(x, out.0, "x's shape is")
 }
 
 /// A 2-D window over an NCHW tensor (pooling, convolution).
@@ -1036,6 +1168,103 @@ mod tests {
         assert!(e.contains("dimension 2 of the reference [2x?x16] gives [16]"), "{e}");
         let e = check_dyn(OpKind::Iota, &[], &[], (&[q], I32)).unwrap_err();
         assert!(e.contains("`?` length") && e.contains("arange(like, axis)"), "{e}");
+    }
+
+    #[test]
+    fn sdpa_groups_query_heads_and_checks_heads_dims_and_mask() {
+        use DType::F32;
+        let ok = |q: &[u64], k: &[u64], v: &[u64], out: &[u64]| {
+            check(OpKind::Sdpa, &[], &[(q, F32), (k, F32), (v, F32)], (out, F32))
+        };
+        assert_eq!(ok(&[1, 8, 4, 16], &[1, 2, 6, 16], &[1, 2, 6, 16], &[1, 8, 4, 16]), Ok(()));
+        assert_eq!(ok(&[2, 4, 6], &[2, 5, 6], &[2, 5, 3], &[2, 4, 3]), Ok(()), "rank 3: dimension 0 is the head");
+        assert_eq!(
+            ok(&[1, 6, 4, 8], &[1, 4, 4, 8], &[1, 4, 4, 8], &[1, 6, 4, 8]).unwrap_err(),
+            "q has 6 heads and k/v 4: grouped-query attention needs the query heads to be a multiple of the key/value \
+             heads (the dimension before the sequence)"
+        );
+        assert!(
+            ok(&[1, 2, 4, 8], &[1, 2, 4, 6], &[1, 2, 4, 8], &[1, 2, 4, 8]).unwrap_err().contains("head dimensions")
+        );
+        assert!(ok(&[1, 2, 4, 8], &[1, 2, 4, 8], &[1, 2, 5, 8], &[1, 2, 4, 8]).unwrap_err().contains("key lengths"));
+        assert!(ok(&[1, 4, 4, 8], &[1, 2, 4, 8], &[1, 1, 4, 8], &[1, 4, 4, 8]).unwrap_err().contains("head counts"));
+        assert!(ok(&[2, 4, 4, 8], &[3, 2, 4, 8], &[3, 2, 4, 8], &[2, 4, 4, 8]).unwrap_err().contains("dimension 0"));
+        assert!(ok(&[1, 4, 4, 8], &[1, 2, 4, 8], &[1, 2, 4, 3], &[1, 4, 4, 8]).unwrap_err().contains("[1x4x4x3]"));
+        let masked = |m: &[u64]| {
+            check(
+                OpKind::Sdpa,
+                &[],
+                &[(&[1, 4, 3, 8], F32), (&[1, 2, 7, 8], F32), (&[1, 2, 7, 8], F32), (m, F32)],
+                (&[1, 4, 3, 8], F32),
+            )
+        };
+        assert_eq!(masked(&[3, 7]), Ok(()));
+        assert_eq!(masked(&[1, 1, 3, 7]), Ok(()));
+        assert_eq!(masked(&[1, 4, 3, 7]), Ok(()));
+        assert_eq!(
+            masked(&[3, 3]).unwrap_err(),
+            "the mask [3x3] does not broadcast to the attention scores [1x4x3x7] ([.., H, S, T])"
+        );
+        assert!(masked(&[1, 2, 3, 7]).is_err(), "a mask over the KV heads is not one over the query heads");
+        assert!(masked(&[1, 1, 1, 3, 7]).is_err(), "a mask of higher rank");
+        let dynamic = Shape(vec![Dim::Static(1), Dim::Dynamic, Dim::Static(4), Dim::Static(8)]);
+        let kv = Shape::of(&[1, 2, 4, 8]);
+        let e =
+            check_types(OpKind::Sdpa, &Attrs::new(), &[(&dynamic, F32), (&kv, F32), (&kv, F32)], &[(&dynamic, F32)]);
+        assert!(e.unwrap_err().contains("give both a static head count"));
+        assert_eq!(query_groups(Dim::Dynamic, Dim::Dynamic), Ok(1));
+        assert_eq!(query_groups(Dim::Static(8), Dim::Static(2)), Ok(4));
+        assert!(query_groups(Dim::Static(8), Dim::Static(0)).is_err());
+        let e = check(
+            OpKind::Sdpa,
+            &[("causal", Attr::Int(1))],
+            &[(&[2, 4, 8], F32), (&[2, 4, 8], F32), (&[2, 4, 8], F32)],
+            (&[2, 4, 8], F32),
+        );
+        assert!(e.unwrap_err().contains("attribute 'causal'"));
+    }
+
+    #[test]
+    fn rope_takes_full_or_half_tables_and_refuses_other_widths() {
+        use DType::F32;
+        let rope = |x: &[u64], c: &[u64], attrs: &[(&str, Attr)]| {
+            check(OpKind::Rope, attrs, &[(x, F32), (c, F32), (c, F32)], (x, F32))
+        };
+        let interleaved = [("interleaved", Attr::Bool(true))];
+        assert_eq!(rope(&[2, 4, 5, 8], &[5, 8], &[]), Ok(()));
+        assert_eq!(rope(&[2, 4, 5, 8], &[2, 1, 5, 4], &[]), Ok(()));
+        assert_eq!(rope(&[2, 4, 5, 8], &[5, 4], &interleaved), Ok(()));
+        assert_eq!(rope(&[2, 4, 5, 8], &[5, 1], &[]), Ok(()), "one angle for every pair");
+        assert_eq!(
+            rope(&[2, 5, 8], &[5, 3], &[]).unwrap_err(),
+            "a cos/sin table of width 3 for a head dimension of 8: the width must be 8 (full tables) or 4 (half tables, \
+             one angle per pair)"
+        );
+        assert!(rope(&[2, 5, 8], &[5, 16], &[]).is_err());
+        assert_eq!(rope(&[2, 5, 7], &[5, 7], &[]).unwrap_err(), "rope needs an even last dimension, got 7");
+        assert_eq!(
+            rope(&[2, 5, 8], &[4, 4], &[]).unwrap_err(),
+            "the cos/sin tables [4x4] do not broadcast to [2x5x4] (x is [2x5x8])"
+        );
+        assert!(rope(&[5, 8], &[2, 5, 8], &[]).unwrap_err().contains("do not broadcast"));
+        let e = check(OpKind::Rope, &[], &[(&[2, 5, 8], F32), (&[5, 8], F32), (&[5, 4], F32)], (&[2, 5, 8], F32));
+        assert_eq!(e.unwrap_err(), "cos [5x8] and sin [5x4] must have one shape");
+        assert!(
+            rope(&[2, 5, 8], &[5, 8], &[("interleaved", Attr::Int(1))])
+                .unwrap_err()
+                .contains("attribute 'interleaved'")
+        );
+        let e = check(OpKind::Rope, &[], &[(&[2, 5, 8], F32), (&[5, 8], F32), (&[5, 8], F32)], (&[2, 5, 4], F32));
+        assert!(e.unwrap_err().contains("the node declares the result shape [2x5x4]"));
+        let x = Shape(vec![Dim::Static(1), Dim::Dynamic, Dim::Static(8)]);
+        let half = Shape(vec![Dim::Dynamic, Dim::Static(4)]);
+        let wide = Shape(vec![Dim::Dynamic, Dim::Dynamic]);
+        assert_eq!(
+            check_types(OpKind::Rope, &Attrs::new(), &[(&x, F32), (&half, F32), (&half, F32)], &[(&x, F32)]),
+            Ok(())
+        );
+        let e = check_types(OpKind::Rope, &Attrs::new(), &[(&x, F32), (&wide, F32), (&wide, F32)], &[(&x, F32)]);
+        assert!(e.unwrap_err().contains("width ?"));
     }
 
     #[test]

@@ -99,6 +99,9 @@ impl Emitter<'_, '_, '_> {
         Ok(y)
     }
 
+    /// Scaled dot-product attention. With fewer key/value heads than query heads (grouped-query attention, the
+    /// head dimension being the one before S), q `[.., H, S, D]` is viewed as `[.., KV, G, S, D]` and both
+    /// products batch over `[.., KV]`: each key/value head is read by its G query heads, never copied G times.
     pub(crate) fn sdpa(&mut self, ins: &[Val], out_shape: &Shape) -> Result<Val> {
         let (q, k, v) = (&ins[0], &ins[1], &ins[2]);
         let r = q.rank(); // at least 2, and the ranks of k and v: the type rule checked them
@@ -108,12 +111,24 @@ impl Emitter<'_, '_, '_> {
         #[allow(clippy::cast_precision_loss)] // head dims are small
         let default_scale = 1.0 / (head as f64).sqrt();
         let scale = self.attr_f64("scale", default_scale)?;
-        let mut perm: Vec<usize> = (0..r).collect();
-        perm.swap(r - 1, r - 2);
-        let kt = self.transpose(k, &perm);
+        let groups = if r >= 3 {
+            ops::query_groups(q.shape.0[r - 3], k.shape.0[r - 3]).map_err(|detail| self.err(detail))?
+        } else {
+            1
+        };
         let mut sdims = q.shape.clone();
         sdims.0[r - 1] = k.shape.0[r - 2];
-        let scores = self.matmul(q, &kt, &sdims)?;
+        let scores = if groups == 1 {
+            let mut perm: Vec<usize> = (0..r).collect();
+            perm.swap(r - 1, r - 2);
+            let kt = self.transpose(k, &perm);
+            self.matmul(q, &kt, &sdims)?
+        } else {
+            // [.., KV, G, S, D] x [.., KV, T, D] -> [.., KV, G, S, T], batched over [.., KV].
+            let q5 = self.reshape(q, &grouped(&q.shape, r - 3, groups))?;
+            let s5 = self.grouped_dot(&q5, k, r - 1, &grouped(&sdims, r - 3, groups))?;
+            self.reshape(&s5, &sdims)?
+        };
         let sc = self.fill_like(scale, &scores, scores.dtype)?;
         let mut s = self.binary_same("multiply", &scores, &sc);
         if let Some(mask) = ins.get(3) {
@@ -124,24 +139,117 @@ impl Emitter<'_, '_, '_> {
             s = self.causal(&s)?;
         }
         let p = self.softmax(&s, r - 1)?;
-        self.matmul(&p, v, out_shape)
+        if groups == 1 {
+            return self.matmul(&p, v, out_shape);
+        }
+        // [.., KV, G, S, T] x [.., KV, T, Dv] -> [.., KV, G, S, Dv].
+        let p5 = self.reshape(&p, &grouped(&p.shape, r - 3, groups))?;
+        let o5 = self.grouped_dot(&p5, v, r - 2, &grouped(out_shape, r - 3, groups))?;
+        self.reshape(&o5, out_shape)
     }
 
+    /// `a [.., KV, G, S, X]` contracted on its last dimension with dimension `contract` of `b [.., KV, ..]`,
+    /// batched over `b`'s dimensions before its last two: a `dot_general` with the group and sequence dimensions
+    /// of `a` as free dimensions.
+    fn grouped_dot(&mut self, a: &Val, b: &Val, contract: usize, out: &Shape) -> Result<Val> {
+        let batch = super::builder::list(0..b.rank() - 2);
+        let rhs = format!(
+            "stablehlo.dot_general {}, {}, batching_dims = [{batch}] x [{batch}], contracting_dims = [{}] x \
+             [{contract}] : ({}, {}) -> {}",
+            a.name,
+            b.name,
+            a.rank() - 1,
+            a.ty(),
+            b.ty(),
+            ty(out, a.dtype)
+        );
+        Ok(self.assign(&rhs, out.clone(), a.dtype))
+    }
+
+    /// Rotary position embedding of x `[.., S, D]`. Pairs are `(x[i], x[i + D/2])` (rotate_half, the default)
+    /// or `(x[2i], x[2i + 1])` (`interleaved`, GPT-J and GGUF); each pair `(a, b)` becomes
+    /// `(a·cos - b·sin, b·cos + a·sin)`. Full tables (width D) hold the angle of each element's pair in that
+    /// element's place: `x·cos + rotate(x)·sin`; half tables (width D/2) hold one angle per pair.
     pub(crate) fn rope(&mut self, ins: &[Val]) -> Result<Val> {
         let (x, cos, sin) = (&ins[0], &ins[1], &ins[2]);
-        let Some(&Dim::Static(d)) = x.shape.0.last() else {
+        let d = x.shape.0.last().copied().unwrap_or(Dim::Dynamic);
+        let w = cos.shape.0.last().copied().unwrap_or(Dim::Dynamic);
+        let table = ops::rope_table_width(d, w).map_err(|detail| self.err(detail))?;
+        let Dim::Static(d) = d else {
             return Err(self.err("rope needs a static last dimension"));
         };
-        // Even: the type rule checked it.
-        let last = x.rank() - 1;
-        let x1 = self.slice_last(x, 0, d / 2)?;
-        let x2 = self.slice_last(x, d / 2, d)?;
-        let nx2 = self.unary("negate", &x2);
-        let rot = self.concat(&[nx2, x1], last)?;
-        let cb = self.numpy_broadcast(cos, x)?;
-        let sb = self.numpy_broadcast(sin, x)?;
-        let a = self.binary_same("multiply", x, &cb);
-        let b = self.binary_same("multiply", &rot, &sb);
-        Ok(self.binary_same("add", &a, &b))
+        let interleaved = self.attr_bool("interleaved", false)?;
+        let (first, second) = if interleaved { self.split_pairs(x, d)? } else { self.split_halves(x, d)? };
+        match table {
+            ops::RopeTable::Full => {
+                // rotate(x) puts -b where a was and a where b was.
+                let nb = self.unary("negate", &second);
+                let rot = if interleaved { self.join_pairs(&nb, &first, x)? } else { self.join_halves(&nb, &first)? };
+                let cb = self.numpy_broadcast(cos, x)?;
+                let sb = self.numpy_broadcast(sin, x)?;
+                let a = self.binary_same("multiply", x, &cb);
+                let b = self.binary_same("multiply", &rot, &sb);
+                Ok(self.binary_same("add", &a, &b))
+            }
+            ops::RopeTable::Half => {
+                let cb = self.numpy_broadcast(cos, &first)?;
+                let sb = self.numpy_broadcast(sin, &first)?;
+                let (ac, bs) = (self.binary_same("multiply", &first, &cb), self.binary_same("multiply", &second, &sb));
+                let (bc, as_) = (self.binary_same("multiply", &second, &cb), self.binary_same("multiply", &first, &sb));
+                let new_a = self.binary_same("subtract", &ac, &bs);
+                let new_b = self.binary_same("add", &bc, &as_);
+                if interleaved { self.join_pairs(&new_a, &new_b, x) } else { self.join_halves(&new_a, &new_b) }
+            }
+        }
     }
+
+    /// `(x[.., :D/2], x[.., D/2:])`.
+    fn split_halves(&mut self, x: &Val, d: u64) -> Result<(Val, Val)> {
+        Ok((self.slice_last(x, 0, d / 2)?, self.slice_last(x, d / 2, d)?))
+    }
+
+    /// The halves back side by side: `[.., D/2]` twice to `[.., D]`.
+    fn join_halves(&mut self, a: &Val, b: &Val) -> Result<Val> {
+        self.concat(&[a.clone(), b.clone()], a.rank() - 1)
+    }
+
+    /// `(x[.., 0::2], x[.., 1::2])`: x viewed as `[.., D/2, 2]` and split on the pair dimension.
+    fn split_pairs(&mut self, x: &Val, d: u64) -> Result<(Val, Val)> {
+        let mut pairs = x.shape.clone();
+        let last = pairs.0.len() - 1;
+        pairs.0[last] = Dim::Static(d / 2);
+        let half = pairs.clone();
+        pairs.0.push(Dim::Static(2));
+        let xp = self.reshape(x, &pairs)?;
+        let mut out = Vec::with_capacity(2);
+        for i in 0..2 {
+            let ranges: Vec<Option<(u64, u64, u64)>> =
+                (0..pairs.rank()).map(|j| (j == last + 1).then_some((i, i + 1, 1))).collect();
+            let one = self.slice_whole_or(&xp, &ranges)?;
+            out.push(self.reshape(&one, &half)?);
+        }
+        let b = out.pop();
+        let a = out.pop();
+        a.zip(b).ok_or_else(|| self.err("rope: splitting the pairs gave no halves"))
+    }
+
+    /// The even and odd elements back in their places: two `[.., D/2]` to `[.., D]` like `x`.
+    fn join_pairs(&mut self, even: &Val, odd: &Val, x: &Val) -> Result<Val> {
+        let mut one = even.shape.clone();
+        one.0.push(Dim::Static(1));
+        let e = self.reshape(even, &one)?;
+        let o = self.reshape(odd, &one)?;
+        let both = self.concat(&[e, o], one.rank() - 1)?;
+        self.reshape(&both, &x.shape)
+    }
+}
+
+/// `shape` with its dimension `axis` (H, static: the type rule's grouping) split into `[H / groups, groups]`.
+fn grouped(shape: &Shape, axis: usize, groups: u64) -> Shape {
+    let mut dims = shape.0.clone();
+    if let Dim::Static(h) = dims[axis] {
+        dims[axis] = Dim::Static(h / groups);
+    }
+    dims.insert(axis + 1, Dim::Static(groups));
+    Shape(dims)
 }

@@ -219,7 +219,7 @@ class ExecutionTape(val compute: DType = DType.F32, val captureSites: Boolean = 
 internal val LIBRARY_FILES = setOf(
     "ExecutionTape.kt", "Weights.kt", "ElementwiseOps.kt", "ShapeOps.kt", "LayerOps.kt", "DTypePolicy.kt", "OpTable.kt",
     "GraphJson.kt", "Bits.kt", "Operators.kt", "Modules.kt", "Checkpoints.kt", "Tensors.kt", "ComputeGraph.kt",
-    "ModuleExport.kt", "Json.kt", "Native.kt", "Exceptions.kt", "ExportMain.kt", "NativeBoundary.kt", "NativeContract.kt",
+    "ModuleExport.kt", "Json.kt", "Native.kt", "Exceptions.kt", "ExportMain.kt", "NativeBoundary.kt", "NativeContract.kt", "Rotary.kt",
 )
 
 /** A frame of the tapeout library itself (or of the JDK and Kotlin runtime), which a call site skips. */

@@ -103,26 +103,114 @@ sealed interface LayerOps {
     /** RMS normalization over the last dimension, with an optional [gamma] of that size. */
     fun rmsNorm(x: Tensor, gamma: Tensor? = null, eps: Double = 1e-6): Tensor = core.norm(Op.RMS_NORM, x, listOfNotNull(gamma), eps)
 
-    /** Rotary position embedding: `x·cos + rotate_half(x)·sin`, cos/sin broadcastable to `x` `[.., S, D]`. */
-    fun rope(x: Tensor, cos: Tensor, sin: Tensor): Tensor {
+    /**
+     * Rotary position embedding of [x] `[.., S, D]` (D even). Each pair `(a, b)` of x becomes
+     * `(a·cos − b·sin, b·cos + a·sin)`; the pairs are `(x[i], x[i + D/2])` (transformers' `rotate_half`, the
+     * default) or, with [interleaved], `(x[2i], x[2i + 1])` (GPT-J, GGUF/llama.cpp). [cos] and [sin] have one shape,
+     * broadcastable to x: full tables `[.., S, D]` (each element's angle in its place, as transformers'
+     * `cat(freqs, freqs)`: `x·cos + rotate(x)·sin`) or half tables `[.., S, D/2]` (one angle per pair). Another
+     * width is refused here, naming this line. [rotary] computes the tables from positions in the graph.
+     */
+    fun rope(x: Tensor, cos: Tensor, sin: Tensor, interleaved: Boolean = false): Tensor {
         val t = core
+        val ins = listOf(x, cos, sin)
         t.dtypes.pair(Op.ROPE, x, cos); t.dtypes.pair(Op.ROPE, x, sin)
-        return t.record(Op.ROPE, listOf(x, cos, sin), x.shape, t.dtypes.one(Op.ROPE, x))
+        if (x.rank < 1) t.fail(Op.ROPE, ins, "x must be [.., S, D], not a scalar")
+        val d = x.shape.last()
+        if (d == DYNAMIC) t.fail(Op.ROPE, ins, "the rotated (last) dimension of x must be static")
+        if (d % 2 != 0L) t.fail(Op.ROPE, ins, "the rotated (last) dimension of x must be even, not $d")
+        if (!cos.shape.contentEquals(sin.shape)) t.fail(Op.ROPE, ins, "cos ${shapeText(cos.shape)} and sin ${shapeText(sin.shape)} must have one shape")
+        val w = cos.shape.lastOrNull()
+        if (w != d && w != d / 2 && w != 1L) {
+            t.fail(Op.ROPE, ins, "cos/sin of width ${w?.let { if (it == DYNAMIC) "?" else "$it" }} for a head dimension of $d: " +
+                "use full tables [.., S, $d] or half tables [.., S, ${d / 2}]")
+        }
+        if (cos.rank > x.rank) t.fail(Op.ROPE, ins, "cos/sin ${shapeText(cos.shape)} have a higher rank than x ${shapeText(x.shape)}")
+        val like = x.shape.copyOf().also { it[it.size - 1] = if (w == d / 2) d / 2 else d }
+        val table = cos.shape.copyOf().also { it[it.size - 1] = like.last() }
+        val b = t.broadcastShape(Op.ROPE, like, if (w == 1L) cos.shape else table, ins)
+        if (!b.indices.all { b[it] == like[it] || like[it] == DYNAMIC || b[it] == DYNAMIC }) {
+            t.fail(Op.ROPE, ins, "cos/sin ${shapeText(cos.shape)} do not broadcast to x ${shapeText(x.shape)} (tables [.., S, D] or [.., S, D/2])")
+        }
+        val attrs = if (interleaved) mapOf<String, Any>("interleaved" to true) else emptyMap()
+        return t.record(Op.ROPE, ins, x.shape, t.dtypes.one(Op.ROPE, x), attrs)
     }
 
-    /** Scaled dot-product attention: q `[.., S, D]`, k `[.., T, D]`, v `[.., T, Dv]`. */
+    /** [rope] with tables from [rotary] (its pair layout, converted to x's dtype when they differ). */
+    fun rope(x: Tensor, rotary: Rotary): Tensor {
+        val t = core
+        val (c, s) = if (rotary.cos.dtype == x.dtype) rotary.cos to rotary.sin
+        else t.convert(rotary.cos, x.dtype) to t.convert(rotary.sin, x.dtype)
+        return rope(x, c, s, rotary.interleaved)
+    }
+
+    /**
+     * Scaled dot-product attention `softmax(q·kᵀ·scale + mask)·v`: q `[.., H, S, D]`, k `[.., KV, T, D]`,
+     * v `[.., KV, T, Dv]`, the result `[.., H, S, Dv]`. With fewer key/value heads than query heads (grouped-query
+     * attention, H a multiple of KV; the dimension before S is the head dimension) query head h reads key/value
+     * head h / (H / KV), as transformers' `repeat_kv` arranges it, but the heads are never copied: the module
+     * reads each key/value head once for its group. [mask] is added to the scores and broadcasts to
+     * `[.., H, S, T]`. [causal] is bottom-right aligned: query i sees keys j ≤ i + T − S (with a KV cache the S
+     * new queries are the last S positions). [scale] defaults to 1/√D. Shapes are checked here, naming this line.
+     */
     fun sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor? = null, causal: Boolean = false, scale: Double? = null): Tensor {
         val t = core
         val ins = listOfNotNull(q, k, v, mask)
-        if (q.rank < 2 || k.rank != q.rank || v.rank != q.rank) t.fail(Op.SDPA, ins, "q, k and v need one rank of at least 2")
-        if (q.shape.last() != k.shape.last() && q.shape.last() != DYNAMIC && k.shape.last() != DYNAMIC) t.fail(Op.SDPA, ins, "q and k head dimensions differ")
+        val r = q.rank
+        if (r < 2 || k.rank != r || v.rank != r) t.fail(Op.SDPA, ins, "q, k and v need one rank of at least 2 ([.., S, D], [.., T, D], [.., T, Dv])")
+        fun agree(a: Long, b: Long) = a == b || a == DYNAMIC || b == DYNAMIC
+        if (!agree(q.shape[r - 1], k.shape[r - 1])) t.fail(Op.SDPA, ins, "q and k head dimensions differ (${q.shape[r - 1]} vs ${k.shape[r - 1]})")
+        if (!agree(k.shape[r - 2], v.shape[r - 2])) t.fail(Op.SDPA, ins, "k and v have different key lengths (dimension ${r - 2})")
+        if (r >= 3) {
+            val (h, kv) = q.shape[r - 3] to k.shape[r - 3]
+            if (!agree(kv, v.shape[r - 3])) t.fail(Op.SDPA, ins, "k and v have different head counts (dimension ${r - 3})")
+            if (h != kv) when {
+                h == DYNAMIC || kv == DYNAMIC ->
+                    t.fail(Op.SDPA, ins, "q has ${dimText(h)} heads and k/v ${dimText(kv)}: give both a static head count (or both the same `?`) so the query heads can be grouped")
+                kv <= 0L || h % kv != 0L ->
+                    t.fail(Op.SDPA, ins, "q has $h heads and k/v $kv: grouped-query attention needs the query heads to be a multiple of the key/value heads; repeat them with repeatKv or fix the head counts")
+            }
+            for (i in 0 until r - 3) if (!agree(q.shape[i], k.shape[i]) || !agree(q.shape[i], v.shape[i])) {
+                t.fail(Op.SDPA, ins, "q, k and v differ in dimension $i")
+            }
+        }
         val dtype = t.dtypes.pair(Op.SDPA, q, k).also { t.dtypes.pair(Op.SDPA, q, v) }
+        if (mask != null) {
+            t.dtypes.pair(Op.SDPA, q, mask)
+            val scores = q.shape.copyOf().also { it[r - 1] = k.shape[r - 2] }
+            val fits = mask.rank <= r && (0 until mask.rank).all {
+                val m = mask.shape[mask.rank - 1 - it]
+                val s = scores[r - 1 - it]
+                m == 1L || agree(m, s)
+            }
+            if (!fits) t.fail(Op.SDPA, ins, "the mask ${shapeText(mask.shape)} does not broadcast to the scores ${shapeText(scores)} ([.., H, S, T])")
+        }
         val shape = q.shape.copyOf().also { it[it.size - 1] = v.shape.last() }
         val attrs = mutableMapOf<String, Any>("causal" to causal)
         if (scale != null) attrs["scale"] = scale
         return t.record(Op.SDPA, ins, shape, dtype, attrs)
     }
+
+    /**
+     * transformers' `repeat_kv`: [x] `[B, KV, T, D]` to `[B, KV·groups, T, D]`, each head repeated [groups] times in
+     * place (heads `kv·groups .. kv·groups + groups − 1` are copies of head kv). [sdpa] does not need it (it groups
+     * query heads itself, without the copies); it is for models that use the repeated tensors otherwise.
+     */
+    fun repeatKv(x: Tensor, groups: Int): Tensor {
+        val t = core
+        if (x.rank != 4) t.fail("repeatKv", listOf(x), "x must be [B, KV, T, D], not rank ${x.rank}")
+        if (groups < 1) t.fail("repeatKv", listOf(x), "groups must be at least 1, not $groups")
+        if (groups == 1) return x
+        val (b, kv, tt, d) = x.shape.toList()
+        if (kv == DYNAMIC) t.fail("repeatKv", listOf(x), "the head dimension (1) must be static to repeat it")
+        // [B, KV, 1, T, D] -> concat of `groups` copies on the new axis -> [B, KV·groups, T, D].
+        val one = t.reshape(x, b, kv, 1L, tt, d)
+        val copies = t.concat(List(groups) { one }, axis = 2)
+        return t.reshape(copies, b, kv * groups, tt, d)
+    }
 }
+
+private fun dimText(d: Long): String = if (d == DYNAMIC) "?" else "$d"
 
 /** The tape behind a [LayerOps] (its one implementation). */
 private val LayerOps.core: ExecutionTape get() = this as ExecutionTape
