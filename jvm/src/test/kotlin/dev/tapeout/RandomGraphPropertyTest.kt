@@ -48,12 +48,11 @@ class RandomGraphPropertyTest {
      * Known bugs: a problem of this test whose text matches the pattern is listed (printed and in summary.json)
      * instead of failing the test, under the name, with its reproducer. Remove an entry when its fix is merged.
      */
-    private val knownBugs = mapOf(
-        "slice-limit-minus-one" to (Regex("slice: Kotlin inferred|shape entries must be sizes or|\\(slice -> .*the node declares the result shape") to
-            "ShapeOps.slice computes (limit - start + stride - 1) / stride with the documented limit -1 (to the end), " +
-            "so `t.slice(t.input(\"x\", 5), longArrayOf(0), longArrayOf(-1))` records shape [-1] (read as `?`), " +
-            "[-2] (export: `invalid graph JSON file: tensor \"y\": shape entries must be sizes or \"?\"`, no line) " +
-            "or 0 (export: `the node declares the result shape [0], but the slice bounds give [5]`); issue 27, wt-dyn"),
+    private val knownBugs: Map<String, Pair<Regex, String>> = mapOf(
+        // Fixed by wt-dyn (merged): "slice-limit-minus-one", ShapeOps.slice computing (limit - start + stride - 1)
+        // / stride also for the documented limit -1, so `t.slice(t.input("x", 5), longArrayOf(0), longArrayOf(-1))`
+        // recorded [-1] (read as `?`), [-2] (export: `invalid graph JSON file: tensor "y": shape entries must be
+        // sizes or "?"`, naming no line) or 0.
     )
 
     /**
