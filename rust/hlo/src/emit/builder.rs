@@ -195,7 +195,13 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     }
 
     pub(crate) fn static_dims(&self, v: &Val) -> Result<Vec<u64>> {
-        v.shape.static_dims().ok_or_else(|| self.err(format!("needs a static shape, got [{}]", v.shape)))
+        v.shape.static_dims().ok_or_else(|| {
+            self.err(format!(
+                "needs a static shape, got [{}]: this op has no `?` lowering; give its input static sizes (a \
+                 `?` dimension cannot reach it)",
+                v.shape
+            ))
+        })
     }
 
     // --- primitives ---------------------------------------------------------------------
@@ -469,6 +475,11 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     /// going to result dimension `dims[i]`: a static 1 meeting another extent is expanding, every other operand
     /// dimension non-expanding (equal, or a `?` assumed equal to what it meets). IREE 3.13 lowers the op only
     /// when every operand dimension is classified one way or the other.
+    ///
+    /// An expanding (unit) dimension is first squeezed out of the operand (a static reshape, or
+    /// `tensor.collapse_shape` when the operand has `?` dimensions), so the broadcast has no expanding dimension:
+    /// IREE 3.13 merges a broadcast of a broadcast into one that has lost the `known_*` attributes, and then
+    /// cannot lower it when a dimension expands.
     pub(crate) fn dynamic_broadcast(&mut self, x: &Val, dims: &[usize], shape: &Shape, st: &Val) -> Val {
         let (mut expanding, mut same) = (Vec::new(), Vec::new());
         for (i, &d) in dims.iter().enumerate() {
@@ -476,6 +487,34 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
                 (Some(Dim::Static(1)), Some(b)) if *b != Dim::Static(1) => expanding.push(i),
                 _ => same.push(i),
             }
+        }
+        if !expanding.is_empty() {
+            let kept_shape = Shape(same.iter().map(|&i| x.shape.0[i]).collect());
+            let squeezed = if x.shape.is_dynamic() {
+                // Each kept dimension grouped with the unit dimensions around it (a `?` never expands, so one
+                // is kept).
+                let (mut groups, mut pending): (Vec<Vec<usize>>, Vec<usize>) = (Vec::new(), Vec::new());
+                for j in 0..x.rank() {
+                    if !expanding.contains(&j) {
+                        let mut g = std::mem::take(&mut pending);
+                        g.push(j);
+                        groups.push(g);
+                    } else if let Some(last) = groups.last_mut() {
+                        last.push(j);
+                    } else {
+                        pending.push(j);
+                    }
+                }
+                let assoc = format!("[{}]", list(groups.iter().map(|g| format!("[{}]", list(g.clone())))));
+                let rhs =
+                    format!("tensor.collapse_shape {} {assoc} : {} into {}", x.name, x.ty(), ty(&kept_shape, x.dtype));
+                self.assign(&rhs, kept_shape, x.dtype)
+            } else {
+                let rhs = format!("stablehlo.reshape {} : ({}) -> {}", x.name, x.ty(), ty(&kept_shape, x.dtype));
+                self.assign(&rhs, kept_shape, x.dtype)
+            };
+            let kept_dims: Vec<usize> = same.iter().map(|&i| dims[i]).collect();
+            return self.dynamic_broadcast(&squeezed, &kept_dims, shape, st);
         }
         let rhs = format!(
             "stablehlo.dynamic_broadcast_in_dim {}, {}, dims = [{}] {{known_expanding_dimensions = array<i64{}>, \
@@ -671,25 +710,31 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         // The shapes multiply to `out`: the type rule (`tapeout_graph::ops::matmul`) checked it.
         let (ra, rb) = (a.rank(), b.rank());
         let (ad, bd) = (&a.shape.0, &b.shape.0);
-        // Either special case below applies whenever a `?` dimension is involved (in `a` or in the declared result).
-        let dynamic = a.shape.is_dynamic() || out.is_dynamic();
-        if let (true, true, [Dim::Static(k), Dim::Static(1)]) = (rb == 2 && ra >= 1, dynamic, bd.as_slice()) {
-            // `[.., K] x [K, 1]` with a `?` dimension: IREE 3.13 folds the unit dimension of such a `dot_general`
-            // into a dynamic `stablehlo.reshape`, which it then refuses. The same sum as a multiply and a
-            // reduction over K, its unit dimension put back by a broadcast (which IREE lowers).
-            let column = self.reshape(b, &Shape(vec![Dim::Static(*k)]))?;
-            let spread = self.numpy_broadcast(&column, a)?;
-            let product = self.binary_same("multiply", a, &spread);
+        // Either special case below applies whenever a `?` dimension is involved (in an operand or in the result):
+        // IREE 3.13 folds the unit dimension of such a `dot_general` into a `stablehlo.dynamic_reshape`, which it
+        // then refuses to lower.
+        let dynamic = a.shape.is_dynamic() || b.shape.is_dynamic() || out.is_dynamic();
+        let batched = ra == rb && ra >= 3;
+        let k_is_one = ra >= 2 && ad[ra - 1] == Dim::Static(1) && bd[rb - 2] == Dim::Static(1);
+        if dynamic && k_is_one && (rb == 2 || batched) {
+            // `[.., M, 1] x [.., 1, N]`: an outer product, which is the NumPy-broadcast product of the two.
+            let both = self.broadcast_operands(&[a.clone(), b.clone()], out)?;
+            return Ok(self.binary_same("multiply", &both[0], &both[1]));
+        }
+        if dynamic && bd[rb - 1] == Dim::Static(1) && (rb == 2 || batched) {
+            // `[.., K] x [.., K, 1]`: the sum over K of the product with the column laid along K (`[K]`, or a
+            // transpose `[B.., 1, K]` when batched), its unit dimension put back by a broadcast (which IREE lowers).
+            let row = if rb == 2 {
+                self.reshape(b, &Shape(vec![bd[0]]))?
+            } else {
+                let mut perm: Vec<usize> = (0..rb).collect();
+                perm.swap(rb - 2, rb - 1);
+                self.transpose(b, &perm)
+            };
+            let both = self.broadcast_operands(&[a.clone(), row], &a.shape)?;
+            let product = self.binary_same("multiply", &both[0], &both[1]);
             let sum = self.reduce(&product, &[ra - 1], "add");
             return self.keep_dims(&sum, &product, &[ra - 1], out);
-        }
-        let k_is_one = ra >= 1 && ad[ra - 1] == Dim::Static(1);
-        if let (true, true, [Dim::Static(1), Dim::Static(n)]) = (rb == 2 && k_is_one, dynamic, bd.as_slice()) {
-            // `[.., 1] x [1, N]` with a `?` dimension: the contracted unit dimension is folded the same way. Padded
-            // with a zero to 2 on both sides, the product is the same, exactly.
-            let (a0, b0) = (self.fill_like(0.0, a, a.dtype)?, self.splat(0.0, &Shape::of(&[1, *n]), b.dtype));
-            let (a2, b2) = (self.concat(&[a.clone(), a0], ra - 1)?, self.concat(&[b.clone(), b0], 0)?);
-            return self.matmul(&a2, &b2, out);
         }
         let rhs = if rb == 2 && ra >= 1 {
             format!("stablehlo.dot_general {}, {}, contracting_dims = [{}] x [0]", a.name, b.name, ra - 1)
@@ -718,16 +763,19 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         self.assign(&rhs, shape, x.dtype)
     }
 
+    /// `stablehlo.concatenate` along `axis`; with a `?` extent there the result's is `?` (IREE 3.13 lowers it,
+    /// as HF's KV cache `cat(past, new)` needs).
     pub(crate) fn concat(&mut self, parts: &[Val], axis: usize) -> Result<Val> {
         let mut shape = parts[0].shape.clone();
-        let mut total = 0u64;
+        let mut total = Some(0u64);
         for p in parts {
-            match p.shape.0.get(axis) {
-                Some(Dim::Static(n)) => total += n,
-                _ => return Err(self.err("concatenation along a dynamic dimension is not supported")),
-            }
+            total = match (total, p.shape.0.get(axis)) {
+                (Some(t), Some(Dim::Static(n))) => t.checked_add(*n),
+                (_, Some(_)) => None,
+                (_, None) => return Err(self.err(format!("operand [{}] has no axis {axis}", p.shape))),
+            };
         }
-        shape.0[axis] = Dim::Static(total);
+        shape.0[axis] = total.map_or(Dim::Dynamic, Dim::Static);
         let rhs = format!(
             "stablehlo.concatenate {}, dim = {axis} : ({}) -> {}",
             list(parts.iter().map(|p| p.name.clone())),

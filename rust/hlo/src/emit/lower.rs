@@ -86,7 +86,15 @@ impl<'g> Emitter<'g, '_, '_> {
                 spec.label()
             )));
         }
-        self.vals.insert(*id, Val { name: result.name, shape: spec.shape.clone(), dtype: spec.dtype });
+        // The declared type may be more (or less) specific than the computed one (`?` against a static size):
+        // every later use reads the declared type, so cast to it.
+        let name = if result.shape == spec.shape {
+            result.name
+        } else {
+            let rhs = format!("tensor.cast {} : {} to {}", result.name, result.ty(), spec.mlir_type());
+            self.assign(&rhs, spec.shape.clone(), spec.dtype).name
+        };
+        self.vals.insert(*id, Val { name, shape: spec.shape.clone(), dtype: spec.dtype });
         Ok(())
     }
 
@@ -228,10 +236,26 @@ impl<'g> Emitter<'g, '_, '_> {
         self.slice_ranges(x, &ranges)
     }
 
+    /// `np.take(table, idx, axis)`: `stablehlo.gather` for a static table; with `?` dimensions in the table
+    /// `stablehlo.torch_index_select` (the same take, which IREE 3.13 lowers with dynamic shapes, where it rejects
+    /// `stablehlo.dynamic_gather`).
     fn gather(&mut self, table: &Val, idx: &Val, out: &Out<'_>) -> Result<Val> {
         let axis = self.axis("axis", self.attr_int("axis", 0)?, table.rank())?;
-        let tdims = self.static_dims(table)?;
         let ri = idx.rank();
+        let Some(tdims) = table.shape.static_dims() else {
+            let shape = Shape(
+                table.shape.0[..axis].iter().chain(&idx.shape.0).chain(&table.shape.0[axis + 1..]).copied().collect(),
+            );
+            let rhs = format!(
+                "\"stablehlo.torch_index_select\"({}, {}) {{dim = {axis} : i64, batch_dims = 0 : i64}} : ({}, {}) -> {}",
+                table.name,
+                idx.name,
+                table.ty(),
+                idx.ty(),
+                ty(&shape, table.dtype)
+            );
+            return Ok(self.assign(&rhs, shape, table.dtype));
+        };
         let offset_dims: Vec<usize> = (0..axis).chain(axis + ri..table.rank() + ri - 1).collect();
         let sizes: Vec<u64> = tdims.iter().enumerate().map(|(i, &d)| if i == axis { 1 } else { d }).collect();
         let rhs = format!(

@@ -40,7 +40,8 @@ class TracingApiTest {
         val mp = t.maxPool2d(conv, intArrayOf(2, 2))
         val ap = t.avgPool2d(img, intArrayOf(3, 3))
         val io = t.iota(longArrayOf(3, 8), 1)
-        val sel = t.select(t.compare(g, bc, "GT"), g, t.convert(io, DType.F32))
+        val counted = t.expand(t.convert(t.arange(g, 1), DType.F32), g)
+        val sel = t.select(t.compare(g, bc, "GT"), counted, t.convert(io, DType.F32))
         val pos = t.input("pos", LongArray(0), DType.I32)
         val window = t.dynamicSlice(h, listOf(pos, pos), 1, 8)
         val cache = t.dynamicUpdateSlice(h, window, listOf(pos, pos))
@@ -67,7 +68,11 @@ class TracingApiTest {
         // Every public tracing function is exercised above (so a new one fails here until it is added there).
         // Leaves make tensors without an op; linear and embedding record other ops (ModelApiTest checks them).
         val leaves = setOf("input", "weight", "halfWeight", "packedWeight", "denseWeight", "mapped", "record", "scalar", "param",
-            "output", "linear", "embedding")
+            "output", "linear", "embedding", "expand", "arange")
+        // expand and arange record broadcast and iota with a reference operand: check that form is exercised.
+        val ops = wholeOpSet().ops
+        assertTrue(ops.any { it.op == "broadcast" && it.inputs.size == 2 }, "expand is exercised")
+        assertTrue(ops.any { it.op == "iota" && it.inputs.size == 1 }, "arange is exercised")
         // The op families are interfaces ExecutionTape implements (ElementwiseOps, ShapeOps, LayerOps, TapeSources).
         val tracing = ExecutionTape::class.java.methods
             .filter { it.returnType == Tensor::class.java && it.declaringClass.isAssignableFrom(ExecutionTape::class.java) }
