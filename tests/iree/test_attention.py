@@ -96,6 +96,18 @@ CASES = {
 }
 
 
+def with_mask_input(case, mask_shape):
+    """`case` with an additive mask given at run time (a padding mask of a run-time size)."""
+    tensors, nodes, shapes = case
+    tensors = tensors[:-1] + [t("mask", [D if isinstance(x, str) else x for x in mask_shape])] + tensors[-1:]
+    nodes = [dict(nodes[0], inputs=nodes[0]["inputs"] + ["mask"])]
+    return tensors, nodes, {**shapes, "mask": mask_shape}
+
+
+CASES["gqa_dynamic_mask_input_causal"] = with_mask_input(sdpa_case(2, 4, 2, "S", "T", 8, 8, causal=True), [2, 1, "S", "T"])
+CASES["gqa_dynamic_decode_mask_input"] = with_mask_input(sdpa_case(1, 8, 2, 1, "T", 16, 16), [1, 1, 1, "T"])
+
+
 def rope_case(x_shape, table_shape, **attrs):
     dims = lambda sh: [D if isinstance(x, str) else x for x in sh]  # noqa: E731
     tensors = [t("x", dims(x_shape)), t("c", dims(table_shape)), t("s", dims(table_shape)), t("y", dims(x_shape))]
@@ -158,7 +170,7 @@ def test_attention_and_rope_compile_and_match_numpy(case, tapeout, tmp_path):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{case} at {size}")
         attrs = nodes[0]["attrs"]
         if nodes[0]["op"] == "sdpa":
-            mask = graph.weights.get("mask")
+            mask = feeds.get("mask", graph.weights.get("mask"))
             oracle = attention(feeds["q"], feeds["k"], feeds["v"], mask, attrs.get("causal", False), attrs.get("scale"))
         else:
             oracle = rope_oracle(feeds["x"], feeds["c"], feeds["s"], attrs.get("interleaved", False))

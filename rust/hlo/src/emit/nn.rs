@@ -221,16 +221,15 @@ impl Emitter<'_, '_, '_> {
         let half = pairs.clone();
         pairs.0.push(Dim::Static(2));
         let xp = self.reshape(x, &pairs)?;
-        let mut out = Vec::with_capacity(2);
-        for i in 0..2 {
+        let part = |e: &mut Self, i: u64| {
             let ranges: Vec<Option<(u64, u64, u64)>> =
                 (0..pairs.rank()).map(|j| (j == last + 1).then_some((i, i + 1, 1))).collect();
-            let one = self.slice_whole_or(&xp, &ranges)?;
-            out.push(self.reshape(&one, &half)?);
-        }
-        let b = out.pop();
-        let a = out.pop();
-        a.zip(b).ok_or_else(|| self.err("rope: splitting the pairs gave no halves"))
+            let one = e.slice_whole_or(&xp, &ranges)?;
+            e.reshape(&one, &half)
+        };
+        let even = part(self, 0)?;
+        let odd = part(self, 1)?;
+        Ok((even, odd))
     }
 
     /// The even and odd elements back in their places: two `[.., D/2]` to `[.., D]` like `x`.

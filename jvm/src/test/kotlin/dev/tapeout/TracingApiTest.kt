@@ -66,9 +66,10 @@ class TracingApiTest {
         val recorded = wholeOpSet().ops.map { it.op }.toSet()
         assertTrue(native.containsAll(recorded), "recorded ops missing from the native table: ${recorded - native}")
         // Every public tracing function is exercised above (so a new one fails here until it is added there).
-        // Leaves make tensors without an op; linear and embedding record other ops (ModelApiTest checks them).
+        // Leaves make tensors without an op; linear, embedding and repeatKv record other ops (ModelApiTest and
+        // AttentionTest check them).
         val leaves = setOf("input", "weight", "halfWeight", "packedWeight", "denseWeight", "mapped", "record", "scalar", "param",
-            "output", "linear", "embedding", "expand", "arange")
+            "output", "linear", "embedding", "repeatKv", "expand", "arange")
         // expand and arange record broadcast and iota with a reference operand: check that form is exercised.
         val ops = wholeOpSet().ops
         assertTrue(ops.any { it.op == "broadcast" && it.inputs.size == 2 }, "expand is exercised")
