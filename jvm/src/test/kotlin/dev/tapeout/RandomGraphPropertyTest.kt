@@ -60,9 +60,7 @@ class RandomGraphPropertyTest {
      * the line): each a limitation being lifted or documented. A valid graph refused for any other reason fails.
      */
     private val knownRefusals = mapOf(
-        "gather-dynamic" to (Regex("\\(gather -> .*needs a static shape") to "gather on a tensor with `?` dims (issue 27 asks for it; wt-dyn)"),
-        "concat-dynamic-axis" to (Regex("\\(concat -> .*concatenation along a dynamic dimension is not supported") to
-            "concat along a `?` axis (issue 27 asks for it: DynamicCache's cat(past_k, k); wt-dyn)"),
+        // Lifted by wt-dyn (merged): gather on tensors with `?` dims, concat along a `?` axis.
         "sdpa-dynamic-head-dim" to (Regex("sdpa needs a static head dimension") to
             "sdpa with a `?` head dimension: refused at export, not yet at the recording line (a model's head dim is static)"),
     )
