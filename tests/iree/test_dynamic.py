@@ -97,6 +97,9 @@ CASES = {
                                   {"r": ["S", 1], "c": [1, "S"], "x": ["S"], "z": []}),
     "clamp_broadcast_bounds": ([t("x", [D, 1]), t("lo", [4], weight=-np.abs(W4x5[:, 1])), t("hi", []), t("y", [D, 4])],
                                [n("clamp", ["x", "lo", "hi"], "y")], {"x": ["S", 1], "hi": []}),
+    # A `?` against a static 5 is taken to be 5 (run here at 5 both times): the result is static.
+    "add_dynamic_against_static": ([t("a", [D, 4]), t("b", [5, 4]), t("y", [5, 4])], [n("add", ["a", "b"], "y")],
+                                   {"a": [5, 4], "b": [5, 4]}),
     # A broadcast of a broadcast (keepdims is one): IREE merges the two, so no broadcast dimension may expand.
     "keepdims_then_broadcast": ([t("x", [D, 4]), t("r", [D, 1]), t("w", [3], weight=G8[:3].copy()), t("y", [D, 3])],
                                 [n("reduce_sum", ["x"], "r", axes=[1], keepdims=True), n("mul", ["r", "w"], "y")],
@@ -125,6 +128,9 @@ CASES = {
                              [n("gather", ["table", "ids"], "y", axis=0)], {"table": [10, "S", 4], "ids": ["S"]}),
     "gather_dynamic_table_axis1": ([t("table", [D, 10]), t("ids", [2, D], "i64"), t("y", [D, 2, D])],
                                    [n("gather", ["table", "ids"], "y", axis=1)], {"table": ["S", 10], "ids": [2, "S"]}),
+    # A declared result less specific than the computed one ([?, ?] for [3, ?]): a tensor.cast to the declared type.
+    "gather_declared_less_specific": ([t("table", [10, D]), t("ids", [3], "i32"), t("y", [D, D])],
+                                      [n("gather", ["table", "ids"], "y", axis=0)], {"table": [10, "S"], "ids": [3]}),
     # matmul with `?` dimensions: [S, 1] x [1, N] (HF's rotary angles), a `?` batch, a `?` batch and sequence.
     "matmul_column_row": ([t("p", [D, 1]), t("f", [1, 16], weight=(1 / 10000 ** (np.arange(16) / 16)).astype(np.float32)[None]),
                            t("y", [D, 16])], [n("matmul", ["p", "f"], "y")], {"p": ["S", 1]}),
@@ -139,7 +145,7 @@ CASES = {
 }
 
 # Cases whose result size is not the input's `?` (a slice start, a concatenation), so the static control (every `?` made 4) does not type-check.
-DYNAMIC_ONLY = {"slice_dynamic_to_end", "concat_cache_dynamic_axis", "concat_two_dynamic"}
+DYNAMIC_ONLY = {"slice_dynamic_to_end", "gather_declared_less_specific", "add_dynamic_against_static", "concat_cache_dynamic_axis", "concat_two_dynamic"}
 
 
 def write_graph(tmp, name, tensors, nodes, outputs, static=None):

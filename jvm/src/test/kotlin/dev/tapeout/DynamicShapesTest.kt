@@ -137,4 +137,17 @@ class DynamicShapesTest {
         assertTrue(e.detail.contains("reshape") && e.detail.contains("split or merge whole dimensions"), e.detail)
         assertTrue(e.detail.contains("was recorded at $here:$line"), e.detail)
     }
+
+    @Test
+    fun `a native rule's refusal of a dynamic shape names the line that recorded it`() {
+        val t = ExecutionTape()
+        val b = t.input("b", 4)
+        // The low-level record() skips the Kotlin checks: the native type rule refuses the `?` broadcast.
+        val line = nextLine()
+        val y = t.record("broadcast", listOf(b), longArrayOf(DYNAMIC, 4), DType.F32)
+        t.output("y", y)
+        val e = assertThrows<TapeoutException> { t.toComputeGraph().toStableHlo() }
+        assertTrue(e.detail.contains("reference tensor") && e.detail.contains("expand(x, like)"), e.detail)
+        assertTrue(e.detail.contains("was recorded at $here:$line"), e.detail)
+    }
 }
