@@ -15,22 +15,36 @@ def run(*args, check=True, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([str(a) for a in args], capture_output=True, text=True, check=check, **kw)
 
 
-def compile_and_run_iree(work, mlir, archives, inputs, outputs=1, scope="model", function="main"):
-    """Compiles `mlir` for a generic CPU, runs `function` on the `inputs` (numpy arrays, in argument order) with
-    every archive bound to `scope`, and returns the `outputs` results as numpy arrays."""
-    import numpy as np
-    work = pathlib.Path(work)
-    vmfb = work / "m.vmfb"
+def compile_iree(work, mlir, name="m"):
+    """Compiles `mlir` for a generic CPU into `work/<name>.vmfb` and returns its path (CalledProcessError with
+    iree-compile's stderr when it refuses the module)."""
+    vmfb = pathlib.Path(work) / f"{name}.vmfb"
     run(iree_tool("iree-compile"), mlir, "--iree-hal-target-device=local",
         "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=generic", "-o", vmfb)
+    return vmfb
+
+
+def run_iree(work, vmfb, archives, inputs, outputs=1, scope="model", function="main", tag=""):
+    """Runs `function` of the compiled `vmfb` on the `inputs` (numpy arrays, in argument order) with every archive
+    bound to `scope`, and returns the `outputs` results as numpy arrays (files `work/in<tag><i>.npy` and
+    `work/out<tag><i>.npy`, so runs with different tags can share `work`)."""
+    import numpy as np
+    work = pathlib.Path(work)
     args = []
     for i, x in enumerate(inputs):
-        np.save(work / f"in{i}.npy", x)
-        args.append(f"--input=@{work / f'in{i}.npy'}")
-    outs = [work / f"out{i}.npy" for i in range(outputs)]
+        np.save(work / f"in{tag}{i}.npy", x)
+        args.append(f"--input=@{work / f'in{tag}{i}.npy'}")
+    outs = [work / f"out{tag}{i}.npy" for i in range(outputs)]
     run(iree_tool("iree-run-module"), "--device=local-task", f"--module={vmfb}", f"--function={function}",
         *[f"--parameters={scope}={a}" for a in archives], *args, *[f"--output=@{o}" for o in outs])
     return [np.load(o) for o in outs]
+
+
+def compile_and_run_iree(work, mlir, archives, inputs, outputs=1, scope="model", function="main"):
+    """Compiles `mlir` for a generic CPU, runs `function` on the `inputs` (numpy arrays, in argument order) with
+    every archive bound to `scope`, and returns the `outputs` results as numpy arrays."""
+    vmfb = compile_iree(work, mlir)
+    return run_iree(work, vmfb, archives, inputs, outputs, scope, function)
 
 
 def write_safetensors_2d(path, name, w, dtype):
