@@ -148,6 +148,16 @@ CASES = {
                                       [n("matmul", ["x", "w"], "y")], {"x": [1, "S", 4]}),
     "matmul_rank3_dynamic_batch_weight": ([t("x", [D, 3, 4]), t("w", [4, 5], weight=W4x5), t("y", [D, 3, 5])],
                                           [n("matmul", ["x", "w"], "y")], {"x": ["S", 3, 4]}),
+    # A single row against a `?` number of columns or a `?` contraction (found by the random-graph property test).
+    "matmul_row_dynamic_columns": ([t("a", [1, 4]), t("b", [4, D]), t("y", [1, D])], [n("matmul", ["a", "b"], "y")],
+                                   {"a": [1, 4], "b": [4, "S"]}),
+    "matmul_row_dynamic_contraction": ([t("a", [1, D]), t("b", [D, 2]), t("y", [1, 2])], [n("matmul", ["a", "b"], "y")],
+                                       {"a": [1, "S"], "b": ["S", 2]}),
+    "matmul_unit_contraction_dynamic_columns": ([t("a", [1, 1]), t("b", [1, D]), t("y", [1, D])],
+                                                [n("matmul", ["a", "b"], "y")], {"a": [1, 1], "b": [1, "S"]}),
+    "softmax_unit_rows_dynamic_axis": ([t("x", [1, D]), t("y", [1, D])], [n("softmax", ["x"], "y", axis=-1)], {"x": [1, "S"]}),
+    "softmax_unit_heads_dynamic_axis": ([t("x", [1, 2, 1, D]), t("y", [1, 2, 1, D])], [n("softmax", ["x"], "y", axis=-1)],
+                                        {"x": [1, 2, 1, "S"]}),
     "matmul_rank4_dynamic_seq_weight": ([t("x", [2, 1, D, 4]), t("w", [4, 5], weight=W4x5), t("y", [2, 1, D, 5])],
                                         [n("matmul", ["x", "w"], "y")], {"x": [2, 1, "S", 4]}),
 }

@@ -692,6 +692,16 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     }
 
     pub(crate) fn softmax(&mut self, x: &Val, axis: usize) -> Result<Val> {
+        let unit_rest = x.shape.0.iter().enumerate().all(|(i, d)| i == axis || *d == Dim::Static(1));
+        if x.rank() >= 2 && x.shape.0[axis] == Dim::Dynamic && unit_rest {
+            // `[1, ?]` (a decode step's scores): IREE 3.13 sizes a stack buffer for the unit rows from the `?`
+            // ("exceeded stack allocation limit"), so the softmax runs on the one `?` axis alone, the unit dims
+            // dropped by `tensor.collapse_shape` and put back by `tensor.expand_shape`.
+            let groups = [(0..x.rank()).collect::<Vec<_>>()];
+            let row = self.reshape_grouped(x, &Shape(vec![Dim::Dynamic]), &groups);
+            let y = self.softmax(&row, 0)?;
+            return Ok(self.reshape_grouped(&y, &x.shape, &groups));
+        }
         let m = self.reduce(x, &[axis], "maximum");
         let mb = self.unreduce(&m, &[axis], x)?;
         let shifted = self.binary_same("subtract", x, &mb);
@@ -744,6 +754,19 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
             return self.keep_dims(&sum, &product, &[ra - 1], out);
         }
         let lead = &ad[..ra.saturating_sub(1)];
+        if dynamic && rb == 2 && ra >= 2 && lead.iter().all(|d| *d == Dim::Static(1)) {
+            // `[1.., K] x [K, N]` with a `?` K or N (one row): IREE 3.13 turns any `dot_general` of that row, even
+            // as a vector `[K]`, into a `stablehlo.reshape` with a `?` result, which it then rejects. The product
+            // as the sum over K of the row laid along K (`[K, 1]`) times `b`, the unit dims put back.
+            let groups = [(0..ra).collect::<Vec<_>>()];
+            let k = ad[ra - 1];
+            let row = self.reshape_grouped(a, &Shape(vec![k]), &groups);
+            let col = self.reshape_grouped(&row, &Shape(vec![k, Dim::Static(1)]), &[vec![0, 1]]);
+            let both = self.broadcast_operands(&[col, b.clone()], &b.shape)?;
+            let product = self.binary_same("multiply", &both[0], &both[1]);
+            let sum = self.reduce(&product, &[0], "add");
+            return Ok(self.reshape_grouped(&sum, out, &groups));
+        }
         if dynamic && rb == 2 && ra >= 3 && lead.iter().filter(|d| **d == Dim::Dynamic).count() == 1 {
             // `[L.., K] x [K, N]` with one `?` among the leading dims (a linear over HF's `[1, S, K]`): IREE 3.13
             // folds the other leading dims of that `dot_general` into a `stablehlo.dynamic_reshape` it rejects. The
