@@ -615,9 +615,24 @@ fn sdpa(a: &AttrView<'_>, ins: &[Spec<'_>], out: Spec<'_>) -> Result<(), String>
             "q, k and v must have one rank >= 2 ([.., S, D], [.., T, D], [.., T, Dv]), got [{q}], [{k}], [{v}]"
         ));
     }
-    a.bool("causal", false)?;
+    let causal = a.bool("causal", false)?;
     a.number("scale")?;
     let (qd, kd, vd) = (&q.0, &k.0, &v.0);
+    if qd[r - 1] == Dim::Dynamic {
+        return Err(format!(
+            "q [{q}] has a `?` head dimension (the last): sdpa needs it static (it sets the default scale and the \
+             product's shape); give the head size"
+        ));
+    }
+    if let (true, Dim::Static(s), Dim::Static(t)) = (causal, qd[r - 2], kd[r - 2]) {
+        if s > t {
+            return Err(format!(
+                "causal attention of {s} queries over {t} keys: causal is bottom-right aligned (query i sees keys \
+                 j <= i + T - S), so the first {} queries would see no key; give at least as many keys as queries",
+                s - t
+            ));
+        }
+    }
     if !dims_agree(qd[r - 1], kd[r - 1]) {
         return Err(format!("q [{q}] and k [{k}] have different head dimensions (the last)"));
     }
@@ -1222,6 +1237,25 @@ mod tests {
             (&[2, 4, 8], F32),
         );
         assert!(e.unwrap_err().contains("attribute 'causal'"));
+        let causal = |s: u64, t: u64| {
+            check(
+                OpKind::Sdpa,
+                &[("causal", Attr::Bool(true))],
+                &[(&[2, s, 8], F32), (&[2, t, 8], F32), (&[2, t, 8], F32)],
+                (&[2, s, 8], F32),
+            )
+        };
+        assert_eq!(causal(3, 3), Ok(()));
+        assert_eq!(causal(1, 7), Ok(()), "a decode step: one query sees every key");
+        assert!(causal(5, 3).unwrap_err().contains("the first 2 queries would see no key"));
+        let any_head = Shape(vec![Dim::Static(2), Dim::Static(3), Dim::Dynamic]);
+        let e = check_types(
+            OpKind::Sdpa,
+            &Attrs::new(),
+            &[(&any_head, F32), (&any_head, F32), (&any_head, F32)],
+            &[(&any_head, F32)],
+        );
+        assert!(e.unwrap_err().contains("`?` head dimension"));
     }
 
     #[test]

@@ -753,6 +753,18 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
             let sum = self.reduce(&product, &[ra - 1], "add");
             return self.keep_dims(&sum, &product, &[ra - 1], out);
         }
+        let unit = |d: &[Dim]| d.iter().all(|d| *d == Dim::Static(1));
+        if dynamic && batched && unit(&ad[..ra - 2]) && unit(&bd[..rb - 2]) {
+            // `[1.., M, K] x [1.., K, N]` with a `?` (HF's batch of one): IREE 3.13 folds the unit batch dims of
+            // that `dot_general` into a reshape with a `?` result, which it rejects. The batch dims dropped
+            // (`tensor.collapse_shape`), the 2-D product, then the batch dims put back.
+            let groups = [(0..ra - 1).collect::<Vec<_>>(), vec![ra - 1]];
+            let a2 = self.reshape_grouped(a, &Shape(vec![ad[ra - 2], ad[ra - 1]]), &groups);
+            let b2 = self.reshape_grouped(b, &Shape(vec![bd[rb - 2], bd[rb - 1]]), &groups);
+            let o2 = Shape(vec![out.0[ra - 2], out.0[ra - 1]]);
+            let p = self.matmul(&a2, &b2, &o2)?;
+            return Ok(self.reshape_grouped(&p, out, &groups));
+        }
         let lead = &ad[..ra.saturating_sub(1)];
         if dynamic && rb == 2 && ra >= 2 && lead.iter().all(|d| *d == Dim::Static(1)) {
             // `[1.., K] x [K, N]` with a `?` K or N (one row): IREE 3.13 turns any `dot_general` of that row, even

@@ -174,6 +174,11 @@ sealed interface LayerOps {
                 t.fail(Op.SDPA, ins, "q, k and v differ in dimension $i")
             }
         }
+        if (q.shape[r - 1] == DYNAMIC) t.fail(Op.SDPA, ins, "q has a ? head dimension (the last): sdpa needs it static (it sets the default scale and the product's shape); give the head size")
+        val (sq, tk) = q.shape[r - 2] to k.shape[r - 2]
+        if (causal && sq != DYNAMIC && tk != DYNAMIC && sq > tk) {
+            t.fail(Op.SDPA, ins, "causal attention of $sq queries over $tk keys: causal is bottom-right aligned (query i sees keys j <= i + T - S), so the first ${sq - tk} queries would see no key; give at least as many keys as queries")
+        }
         val dtype = t.dtypes.pair(Op.SDPA, q, k).also { t.dtypes.pair(Op.SDPA, q, v) }
         if (mask != null) {
             t.dtypes.pair(Op.SDPA, q, mask)

@@ -41,6 +41,10 @@ class AttentionTest {
         assertTrue(m4.contains("q has ? heads and k/v 2"), m4)
         val m5 = refused { t -> t.sdpa(t.input("q", 1, 2, 4, 8), t.input("k", 1, 2, 5, 8), t.input("v", 1, 2, 4, 8)) }
         assertTrue(m5.contains("different key lengths"), m5)
+        val m6 = refused { t -> t.sdpa(t.input("q", 1, 2, 5, 8), t.input("k", 1, 2, 3, 8), t.input("v", 1, 2, 3, 8), causal = true) }
+        assertTrue(m6.contains("the first 2 queries would see no key"), m6)
+        val m7 = refused { t -> t.sdpa(t.input("q", longArrayOf(1, 2, 3, DYNAMIC)), t.input("k", 1, 2, 3, 8), t.input("v", 1, 2, 3, 8)) }
+        assertTrue(m7.contains("? head dimension"), m7)
         // A mask that broadcasts ([S, T] and [B, 1, S, T]) is accepted.
         val t = ExecutionTape()
         val (q, k) = t.input("q", 2, 4, 3, 8) to t.input("k", 2, 2, 7, 8)
