@@ -159,6 +159,12 @@ CASES = {
                                               [n("matmul", ["a", "b"], "y")], {"a": [1, 7, "S"], "b": [1, "S", 3]}),
     "matmul_unit_batch_dynamic_rows": ([t("a", [1, 1, D, 4]), t("b", [1, 1, 4, D]), t("y", [1, 1, D, D])],
                                        [n("matmul", ["a", "b"], "y")], {"a": [1, 1, "S", 4], "b": [1, 1, 4, "S"]}),
+    # NumPy's pow: a negative base with integral exponents (odd and even), a fractional one (NaN), 0 ** 0 = 1,
+    # 0 ** -1 = inf (IREE's own power gives NaN for the first and the third).
+    "pow_numpy_semantics": ([t("x", [D, 7]), t("e", [7], weight=np.array([3, 2, 0, 2, 1, -1, 0.5], np.float32)),
+                             t("z", [7], weight=np.zeros(7, np.float32)), t("p", [D, 7]), t("q", [7]), t("y", [D, 7])],
+                            [n("pow", ["x", "e"], "p"), n("pow", ["z", "e"], "q"), n("add", ["p", "q"], "y")],
+                            {"x": ["S", 7]}),
     "softmax_unit_rows_dynamic_axis": ([t("x", [1, D]), t("y", [1, D])], [n("softmax", ["x"], "y", axis=-1)], {"x": [1, "S"]}),
     "softmax_unit_heads_dynamic_axis": ([t("x", [1, 2, 1, D]), t("y", [1, 2, 1, D])], [n("softmax", ["x"], "y", axis=-1)],
                                         {"x": [1, 2, 1, "S"]}),

@@ -211,6 +211,12 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         self.assign(&format!("stablehlo.{op} {} : {t}", x.name), x.shape.clone(), x.dtype)
     }
 
+    /// `stablehlo.convert` of `x` to `dtype`, same shape.
+    pub(crate) fn convert_to(&mut self, x: &Val, dtype: DType) -> Val {
+        let rhs = format!("stablehlo.convert {} : ({}) -> {}", x.name, x.ty(), ty(&x.shape, dtype));
+        self.assign(&rhs, x.shape.clone(), dtype)
+    }
+
     pub(crate) fn binary_same(&mut self, op: &str, a: &Val, b: &Val) -> Val {
         let t = a.ty();
         self.assign(&format!("stablehlo.{op} {}, {} : {t}", a.name, b.name), a.shape.clone(), a.dtype)

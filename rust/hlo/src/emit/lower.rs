@@ -111,7 +111,68 @@ impl<'g> Emitter<'g, '_, '_> {
         };
         let both = self.broadcast_operands(ins, out.shape)?;
         let (a, b) = (&both[0], &both[1]);
+        if op == OpKind::Pow && a.dtype.is_float() {
+            return self.float_pow(a, b);
+        }
         Ok(self.binary_same(name, a, b))
+    }
+
+    /// `a ** b` as NumPy computes it. IREE 3.13 lowers `stablehlo.power` as `exp(b · log a)`, which gives NaN
+    /// for `0 ** 0` and for a negative base with an integral exponent (`(-2) ** 3`): here the power of `|a|`,
+    /// negated for a negative base and an odd integral exponent, NaN for a negative base and a fractional one,
+    /// and 1 wherever `b` is 0.
+    fn float_pow(&mut self, a: &Val, b: &Val) -> Result<Val> {
+        let cmp = |e: &mut Self, dir: &str, x: &Val, y: &Val| {
+            let rhs = format!(
+                "stablehlo.compare {dir}, {}, {}, FLOAT : ({}, {}) -> {}",
+                x.name,
+                y.name,
+                x.ty(),
+                y.ty(),
+                ty(&x.shape, DType::Bool)
+            );
+            e.assign(&rhs, x.shape.clone(), DType::Bool)
+        };
+        let sel = |e: &mut Self, p: &Val, x: &Val, y: &Val| {
+            let rhs = format!("stablehlo.select {}, {}, {} : {}, {}", p.name, x.name, y.name, p.ty(), x.ty());
+            e.assign(&rhs, x.shape.clone(), x.dtype)
+        };
+        let dtype = a.dtype;
+        let magnitude = self.unary("abs", a);
+        let r = self.binary_same("power", &magnitude, b);
+        let zero = self.fill_like(0.0, a, dtype)?;
+        let one = self.fill_like(1.0, a, dtype)?;
+        let nan = self.fill_like(f64::NAN, a, dtype)?;
+        // Integral and odd without `floor` (IREE 3.13 calls libm's truncf for it, which its embedded ELF lacks):
+        // through i32, valid below 2^24 in magnitude; every f32 from there on is an even integer.
+        let big_limit = self.fill_like(16_777_216.0, a, dtype)?;
+        let b_mag = self.unary("abs", b);
+        let big = cmp(self, "GE", &b_mag, &big_limit);
+        let as_int = self.convert_to(b, DType::I32);
+        let back = self.convert_to(&as_int, dtype);
+        let exact = cmp(self, "EQ", &back, b);
+        let integral = self.binary_same("or", &exact, &big);
+        let one_i = self.fill_like(1.0, &as_int, DType::I32)?;
+        let low_bit = self.binary_same("and", &as_int, &one_i);
+        let zero_i = self.fill_like(0.0, &as_int, DType::I32)?;
+        let rhs = format!(
+            "stablehlo.compare NE, {}, {}, SIGNED : ({}, {}) -> {}",
+            low_bit.name,
+            zero_i.name,
+            low_bit.ty(),
+            zero_i.ty(),
+            ty(&low_bit.shape, DType::Bool)
+        );
+        let odd_bit = self.assign(&rhs, low_bit.shape.clone(), DType::Bool);
+        let small = self.unary("not", &big);
+        let odd = self.binary_same("and", &odd_bit, &small);
+        let negated = self.unary("negate", &r);
+        let signed = sel(self, &odd, &negated, &r);
+        let of_negative = sel(self, &integral, &signed, &nan);
+        let negative = cmp(self, "LT", a, &zero);
+        let res = sel(self, &negative, &of_negative, &r);
+        let zero_exponent = cmp(self, "EQ", b, &zero);
+        Ok(sel(self, &zero_exponent, &one, &res))
     }
 
     /// One StableHLO unary op.
