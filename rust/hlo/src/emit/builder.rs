@@ -31,6 +31,28 @@ impl Val {
 /// The dimensions of `many` grouped under each dimension of `few` for a reshape that splits (or, read the
 /// other way, merges) whole dimensions: consecutive groups whose static sizes multiply to the `few` size, a `?`
 /// of `few` owning exactly one `?` of `many`. Trailing 1s join the last group. `None` when no such grouping exists.
+/// The dimensions of `shape` grouped so that each group holds exactly one dimension that is not a static 1
+/// (unit dimensions before the first such dimension join its group, every other joins the group before it),
+/// with those dimensions as the squeezed shape. None when `shape` has no dimension other than static 1s.
+fn squeeze_groups(shape: &Shape) -> Option<(Vec<Vec<usize>>, Shape)> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut squeezed = Vec::new();
+    let mut leading = Vec::new();
+    for (i, d) in shape.0.iter().enumerate() {
+        if *d != Dim::Static(1) {
+            let mut g = std::mem::take(&mut leading);
+            g.push(i);
+            groups.push(g);
+            squeezed.push(*d);
+        } else if let Some(last) = groups.last_mut() {
+            last.push(i);
+        } else {
+            leading.push(i);
+        }
+    }
+    if groups.is_empty() { None } else { Some((groups, Shape(squeezed))) }
+}
+
 fn group_dims(few: &[Dim], many: &[Dim]) -> Option<Vec<Vec<usize>>> {
     let mut groups = Vec::with_capacity(few.len());
     let mut j = 0;
@@ -641,6 +663,38 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
 
     /// A real `stablehlo.reduce` over `axes` with `body` (add or maximum).
     pub(crate) fn reduce(&mut self, x: &Val, axes: &[usize], body: &str) -> Val {
+        if x.shape.is_dynamic() && x.shape.0.contains(&Dim::Static(1)) {
+            // IREE 3.13 sizes a stack buffer from the `?` of a reduction whose operand also has unit dims
+            // ("stack allocation size overflows 64 bits", [7, 1, 3, ?, ?] over [0, 3, 4]; [1, ?] over 1): the
+            // unit dims dropped first (`tensor.collapse_shape`), the reduction, then those kept put back.
+            if let Some((groups, squeezed)) = squeeze_groups(&x.shape) {
+                // A reduced unit dimension reduces nothing: only the group's own dimension counts.
+                let new_axes: Vec<usize> = groups
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, g)| g.iter().any(|i| axes.contains(i) && x.shape.0[*i] != Dim::Static(1)))
+                    .map(|(j, _)| j)
+                    .collect();
+                if !new_axes.is_empty() {
+                    let flat = self.reshape_grouped(x, &squeezed, &groups);
+                    let r = self.reduce(&flat, &new_axes, body);
+                    let kept = Shape(
+                        x.shape.0.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, d)| *d).collect(),
+                    );
+                    if r.shape == kept {
+                        return r;
+                    }
+                    return match squeeze_groups(&kept) {
+                        Some((g, _)) => self.reshape_grouped(&r, &kept, &g),
+                        None => {
+                            // Only unit dims kept: a static reshape of the (then static) result.
+                            let rhs = format!("stablehlo.reshape {} : ({}) -> {}", r.name, r.ty(), ty(&kept, r.dtype));
+                            self.assign(&rhs, kept, r.dtype)
+                        }
+                    };
+                }
+            }
+        }
         let init = match body {
             "maximum" => self.splat(f64::NEG_INFINITY, &Shape::scalar(), x.dtype),
             _ => self.splat(0.0, &Shape::scalar(), x.dtype),
