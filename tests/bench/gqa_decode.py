@@ -26,7 +26,7 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-from harness import iree_tool  # noqa: E402
+from harness import iree_tool, signature  # noqa: E402
 
 TAPEOUT = ROOT / "target/release/tapeout"
 
@@ -72,8 +72,7 @@ def build(d, form, dims, t):
     subprocess.run([iree_tool("iree-compile"), work / "out" / f"{form}.mlir", "--iree-hal-target-device=local",
                     "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host",
                     "-o", vmfb], check=True, capture_output=True)
-    text = (work / "out" / f"{form}.mlir").read_text()
-    order = sorted("qkv", key=lambda n: text.index(f'tapeout.name = "{n}"'))
+    order, _ = signature(work / "out" / f"{form}.mlir")
     return vmfb, work / "out" / f"{form}.irpa", order
 
 
