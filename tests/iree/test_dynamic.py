@@ -172,6 +172,12 @@ CASES = {
                                       [n("reduce_sum", ["x"], "y", axes=[2], keepdims=True)], {"x": [2, 1, "S"]}),
     "reduce_mean_unit_rows_dynamic_axis": ([t("x", [1, D, 1]), t("y", [1, 1])],
                                            [n("reduce_mean", ["x"], "y", axes=[1])], {"x": [1, "S", 1]}),
+    # expand(x, like) of a `?` onto the same `?`, then a one-row matmul (seed 120372 of the property test): the
+    # identity broadcast is not written, so IREE has no broadcast chain to merge into one it then refuses.
+    "expand_identity_then_row_matmul": ([t("x", [D]), t("like", [D]), t("e", [D]), t("r", [1, D]), t("w", [D, 7]),
+                                         t("y", [1, 7])],
+                                        [n("broadcast", ["x", "like"], "e"), n("reshape", ["e"], "r"),
+                                         n("matmul", ["r", "w"], "y")], {"x": ["S"], "like": ["S"], "w": ["S", 7]}),
     "softmax_unit_rows_dynamic_axis": ([t("x", [1, D]), t("y", [1, D])], [n("softmax", ["x"], "y", axis=-1)], {"x": [1, "S"]}),
     "softmax_unit_heads_dynamic_axis": ([t("x", [1, 2, 1, D]), t("y", [1, 2, 1, D])], [n("softmax", ["x"], "y", axis=-1)],
                                         {"x": [1, 2, 1, "S"]}),

@@ -509,6 +509,18 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     /// IREE 3.13 merges a broadcast of a broadcast into one that has lost the `known_*` attributes, and then
     /// cannot lower it when a dimension expands.
     pub(crate) fn dynamic_broadcast(&mut self, x: &Val, dims: &[usize], shape: &Shape, st: &Val) -> Val {
+        let identity = x.rank() == shape.rank()
+            && dims.iter().enumerate().all(|(i, &d)| i == d)
+            && x.shape.0.iter().zip(&shape.0).all(|(a, b)| a == b || *a != Dim::Static(1));
+        if identity {
+            // Nothing expands (a `?` is taken to be the size it meets): no broadcast, at most a cast of the type.
+            // IREE 3.13 merges a chain of dynamic broadcasts into one without the known_* dims it then needs.
+            if x.shape == *shape {
+                return x.clone();
+            }
+            let rhs = format!("tensor.cast {} : {} to {}", x.name, x.ty(), ty(shape, x.dtype));
+            return self.assign(&rhs, shape.clone(), x.dtype);
+        }
         let (mut expanding, mut same) = (Vec::new(), Vec::new());
         for (i, &d) in dims.iter().enumerate() {
             match (x.shape.0.get(i), shape.0.get(d)) {
