@@ -72,3 +72,38 @@ def signature(mlir, function="main"):
     doc = json.loads(mlir.with_name(mlir.name[: -len(".mlir")] + ".signature.json").read_text())
     [f] = [f for f in doc["functions"] if f["name"] == function]
     return [a["name"] for a in f["arguments"]], [r["name"] for r in f["results"]]
+
+
+# --- graph-format cases written from Python (tests/iree/test_dynamic.py, test_attention.py) ----------------------
+
+def t(name, shape, dtype="f32", weight=None):
+    """A graph tensor spec; with `weight` (a numpy array) a constant read from the case's safetensors file."""
+    spec = {"name": name, "shape": shape, "dtype": dtype}
+    if weight is not None:
+        spec["data"] = {"safetensors": name}
+        spec["_value"] = weight
+    return spec
+
+
+def n(op, inputs, out, **attrs):
+    """A graph node of one output."""
+    return {"op": op, "inputs": inputs, "outputs": [out], "attrs": attrs}
+
+
+def write_graph(tmp, name, tensors, nodes, outputs, static=None):
+    """The graph file `tmp/<name>.json` (each `?` made `static` when given) and its weights `<name>.safetensors`."""
+    import json
+    import numpy as np
+    from safetensors.numpy import save_file
+    weights, specs = {}, []
+    for spec in tensors:
+        spec = dict(spec)
+        if "_value" in spec:
+            weights[spec["name"]] = spec.pop("_value")
+        if static is not None:
+            spec["shape"] = [static if d == "?" else d for d in spec["shape"]]
+        specs.append(spec)
+    g = pathlib.Path(tmp) / f"{name}.json"
+    g.write_text(json.dumps({"name": name, "tensors": specs, "nodes": nodes, "outputs": outputs}))
+    save_file(weights or {"unused": np.zeros(1, np.float32)}, str(pathlib.Path(tmp) / f"{name}.safetensors"))
+    return g

@@ -3,15 +3,13 @@ materialized), causal with fewer queries than keys (a KV cache), masks, scales; 
 the interleaved (GPT-J / GGUF) forms with full and half cos/sin tables. Each graph is exported by tapeout,
 compiled by iree-compile and run by iree-run-module, at two run-time sizes where a dimension is `?`, and compared
 with the numpy interpreter (reference.py) and, for GQA, with an explicit numpy repeat_kv as transformers writes it."""
-import json
 import math
 import sys
 
 import numpy as np
 import pytest
-from safetensors.numpy import save_file
 
-from harness import ROOT, compile_and_run_iree, run, signature
+from harness import ROOT, compile_and_run_iree, n, run, signature, t, write_graph
 
 sys.path.insert(0, str(ROOT / "tests/graphs"))
 import reference  # noqa: E402
@@ -20,29 +18,7 @@ D = "?"
 RNG = np.random.default_rng(27)
 
 
-def t(name, shape, dtype="f32", weight=None):
-    spec = {"name": name, "shape": shape, "dtype": dtype}
-    if weight is not None:
-        spec["data"] = {"safetensors": name}
-        spec["_value"] = weight
-    return spec
 
-
-def n(op, inputs, out, **attrs):
-    return {"op": op, "inputs": inputs, "outputs": [out], "attrs": attrs}
-
-
-def write_graph(tmp, name, tensors, nodes, outputs):
-    weights, specs = {}, []
-    for spec in tensors:
-        spec = dict(spec)
-        if "_value" in spec:
-            weights[spec["name"]] = spec.pop("_value")
-        specs.append(spec)
-    g = tmp / f"{name}.json"
-    g.write_text(json.dumps({"name": name, "tensors": specs, "nodes": nodes, "outputs": outputs}))
-    save_file(weights or {"unused": np.zeros(1, np.float32)}, str(tmp / f"{name}.safetensors"))
-    return g
 
 
 def repeat_kv(x, groups):

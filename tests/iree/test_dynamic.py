@@ -1,14 +1,12 @@
 """Dynamic dimensions, op by op: each graph is exported once with `?` dimensions, compiled once by iree-compile,
 and run by iree-run-module at two run-time sizes, each compared with the numpy interpreter (reference.py). The
 same graph with static dimensions is the control."""
-import json
 import sys
 
 import numpy as np
 import pytest
-from safetensors.numpy import save_file
 
-from harness import ROOT, compile_and_run_iree, run, signature
+from harness import ROOT, compile_and_run_iree, n, run, signature, t, write_graph
 
 sys.path.insert(0, str(ROOT / "tests/graphs"))
 import reference  # noqa: E402
@@ -17,16 +15,6 @@ D = "?"
 RNG = np.random.default_rng(7)
 
 
-def t(name, shape, dtype="f32", weight=None):
-    spec = {"name": name, "shape": shape, "dtype": dtype}
-    if weight is not None:
-        spec["data"] = {"safetensors": name}
-        spec["_value"] = weight
-    return spec
-
-
-def n(op, inputs, out, **attrs):
-    return {"op": op, "inputs": inputs, "outputs": [out], "attrs": attrs}
 
 
 W4x5 = RNG.standard_normal((4, 5)).astype(np.float32)
@@ -188,23 +176,6 @@ CASES = {
 # Cases whose result size is not the input's `?` (a slice start, a concatenation), so the static control (every `?` made 4) does not type-check.
 DYNAMIC_ONLY = {"slice_dynamic_to_end", "gather_declared_less_specific", "add_dynamic_against_static", "concat_cache_dynamic_axis", "concat_two_dynamic"}
 
-
-def write_graph(tmp, name, tensors, nodes, outputs, static=None):
-    """The graph (its `?` dims made `static` when given) and its weights; returns the graph file."""
-    weights = {}
-    specs = []
-    for spec in tensors:
-        spec = dict(spec)
-        if "_value" in spec:
-            weights[spec["name"]] = spec.pop("_value")
-        if static is not None:
-            spec["shape"] = [static if d == D else d for d in spec["shape"]]
-        specs.append(spec)
-    doc = {"name": name, "tensors": specs, "nodes": nodes, "outputs": outputs}
-    g = tmp / f"{name}.json"
-    g.write_text(json.dumps(doc))
-    save_file(weights or {"unused": np.zeros(1, np.float32)}, str(tmp / f"{name}.safetensors"))
-    return g
 
 
 def feeds_for(graph, shapes, size):
