@@ -440,6 +440,13 @@ def test_renaming_module_name_removes_the_old_outputs_and_nothing_else(built_jar
     assert r.returncode == 0, r.stdout + r.stderr
     left = sorted(x.name for x in out.iterdir())
     assert left == ["first.extra", "notes.txt", "second.inputs", "second.irpa", "second.mlir", "second.signature.json"], left
+    # An export into another output directory (as scripts/test does with -PtapeoutOut) keeps the first one's files.
+    other = tmp_path / "elsewhere"
+    (p / "build.gradle").write_text(build_file(block % "second" + "\ntapeout { outputDir = file('%s') }" % other))
+    r = gradle(p, "exportIrpa")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(x.name for x in out.iterdir()) == left, "the outputs in build/tapeout were removed"
+    assert (other / "second.mlir").is_file() and (other / "second.irpa").is_file()
 
 
 CHECKPOINT_MODEL = '''

@@ -239,18 +239,24 @@ public class ExportIrpaTask extends DefaultTask {
 
     /**
      * Removes the files the previous export of this task wrote (listed in {@code record}, one {@code size mtime path}
-     * line each) that this export did not write again: the outputs of an old {@code moduleName} or {@code outputDir},
-     * or shards of another count. Only files this task wrote and that nobody changed since (same size and
-     * modification time) are removed, never anything else; then {@code record} lists {@code written}.
+     * line each) into the directory this export writes, that it did not write again: the outputs of an old
+     * {@code moduleName}, or shards of another count. Only files this task wrote and that nobody changed since (same
+     * size and modification time) are removed, never anything else; the outputs in another output directory (an
+     * export per configuration, {@code -PtapeoutOut}) are left alone. Then {@code record} lists {@code written}.
      */
     static void removeStaleOutputs(File record, List<File> written) throws IOException {
         java.util.Set<String> now = new java.util.HashSet<>();
-        for (File f : written) now.add(f.getPath());
+        java.util.Set<File> dirs = new java.util.HashSet<>();
+        for (File f : written) {
+            now.add(f.getPath());
+            dirs.add(f.getAbsoluteFile().getParentFile());
+        }
         if (record.isFile()) {
             for (String line : Files.readAllLines(record.toPath(), StandardCharsets.UTF_8)) {
                 String[] f = line.split(" ", 3);
                 if (f.length != 3 || now.contains(f[2])) continue;
                 File old = new File(f[2]);
+                if (!dirs.contains(old.getAbsoluteFile().getParentFile())) continue;
                 try {
                     if (old.isFile() && old.length() == Long.parseLong(f[0]) && old.lastModified() == Long.parseLong(f[1])) {
                         Files.delete(old.toPath());
