@@ -28,31 +28,38 @@ impl Val {
     }
 }
 
-/// The dimensions of `many` grouped under each dimension of `few` for a reshape that splits (or, read the
-/// other way, merges) whole dimensions: consecutive groups whose static sizes multiply to the `few` size, a `?`
-/// of `few` owning exactly one `?` of `many`. Trailing 1s join the last group. `None` when no such grouping exists.
-/// The dimensions of `shape` grouped so that each group holds exactly one dimension that is not a static 1
-/// (unit dimensions before the first such dimension join its group, every other joins the group before it),
-/// with those dimensions as the squeezed shape. None when `shape` has no dimension other than static 1s.
-fn squeeze_groups(shape: &Shape) -> Option<(Vec<Vec<usize>>, Shape)> {
+/// The dimensions `0..rank` grouped around the ones `kept`: each group holds exactly one kept dimension, the
+/// others before the first kept one join its group and every other joins the group before it. Empty when no
+/// dimension is kept.
+fn groups_around(rank: usize, kept: impl Fn(usize) -> bool) -> Vec<Vec<usize>> {
     let mut groups: Vec<Vec<usize>> = Vec::new();
-    let mut squeezed = Vec::new();
     let mut leading = Vec::new();
-    for (i, d) in shape.0.iter().enumerate() {
-        if *d != Dim::Static(1) {
+    for i in 0..rank {
+        if kept(i) {
             let mut g = std::mem::take(&mut leading);
             g.push(i);
             groups.push(g);
-            squeezed.push(*d);
         } else if let Some(last) = groups.last_mut() {
             last.push(i);
         } else {
             leading.push(i);
         }
     }
-    if groups.is_empty() { None } else { Some((groups, Shape(squeezed))) }
+    groups
 }
 
+/// The dimensions of `shape` grouped around those that are not a static 1 ([`groups_around`]), with those
+/// dimensions as the squeezed shape. None when `shape` has no dimension other than static 1s.
+fn squeeze_groups(shape: &Shape) -> Option<(Vec<Vec<usize>>, Shape)> {
+    let kept = |i: usize| shape.0[i] != Dim::Static(1);
+    let groups = groups_around(shape.rank(), kept);
+    let squeezed = Shape((0..shape.rank()).filter(|&i| kept(i)).map(|i| shape.0[i]).collect());
+    if groups.is_empty() { None } else { Some((groups, squeezed)) }
+}
+
+/// The dimensions of `many` grouped under each dimension of `few` for a reshape that splits (or, read the
+/// other way, merges) whole dimensions: consecutive groups whose static sizes multiply to the `few` size, a `?`
+/// of `few` owning exactly one `?` of `many`. Trailing 1s join the last group. `None` when no such grouping exists.
 fn group_dims(few: &[Dim], many: &[Dim]) -> Option<Vec<Vec<usize>>> {
     let mut groups = Vec::with_capacity(few.len());
     let mut j = 0;
@@ -244,6 +251,31 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         self.assign(&format!("stablehlo.{op} {}, {} : {t}", a.name, b.name), a.shape.clone(), a.dtype)
     }
 
+    /// `stablehlo.compare dir` of two values of one shape and dtype, compared as that dtype is (FLOAT,
+    /// UNSIGNED or SIGNED); the result is a bool tensor of that shape.
+    pub(crate) fn compare_same(&mut self, dir: &str, a: &Val, b: &Val) -> Val {
+        let kind = match a.dtype {
+            d if d.is_float() => "FLOAT",
+            DType::U8 | DType::U16 | DType::U32 | DType::U64 | DType::Bool => "UNSIGNED",
+            _ => "SIGNED",
+        };
+        let rhs = format!(
+            "stablehlo.compare {dir}, {}, {}, {kind} : ({}, {}) -> {}",
+            a.name,
+            b.name,
+            a.ty(),
+            b.ty(),
+            ty(&a.shape, DType::Bool)
+        );
+        self.assign(&rhs, a.shape.clone(), DType::Bool)
+    }
+
+    /// `stablehlo.select p, a, b` of values of one shape.
+    pub(crate) fn select_same(&mut self, p: &Val, a: &Val, b: &Val) -> Val {
+        let rhs = format!("stablehlo.select {}, {}, {} : {}, {}", p.name, a.name, b.name, p.ty(), a.ty());
+        self.assign(&rhs, a.shape.clone(), a.dtype)
+    }
+
     /// A constant of `shape` filled with `value` (static shapes only).
     pub(crate) fn splat(&mut self, value: f64, shape: &Shape, dtype: DType) -> Val {
         let lit = scalar_literal(value, dtype);
@@ -263,49 +295,51 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     /// A 1-D i32 tensor holding the run-time shape of `like`. A static dimension above `i32::MAX` cannot be
     /// part of it: an error naming the dimension, never a wrapped or zero extent.
     pub(crate) fn shape_tensor(&mut self, like: &Val) -> Result<Val> {
-        let mut parts = Vec::new();
-        for (i, d) in like.shape.0.clone().iter().enumerate() {
-            let part = match d {
-                Dim::Static(n) => {
-                    let n = i32::try_from(*n).map_err(|_| {
-                        self.err(format!(
-                            "dimension {i} of [{}] is {n}, above the i32 extent a shape with dynamic dimensions can \
-                             hold at run time",
-                            like.shape
-                        ))
-                    })?;
-                    self.splat(f64::from(n), &Shape::of(&[1]), DType::I32)
-                }
-                Dim::Dynamic => {
-                    let s = self.assign(
-                        &format!(
-                            "stablehlo.get_dimension_size {}, dim = {i} : ({}) -> tensor<i32>",
-                            like.name,
-                            like.ty()
-                        ),
-                        Shape::scalar(),
-                        DType::I32,
-                    );
-                    self.assign(
-                        &format!("stablehlo.reshape {} : (tensor<i32>) -> tensor<1xi32>", s.name),
-                        Shape::of(&[1]),
-                        DType::I32,
-                    )
-                }
-            };
-            parts.push(part);
+        let parts = (0..like.rank()).map(|i| self.dim_part(like, i)).collect::<Result<Vec<_>>>()?;
+        Ok(self.concat_parts(parts))
+    }
+
+    /// Dimension `i` of `x` as a `tensor<1xi32>`: a constant when it is static, `get_dimension_size` when `?`.
+    pub(crate) fn dim_part(&mut self, x: &Val, i: usize) -> Result<Val> {
+        match x.shape.0.get(i) {
+            Some(Dim::Static(n)) => self.i32_part(*n, i, &x.shape),
+            Some(Dim::Dynamic) => {
+                let s = self.dim_size(x, i)?;
+                Ok(self.assign(
+                    &format!("stablehlo.reshape {} : (tensor<i32>) -> tensor<1xi32>", s.name),
+                    Shape::of(&[1]),
+                    DType::I32,
+                ))
+            }
+            None => Err(self.err(format!("no dimension {i} in [{}]", x.shape))),
         }
-        let rank = parts.len() as u64;
-        if parts.len() == 1 {
-            return Ok(parts.remove(0));
+    }
+
+    /// A `tensor<1xi32>` constant `n` (dimension `i` of `of`), or an error when it is above `i32::MAX`.
+    fn i32_part(&mut self, n: u64, i: usize, of: &Shape) -> Result<Val> {
+        let v = i32::try_from(n).map_err(|_| {
+            self.err(format!(
+                "dimension {i} of [{of}] is {n}, above the i32 extent a shape with dynamic dimensions can hold at run \
+                 time"
+            ))
+        })?;
+        Ok(self.splat(f64::from(v), &Shape::of(&[1]), DType::I32))
+    }
+
+    /// One `tensor<Nxi32>` shape from `tensor<1xi32>` parts, one per dimension.
+    fn concat_parts(&mut self, mut parts: Vec<Val>) -> Val {
+        match parts.len() {
+            0 => self.assign("stablehlo.constant dense<> : tensor<0xi32>", Shape::of(&[0]), DType::I32),
+            1 => parts.remove(0),
+            n => {
+                let rhs = format!(
+                    "stablehlo.concatenate {}, dim = 0 : ({}) -> tensor<{n}xi32>",
+                    list(parts.iter().map(|p| p.name.clone())),
+                    list(parts.iter().map(Val::ty))
+                );
+                self.assign(&rhs, Shape::of(&[n as u64]), DType::I32)
+            }
         }
-        let names = list(parts.iter().map(|p| p.name.clone()));
-        let tys = list(parts.iter().map(Val::ty));
-        Ok(self.assign(
-            &format!("stablehlo.concatenate {names}, dim = 0 : ({tys}) -> tensor<{rank}xi32>"),
-            Shape::of(&[rank]),
-            DType::I32,
-        ))
     }
 
     /// `broadcast_in_dim` of `x` to `shape`, operand dim i going to result dim `dims[i]`. A dynamic
@@ -342,7 +376,8 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         self.broadcast_to(x, &dims, &like.shape, Some(like))
     }
 
-    /// `get_dimension_size` of dimension `i` of `x`, static or not (IREE folds a static one).
+    /// `get_dimension_size` of dimension `i` of `x`, static or not (IREE folds a static one): the extent read
+    /// from the operand itself, for ops whose result takes its shape from a reference tensor (`expand`, `arange`).
     pub(crate) fn runtime_dim(&mut self, x: &Val, i: usize) -> Val {
         self.assign(
             &format!("stablehlo.get_dimension_size {}, dim = {i} : ({}) -> tensor<i32>", x.name, x.ty()),
@@ -351,13 +386,10 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         )
     }
 
-    /// The run-time shape of `x` (`tensor<Nxi32>`), every dimension read with `get_dimension_size`.
-    pub(crate) fn runtime_shape(&mut self, x: &Val) -> Result<Val> {
-        if x.rank() == 0 {
-            return Ok(self.assign("stablehlo.constant dense<> : tensor<0xi32>", Shape::of(&[0]), DType::I32));
-        }
+    /// The run-time shape of `x` (`tensor<Nxi32>`), every dimension read with [`Emitter::runtime_dim`].
+    pub(crate) fn runtime_shape(&mut self, x: &Val) -> Val {
         let parts: Vec<Val> = (0..x.rank()).map(|i| self.runtime_dim(x, i)).collect();
-        Ok(self.shape_of_parts(&parts))
+        self.shape_of_parts(&parts)
     }
 
     /// The run-time size of dimension `i` of `x` as a `tensor<i32>` (a constant when it is static).
@@ -390,16 +422,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
                 )
             })
             .collect();
-        if ones.len() == 1 {
-            return ones[0].clone();
-        }
-        let rank = ones.len() as u64;
-        let rhs = format!(
-            "stablehlo.concatenate {}, dim = 0 : ({}) -> tensor<{rank}xi32>",
-            list(ones.iter().map(|p| p.name.clone())),
-            list(ones.iter().map(Val::ty))
-        );
-        self.assign(&rhs, Shape::of(&[rank]), DType::I32)
+        self.concat_parts(ones)
     }
 
     /// Every operand NumPy-broadcast (right-aligned) to `target`, the node's result shape, for the elementwise
@@ -455,15 +478,8 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
                 _ => None,
             });
             let part = match (d, owner) {
-                (_, Some((x, j))) => {
-                    let s = self.dim_size(&x, j)?;
-                    self.assign(
-                        &format!("stablehlo.reshape {} : (tensor<i32>) -> tensor<1xi32>", s.name),
-                        Shape::of(&[1]),
-                        DType::I32,
-                    )
-                }
-                (Dim::Static(n), None) => self.const_i32(*n, i, target)?,
+                (_, Some((x, j))) => self.dim_part(&x, j)?,
+                (Dim::Static(n), None) => self.i32_part(*n, i, target)?,
                 (Dim::Dynamic, None) => {
                     // Declared `?` where every operand is static: the operands' extent (not 1 if any).
                     let n = xs
@@ -474,29 +490,12 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
                         })
                         .next()
                         .unwrap_or(1);
-                    self.const_i32(n, i, target)?
+                    self.i32_part(n, i, target)?
                 }
             };
             parts.push(part);
         }
-        if parts.len() == 1 {
-            return Ok(parts.remove(0));
-        }
-        let rank = parts.len() as u64;
-        let rhs = format!(
-            "stablehlo.concatenate {}, dim = 0 : ({}) -> tensor<{rank}xi32>",
-            list(parts.iter().map(|p| p.name.clone())),
-            list(parts.iter().map(Val::ty))
-        );
-        Ok(self.assign(&rhs, Shape::of(&[rank]), DType::I32))
-    }
-
-    /// A `tensor<1xi32>` constant `n` (dimension `i` of `of`), or an error when it is above `i32::MAX`.
-    fn const_i32(&mut self, n: u64, i: usize, of: &Shape) -> Result<Val> {
-        let v = i32::try_from(n).map_err(|_| {
-            self.err(format!("dimension {i} of [{of}] is {n}, above the i32 extent of a run-time shape"))
-        })?;
-        Ok(self.splat(f64::from(v), &Shape::of(&[1]), DType::I32))
+        Ok(self.concat_parts(parts))
     }
 
     /// `stablehlo.dynamic_broadcast_in_dim` of `x` to `shape` (run-time extents in `st`), operand dimension i
@@ -533,22 +532,8 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
             let squeezed = if x.shape.is_dynamic() {
                 // Each kept dimension grouped with the unit dimensions around it (a `?` never expands, so one
                 // is kept).
-                let (mut groups, mut pending): (Vec<Vec<usize>>, Vec<usize>) = (Vec::new(), Vec::new());
-                for j in 0..x.rank() {
-                    if !expanding.contains(&j) {
-                        let mut g = std::mem::take(&mut pending);
-                        g.push(j);
-                        groups.push(g);
-                    } else if let Some(last) = groups.last_mut() {
-                        last.push(j);
-                    } else {
-                        pending.push(j);
-                    }
-                }
-                let assoc = format!("[{}]", list(groups.iter().map(|g| format!("[{}]", list(g.clone())))));
-                let rhs =
-                    format!("tensor.collapse_shape {} {assoc} : {} into {}", x.name, x.ty(), ty(&kept_shape, x.dtype));
-                self.assign(&rhs, kept_shape, x.dtype)
+                let groups = groups_around(x.rank(), |j| !expanding.contains(&j));
+                self.reshape_grouped(x, &kept_shape, &groups)
             } else {
                 let rhs = format!("stablehlo.reshape {} : ({}) -> {}", x.name, x.ty(), ty(&kept_shape, x.dtype));
                 self.assign(&rhs, kept_shape, x.dtype)
@@ -659,18 +644,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         }
         let st = self.shape_of_parts(&parts);
         let dims: Vec<usize> = (0..x.rank()).filter(|i| !axes.contains(i)).collect();
-        let rhs = format!(
-            "stablehlo.dynamic_broadcast_in_dim {}, {}, dims = [{}] {{known_expanding_dimensions = array<i64>, \
-             known_nonexpanding_dimensions = array<i64{}>}} : ({}, {}) -> {}",
-            r.name,
-            st.name,
-            list(&dims),
-            i64_array(&(0..dims.len()).collect::<Vec<_>>()),
-            r.ty(),
-            st.ty(),
-            ty(shape, r.dtype)
-        );
-        Ok(self.assign(&rhs, shape.clone(), r.dtype))
+        Ok(self.dynamic_broadcast(r, &dims, shape, &st))
     }
 
     /// A real `stablehlo.reduce` over `axes` with `body` (add or maximum).
@@ -764,16 +738,6 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     }
 
     pub(crate) fn softmax(&mut self, x: &Val, axis: usize) -> Result<Val> {
-        let unit_rest = x.shape.0.iter().enumerate().all(|(i, d)| i == axis || *d == Dim::Static(1));
-        if x.rank() >= 2 && x.shape.0[axis] == Dim::Dynamic && unit_rest {
-            // `[1, ?]` (a decode step's scores): IREE 3.13 sizes a stack buffer for the unit rows from the `?`
-            // ("exceeded stack allocation limit"), so the softmax runs on the one `?` axis alone, the unit dims
-            // dropped by `tensor.collapse_shape` and put back by `tensor.expand_shape`.
-            let groups = [(0..x.rank()).collect::<Vec<_>>()];
-            let row = self.reshape_grouped(x, &Shape(vec![Dim::Dynamic]), &groups);
-            let y = self.softmax(&row, 0)?;
-            return Ok(self.reshape_grouped(&y, &x.shape, &groups));
-        }
         let m = self.reduce(x, &[axis], "maximum");
         let mb = self.unreduce(&m, &[axis], x)?;
         let shifted = self.binary_same("subtract", x, &mb);
@@ -1045,8 +1009,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     pub(crate) fn argmax(&mut self, x: &Val, axis: usize, dtype: DType) -> Result<Val> {
         let idx_ty = ty(&x.shape, dtype);
         let iota = if x.shape.is_dynamic() {
-            let parts = (0..x.rank()).map(|i| self.dim_size(x, i)).collect::<Result<Vec<_>>>()?;
-            let st = self.shape_of_parts(&parts);
+            let st = self.shape_tensor(x)?;
             self.assign(
                 &format!("stablehlo.dynamic_iota {}, dim = {axis} : ({}) -> {idx_ty}", st.name, st.ty()),
                 x.shape.clone(),

@@ -122,21 +122,6 @@ impl<'g> Emitter<'g, '_, '_> {
     /// negated for a negative base and an odd integral exponent, NaN for a negative base and a fractional one,
     /// and 1 wherever `b` is 0.
     fn float_pow(&mut self, a: &Val, b: &Val) -> Result<Val> {
-        let cmp = |e: &mut Self, dir: &str, x: &Val, y: &Val| {
-            let rhs = format!(
-                "stablehlo.compare {dir}, {}, {}, FLOAT : ({}, {}) -> {}",
-                x.name,
-                y.name,
-                x.ty(),
-                y.ty(),
-                ty(&x.shape, DType::Bool)
-            );
-            e.assign(&rhs, x.shape.clone(), DType::Bool)
-        };
-        let sel = |e: &mut Self, p: &Val, x: &Val, y: &Val| {
-            let rhs = format!("stablehlo.select {}, {}, {} : {}, {}", p.name, x.name, y.name, p.ty(), x.ty());
-            e.assign(&rhs, x.shape.clone(), x.dtype)
-        };
         let dtype = a.dtype;
         let magnitude = self.unary("abs", a);
         let r = self.binary_same("power", &magnitude, b);
@@ -147,32 +132,24 @@ impl<'g> Emitter<'g, '_, '_> {
         // through i32, valid below 2^24 in magnitude; every f32 from there on is an even integer.
         let big_limit = self.fill_like(16_777_216.0, a, dtype)?;
         let b_mag = self.unary("abs", b);
-        let big = cmp(self, "GE", &b_mag, &big_limit);
+        let big = self.compare_same("GE", &b_mag, &big_limit);
         let as_int = self.convert_to(b, DType::I32);
         let back = self.convert_to(&as_int, dtype);
-        let exact = cmp(self, "EQ", &back, b);
+        let exact = self.compare_same("EQ", &back, b);
         let integral = self.binary_same("or", &exact, &big);
         let one_i = self.fill_like(1.0, &as_int, DType::I32)?;
         let low_bit = self.binary_same("and", &as_int, &one_i);
         let zero_i = self.fill_like(0.0, &as_int, DType::I32)?;
-        let rhs = format!(
-            "stablehlo.compare NE, {}, {}, SIGNED : ({}, {}) -> {}",
-            low_bit.name,
-            zero_i.name,
-            low_bit.ty(),
-            zero_i.ty(),
-            ty(&low_bit.shape, DType::Bool)
-        );
-        let odd_bit = self.assign(&rhs, low_bit.shape.clone(), DType::Bool);
+        let odd_bit = self.compare_same("NE", &low_bit, &zero_i);
         let small = self.unary("not", &big);
         let odd = self.binary_same("and", &odd_bit, &small);
         let negated = self.unary("negate", &r);
-        let signed = sel(self, &odd, &negated, &r);
-        let of_negative = sel(self, &integral, &signed, &nan);
-        let negative = cmp(self, "LT", a, &zero);
-        let res = sel(self, &negative, &of_negative, &r);
-        let zero_exponent = cmp(self, "EQ", b, &zero);
-        Ok(sel(self, &zero_exponent, &one, &res))
+        let signed = self.select_same(&odd, &negated, &r);
+        let of_negative = self.select_same(&integral, &signed, &nan);
+        let negative = self.compare_same("LT", a, &zero);
+        let res = self.select_same(&negative, &of_negative, &r);
+        let zero_exponent = self.compare_same("EQ", b, &zero);
+        Ok(self.select_same(&zero_exponent, &one, &res))
     }
 
     /// One StableHLO unary op.
@@ -232,7 +209,7 @@ impl<'g> Emitter<'g, '_, '_> {
             None => (rank.saturating_sub(x.rank())..rank).collect(),
         };
         if let Some(like) = like {
-            let st = self.runtime_shape(like)?;
+            let st = self.runtime_shape(like);
             return Ok(self.dynamic_broadcast(x, &dims, out.shape, &st));
         }
         // A `?` result without a reference is refused by the type rule (`tapeout_graph::ops`).
@@ -255,11 +232,7 @@ impl<'g> Emitter<'g, '_, '_> {
         };
         let axis = self.axis("axis", self.attr_int("axis", 0)?, like.rank())?;
         let n = self.runtime_dim(like, axis);
-        let st = self.assign(
-            &format!("stablehlo.reshape {} : (tensor<i32>) -> tensor<1xi32>", n.name),
-            Shape::of(&[1]),
-            DType::I32,
-        );
+        let st = self.shape_of_parts(&[n]);
         let rhs =
             format!("stablehlo.dynamic_iota {}, dim = 0 : ({}) -> {}", st.name, st.ty(), ty(out.shape, out.dtype));
         Ok(self.assign(&rhs, out.shape.clone(), out.dtype))
@@ -384,9 +357,7 @@ impl<'g> Emitter<'g, '_, '_> {
 
     fn select(&mut self, ins: &[Val], out: &Out<'_>) -> Result<Val> {
         let all = self.broadcast_operands(ins, out.shape)?;
-        let (p, a, b) = (&all[0], &all[1], &all[2]);
-        let rhs = format!("stablehlo.select {}, {}, {} : {}, {}", p.name, a.name, b.name, p.ty(), a.ty());
-        Ok(self.assign(&rhs, a.shape.clone(), a.dtype))
+        Ok(self.select_same(&all[0], &all[1], &all[2]))
     }
 
     fn compare(&mut self, ins: &[Val], out: &Out<'_>) -> Result<Val> {
@@ -395,21 +366,7 @@ impl<'g> Emitter<'g, '_, '_> {
             _ => return Err(self.attr_err("direction", "must be one of EQ, NE, LT, LE, GT, GE")),
         };
         let both = self.broadcast_operands(ins, out.shape)?;
-        let (a, b) = (&both[0], &both[1]);
-        let kind = match a.dtype {
-            d if d.is_float() => "FLOAT",
-            DType::U8 | DType::U16 | DType::U32 | DType::U64 | DType::Bool => "UNSIGNED",
-            _ => "SIGNED",
-        };
-        let rhs = format!(
-            "stablehlo.compare {dir}, {}, {}, {kind} : ({}, {}) -> {}",
-            a.name,
-            b.name,
-            a.ty(),
-            b.ty(),
-            ty(&a.shape, DType::Bool)
-        );
-        Ok(self.assign(&rhs, a.shape.clone(), DType::Bool))
+        Ok(self.compare_same(&dir, &both[0], &both[1]))
     }
 
     /// `(x, min, max)` NumPy-broadcast to the result (a scalar bound stays a scalar, which StableHLO takes), or
