@@ -68,6 +68,10 @@ CASES = {
     "rope": ([t("x", [2, D, 8]), t("c", [D, 8]), t("s", [D, 8]), t("y", [2, D, 8])],
              [n("rope", ["x", "c", "s"], "y")], {"x": [2, "S", 8], "c": ["S", 8], "s": ["S", 8]}),
     "causal_mask": ([t("x", [D, D]), t("y", [D, D])], [n("causal_mask", ["x"], "y")], {"x": ["S", "S"]}),
+    # More queries than keys: bottom-right aligned (query i sees keys j <= i + T - S), static and `?` alike.
+    "causal_mask_more_queries_than_keys": ([t("x", [5, 3]), t("y", [5, 3])], [n("causal_mask", ["x"], "y")],
+                                           {"x": [5, 3]}),
+    "causal_mask_dynamic_queries": ([t("x", [D, 3]), t("y", [D, 3])], [n("causal_mask", ["x"], "y")], {"x": ["S", 3]}),
     "sdpa_causal": ([t("q", [2, D, 8]), t("k", [2, D, 8]), t("v", [2, D, 8]), t("y", [2, D, 8])],
                     [n("sdpa", ["q", "k", "v"], "y", causal=True)], {"q": [2, "S", 8], "k": [2, "S", 8], "v": [2, "S", 8]}),
     # NumPy broadcasting with `?` dimensions (issue 27): `?` against 1, two `?` in different operands, a rank

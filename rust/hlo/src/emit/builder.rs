@@ -880,8 +880,9 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         let (row, col, offset) = if let Some(&[s, t]) = st.static_dims().as_deref() {
             let row = self.assign(&format!("stablehlo.iota dim = 0 : {}", ty(&st, DType::I64)), st.clone(), DType::I64);
             let col = self.assign(&format!("stablehlo.iota dim = 1 : {}", ty(&st, DType::I64)), st.clone(), DType::I64);
+            // T - S, negative when there are more queries than keys (bottom-right aligned, as the `?` path).
             #[allow(clippy::cast_precision_loss)] // sequence lengths are far below 2^53
-            let offset = self.splat(t.saturating_sub(s) as f64, &st, DType::I64);
+            let offset = self.splat(t as f64 - s as f64, &st, DType::I64);
             (row, col, offset)
         } else {
             // Query and key lengths known at run time: iotas of the run-time [S, T], offset T - S.
