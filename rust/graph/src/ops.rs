@@ -478,12 +478,7 @@ fn broadcast_rule(a: &AttrView<'_>, ins: &[Spec<'_>], out: Spec<'_>) -> Result<(
             (Dim::Static(1) | Dim::Dynamic, _) | (_, Dim::Dynamic) => {}
             (Dim::Static(m), Dim::Static(n)) if m == n => {}
             (m, n) => {
-                let show = |d: Dim| if let Dim::Static(v) = d { v.to_string() } else { "?".into() };
-                return Err(format!(
-                    "dimension {i} of [{xs}] ({}) cannot broadcast to dimension {d} of [{rs}] ({})",
-                    show(m),
-                    show(n)
-                ));
+                return Err(format!("dimension {i} of [{xs}] ({m}) cannot broadcast to dimension {d} of [{rs}] ({n})"));
             }
         }
     }
@@ -592,16 +587,8 @@ pub fn query_groups(q_heads: Dim, kv_heads: Dim) -> Result<u64, String> {
         (h, kv) => Err(format!(
             "q has {} heads and k/v {}: with a `?` head count on one side only the grouping of query heads is \
              unknown; give both a static head count (or both the same `?`)",
-            dim_text(h),
-            dim_text(kv)
+            h, kv
         )),
-    }
-}
-
-fn dim_text(d: Dim) -> String {
-    match d {
-        Dim::Static(n) => n.to_string(),
-        Dim::Dynamic => "?".into(),
     }
 }
 
@@ -685,7 +672,7 @@ pub fn rope_table_width(d: Dim, width: Dim) -> Result<RopeTable, String> {
         w => Err(format!(
             "a cos/sin table of width {} for a head dimension of {d}: the width must be {d} (full tables) or {} \
              (half tables, one angle per pair)",
-            dim_text(w),
+            w,
             d / 2
         )),
     }

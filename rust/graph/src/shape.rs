@@ -74,6 +74,16 @@ impl Shape {
     }
 }
 
+impl fmt::Display for Dim {
+    /// The extent, or `?` for a run-time one.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Dim::Static(n) => write!(f, "{n}"),
+            Dim::Dynamic => f.write_str("?"),
+        }
+    }
+}
+
 impl fmt::Display for Shape {
     /// `4x3`, `?x128`, or the empty string for a scalar (the MLIR spelling without the dtype).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -81,10 +91,7 @@ impl fmt::Display for Shape {
             if i > 0 {
                 f.write_str("x")?;
             }
-            match d {
-                Dim::Static(n) => write!(f, "{n}")?,
-                Dim::Dynamic => f.write_str("?")?,
-            }
+            write!(f, "{d}")?;
         }
         Ok(())
     }
