@@ -100,6 +100,12 @@ for line in pathlib.Path("target/bench/iree_runtime.jsonl").read_text().splitlin
         rows.append((f"  decode step, kept vs widened", f"iree-benchmark-module median {m['step_ms']:.1f} ms (host CPU)",
                      m["step_vs_widened"], "<= 0.85x"))
 
+for line in pathlib.Path("target/bench/gqa_decode.jsonl").read_text().splitlines():
+    m = json.loads(line)
+    rows.append((f"GQA decode step, T = {m['T']} ({m['heads']} q / {m['kv_heads']} kv heads, D {m['dim']})",
+                 f"repeatKv + sdpa {m['repeat_ms']:.3f} ms; sdpa grouping {m['gqa_ms']:.3f} ms (iree-benchmark-module)",
+                 m["repeat_over_gqa"], "> 1x (no copy of k/v)"))
+
 for line in pathlib.Path("target/bench/jni.jsonl").read_text().splitlines():
     m = json.loads(line)
     where = "tmpfs" if m["dir"].startswith("/dev/shm") else "disk"
