@@ -173,12 +173,32 @@ CASES = {
     "softmax_unit_rows_dynamic_axis": ([t("x", [1, D]), t("y", [1, D])], [n("softmax", ["x"], "y", axis=-1)], {"x": [1, "S"]}),
     "softmax_unit_heads_dynamic_axis": ([t("x", [1, 2, 1, D]), t("y", [1, 2, 1, D])], [n("softmax", ["x"], "y", axis=-1)],
                                         {"x": [1, 2, 1, "S"]}),
+    # A widened operand of a concatenation with `?` dims (seed 120101 of the property test; a bf16 KV cache read as
+    # f32 and concatenated with the new keys): IREE clones the widening convert into the concatenation and sizes a
+    # stack buffer from the `?`, unless tapeout makes it its own dispatch (Emitter::unfused).
+    "concat_widened_cache_dynamic_axis": ([t("past", [2, D, 4], "f16"), t("w", [2, D, 4]), t("k", [2, D, 4]),
+                                           t("y", [2, D, 4])],
+                                          [n("convert", ["past"], "w"), n("concat", ["w", "k"], "y", axis=1)],
+                                          {"past": [2, "S", 4], "k": [2, "S", 4]}),
+    "concat_widened_static_axis": ([t("x", [D, 4]), t("h", [D, 4], "f16"), t("w", [D, 4]), t("s", [D, 4]),
+                                    t("k", [D, 4]), t("y", [D, 8])],
+                                   [n("convert", ["x"], "h"), n("convert", ["h"], "w"), n("mul", ["w", "w"], "s"),
+                                    n("concat", ["s", "k"], "y", axis=1)], {"x": ["S", 4], "k": ["S", 4]}),
+    "concat_widened_i16_to_i64": ([t("x", [D, 3], "i16"), t("w", [D, 3], "i64"), t("y", [D, 6], "i64")],
+                                  [n("convert", ["x"], "w"), n("concat", ["w", "w"], "y", axis=1)], {"x": ["S", 3]}),
+    "concat_widened_positions_i64": ([t("past", [1, D], "i64"), t("p", [1, D], "i32"), t("w", [1, D], "i64"),
+                                      t("y", [1, D], "i64")],
+                                     [n("convert", ["p"], "w"), n("concat", ["past", "w"], "y", axis=1)],
+                                     {"past": [1, "S"], "p": [1, "S"]}),
+    "concat_widened_int8": ([t("x", [D], "i8"), t("w", [D], "i32"), t("z", [D], "i32"), t("y", [D], "i32")],
+                            [n("convert", ["x"], "w"), n("concat", ["z", "w"], "y", axis=0)], {"x": ["S"], "z": ["S"]}),
     "matmul_rank4_dynamic_seq_weight": ([t("x", [2, 1, D, 4]), t("w", [4, 5], weight=W4x5), t("y", [2, 1, D, 5])],
                                         [n("matmul", ["x", "w"], "y")], {"x": [2, 1, "S", 4]}),
 }
 
 # Cases whose result size is not the input's `?` (a slice start, a concatenation), so the static control (every `?` made 4) does not type-check.
-DYNAMIC_ONLY = {"slice_dynamic_to_end", "gather_declared_less_specific", "add_dynamic_against_static", "concat_cache_dynamic_axis", "concat_two_dynamic"}
+DYNAMIC_ONLY = {"slice_dynamic_to_end", "gather_declared_less_specific", "add_dynamic_against_static", "concat_cache_dynamic_axis", "concat_two_dynamic",
+                "concat_widened_cache_dynamic_axis", "concat_widened_int8", "concat_widened_positions_i64"}
 
 
 

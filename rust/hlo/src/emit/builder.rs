@@ -1,6 +1,6 @@
 //! The emitter's state, its SSA values, and the StableHLO primitives every lowering builds on.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use tapeout_graph::{Attr, Attrs, ComputeGraph, DType, Dim, Op as Node, Shape, TensorId};
 
@@ -130,6 +130,9 @@ pub(crate) struct Emitter<'g, 'a, 'w> {
     pub(crate) out: &'w mut dyn TextOut,
     pub(crate) next: usize,
     pub(crate) vals: HashMap<TensorId, Val>,
+    /// Tensors computed from a narrower element type by ops IREE 3.13 counts as a "bit extend" (a widening
+    /// convert, then only arithmetic and reshaping): see [`Emitter::unfused`].
+    pub(crate) widened: HashSet<TensorId>,
     pub(crate) node: Option<&'g Node>,
 }
 
@@ -240,10 +243,88 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         self.assign(&format!("stablehlo.{op} {} : {t}", x.name), x.shape.clone(), x.dtype)
     }
 
+    /// `x` converted to `dtype`, same shape: `stablehlo.convert`, except that a conversion to bf16 from f32, an
+    /// integer or bool is rounded by [`Emitter::round_f32_to_bf16`].
+    pub(crate) fn convert_to(&mut self, x: &Val, dtype: DType) -> Result<Val> {
+        if dtype == DType::BF16 && !matches!(x.dtype, DType::BF16 | DType::F64 | DType::F16) {
+            let f = if x.dtype == DType::F32 { x.clone() } else { self.plain_convert(x, DType::F32) };
+            return self.round_f32_to_bf16(&f);
+        }
+        Ok(self.plain_convert(x, dtype))
+    }
+
+    /// `x` unchanged, bit for bit, through ops IREE cannot clone into a consumer's dispatch. IREE 3.13 clones a
+    /// "bit extend" (an elementwise chain from a narrower element type without a `math` op: `convert(bf16 ->
+    /// f32)`, `convert(i32 -> i64)`, a dequantization) into each consumer; cloned into a `concatenate` with `?`
+    /// dimensions it is materialized on the stack at the `?` size, and iree-compile refuses the module
+    /// (`exceeded stack allocation limit`: a bf16 KV cache widened and concatenated with the new keys, i32
+    /// positions widened and concatenated with the past ones). A float `abs` (a `math` op) makes the chain an
+    /// ordinary dispatch: 16- and 32-bit floats take it on their bits with the sign bit put back (exact, NaN
+    /// too); integers and f64 (which IREE demotes to f32, so its bits cannot be reinterpreted) subtract
+    /// `min(|x as f32|, 0)`, a zero no folder can see. Bool values are returned as they are.
+    pub(crate) fn unfused(&mut self, x: &Val) -> Result<Val> {
+        let bits = match x.dtype {
+            DType::F16 | DType::BF16 => DType::U16,
+            DType::F32 => DType::U32,
+            DType::Bool => return Ok(x.clone()),
+            _ => {
+                let f = if x.dtype.is_float() { x.clone() } else { self.plain_convert(x, DType::F32) };
+                let magnitude = self.unary("abs", &f);
+                let zero = self.fill_like(0.0, &f, f.dtype)?;
+                let hidden_zero = self.binary_same("minimum", &magnitude, &zero);
+                let hidden_zero = self.plain_convert(&hidden_zero, x.dtype);
+                return Ok(self.binary_same("subtract", x, &hidden_zero));
+            }
+        };
+        let bitcast = |e: &mut Self, v: &Val, to: DType| {
+            let rhs = format!("stablehlo.bitcast_convert {} : ({}) -> {}", v.name, v.ty(), ty(&v.shape, to));
+            e.assign(&rhs, v.shape.clone(), to)
+        };
+        let magnitude = self.unary("abs", x);
+        let magnitude_bits = bitcast(self, &magnitude, bits);
+        let x_bits = bitcast(self, x, bits);
+        // |x| differs from x in the sign bit alone: xor isolates it, or puts it back.
+        let sign_bit = self.binary_same("xor", &x_bits, &magnitude_bits);
+        let both = self.binary_same("or", &sign_bit, &magnitude_bits);
+        Ok(bitcast(self, &both, x.dtype))
+    }
+
     /// `stablehlo.convert` of `x` to `dtype`, same shape.
-    pub(crate) fn convert_to(&mut self, x: &Val, dtype: DType) -> Val {
+    fn plain_convert(&mut self, x: &Val, dtype: DType) -> Val {
         let rhs = format!("stablehlo.convert {} : ({}) -> {}", x.name, x.ty(), ty(&x.shape, dtype));
         self.assign(&rhs, x.shape.clone(), dtype)
+    }
+
+    /// f32 `x` rounded to bf16 (to nearest, ties to even; a NaN stays a quiet NaN of the same sign) in integer
+    /// arithmetic on its bits. IREE 3.13 folds `convert(f32 -> bf16)` of an integer-to-float conversion (an
+    /// `iota`, an `argmax`, a `convert` from an integer) into one integer-to-bf16 conversion, which its CPU
+    /// backend compiles into a call to compiler-rt's `__truncsfbf2` that the embedded executable cannot link; an
+    /// integer source also goes through f32 here (rounded twice above 2^24, as the graph format's reference does).
+    pub(crate) fn round_f32_to_bf16(&mut self, x: &Val) -> Result<Val> {
+        let u = DType::U32;
+        let bits = self.assign(
+            &format!("stablehlo.bitcast_convert {} : ({}) -> {}", x.name, x.ty(), ty(&x.shape, u)),
+            x.shape.clone(),
+            u,
+        );
+        let sixteen = self.fill_like(16.0, x, u)?;
+        let one = self.fill_like(1.0, x, u)?;
+        let half_ulp = self.fill_like(f64::from(0x7FFF_u32), x, u)?;
+        let quiet = self.fill_like(f64::from(0x0040_u32), x, u)?;
+        let high = self.binary_same("shift_right_logical", &bits, &sixteen);
+        let lsb = self.binary_same("and", &high, &one);
+        let bias = self.binary_same("add", &lsb, &half_ulp);
+        let biased = self.binary_same("add", &bits, &bias);
+        let rounded = self.binary_same("shift_right_logical", &biased, &sixteen);
+        let nan_bits = self.binary_same("or", &high, &quiet);
+        let is_nan = self.compare_same("NE", x, x);
+        let chosen = self.select_same(&is_nan, &nan_bits, &rounded);
+        let narrow = self.plain_convert(&chosen, DType::U16);
+        Ok(self.assign(
+            &format!("stablehlo.bitcast_convert {} : ({}) -> {}", narrow.name, narrow.ty(), ty(&x.shape, DType::BF16)),
+            x.shape.clone(),
+            DType::BF16,
+        ))
     }
 
     pub(crate) fn binary_same(&mut self, op: &str, a: &Val, b: &Val) -> Val {
@@ -725,11 +806,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
                 let d = self.dim_size(x, a)?;
                 count = self.binary_same("multiply", &count, &d);
             }
-            let count = self.assign(
-                &format!("stablehlo.convert {} : (tensor<i32>) -> {}", count.name, ty(&Shape::scalar(), s.dtype)),
-                Shape::scalar(),
-                s.dtype,
-            );
+            let count = self.convert_to(&count, s.dtype)?;
             let statics = self.splat(n as f64, &Shape::scalar(), s.dtype);
             let count = self.binary_same("multiply", &count, &statics);
             self.broadcast_to(&count, &[], &s.shape, Some(&s))?

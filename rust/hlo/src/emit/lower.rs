@@ -17,6 +17,31 @@ struct Out<'s> {
     dtype: DType,
 }
 
+/// Whether a node's result is still a "bit extend" for IREE 3.13 (see [`Emitter::unfused`]): a convert to a wider
+/// element type, or an op lowered to arithmetic and reshaping only whose operands include one.
+fn widens(op: OpKind, ins: &[Val], to: DType, from_widened: bool) -> bool {
+    let bits = |d: DType| if d == DType::Bool { 1 } else { d.byte_width() * 8 };
+    match op {
+        OpKind::Convert => ins.first().is_some_and(|x| bits(x.dtype) < bits(to)),
+        OpKind::Add
+        | OpKind::Sub
+        | OpKind::Mul
+        | OpKind::Div
+        | OpKind::Neg
+        | OpKind::Max
+        | OpKind::Min
+        | OpKind::Relu
+        | OpKind::Select
+        | OpKind::Clamp
+        | OpKind::Broadcast
+        | OpKind::Reshape
+        | OpKind::Transpose
+        | OpKind::Slice
+        | OpKind::Concat => from_widened,
+        _ => false,
+    }
+}
+
 impl<'g> Emitter<'g, '_, '_> {
     pub(crate) fn lower(&mut self, node: &'g Node) -> Result<()> {
         self.node = Some(node);
@@ -26,6 +51,9 @@ impl<'g> Emitter<'g, '_, '_> {
         };
         let spec = self.g.spec(*id);
         let out = Out { shape: &spec.shape, dtype: spec.dtype };
+        if widens(node.op, &ins, out.dtype, node.inputs.iter().any(|i| self.widened.contains(i))) {
+            self.widened.insert(*id);
+        }
         let result = match node.op {
             OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div | OpKind::Pow | OpKind::Max | OpKind::Min => {
                 self.elementwise_binary(node.op, &ins, &out)?
@@ -41,13 +69,18 @@ impl<'g> Emitter<'g, '_, '_> {
             | OpKind::Cos
             | OpKind::Sigmoid => self.elementwise_unary(node.op, &ins[0]),
             OpKind::Relu | OpKind::Silu | OpKind::Gelu => self.activation(node.op, &ins[0])?,
-            OpKind::Convert => self.convert(&ins[0], &out),
+            OpKind::Convert => self.convert_to(&ins[0], out.dtype)?,
             OpKind::Broadcast => self.lower_broadcast(&ins[0], ins.get(1), &out)?,
             OpKind::Reshape => self.reshape(&ins[0], out.shape)?,
             OpKind::Transpose => self.lower_transpose(&ins[0])?,
             OpKind::Concat => {
                 let axis = self.axis("axis", self.attr_int("axis", 0)?, ins[0].rank())?;
-                self.concat(&ins, axis)?
+                let mut parts = Vec::with_capacity(ins.len());
+                for (v, id) in ins.iter().zip(&node.inputs) {
+                    let cloned_by_iree = out.shape.is_dynamic() && v.shape.is_dynamic() && self.widened.contains(id);
+                    parts.push(if cloned_by_iree { self.unfused(v)? } else { v.clone() });
+                }
+                self.concat(&parts, axis)?
             }
             OpKind::Slice => self.lower_slice(&ins[0])?,
             OpKind::Gather => self.gather(&ins[0], &ins[1], &out)?,
@@ -133,8 +166,8 @@ impl<'g> Emitter<'g, '_, '_> {
         let big_limit = self.fill_like(16_777_216.0, a, dtype)?;
         let b_mag = self.unary("abs", b);
         let big = self.compare_same("GE", &b_mag, &big_limit);
-        let as_int = self.convert_to(b, DType::I32);
-        let back = self.convert_to(&as_int, dtype);
+        let as_int = self.convert_to(b, DType::I32)?;
+        let back = self.convert_to(&as_int, dtype)?;
         let exact = self.compare_same("EQ", &back, b);
         let integral = self.binary_same("or", &exact, &big);
         let one_i = self.fill_like(1.0, &as_int, DType::I32)?;
@@ -193,11 +226,6 @@ impl<'g> Emitter<'g, '_, '_> {
                 self.binary_same("multiply", &hx, &onept)
             }
         })
-    }
-
-    fn convert(&mut self, x: &Val, out: &Out<'_>) -> Val {
-        let rhs = format!("stablehlo.convert {} : ({}) -> {}", x.name, x.ty(), ty(out.shape, out.dtype));
-        self.assign(&rhs, out.shape.clone(), out.dtype)
     }
 
     /// A broadcast to the declared shape, or with a reference operand `like` to `like`'s run-time shape (every

@@ -248,6 +248,7 @@ pub(crate) fn emit_functions_into(
             out: &mut *out,
             next,
             vals: HashMap::new(),
+            widened: HashSet::new(),
             node: None,
         };
         for (i, &id) in graph.inputs().iter().enumerate() {
