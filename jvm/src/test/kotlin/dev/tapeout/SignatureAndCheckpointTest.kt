@@ -115,6 +115,12 @@ class SignatureAndCheckpointTest {
         operator fun invoke(x: Tensor) = fc(x)
     }
 
+    /** A tied LM head: `head.weight` is `emb.weight`, so nothing needs to bind it. */
+    class TiedNet : Module() {
+        val emb = child("emb", Embedding(8, 4))
+        val head = child("head", Linear(4, 8, bias = false).tieTo(emb))
+    }
+
     @Test
     fun `after tracing, unread checkpoint tensors and unbound parameters are warned about`() {
         val dir = tempDir("tapeout-ckpt-report")
@@ -144,6 +150,12 @@ class SignatureAndCheckpointTest {
         net.fc.bind("weight", FloatArray(12)).bind("bias", FloatArray(3))
         none.output("y", net(none.input("x", 2, 4)))
         assertTrue(none.checkpointReport().warnings.single().contains("no checkpoint was loaded"), none.checkpointReport().warnings.toString())
+
+        // A tied parameter takes its values from the one it is tied to: not unbound.
+        val tied = ExecutionTape()
+        val tn = TiedNet().also { it.emb.bind("weight", FloatArray(32)) }
+        tied.output("y", tn.head(tn.emb(tied.input("ids", 2, dtype = DType.I32))))
+        assertEquals(emptyList<String>(), tied.checkpointReport().unboundParameters)
         dir.deleteRecursively()
     }
 
@@ -166,6 +178,8 @@ class SignatureAndCheckpointTest {
         t.load(SafeTensors.open(file))
         val e2 = assertThrows<GraphValidationException> { t.param("model.layers.0.attn.q_proj.weight") }
         assertTrue(e2.message!!.contains("the most similar keys: [model.layers.0.self_attn.q_proj.weight"), e2.message)
+        val e3 = assertThrows<NoSuchElementException> { SafeTensors.open(file)["model.layers.0.attn.q_proj.weight"] }
+        assertTrue(e3.message!!.contains("the most similar: [model.layers.0.self_attn.q_proj.weight"), e3.message)
         dir.deleteRecursively()
     }
 }
