@@ -42,8 +42,8 @@ class LlamaConfig(
     val mlpBias = hf.booleanOrNull("mlp_bias") ?: false
 
     private val rope: HfConfig? = hf.objOrNull("rope_parameters") ?: hf.ropeScaling
-    /** `rope_theta`: in `rope_parameters` (transformers 5), else top level. */
-    val ropeTheta: Double = hf.objOrNull("rope_parameters")?.doubleOrNull("rope_theta") ?: hf.ropeTheta
+    /** `rope_theta`: in `rope_parameters` (transformers 5), else top level ([HfConfig.ropeTheta]). */
+    val ropeTheta: Double = hf.ropeTheta
     /** `rope_type` (`default` when absent). */
     val ropeType: String = rope?.let { it.stringOrNull("rope_type") ?: it.stringOrNull("type") } ?: "default"
 
