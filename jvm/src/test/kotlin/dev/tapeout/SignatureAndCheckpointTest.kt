@@ -104,6 +104,17 @@ class SignatureAndCheckpointTest {
         assertEquals(1e6, v5.ropeTheta); assertNull(v5.ropeScaling, "rope_type default is no scaling"); assertEquals("bfloat16", v5.torchDtype)
         val v5llama3 = HfConfig.parse("""{"rope_parameters": {"rope_theta": 500000.0, "rope_type": "llama3", "factor": 8.0}}""")
         assertEquals(500000.0, v5llama3.ropeTheta); assertEquals(8.0, v5llama3.ropeScaling!!.double("factor"))
+        assertEquals(RopeScaling.Llama3(8.0, 1.0, 4.0, 8192), c.rotaryScaling(), "transformers 4: rope_scaling")
+        assertEquals(RopeScaling.None, v5.rotaryScaling())
+        assertEquals(RopeScaling.None, HfConfig.parse("{}").rotaryScaling())
+        val v5l3 = HfConfig.parse("""{"rope_parameters": {"rope_theta": 500000.0, "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}""")
+        assertEquals(RopeScaling.Llama3(8.0, 1.0, 4.0, 8192), v5l3.rotaryScaling(), "transformers 5: rope_parameters")
+        assertEquals(RopeScaling.Linear(2.0), HfConfig.parse("""{"rope_theta": 1e4, "rope_scaling": {"type": "linear", "factor": 2}}""").rotaryScaling())
+        val noLow = assertThrows<JsonFileException> { v5llama3.rotaryScaling() }
+        assertTrue(noLow.message!!.contains("'rope_parameters.low_freq_factor'"), noLow.message)
+        val yarn = assertThrows<JsonFileException> { HfConfig.parse("""{"rope_scaling": {"rope_type": "yarn", "factor": 4}}""", "y.json").rotaryScaling() }
+        assertTrue(yarn.message!!.contains("y.json: rope_type 'yarn' is not modelled"), yarn.message)
         val bad = assertThrows<JsonFileException> { HfConfig.parse("""{"a": [1, 2""", "cfg.json") }
         assertTrue(bad.message!!.contains("cfg.json is not valid JSON"), bad.message)
         dir.deleteRecursively()
