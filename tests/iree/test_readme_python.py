@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 
-from harness import ROOT, compile_and_run_iree, iree_tool, run
+from harness import ROOT, compile_iree, run, run_iree
 
 sys.path.insert(0, str(ROOT / "tests/graphs"))
 import reference  # noqa: E402
@@ -25,9 +25,7 @@ def test_the_readme_python_snippet_runs_an_export_by_its_signature(tapeout, tmp_
     out = tmp_path / "out"
     run(tapeout, "export", g / "mlp.json", "--weights", g / "mlp.safetensors", "-o", out, "--packed", "dequantize",
         "--inline-below", "0")
-    run(iree_tool("iree-compile"), out / "mlp.mlir", "--iree-hal-target-device=local",
-        "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=generic",
-        "-o", tmp_path / "mlp.vmfb")
+    compile_iree(tmp_path, out / "mlp.mlir", "mlp")   # mlp.vmfb, which the snippet loads
     monkeypatch.chdir(tmp_path)
     scope = {}
     exec(compile(readme_snippet(), "README.md (Run it from Python)", "exec"), scope)
@@ -55,10 +53,9 @@ def test_arguments_in_the_signatures_order_at_two_run_time_sizes(tapeout, tmp_pa
     assert [a["name"] for a in main["arguments"]] == ["tokens", "positions"]
     assert main["arguments"][1] == {"name": "positions", "dtype": "i32", "shape": ["?", 4]}
     rng = np.random.default_rng(5)
+    vmfb = compile_iree(tmp_path, out / "order.mlir", "order")   # one module, run at both sizes
     for size in (3, 5):
         feeds = {"tokens": rng.standard_normal((size, 4)).astype(np.float32),
                  "positions": rng.integers(0, 100, (size, 4)).astype(np.int32)}
-        work = tmp_path / f"run{size}"
-        work.mkdir()
-        [y] = compile_and_run_iree(work, out / "order.mlir", [], [feeds[a["name"]] for a in main["arguments"]])
+        [y] = run_iree(tmp_path, vmfb, [], [feeds[a["name"]] for a in main["arguments"]], tag=f"s{size}-")
         np.testing.assert_allclose(y, feeds["positions"].astype(np.float32) - feeds["tokens"], rtol=1e-6, atol=1e-6)

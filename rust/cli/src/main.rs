@@ -453,8 +453,13 @@ fn escape_key(key: &str) -> String {
     key.escape_debug().to_string()
 }
 
-/// Prefix of the metadata blob tapeout writes (`TENSORv0:` then a JSON object).
-const TENSOR_METADATA: &str = "TENSORv0:";
+/// An entry's metadata when it is tapeout's (`TENSORv0:` then a JSON object, `tapeout::TENSOR_METADATA_PREFIX`).
+fn tensor_metadata(text: &str) -> Option<serde_json::Map<String, serde_json::Value>> {
+    match serde_json::from_str(text.strip_prefix(tapeout::TENSOR_METADATA_PREFIX)?) {
+        Ok(serde_json::Value::Object(m)) => Some(m),
+        _ => None,
+    }
+}
 
 /// An entry's metadata for `dump --json`: tapeout's `TENSORv0:` object as JSON, other UTF-8 text as a string, other
 /// bytes as hex (`null` when there is none).
@@ -463,11 +468,7 @@ fn metadata_json(metadata: &[u8]) -> serde_json::Value {
         return serde_json::Value::Null;
     }
     match std::str::from_utf8(metadata) {
-        Ok(text) => text
-            .strip_prefix(TENSOR_METADATA)
-            .and_then(|j| serde_json::from_str::<serde_json::Value>(j).ok())
-            .filter(serde_json::Value::is_object)
-            .unwrap_or_else(|| text.into()),
+        Ok(text) => tensor_metadata(text).map_or_else(|| text.into(), serde_json::Value::Object),
         Err(_) => format!("0x{}", metadata.iter().map(|b| format!("{b:02x}")).collect::<String>()).into(),
     }
 }
@@ -475,28 +476,27 @@ fn metadata_json(metadata: &[u8]) -> serde_json::Value {
 /// An entry's metadata for the `dump` table: tapeout's `TENSORv0:` object as `dtype [shape]` and its other fields
 /// (`from=Q8_0`, `transposed_from=[16,64]`), other text escaped, other bytes as their count.
 fn metadata_text(metadata: &[u8]) -> String {
-    match metadata_json(metadata) {
-        serde_json::Value::Null => "-".to_owned(),
-        serde_json::Value::Object(m) => {
-            let mut parts = Vec::new();
-            if let Some(d) = m.get("dtype").and_then(serde_json::Value::as_str) {
-                parts.push(d.to_owned());
-            }
-            if let Some(serde_json::Value::Array(dims)) = m.get("shape") {
-                parts.push(format!("[{}]", dims.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")));
-            }
-            parts.extend(m.iter().filter(|(k, _)| *k != "dtype" && *k != "shape").map(|(k, v)| match v {
-                serde_json::Value::String(s) => format!("{k}={s}"),
-                other => format!("{k}={other}"),
-            }));
-            parts.join(" ")
-        }
-        serde_json::Value::String(s) if s.starts_with("0x") && std::str::from_utf8(metadata).is_err() => {
-            format!("{} bytes (binary)", metadata.len())
-        }
-        serde_json::Value::String(s) => s.escape_debug().to_string(),
-        other => other.to_string(),
+    if metadata.is_empty() {
+        return "-".to_owned();
     }
+    let Ok(text) = std::str::from_utf8(metadata) else {
+        return format!("{} bytes (binary)", metadata.len());
+    };
+    let Some(m) = tensor_metadata(text) else {
+        return text.escape_debug().to_string();
+    };
+    let mut parts = Vec::new();
+    if let Some(d) = m.get("dtype").and_then(serde_json::Value::as_str) {
+        parts.push(d.to_owned());
+    }
+    if let Some(serde_json::Value::Array(dims)) = m.get("shape") {
+        parts.push(format!("[{}]", dims.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")));
+    }
+    parts.extend(m.iter().filter(|(k, _)| *k != "dtype" && *k != "shape").map(|(k, v)| match v {
+        serde_json::Value::String(s) => format!("{k}={s}"),
+        other => format!("{k}={other}"),
+    }));
+    parts.join(" ")
 }
 
 fn open_set(files: &[PathBuf]) -> Result<ArchiveSet, Failure> {

@@ -236,6 +236,15 @@ fn dump_shows_each_entrys_metadata() {
         "{}",
         String::from_utf8_lossy(&o.stdout)
     );
+    // Metadata that is not UTF-8: its size in the table, hex in the JSON.
+    std::fs::write(dir.path().join("m.bin"), [0xffu8, 0xfe, 0x00]).unwrap();
+    assert!(tapeout(&["pack", "-o", "b.irpa", "a=a.bin", "--meta", "a=m.bin"], dir.path()).status.success());
+    let o = tapeout(&["dump", "b.irpa"], dir.path());
+    let table = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(table.contains("`a` | 3 bytes (binary)"), "{table}");
+    let o = tapeout(&["dump", "--json", "b.irpa"], dir.path());
+    let row: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim()).unwrap();
+    assert_eq!(row["metadata"], "0xfffe00", "{row}");
 
     let o = tapeout(&["dump", "--json", "out/mlp.irpa"], dir.path());
     let rows: Vec<serde_json::Value> =

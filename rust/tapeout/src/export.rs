@@ -161,7 +161,7 @@ pub fn export_functions(
     };
     let archives = shards::write(writer, max_archive_bytes, out_dir, &stem, scope, progress)?;
     let signature = out_dir.join(signature::signature_file_name(&stem));
-    signature::write(&signature, &opts.module_name, functions)?.commit()?;
+    signature::write(&signature, &opts.module_name, functions)?;
     module_file.commit()?;
     let constants: usize = functions.iter().map(|(_, g)| g.constants().len()).sum();
     Ok(ExportSummary {

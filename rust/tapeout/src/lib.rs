@@ -26,5 +26,6 @@ pub use error::{Error, Remedy, Result};
 pub use export::{
     ExportSummary, GraphFileExport, export, export_functions, export_graph_file, file_stem, finalize, module_text,
 };
+pub use metadata::TENSOR_METADATA_PREFIX;
 pub use shards::{ArchiveFiles, ArchiveSet, INDEX_FORMAT, index_file_name, shard_file_name};
 pub use signature::{SIGNATURE_FORMAT, signature_file_name, signature_json};

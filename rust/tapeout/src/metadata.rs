@@ -10,6 +10,9 @@
 //! | `transposed_from` | stored transposed (`export`) | `[rows, cols]` of the tensor as held |
 //! | `plane`, `packed_shape`, `padded_rows` | one plane of a packed weight (`export`) | the plane's suffix, the packed weight's `[N, K]`, and its padded row count when that differs from `N` |
 
+/// What every metadata blob starts with; the JSON object follows. `tapeout dump` reads blobs by it.
+pub const TENSOR_METADATA_PREFIX: &str = "TENSORv0:";
+
 /// The plane of a packed weight an entry holds.
 pub(crate) struct PlaneOf<'a> {
     /// The plane's key suffix (`qs`, `d`, …).
@@ -61,7 +64,7 @@ impl<'a> TensorMetadata<'a> {
                 m["padded_rows"] = rows.into();
             }
         }
-        format!("TENSORv0:{m}").into_bytes()
+        format!("{TENSOR_METADATA_PREFIX}{m}").into_bytes()
     }
 }
 

@@ -12,9 +12,8 @@ use std::io::Write;
 use std::path::Path;
 
 use tapeout_graph::{ComputeGraph, Dim, TensorId};
-use tapeout_irpa::AtomicFile;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// The `format` of a signature file.
 pub const SIGNATURE_FORMAT: &str = "tapeout-signature/1";
@@ -59,17 +58,14 @@ pub fn signature_json(module: &str, functions: &[(&str, &ComputeGraph<'_>)]) -> 
     text
 }
 
-/// Writes the signature of `functions` to `path` into a temporary file, returned uncommitted: the caller commits it
-/// with the module, so neither final name holds a half-written file.
+/// Writes the signature of `functions` to `path` atomically (a temporary file renamed over it, as the index of a
+/// sharded set is written).
 ///
 /// # Errors
-/// [`Error::Write`] naming `path`.
-pub(crate) fn write(path: &Path, module: &str, functions: &[(&str, &ComputeGraph<'_>)]) -> Result<AtomicFile> {
-    let mut file = AtomicFile::create(path)?;
-    file.file()
-        .write_all(signature_json(module, functions).as_bytes())
-        .map_err(|source| Error::Write { path: path.to_path_buf(), source })?;
-    Ok(file)
+/// [`crate::error::Error::Archive`] naming `path` when it cannot be written.
+pub(crate) fn write(path: &Path, module: &str, functions: &[(&str, &ComputeGraph<'_>)]) -> Result<()> {
+    let text = signature_json(module, functions);
+    Ok(tapeout_irpa::write_atomically(path, |f| f.write_all(text.as_bytes()))?)
 }
 
 #[cfg(test)]

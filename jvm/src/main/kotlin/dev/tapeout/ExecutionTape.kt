@@ -139,7 +139,7 @@ class ExecutionTape(val compute: DType = DType.F32, val captureSites: Boolean = 
     internal fun paramAt(k: String, shape: LongArray?): Tensor {
         val t = byKey[k] ?: run {
             val found = checkpoints.firstNotNullOfOrNull { it.tensors[k] }
-                ?: fail("param", emptyList(), "no checkpoint given to load() has a tensor '$k'" + nearKeys(k))
+                ?: fail("param", emptyList(), "no checkpoint given to load() has a tensor '$k'" + suggestKeys(k, checkpoints))
             checkpointWeightAt(k, found)
         }
         if (shape != null && !t.shape.contentEquals(shape)) {
@@ -150,8 +150,6 @@ class ExecutionTape(val compute: DType = DType.F32, val captureSites: Boolean = 
 
     /** The tensor already keyed [k] on this tape, else [make]'s. */
     internal fun keyedOrMake(k: String, make: () -> Tensor): Tensor = byKey[k] ?: make()
-
-    private fun nearKeys(k: String): String = suggestKeys(k, checkpoints)
 
     /** Registers [t] as the tensor of key [path] (the first one keeps it) and returns it. */
     internal fun keyed(path: String, t: Tensor): Tensor {

@@ -89,6 +89,24 @@ class HfConfig private constructor(private val o: JsonObjectView) {
      */
     val ropeScaling: HfConfig? get() = objOrNull("rope_scaling")
         ?: objOrNull("rope_parameters")?.takeIf { (it.stringOrNull("rope_type") ?: "default") != "default" }
+    /**
+     * [ropeScaling] as the [RopeScaling] that [rotary] takes: [RopeScaling.None] when there is none or its `rope_type`
+     * (or the older `type`) is `default`; [RopeScaling.Linear] for `linear` (`factor`); [RopeScaling.Llama3] for
+     * `llama3` (`factor`, `low_freq_factor`, `high_freq_factor`, `original_max_position_embeddings`). A missing field,
+     * or a `rope_type` not modelled, is a [JsonFileException] naming the file.
+     */
+    fun rotaryScaling(): RopeScaling {
+        val s = ropeScaling ?: return RopeScaling.None
+        val type = s.stringOrNull("rope_type") ?: s.stringOrNull("type") ?: "default"
+        return when (type) {
+            "default" -> RopeScaling.None
+            "linear" -> RopeScaling.Linear(s.double("factor"))
+            "llama3" -> RopeScaling.Llama3(s.double("factor"), s.double("low_freq_factor"), s.double("high_freq_factor"),
+                s.int("original_max_position_embeddings"))
+            else -> throw JsonFileException("$source: rope_type '$type' is not modelled (default, linear or llama3); " +
+                "export this model with its RoPE scaling written out, or add it to RopeScaling")
+        }
+    }
     /** `tie_word_embeddings`; false when absent. */
     val tieWordEmbeddings: Boolean get() = booleanOrNull("tie_word_embeddings") ?: false
     /** `dtype` (transformers 5) or `torch_dtype` (4.x): `float32`, `bfloat16`; or null. */

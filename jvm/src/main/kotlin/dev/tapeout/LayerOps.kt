@@ -122,14 +122,13 @@ sealed interface LayerOps {
         if (!cos.shape.contentEquals(sin.shape)) t.fail(Op.ROPE, ins, "cos ${shapeText(cos.shape)} and sin ${shapeText(sin.shape)} must have one shape")
         val w = cos.shape.lastOrNull()
         if (w != d && w != d / 2 && w != 1L) {
-            t.fail(Op.ROPE, ins, "cos/sin of width ${w?.let { if (it == DYNAMIC) "?" else "$it" }} for a head dimension of $d: " +
+            t.fail(Op.ROPE, ins, "cos/sin of width ${w?.let(::dimText)} for a head dimension of $d: " +
                 "use full tables [.., S, $d] or half tables [.., S, ${d / 2}]")
         }
         if (cos.rank > x.rank) t.fail(Op.ROPE, ins, "cos/sin ${shapeText(cos.shape)} have a higher rank than x ${shapeText(x.shape)}")
+        // The shape the tables must broadcast to: x's, with the table width (full or half) last.
         val like = x.shape.copyOf().also { it[it.size - 1] = if (w == d / 2) d / 2 else d }
-        val table = cos.shape.copyOf().also { it[it.size - 1] = like.last() }
-        val b = t.broadcastShape(Op.ROPE, like, if (w == 1L) cos.shape else table, ins)
-        if (!b.indices.all { b[it] == like[it] || like[it] == DYNAMIC || b[it] == DYNAMIC }) {
+        if (!broadcastsTo(cos.shape, like)) {
             t.fail(Op.ROPE, ins, "cos/sin ${shapeText(cos.shape)} do not broadcast to x ${shapeText(x.shape)} (tables [.., S, D] or [.., S, D/2])")
         }
         val attrs = if (interleaved) mapOf<String, Any>("interleaved" to true) else emptyMap()
@@ -183,12 +182,7 @@ sealed interface LayerOps {
         if (mask != null) {
             t.dtypes.pair(Op.SDPA, q, mask)
             val scores = q.shape.copyOf().also { it[r - 1] = k.shape[r - 2] }
-            val fits = mask.rank <= r && (0 until mask.rank).all {
-                val m = mask.shape[mask.rank - 1 - it]
-                val s = scores[r - 1 - it]
-                m == 1L || agree(m, s)
-            }
-            if (!fits) t.fail(Op.SDPA, ins, "the mask ${shapeText(mask.shape)} does not broadcast to the scores ${shapeText(scores)} ([.., H, S, T])")
+            if (!broadcastsTo(mask.shape, scores)) t.fail(Op.SDPA, ins, "the mask ${shapeText(mask.shape)} does not broadcast to the scores ${shapeText(scores)} ([.., H, S, T])")
         }
         val shape = q.shape.copyOf().also { it[it.size - 1] = v.shape.last() }
         val attrs = mutableMapOf<String, Any>("causal" to causal)
@@ -214,8 +208,6 @@ sealed interface LayerOps {
         return t.reshape(copies, b, kv * groups, tt, d)
     }
 }
-
-private fun dimText(d: Long): String = if (d == DYNAMIC) "?" else "$d"
 
 /** The tape behind a [LayerOps] (its one implementation). */
 private val LayerOps.core: ExecutionTape get() = this as ExecutionTape

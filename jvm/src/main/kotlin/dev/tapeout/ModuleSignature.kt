@@ -8,7 +8,7 @@ data class SignatureValue(val name: String, val dtype: String, val shape: List<L
     /** The dtype as a [DType], or null for one the JVM library has no name for. */
     val dtypeOrNull: DType? get() = DType.values().firstOrNull { it.json == dtype }
 
-    override fun toString(): String = "$name: $dtype${shape.joinToString(", ", "[", "]") { if (it == DYNAMIC) "?" else "$it" }}"
+    override fun toString(): String = "$name: $dtype${shapeText(shape.toLongArray())}"
 }
 
 /** One public function of an exported module: its [arguments] and [results] in call order. */

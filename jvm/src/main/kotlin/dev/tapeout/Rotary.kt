@@ -33,7 +33,7 @@ class Rotary internal constructor(val cos: Tensor, val sin: Tensor, val interlea
  * `_compute_linear_scaling_rope_parameters`, `_compute_llama3_parameters`).
  */
 fun ropeInverseFrequencies(headDim: Int, theta: Double = 10000.0, scaling: RopeScaling = RopeScaling.None): FloatArray {
-    require(headDim > 0 && headDim % 2 == 0) { "rotary embeddings need an even head dimension, not $headDim" }
+    require(headDim > 0 && headDim % 2 == 0) { "the head dimension must be even and positive, not $headDim" }
     require(theta > 0.0 && theta.isFinite()) { "theta must be a positive number, not $theta" }
     val d = headDim.toFloat()
     val base = theta.toFloat()
@@ -84,7 +84,7 @@ fun ExecutionTape.rotary(positions: Tensor, headDim: Int, theta: Double = 10000.
         fail("rotary", listOf(positions), "positions must be integers (I32 or I64), not ${positions.dtype}")
     }
     if (positions.rank != 1 && positions.rank != 2) fail("rotary", listOf(positions), "positions must be [S] or [B, S]")
-    if (headDim <= 0 || headDim % 2 != 0) fail("rotary", listOf(positions), "the head dimension must be even and positive, not $headDim")
+    // ropeInverseFrequencies checks the head dimension, theta and the scaling: its refusal names this line.
     val inv = try {
         ropeInverseFrequencies(headDim, theta, scaling)
     } catch (e: IllegalArgumentException) {

@@ -89,7 +89,7 @@ sealed interface ShapeOps {
         if (start.size != x.rank || limit.size != x.rank || stride.size != x.rank) t.fail(Op.SLICE, listOf(x), "start, limit and stride need one entry per dimension (${x.rank})")
         val shape = LongArray(x.rank) { i ->
             val (b, e, k, d) = listOf(start[i], limit[i], stride[i], x.shape[i])
-            val bounds = "[$b:$e:$k] of dimension $i (size ${if (d == DYNAMIC) "?" else d})"
+            val bounds = "[$b:$e:$k] of dimension $i (size ${dimText(d)})"
             if (b < 0 || k <= 0 || e < -1) t.fail(Op.SLICE, listOf(x), "$bounds: start must be >= 0, stride > 0, and limit >= 0 or -1 (to the end)")
             when {
                 d == DYNAMIC && e == -1L -> DYNAMIC
@@ -156,15 +156,20 @@ internal fun ExecutionTape.axis(op: Op, x: Tensor, a: Int): Int {
     return r
 }
 
-/** [x] broadcasts (NumPy, right-aligned) to [shape] (a [DYNAMIC] size on either side is taken to fit), or a failure. */
+/** A dimension of size [a] broadcasts to one of size [b]: it is 1, equal, or either is [DYNAMIC] (taken to fit). */
+private fun dimBroadcastsTo(a: Long, b: Long): Boolean = a == 1L || a == b || a == DYNAMIC || b == DYNAMIC
+
+/** [from] broadcasts (NumPy, right-aligned) to [to] without changing it ([dimBroadcastsTo] for each dimension). */
+internal fun broadcastsTo(from: LongArray, to: LongArray): Boolean =
+    from.size <= to.size && from.indices.all { dimBroadcastsTo(from[it], to[to.size - from.size + it]) }
+
+/** [x] broadcasts (NumPy, right-aligned) to [shape] ([broadcastsTo]), or a failure naming the dimension. */
 internal fun ExecutionTape.checkBroadcastsTo(op: Op, x: Tensor, shape: LongArray, operands: List<Tensor>) {
     if (x.rank > shape.size) fail(op, operands, "cannot broadcast to the lower rank ${shape.size} (${shapeText(shape)})")
     val off = shape.size - x.rank
     for (i in 0 until x.rank) {
         val (a, b) = x.shape[i] to shape[off + i]
-        if (a != 1L && a != b && a != DYNAMIC && b != DYNAMIC) {
-            fail(op, operands, "dimension $i ($a) cannot broadcast to dimension ${off + i} ($b) of ${shapeText(shape)}")
-        }
+        if (!dimBroadcastsTo(a, b)) fail(op, operands, "dimension $i ($a) cannot broadcast to dimension ${off + i} ($b) of ${shapeText(shape)}")
     }
 }
 

@@ -80,9 +80,13 @@ class Tensor internal constructor(
             site?.let { append(" from ").append(siteText(it)) }
         }
 
-    override fun toString(): String = "Tensor($name, ${shape.joinToString("x") { if (it == DYNAMIC) "?" else "$it" }}, $dtype)"
+    override fun toString(): String = "Tensor($name, ${shape.joinToString("x", transform = ::dimText)}, $dtype)"
 }
 
-internal fun shapeText(shape: LongArray): String = shape.joinToString(", ", "[", "]") { if (it == DYNAMIC) "?" else "$it" }
+/** One dimension as messages and files write it: its size, or `?` for [DYNAMIC]. */
+internal fun dimText(d: Long): String = if (d == DYNAMIC) "?" else "$d"
+
+/** A shape as messages write it: `[?, 4]`. */
+internal fun shapeText(shape: LongArray): String = shape.joinToString(", ", "[", "]", transform = ::dimText)
 
 internal fun siteText(e: StackTraceElement): String = "${e.fileName ?: e.className}:${e.lineNumber}"

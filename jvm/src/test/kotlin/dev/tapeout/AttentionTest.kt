@@ -69,7 +69,7 @@ class AttentionTest {
         val m2 = refused { u -> val c = u.input("c", 5, 7); u.rope(u.input("x", 1, 5, 7), c, c) }
         assertTrue(m2.contains("must be even, not 7"), m2)
         val m3 = refused { u -> val c = u.input("c", 4, 8); u.rope(u.input("x", 1, 5, 8), c, c) }
-        assertTrue(m3.contains("do not broadcast"), m3)
+        assertTrue(m3.contains("cos/sin [4, 8] do not broadcast to x [1, 5, 8]"), m3)
         val m4 = refused { u -> u.rope(u.input("x", 1, 5, 8), u.input("c", 5, 8), u.input("s", 5, 4)) }
         assertTrue(m4.contains("must have one shape"), m4)
     }
@@ -110,6 +110,8 @@ class AttentionTest {
         assertArrayEquals(longArrayOf(DYNAMIC, 8), r.cos.shape)
         val x = t.input("x", longArrayOf(1, 2, DYNAMIC, 8))
         t.output(t.rope(x, r))
+        // f32 tables on a bf16 x are converted to x's dtype.
+        assertEquals(DType.BF16, t.rope(t.input("xh", longArrayOf(1, 2, DYNAMIC, 8), DType.BF16), r).dtype)
         val b = t.input("bpos", longArrayOf(2, DYNAMIC), DType.I64)
         val rb = t.rotary(b, 8, interleaved = true)
         assertArrayEquals(longArrayOf(2, 1, DYNAMIC, 8), rb.sin.shape)

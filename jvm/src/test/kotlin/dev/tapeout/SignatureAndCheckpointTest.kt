@@ -104,6 +104,17 @@ class SignatureAndCheckpointTest {
         assertEquals(1e6, v5.ropeTheta); assertNull(v5.ropeScaling, "rope_type default is no scaling"); assertEquals("bfloat16", v5.torchDtype)
         val v5llama3 = HfConfig.parse("""{"rope_parameters": {"rope_theta": 500000.0, "rope_type": "llama3", "factor": 8.0}}""")
         assertEquals(500000.0, v5llama3.ropeTheta); assertEquals(8.0, v5llama3.ropeScaling!!.double("factor"))
+        assertEquals(RopeScaling.Llama3(8.0, 1.0, 4.0, 8192), c.rotaryScaling(), "transformers 4: rope_scaling")
+        assertEquals(RopeScaling.None, v5.rotaryScaling())
+        assertEquals(RopeScaling.None, HfConfig.parse("{}").rotaryScaling())
+        val v5l3 = HfConfig.parse("""{"rope_parameters": {"rope_theta": 500000.0, "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}""")
+        assertEquals(RopeScaling.Llama3(8.0, 1.0, 4.0, 8192), v5l3.rotaryScaling(), "transformers 5: rope_parameters")
+        assertEquals(RopeScaling.Linear(2.0), HfConfig.parse("""{"rope_theta": 1e4, "rope_scaling": {"type": "linear", "factor": 2}}""").rotaryScaling())
+        val noLow = assertThrows<JsonFileException> { v5llama3.rotaryScaling() }
+        assertTrue(noLow.message!!.contains("'rope_parameters.low_freq_factor'"), noLow.message)
+        val yarn = assertThrows<JsonFileException> { HfConfig.parse("""{"rope_scaling": {"rope_type": "yarn", "factor": 4}}""", "y.json").rotaryScaling() }
+        assertTrue(yarn.message!!.contains("y.json: rope_type 'yarn' is not modelled"), yarn.message)
         val bad = assertThrows<JsonFileException> { HfConfig.parse("""{"a": [1, 2""", "cfg.json") }
         assertTrue(bad.message!!.contains("cfg.json is not valid JSON"), bad.message)
         dir.deleteRecursively()
@@ -113,6 +124,12 @@ class SignatureAndCheckpointTest {
         val fc = child("fc", Linear(4, 3))
         val extra = child("extra", Linear(4, 4, bias = false))
         operator fun invoke(x: Tensor) = fc(x)
+    }
+
+    /** A tied LM head: `head.weight` is `emb.weight`, so nothing needs to bind it. */
+    class TiedNet : Module() {
+        val emb = child("emb", Embedding(8, 4))
+        val head = child("head", Linear(4, 8, bias = false).tieTo(emb))
     }
 
     @Test
@@ -144,6 +161,12 @@ class SignatureAndCheckpointTest {
         net.fc.bind("weight", FloatArray(12)).bind("bias", FloatArray(3))
         none.output("y", net(none.input("x", 2, 4)))
         assertTrue(none.checkpointReport().warnings.single().contains("no checkpoint was loaded"), none.checkpointReport().warnings.toString())
+
+        // A tied parameter takes its values from the one it is tied to: not unbound.
+        val tied = ExecutionTape()
+        val tn = TiedNet().also { it.emb.bind("weight", FloatArray(32)) }
+        tied.output("y", tn.head(tn.emb(tied.input("ids", 2, dtype = DType.I32))))
+        assertEquals(emptyList<String>(), tied.checkpointReport().unboundParameters)
         dir.deleteRecursively()
     }
 
@@ -166,6 +189,8 @@ class SignatureAndCheckpointTest {
         t.load(SafeTensors.open(file))
         val e2 = assertThrows<GraphValidationException> { t.param("model.layers.0.attn.q_proj.weight") }
         assertTrue(e2.message!!.contains("the most similar keys: [model.layers.0.self_attn.q_proj.weight"), e2.message)
+        val e3 = assertThrows<NoSuchElementException> { SafeTensors.open(file)["model.layers.0.attn.q_proj.weight"] }
+        assertTrue(e3.message!!.contains("the most similar: [model.layers.0.self_attn.q_proj.weight"), e3.message)
         dir.deleteRecursively()
     }
 }

@@ -149,7 +149,7 @@ public class ExportIrpaTask extends DefaultTask {
                 String[] f = line.split(" ", 3);
                 if (f.length != 3) return false;
                 File file = new File(f[2]);
-                if (!file.isFile() || file.length() != Long.parseLong(f[0]) || file.lastModified() != Long.parseLong(f[1])) {
+                if (!unchangedSince(file, f)) {
                     getLogger().lifecycle("tapeout: " + file + " changed since the last export");
                     return false;
                 }
@@ -221,7 +221,7 @@ public class ExportIrpaTask extends DefaultTask {
             }
             List<File> written = new ArrayList<>();
             for (String f : response.outputs) written.add(new File(f).getAbsoluteFile());
-            written.add(new File(getOutputDir(), getModuleName() + ".inputs").getAbsoluteFile());
+            written.add(readList().getAbsoluteFile());
             removeStaleOutputs(new File(dir, WRITTEN), written);
             return;
         }
@@ -232,6 +232,15 @@ public class ExportIrpaTask extends DefaultTask {
         if (response == null) message.append(" without a response");
         if (!stderr.isEmpty()) message.append(":\n").append(String.join("\n", stderr));
         throw new GradleException(message.toString());
+    }
+
+    /**
+     * Whether {@code file} is still as {@code recorded} (a {@code size mtime path} line of the {@code .inputs} list or
+     * of {@link #WRITTEN}, split in three) describes it: a file of that size and modification time. Throws
+     * {@link NumberFormatException} when the recorded size or time is not a number.
+     */
+    private static boolean unchangedSince(File file, String[] recorded) {
+        return file.isFile() && file.length() == Long.parseLong(recorded[0]) && file.lastModified() == Long.parseLong(recorded[1]);
     }
 
     /** The list of files the last successful export of this task wrote, in its temporary directory. */
@@ -258,9 +267,7 @@ public class ExportIrpaTask extends DefaultTask {
                 File old = new File(f[2]);
                 if (!dirs.contains(old.getAbsoluteFile().getParentFile())) continue;
                 try {
-                    if (old.isFile() && old.length() == Long.parseLong(f[0]) && old.lastModified() == Long.parseLong(f[1])) {
-                        Files.delete(old.toPath());
-                    }
+                    if (unchangedSince(old, f)) Files.delete(old.toPath());
                 } catch (NumberFormatException ignored) {
                     // not a line this task wrote: leave the file alone
                 }

@@ -41,24 +41,10 @@ class LlamaConfig(
     /** Llama's `mlp_bias`. */
     val mlpBias = hf.booleanOrNull("mlp_bias") ?: false
 
-    private val rope: HfConfig? = hf.objOrNull("rope_parameters") ?: hf.ropeScaling
-    /** `rope_theta`: in `rope_parameters` (transformers 5), else top level. */
-    val ropeTheta: Double = hf.objOrNull("rope_parameters")?.doubleOrNull("rope_theta") ?: hf.ropeTheta
-    /** `rope_type` (`default` when absent). */
-    val ropeType: String = rope?.let { it.stringOrNull("rope_type") ?: it.stringOrNull("type") } ?: "default"
-
-    /** HF's `rope_type` as a [RopeScaling]. */
-    val ropeScaling: RopeScaling = when (ropeType) {
-        "default" -> RopeScaling.None
-        "linear" -> RopeScaling.Linear(scalingFields().double("factor"))
-        "llama3" -> scalingFields().let {
-            RopeScaling.Llama3(it.double("factor"), it.double("low_freq_factor"), it.double("high_freq_factor"),
-                it.int("original_max_position_embeddings"))
-        }
-        else -> throw IllegalArgumentException("${hf.source}: rope_type '$ropeType' is not modelled here (default, linear, llama3)")
-    }
-
-    private fun scalingFields() = rope ?: throw IllegalArgumentException("${hf.source}: rope_type '$ropeType' without its fields")
+    /** `rope_theta`: in `rope_parameters` (transformers 5), else top level ([HfConfig.ropeTheta]). */
+    val ropeTheta: Double = hf.ropeTheta
+    /** The RoPE scaling of `rope_parameters` or `rope_scaling` ([HfConfig.rotaryScaling]). */
+    val ropeScaling: RopeScaling = hf.rotaryScaling()
 
     init {
         require(modelType in setOf("llama", "qwen2", "mistral")) { "${hf.source}: model_type '$modelType' is not llama, qwen2 or mistral" }
