@@ -164,16 +164,24 @@ class ExecutionTape(val compute: DType = DType.F32, val captureSites: Boolean = 
         outputList.addAll(results)
     }
 
-    /** Marks [result] as the next result, named [name] (its `tapeout.name` in the module, and its name in the graph). */
+    /**
+     * Marks [result] as the next result, named [name] (its `tapeout.name` in the module, and its name in the graph),
+     * and returns the tensor that carries that name: [result] itself, or, when [result] is an [input], a weight
+     * or constant, or already a result, a copy of it (a `convert` to its own dtype), so that the input keeps its
+     * argument name, a weight its parameter key, and each result its own name.
+     */
     fun output(name: String, result: Tensor): Tensor {
         if (result.tape !== this) fail("output", listOf(result), "the tensor belongs to another tape")
         val other = names[name]
         if (other != null && other !== result) fail("output", listOf(result), "the name '$name' is already ${other.description}")
-        names.remove(result.name)
-        result.name = name
-        names[name] = result
-        outputList.add(result)
-        return result
+        val keepsItsName = result.id in declaredInputs || result.data !== ShapeOnly || outputList.any { it === result }
+        if (keepsItsName && other === result) fail("output", listOf(result), "the name '$name' is already this tensor's own")
+        val named = if (keepsItsName) record(Op.CONVERT, listOf(result), result.shape, result.dtype) else result
+        names.remove(named.name)
+        named.name = name
+        names[name] = named
+        outputList.add(named)
+        return named
     }
 
     /**

@@ -133,6 +133,31 @@ class SignatureAndCheckpointTest {
     }
 
     @Test
+    fun `an input, a weight or a result given as an output keeps its own name and the result gets the new one`() {
+        val t = ExecutionTape()
+        val x = t.input("x", 2, 3)
+        val w = t.weight("w", FloatArray(6) { it.toFloat() }, 2, 3)
+        val weightName = w.name
+        val y = t.output("y", x)
+        assertEquals("x", x.name)
+        val z = t.output("z", x + w)
+        t.output("z_again", z)
+        t.output("w_out", w)
+        assertEquals(weightName, w.name)
+        assertEquals("w", w.path)
+        assertEquals(listOf("y", "z", "z_again", "w_out"), t.outputs.map { it.name })
+        assertTrue(y !== x)
+        val e = assertThrows<GraphValidationException> { t.output("x", x) }
+        assertTrue(e.message!!.contains("already this tensor's own"), e.message)
+        val dir = tempDir("tapeout-sig-pass-through")
+        val r = t.toComputeGraph().export(dir, "pass")
+        val main = ModuleSignature.read(r.signature).function("main")
+        assertEquals(listOf("x"), main.arguments.map { it.name })
+        assertEquals(listOf("y", "z", "z_again", "w_out"), main.results.map { it.name })
+        dir.deleteRecursively()
+    }
+
+    @Test
     fun `after tracing, unread checkpoint tensors and unbound parameters are warned about`() {
         val dir = tempDir("tapeout-ckpt-report")
         val file = File(dir, "m.safetensors")
