@@ -276,17 +276,19 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
                 return Ok(self.binary_same("subtract", x, &hidden_zero));
             }
         };
-        let bitcast = |e: &mut Self, v: &Val, to: DType| {
-            let rhs = format!("stablehlo.bitcast_convert {} : ({}) -> {}", v.name, v.ty(), ty(&v.shape, to));
-            e.assign(&rhs, v.shape.clone(), to)
-        };
         let magnitude = self.unary("abs", x);
-        let magnitude_bits = bitcast(self, &magnitude, bits);
-        let x_bits = bitcast(self, x, bits);
+        let magnitude_bits = self.bitcast(&magnitude, bits);
+        let x_bits = self.bitcast(x, bits);
         // |x| differs from x in the sign bit alone: xor isolates it, or puts it back.
         let sign_bit = self.binary_same("xor", &x_bits, &magnitude_bits);
         let both = self.binary_same("or", &sign_bit, &magnitude_bits);
-        Ok(bitcast(self, &both, x.dtype))
+        Ok(self.bitcast(&both, x.dtype))
+    }
+
+    /// `stablehlo.bitcast_convert` of `x` to `dtype`, an element type of the same width: its bits, retyped.
+    fn bitcast(&mut self, x: &Val, dtype: DType) -> Val {
+        let rhs = format!("stablehlo.bitcast_convert {} : ({}) -> {}", x.name, x.ty(), ty(&x.shape, dtype));
+        self.assign(&rhs, x.shape.clone(), dtype)
     }
 
     /// `stablehlo.convert` of `x` to `dtype`, same shape.
@@ -302,11 +304,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     /// integer source also goes through f32 here (rounded twice above 2^24, as the graph format's reference does).
     pub(crate) fn round_f32_to_bf16(&mut self, x: &Val) -> Result<Val> {
         let u = DType::U32;
-        let bits = self.assign(
-            &format!("stablehlo.bitcast_convert {} : ({}) -> {}", x.name, x.ty(), ty(&x.shape, u)),
-            x.shape.clone(),
-            u,
-        );
+        let bits = self.bitcast(x, u);
         let sixteen = self.fill_like(16.0, x, u)?;
         let one = self.fill_like(1.0, x, u)?;
         let half_ulp = self.fill_like(f64::from(0x7FFF_u32), x, u)?;
@@ -320,11 +318,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         let is_nan = self.compare_same("NE", x, x);
         let chosen = self.select_same(&is_nan, &nan_bits, &rounded);
         let narrow = self.plain_convert(&chosen, DType::U16);
-        Ok(self.assign(
-            &format!("stablehlo.bitcast_convert {} : ({}) -> {}", narrow.name, narrow.ty(), ty(&x.shape, DType::BF16)),
-            x.shape.clone(),
-            DType::BF16,
-        ))
+        Ok(self.bitcast(&narrow, DType::BF16))
     }
 
     pub(crate) fn binary_same(&mut self, op: &str, a: &Val, b: &Val) -> Val {
