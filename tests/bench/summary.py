@@ -106,6 +106,12 @@ for line in pathlib.Path("target/bench/gqa_decode.jsonl").read_text().splitlines
                  f"repeatKv + sdpa {m['repeat_ms']:.3f} ms; sdpa grouping {m['gqa_ms']:.3f} ms (iree-benchmark-module)",
                  m["repeat_over_gqa"], "> 1x (no copy of k/v)"))
 
+for line in pathlib.Path("target/bench/bf16_rounding.jsonl").read_text().splitlines():
+    m = json.loads(line)
+    rows.append((f"f32 -> bf16 -> f32 of {m['N']} values, integer rounding vs one convert",
+                 f"tapeout {m['ours_ms']:.3f} ms; stablehlo.convert {m['native_ms']:.3f} ms (iree-benchmark-module)",
+                 m["ours_over_native"], "<= 1.05x"))
+
 for line in pathlib.Path("target/bench/jni.jsonl").read_text().splitlines():
     m = json.loads(line)
     where = "tmpfs" if m["dir"].startswith("/dev/shm") else "disk"
