@@ -1,0 +1,77 @@
+// The narrow C surface tapeout's Rust crate binds (by hand, in src/ffi.rs) instead of IREE's whole runtime API.
+//
+// Every fallible function returns 0 on success or an IREE status code, and then sets *out_message to a string
+// from malloc that the caller frees with tio_free_message. Handles are opaque and released by their own function.
+#ifndef TAPEOUT_IREE_H_
+#define TAPEOUT_IREE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tio_instance tio_instance;
+typedef struct tio_device tio_device;
+typedef struct tio_session tio_session;
+// A value lives on the device (an iree_hal_buffer_view_t).
+typedef struct tio_value tio_value;
+
+// Element types, as tapeout names them.
+enum {
+  TIO_F32 = 0,
+  TIO_F16 = 1,
+  TIO_BF16 = 2,
+  TIO_F64 = 3,
+  TIO_I8 = 4,
+  TIO_I16 = 5,
+  TIO_I32 = 6,
+  TIO_I64 = 7,
+  TIO_U8 = 8,
+  TIO_BOOL = 9,
+};
+
+void tio_free_message(char* message);
+
+int32_t tio_instance_create(tio_instance** out_instance, char** out_message);
+void tio_instance_release(tio_instance* instance);
+// The HAL drivers this runtime was built with, one name per line (a string to free with tio_free_message).
+int32_t tio_instance_drivers(tio_instance* instance, char** out_names, char** out_message);
+
+// uri: "local-task", "local-sync", "cuda", "vulkan", ... ; workers > 0 caps local-task's worker threads.
+int32_t tio_device_create(tio_instance* instance, const char* uri, int32_t workers, tio_device** out_device,
+                          char** out_message);
+void tio_device_release(tio_device* device);
+
+// Loads a compiled module (its bytes are copied) with parameter files: file i under scopes[i] ("" for none).
+// Each parameter file is memory-mapped read-only and its entries are imported in place where the device can.
+int32_t tio_session_create(tio_instance* instance, tio_device* device, const uint8_t* vmfb, size_t vmfb_length,
+                           size_t file_count, const char* const* scopes, const char* const* paths,
+                           tio_session** out_session, char** out_message);
+void tio_session_release(tio_session* session);
+// The exported functions: "name\tdeclaration\n" per function (a string to free with tio_free_message).
+int32_t tio_session_functions(tio_session* session, char** out_listing, char** out_message);
+
+// A device value from host bytes (copied); dims has `rank` entries.
+int32_t tio_value_create(tio_session* session, int32_t dtype, size_t rank, const int64_t* dims, const void* data,
+                         size_t byte_length, tio_value** out_value, char** out_message);
+void tio_value_release(tio_value* value);
+// The dtype (TIO_*), or -1 for a type tapeout does not name.
+int32_t tio_value_dtype(const tio_value* value);
+size_t tio_value_rank(const tio_value* value);
+uint64_t tio_value_dim(const tio_value* value, size_t axis);
+uint64_t tio_value_byte_length(const tio_value* value);
+// Copies the value's bytes to dst (byte_length must equal tio_value_byte_length).
+int32_t tio_value_read(tio_session* session, const tio_value* value, void* dst, size_t byte_length,
+                       char** out_message);
+
+// Calls an exported function. outputs has room for output_capacity values; *out_count says how many it returned.
+int32_t tio_call(tio_session* session, const char* function, size_t input_count, tio_value* const* inputs,
+                 size_t output_capacity, tio_value** outputs, size_t* out_count, char** out_message);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif  // TAPEOUT_IREE_H_

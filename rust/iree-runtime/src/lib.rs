@@ -1,0 +1,684 @@
+//! IREE's runtime in process, for modules tapeout exported and `iree-compile` compiled.
+//!
+//! ```no_run
+//! use tapeout_iree::{Instance, Parameters, DType};
+//! # fn main() -> Result<(), tapeout_iree::IreeError> {
+//! let instance = Instance::new()?;
+//! let device = instance.device("local-task", 2)?;
+//! let vmfb = std::fs::read("model.vmfb").map_err(|e| tapeout_iree::IreeError::io("model.vmfb", e))?;
+//! // The archive is memory-mapped: its pages are the parameters' buffers, never copied.
+//! let module = device.load(&vmfb, &[Parameters::new("model", "model.irpa")])?;
+//! let tokens = module.value(DType::I64, &[1, 3], &bytes_of(&[1i64, 2, 3]))?;
+//! let logits = module.call("prefill", &[&tokens])?;
+//! # fn bytes_of(v: &[i64]) -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() }
+//! # Ok(()) }
+//! ```
+//!
+//! The runtime is IREE 3.13's, built from source by this crate's build script with the `io_parameters` module
+//! and the IRPA/GGUF/safetensors parsers; see build.rs. Every failure is an [`IreeError`] that names what and
+//! where; argument checks against the module's own signature come before IREE sees a call.
+
+mod ffi;
+mod signature;
+
+use std::ffi::{CStr, CString, c_char};
+use std::path::PathBuf;
+use std::ptr;
+use std::sync::Arc;
+
+pub use signature::{DType, Param, Signature, parse_declaration};
+
+/// What can go wrong serving a module.
+#[derive(Debug, thiserror::Error)]
+pub enum IreeError {
+    /// IREE refused an operation; `code` is IREE's status name (`INVALID_ARGUMENT`, ...).
+    #[error("IREE failed {during}: {code}: {message}")]
+    Runtime {
+        /// What tapeout was doing.
+        during: String,
+        /// IREE's status code name.
+        code: &'static str,
+        /// IREE's own message.
+        message: String,
+    },
+    /// The bytes given as a compiled module are not an IREE module.
+    #[error("{what} is not an IREE compiled module (.vmfb): {message}; compile the .mlir with iree-compile first")]
+    NotAModule {
+        /// Which bytes.
+        what: String,
+        /// IREE's message.
+        message: String,
+    },
+    /// The module was compiled for a device this one is not.
+    #[error(
+        "the module was compiled for another device than '{device}': {message}; compile it with \
+             --iree-hal-target-device matching this device (local-task and local-sync run llvm-cpu modules)"
+    )]
+    WrongTarget {
+        /// The device the module was loaded on.
+        device: String,
+        /// IREE's message.
+        message: String,
+    },
+    /// The module needs a parameter no given archive holds.
+    #[error(
+        "the module needs parameter {key} and no parameter file given holds it: {message}; pass the archive \
+             exported with the module (its scope is the part before '::')"
+    )]
+    MissingParameter {
+        /// The key IREE looked for (with its scope).
+        key: String,
+        /// IREE's message.
+        message: String,
+    },
+    /// A parameter file could not be opened, mapped or indexed.
+    #[error("parameter file {path}: {message}")]
+    ParameterFile {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// The module has no function of that name.
+    #[error("the module has no function '{name}'; it has: {}", available.join(", "))]
+    NoSuchFunction {
+        /// The name asked for.
+        name: String,
+        /// The functions it has.
+        available: Vec<String>,
+    },
+    /// A call with the wrong number of arguments.
+    #[error("{function} takes {expected} argument(s) ({}), given {given}", names.join(", "))]
+    Arity {
+        /// The function.
+        function: String,
+        /// How many it takes.
+        expected: usize,
+        /// How many were given.
+        given: usize,
+        /// Their names.
+        names: Vec<String>,
+    },
+    /// An argument of the wrong element type.
+    #[error("{function} argument {index} '{argument}' is {expected}, given {given}")]
+    DType {
+        /// The function.
+        function: String,
+        /// The argument's position.
+        index: usize,
+        /// The argument's name.
+        argument: String,
+        /// The type it must have.
+        expected: String,
+        /// The type it was given.
+        given: String,
+    },
+    /// An argument of the wrong shape.
+    #[error("{function} argument {index} '{argument}' has shape {expected}, given {given}")]
+    Shape {
+        /// The function.
+        function: String,
+        /// The argument's position.
+        index: usize,
+        /// The argument's name.
+        argument: String,
+        /// Its shape (`?` where dynamic).
+        expected: String,
+        /// The shape given.
+        given: String,
+    },
+    /// Host data whose size does not match the value's type and shape.
+    #[error("{what}: {expected} bytes for {dtype} {shape}, given {given}")]
+    Size {
+        /// What the data was for.
+        what: String,
+        /// Bytes the value needs.
+        expected: u64,
+        /// Bytes given.
+        given: u64,
+        /// Its element type.
+        dtype: DType,
+        /// Its shape.
+        shape: String,
+    },
+    /// A file could not be read.
+    #[error("reading {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A value from a module that is not this one.
+    #[error("{what} belongs to another module; values stay with the module (and device) that made them")]
+    ForeignValue {
+        /// Which value.
+        what: String,
+    },
+}
+
+impl IreeError {
+    /// An [`IreeError::Io`] for `path`.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> IreeError {
+        IreeError::Io { path: path.into(), source }
+    }
+}
+
+/// IREE's status code names (iree/base/status.h).
+fn code_name(code: i32) -> &'static str {
+    const NAMES: [&str; 17] = [
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
+        "UNAUTHENTICATED",
+    ];
+    usize::try_from(code).ok().and_then(|c| NAMES.get(c)).copied().unwrap_or("UNKNOWN")
+}
+
+/// A native failure: code name and message (freed here).
+struct Native {
+    code: &'static str,
+    message: String,
+}
+
+/// Runs a shim call that returns a code and maybe sets a message.
+fn native(call: impl FnOnce(*mut *mut c_char) -> i32) -> Result<(), Native> {
+    let mut message: *mut c_char = ptr::null_mut();
+    let code = call(&mut message);
+    let text = if message.is_null() {
+        String::new()
+    } else {
+        // SAFETY: the shim sets a NUL-terminated string from malloc, which we free once.
+        let text = unsafe { CStr::from_ptr(message) }.to_string_lossy().into_owned();
+        unsafe { ffi::tio_free_message(message) };
+        text
+    };
+    if code == 0 { Ok(()) } else { Err(Native { code: code_name(code), message: text }) }
+}
+
+fn runtime(during: &str) -> impl FnOnce(Native) -> IreeError + '_ {
+    move |n| IreeError::Runtime { during: during.to_owned(), code: n.code, message: n.message }
+}
+
+/// Takes a string the shim made (freeing it).
+fn take_string(raw: *mut c_char) -> String {
+    if raw.is_null() {
+        return String::new();
+    }
+    // SAFETY: a NUL-terminated string from the shim's malloc, freed once here.
+    let text = unsafe { CStr::from_ptr(raw) }.to_string_lossy().into_owned();
+    unsafe { ffi::tio_free_message(raw) };
+    text
+}
+
+fn c_string(what: &str, text: &str) -> Result<CString, IreeError> {
+    CString::new(text).map_err(|_| IreeError::Runtime {
+        during: what.to_owned(),
+        code: "INVALID_ARGUMENT",
+        message: format!("{text:?} holds a NUL byte"),
+    })
+}
+
+struct InstanceInner(*mut ffi::TioInstance);
+// SAFETY: IREE's runtime instance is thread-safe (reference counted, immutable after creation).
+unsafe impl Send for InstanceInner {}
+unsafe impl Sync for InstanceInner {}
+impl Drop for InstanceInner {
+    fn drop(&mut self) {
+        // SAFETY: created by tio_instance_create, released once.
+        unsafe { ffi::tio_instance_release(self.0) }
+    }
+}
+
+/// IREE's runtime instance: the registry of drivers. One per process is plenty.
+#[derive(Clone)]
+pub struct Instance {
+    inner: Arc<InstanceInner>,
+}
+
+impl Instance {
+    /// A new instance with every driver this runtime was built with.
+    pub fn new() -> Result<Instance, IreeError> {
+        let mut raw = ptr::null_mut();
+        // SAFETY: out-pointers valid for the call.
+        native(|m| unsafe { ffi::tio_instance_create(&mut raw, m) }).map_err(runtime("creating the instance"))?;
+        Ok(Instance { inner: Arc::new(InstanceInner(raw)) })
+    }
+
+    /// The HAL drivers this runtime has (`local-sync`, `local-task`, ...).
+    pub fn drivers(&self) -> Result<Vec<String>, IreeError> {
+        let mut names = ptr::null_mut();
+        // SAFETY: live instance, valid out-pointers.
+        native(|m| unsafe { ffi::tio_instance_drivers(self.inner.0, &mut names, m) })
+            .map_err(runtime("listing drivers"))?;
+        Ok(take_string(names).lines().map(str::to_owned).collect())
+    }
+
+    /// A device: `local-task` (worker threads: `workers`, 0 for IREE's choice), `local-sync` (the calling thread),
+    /// or another driver's URI where the runtime was built with it and a device exists.
+    pub fn device(&self, uri: &str, workers: u32) -> Result<Device, IreeError> {
+        let c_uri = c_string("creating a device", uri)?;
+        let workers = i32::try_from(workers).map_err(|_| IreeError::Runtime {
+            during: format!("creating device '{uri}'"),
+            code: "INVALID_ARGUMENT",
+            message: format!("{workers} workers is more than i32 holds"),
+        })?;
+        let mut raw = ptr::null_mut();
+        // SAFETY: live instance, NUL-terminated uri, valid out-pointers.
+        native(|m| unsafe { ffi::tio_device_create(self.inner.0, c_uri.as_ptr(), workers, &mut raw, m) }).map_err(
+            |n| {
+                let known = self.drivers().unwrap_or_default();
+                IreeError::Runtime {
+                    during: format!("creating device '{uri}' (this runtime has: {})", known.join(", ")),
+                    code: n.code,
+                    message: n.message,
+                }
+            },
+        )?;
+        Ok(Device { inner: Arc::new(DeviceInner { raw, uri: uri.to_owned(), instance: self.clone() }) })
+    }
+}
+
+struct DeviceInner {
+    raw: *mut ffi::TioDevice,
+    uri: String,
+    instance: Instance,
+}
+// SAFETY: IREE HAL devices are thread-safe.
+unsafe impl Send for DeviceInner {}
+unsafe impl Sync for DeviceInner {}
+impl Drop for DeviceInner {
+    fn drop(&mut self) {
+        // SAFETY: created by tio_device_create, released once.
+        unsafe { ffi::tio_device_release(self.raw) }
+    }
+}
+
+/// A HAL device.
+#[derive(Clone)]
+pub struct Device {
+    inner: Arc<DeviceInner>,
+}
+
+/// A parameter file and the scope a module names it by (`#flow.parameter.named<"model"::"key">` is scope
+/// `model`; tapeout's default).
+#[derive(Clone, Debug)]
+pub struct Parameters {
+    /// The scope, `""` for unscoped keys.
+    pub scope: String,
+    /// The .irpa (or .gguf / .safetensors) file.
+    pub path: PathBuf,
+}
+
+impl Parameters {
+    /// `path` under `scope`.
+    pub fn new(scope: impl Into<String>, path: impl Into<PathBuf>) -> Parameters {
+        Parameters { scope: scope.into(), path: path.into() }
+    }
+}
+
+impl Device {
+    /// The URI it was created from.
+    pub fn uri(&self) -> &str {
+        &self.inner.uri
+    }
+
+    /// Loads a compiled module (its bytes are copied) with its parameter files, memory-mapped read-only: the
+    /// device uses the files' pages in place where it can (the CPU devices can), so parameters are not copied.
+    pub fn load(&self, vmfb: &[u8], parameters: &[Parameters]) -> Result<Module, IreeError> {
+        for p in parameters {
+            let meta = std::fs::metadata(&p.path).map_err(|e| IreeError::ParameterFile {
+                path: p.path.clone(),
+                message: format!("cannot open it: {e}"),
+            })?;
+            if !meta.is_file() {
+                return Err(IreeError::ParameterFile { path: p.path.clone(), message: "not a file".into() });
+            }
+        }
+        let scopes =
+            parameters.iter().map(|p| c_string("loading a module", &p.scope)).collect::<Result<Vec<_>, _>>()?;
+        let paths = parameters
+            .iter()
+            .map(|p| c_string("loading a module", &p.path.to_string_lossy()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let scope_ptrs: Vec<*const c_char> = scopes.iter().map(|s| s.as_ptr()).collect();
+        let path_ptrs: Vec<*const c_char> = paths.iter().map(|s| s.as_ptr()).collect();
+        let mut raw = ptr::null_mut();
+        // SAFETY: live instance and device; the byte slice and string arrays outlive the call.
+        let result = native(|m| unsafe {
+            ffi::tio_session_create(
+                self.inner.instance.inner.0,
+                self.inner.raw,
+                vmfb.as_ptr(),
+                vmfb.len(),
+                parameters.len(),
+                scope_ptrs.as_ptr(),
+                path_ptrs.as_ptr(),
+                &mut raw,
+                m,
+            )
+        });
+        result.map_err(|n| self.classify_load_failure(n, parameters))?;
+        let session = Arc::new(SessionInner { raw, lock: std::sync::Mutex::new(()), _device: self.clone() });
+        let mut listing = ptr::null_mut();
+        // SAFETY: live session, valid out-pointers.
+        session
+            .locked(|| native(|m| unsafe { ffi::tio_session_functions(session.raw, &mut listing, m) }))
+            .map_err(runtime("listing the module's functions"))?;
+        let functions = take_string(listing)
+            .lines()
+            .filter_map(|line| {
+                let (name, declaration) = line.split_once('\t')?;
+                Some(parse_declaration(name, declaration).unwrap_or_else(|| Signature {
+                    name: name.to_owned(),
+                    inputs: Vec::new(),
+                    outputs: Vec::new(),
+                    declaration: declaration.to_owned(),
+                }))
+            })
+            .collect();
+        Ok(Module { session, functions })
+    }
+
+    fn classify_load_failure(&self, n: Native, parameters: &[Parameters]) -> IreeError {
+        let msg = n.message;
+        let lower = msg.to_lowercase();
+        if lower.contains("loading the compiled module") {
+            return IreeError::NotAModule { what: "the module bytes".into(), message: msg };
+        }
+        for p in parameters {
+            let path = p.path.to_string_lossy();
+            if msg.contains(&format!("'{path}'")) {
+                return IreeError::ParameterFile { path: p.path.clone(), message: msg };
+            }
+        }
+        if n.code == "NOT_FOUND" && lower.contains("parameter") {
+            let key = msg
+                .split('`')
+                .nth(1)
+                .or_else(|| msg.split('\'').nth(1))
+                .map(str::to_owned)
+                .unwrap_or_else(|| "(see message)".to_owned());
+            return IreeError::MissingParameter { key, message: msg };
+        }
+        if lower.contains("executable format")
+            || lower.contains("no device")
+            || lower.contains("device not found")
+            || lower.contains("target") && lower.contains("not")
+        {
+            return IreeError::WrongTarget { device: self.inner.uri.clone(), message: msg };
+        }
+        IreeError::Runtime { during: "loading the module".into(), code: n.code, message: msg }
+    }
+}
+
+struct SessionInner {
+    raw: *mut ffi::TioSession,
+    /// Held around every native use of the session: IREE's sessions are thread-compatible, not thread-safe.
+    lock: std::sync::Mutex<()>,
+    _device: Device,
+}
+
+impl SessionInner {
+    fn locked<T>(&self, f: impl FnOnce() -> T) -> T {
+        let _guard = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        f()
+    }
+}
+// SAFETY: every native use of the session goes through `locked`, one thread at a time.
+unsafe impl Send for SessionInner {}
+unsafe impl Sync for SessionInner {}
+impl Drop for SessionInner {
+    fn drop(&mut self) {
+        // SAFETY: created by tio_session_create, released once, after every value holding it.
+        unsafe { ffi::tio_session_release(self.raw) }
+    }
+}
+
+/// A compiled module loaded on a device with its parameters.
+pub struct Module {
+    session: Arc<SessionInner>,
+    functions: Vec<Signature>,
+}
+
+impl Module {
+    /// Its exported functions.
+    pub fn functions(&self) -> &[Signature] {
+        &self.functions
+    }
+
+    /// The signature of function `name`.
+    pub fn function(&self, name: &str) -> Result<&Signature, IreeError> {
+        self.functions.iter().find(|f| f.name == name).ok_or_else(|| IreeError::NoSuchFunction {
+            name: name.to_owned(),
+            available: self.functions.iter().map(|f| f.name.clone()).collect(),
+        })
+    }
+
+    /// A value on the module's device from little-endian host bytes (copied once, to the device).
+    pub fn value(&self, dtype: DType, dims: &[u64], bytes: &[u8]) -> Result<Value, IreeError> {
+        let shape = shape_text(dims);
+        let expected = dims.iter().try_fold(dtype.size(), |acc, &d| acc.checked_mul(d));
+        let given = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+        if expected != Some(given) {
+            return Err(IreeError::Size {
+                what: "a new value".into(),
+                expected: expected.unwrap_or(u64::MAX),
+                given,
+                dtype,
+                shape,
+            });
+        }
+        let dims_i64 = dims.iter().map(|&d| i64::try_from(d)).collect::<Result<Vec<_>, _>>().map_err(|_| {
+            IreeError::Size { what: "a new value".into(), expected: u64::MAX, given, dtype, shape: shape.clone() }
+        })?;
+        let mut raw = ptr::null_mut();
+        // SAFETY: live session; dims and bytes outlive the call (the shim copies them).
+        self.session
+            .locked(|| {
+                native(|m| unsafe {
+                    ffi::tio_value_create(
+                        self.session.raw,
+                        dtype.code(),
+                        dims_i64.len(),
+                        dims_i64.as_ptr(),
+                        bytes.as_ptr().cast(),
+                        bytes.len(),
+                        &mut raw,
+                        m,
+                    )
+                })
+            })
+            .map_err(runtime("creating a value"))?;
+        Ok(Value { raw, session: self.session.clone() })
+    }
+
+    /// Calls `function` with values on this module's device; its results stay on the device.
+    /// Arity, element types and static dimensions are checked against the module's signature first.
+    pub fn call(&self, function: &str, inputs: &[&Value]) -> Result<Vec<Value>, IreeError> {
+        let signature = self.function(function)?;
+        if signature.inputs.len() != inputs.len() {
+            return Err(IreeError::Arity {
+                function: function.to_owned(),
+                expected: signature.inputs.len(),
+                given: inputs.len(),
+                names: signature.inputs.iter().map(|p| p.name.clone()).collect(),
+            });
+        }
+        for (index, (param, value)) in signature.inputs.iter().zip(inputs).enumerate() {
+            if !Arc::ptr_eq(&value.session, &self.session) {
+                return Err(IreeError::ForeignValue { what: format!("{function} argument {index} '{}'", param.name) });
+            }
+            let given = value.dtype();
+            if let Some(want) = param.dtype
+                && given != Some(want)
+            {
+                return Err(IreeError::DType {
+                    function: function.to_owned(),
+                    index,
+                    argument: param.name.clone(),
+                    expected: want.to_string(),
+                    given: given.map_or_else(|| "a type tapeout does not name".to_owned(), |d| d.to_string()),
+                });
+            }
+            let dims = value.dims();
+            if param.type_text.starts_with("tensor<") && !param.accepts_dims(&dims) {
+                return Err(IreeError::Shape {
+                    function: function.to_owned(),
+                    index,
+                    argument: param.name.clone(),
+                    expected: param_shape(param),
+                    given: shape_text(&dims),
+                });
+            }
+        }
+        let c_name = c_string("calling a function", function)?;
+        let raw_inputs: Vec<*mut ffi::TioValue> = inputs.iter().map(|v| v.raw).collect();
+        let capacity = signature.outputs.len().max(16);
+        let mut outputs: Vec<*mut ffi::TioValue> = vec![ptr::null_mut(); capacity];
+        let mut count = 0usize;
+        // SAFETY: live session and values; arrays sized as passed.
+        self.session
+            .locked(|| {
+                native(|m| unsafe {
+                    ffi::tio_call(
+                        self.session.raw,
+                        c_name.as_ptr(),
+                        raw_inputs.len(),
+                        raw_inputs.as_ptr(),
+                        capacity,
+                        outputs.as_mut_ptr(),
+                        &mut count,
+                        m,
+                    )
+                })
+            })
+            .map_err(|n| IreeError::Runtime {
+                during: format!("calling {function}"),
+                code: n.code,
+                message: n.message,
+            })?;
+        Ok(outputs.into_iter().take(count).map(|raw| Value { raw, session: self.session.clone() }).collect())
+    }
+}
+
+fn shape_text(dims: &[u64]) -> String {
+    format!("[{}]", dims.iter().map(u64::to_string).collect::<Vec<_>>().join(", "))
+}
+
+fn param_shape(param: &Param) -> String {
+    let dims: Vec<String> = param.dims.iter().map(|d| d.map_or_else(|| "?".to_owned(), |d| d.to_string())).collect();
+    format!("[{}]", dims.join(", "))
+}
+
+/// A tensor on the device (an IREE buffer view). Passing it to another call does not copy it.
+pub struct Value {
+    raw: *mut ffi::TioValue,
+    session: Arc<SessionInner>,
+}
+// SAFETY: buffer views are reference counted and immutable in shape; reads go through the session's device.
+unsafe impl Send for Value {}
+unsafe impl Sync for Value {}
+impl Drop for Value {
+    fn drop(&mut self) {
+        // SAFETY: a buffer view this Value owns one reference of.
+        unsafe { ffi::tio_value_release(self.raw) }
+    }
+}
+
+impl Value {
+    /// Its element type, `None` for a type tapeout does not name.
+    pub fn dtype(&self) -> Option<DType> {
+        // SAFETY: live buffer view.
+        DType::from_code(unsafe { ffi::tio_value_dtype(self.raw) })
+    }
+
+    /// Its dimensions.
+    pub fn dims(&self) -> Vec<u64> {
+        // SAFETY: live buffer view; axes below its rank.
+        let rank = unsafe { ffi::tio_value_rank(self.raw) };
+        (0..rank).map(|axis| unsafe { ffi::tio_value_dim(self.raw, axis) }).collect()
+    }
+
+    /// Its size in bytes.
+    pub fn byte_len(&self) -> u64 {
+        // SAFETY: live buffer view.
+        unsafe { ffi::tio_value_byte_length(self.raw) }
+    }
+
+    /// Copies its bytes into `dst`, whose length must be [`Value::byte_len`].
+    pub fn read_into(&self, dst: &mut [u8]) -> Result<(), IreeError> {
+        let given = u64::try_from(dst.len()).unwrap_or(u64::MAX);
+        if given != self.byte_len() {
+            return Err(IreeError::Size {
+                what: "reading a value".into(),
+                expected: self.byte_len(),
+                given,
+                dtype: self.dtype().unwrap_or(DType::U8),
+                shape: shape_text(&self.dims()),
+            });
+        }
+        // SAFETY: live session and view; dst has exactly byte_len bytes.
+        self.session
+            .locked(|| {
+                native(|m| unsafe {
+                    ffi::tio_value_read(self.session.raw, self.raw, dst.as_mut_ptr().cast(), dst.len(), m)
+                })
+            })
+            .map_err(runtime("reading a value"))
+    }
+
+    /// Its bytes, copied to the host.
+    pub fn to_bytes(&self) -> Result<Vec<u8>, IreeError> {
+        let len = usize::try_from(self.byte_len()).map_err(|_| IreeError::Size {
+            what: "reading a value".into(),
+            expected: self.byte_len(),
+            given: 0,
+            dtype: self.dtype().unwrap_or(DType::U8),
+            shape: shape_text(&self.dims()),
+        })?;
+        let mut out = vec![0u8; len];
+        self.read_into(&mut out)?;
+        Ok(out)
+    }
+}
+
+impl std::fmt::Debug for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let dtype = self.dtype().map_or_else(|| "?".to_owned(), |d| d.to_string());
+        write!(f, "Value({dtype} {})", shape_text(&self.dims()))
+    }
+}
+
+impl std::fmt::Debug for Module {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Module")
+            .field("functions", &self.functions.iter().map(|s| &s.name).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Device({})", self.inner.uri)
+    }
+}
+
+impl std::fmt::Debug for Instance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Instance")
+    }
+}

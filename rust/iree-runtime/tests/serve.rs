@@ -1,0 +1,270 @@
+//! The runtime against modules iree-compile (PyPI iree-base-compiler 3.13, the project's .venv) compiled here:
+//! numbers checked against arithmetic done in the test, parameters from archives tapeout-irpa wrote, and every
+//! kind of bad input answered with its typed error.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use tapeout_iree::{DType, Device, Instance, IreeError, Parameters};
+use tapeout_irpa::{ArchiveWriter, BytesSource};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn iree_compile() -> PathBuf {
+    let venv = workspace().join(".venv/bin/iree-compile");
+    if venv.is_file() { venv } else { PathBuf::from("iree-compile") }
+}
+
+const CPU: &[&str] = &[
+    "--iree-hal-target-device=local",
+    "--iree-hal-local-target-device-backends=llvm-cpu",
+    "--iree-llvmcpu-target-cpu=generic",
+];
+
+/// Compiles MLIR text for `target` (flags) and returns the vmfb bytes.
+fn compile(dir: &Path, name: &str, mlir: &str, target: &[&str]) -> Vec<u8> {
+    let src = dir.join(format!("{name}.mlir"));
+    let out = dir.join(format!("{name}.vmfb"));
+    std::fs::write(&src, mlir).unwrap();
+    let status = Command::new(iree_compile())
+        .arg("--iree-input-type=stablehlo")
+        .args(target)
+        .arg(&src)
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .expect("iree-compile runs (scripts/setup installs it into .venv)");
+    assert!(status.success(), "iree-compile failed on {name}");
+    std::fs::read(out).unwrap()
+}
+
+fn f32_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+fn device() -> &'static Device {
+    static DEVICE: OnceLock<Device> = OnceLock::new();
+    DEVICE.get_or_init(|| Instance::new().unwrap().device("local-task", 2).unwrap())
+}
+
+/// y = x * w + b over a `?` batch, w and b external parameters of scope "model".
+const AFFINE: &str = r#"module @affine {
+  util.global private @w = #flow.parameter.named<"model"::"layer.w"> : tensor<5xf32>
+  util.global private @b = #flow.parameter.named<"model"::"layer.b"> : tensor<5xf32>
+  func.func @main(%x: tensor<?x5xf32> {tapeout.name = "x"}) -> (tensor<?x5xf32> {tapeout.name = "y"}) {
+    %w = util.global.load @w : tensor<5xf32>
+    %b = util.global.load @b : tensor<5xf32>
+    %c0 = arith.constant 0 : index
+    %n = tensor.dim %x, %c0 : tensor<?x5xf32>
+    %ni = arith.index_cast %n : index to i32
+    %five = arith.constant dense<5> : tensor<1xi32>
+    %ns = tensor.from_elements %ni : tensor<1xi32>
+    %shape = stablehlo.concatenate %ns, %five, dim = 0 : (tensor<1xi32>, tensor<1xi32>) -> tensor<2xi32>
+    %wb = stablehlo.dynamic_broadcast_in_dim %w, %shape, dims = [1] : (tensor<5xf32>, tensor<2xi32>) -> tensor<?x5xf32>
+    %bb = stablehlo.dynamic_broadcast_in_dim %b, %shape, dims = [1] : (tensor<5xf32>, tensor<2xi32>) -> tensor<?x5xf32>
+    %m = stablehlo.multiply %x, %wb : tensor<?x5xf32>
+    %y = stablehlo.add %m, %bb : tensor<?x5xf32>
+    return %y : tensor<?x5xf32>
+  }
+}
+"#;
+
+const W: [f32; 5] = [1.5, -2.0, 0.25, 3.0, 0.5];
+const B: [f32; 5] = [0.1, 0.2, -0.3, 0.4, 100.0];
+
+fn affine(dir: &Path) -> (Vec<u8>, PathBuf) {
+    let vmfb = compile(dir, "affine", AFFINE, CPU);
+    let archive = dir.join("affine.irpa");
+    let (w, b) = (f32_bytes(&W), f32_bytes(&B));
+    let mut writer = ArchiveWriter::new();
+    writer.add_data("layer.w", BytesSource(&w)).unwrap();
+    writer.add_data("layer.b", BytesSource(&b)).unwrap();
+    writer.write(&archive).unwrap();
+    (vmfb, archive)
+}
+
+#[test]
+fn serves_a_module_with_mapped_parameters_at_several_batch_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (vmfb, archive) = affine(dir.path());
+    let module = device().load(&vmfb, &[Parameters::new("model", &archive)]).unwrap();
+    let main = module.function("main").unwrap();
+    assert_eq!(main.inputs[0].name, "x");
+    assert_eq!(main.inputs[0].dims, vec![None, Some(5)]);
+    assert_eq!(main.outputs[0].name, "y");
+    for rows in [1u64, 3, 7] {
+        let x: Vec<f32> = (0..rows * 5).map(|i| i as f32 * 0.5 - 3.0).collect();
+        let input = module.value(DType::F32, &[rows, 5], &f32_bytes(&x)).unwrap();
+        let out = module.call("main", &[&input]).unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].dims(), vec![rows, 5]);
+        assert_eq!(out[0].dtype(), Some(DType::F32));
+        let y = f32s(&out[0].to_bytes().unwrap());
+        for (i, (got, xi)) in y.iter().zip(&x).enumerate() {
+            let want = xi * W[i % 5] + B[i % 5];
+            assert_eq!(*got, want, "rows {rows} element {i}");
+        }
+    }
+}
+
+/// A value returned by one call goes into the next without coming back to the host (the KV-cache pattern).
+#[test]
+fn results_stay_on_the_device_between_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let (vmfb, archive) = affine(dir.path());
+    let module = device().load(&vmfb, &[Parameters::new("model", &archive)]).unwrap();
+    let x = [1.0f32, 2.0, 3.0, 4.0, 5.0];
+    let mut value = module.value(DType::F32, &[1, 5], &f32_bytes(&x)).unwrap();
+    let mut want = x.to_vec();
+    for _ in 0..4 {
+        value = module.call("main", &[&value]).unwrap().remove(0);
+        for (i, w) in want.iter_mut().enumerate() {
+            *w = *w * W[i] + B[i];
+        }
+    }
+    assert_eq!(f32s(&value.to_bytes().unwrap()), want);
+}
+
+#[test]
+fn wrong_calls_are_typed_errors_naming_the_argument() {
+    let dir = tempfile::tempdir().unwrap();
+    let (vmfb, archive) = affine(dir.path());
+    let module = device().load(&vmfb, &[Parameters::new("model", &archive)]).unwrap();
+    let good = module.value(DType::F32, &[2, 5], &[0u8; 40]).unwrap();
+    let wrong_dtype = module.value(DType::I32, &[2, 5], &[0u8; 40]).unwrap();
+    let wrong_shape = module.value(DType::F32, &[2, 4], &[0u8; 32]).unwrap();
+    let wrong_rank = module.value(DType::F32, &[10], &[0u8; 40]).unwrap();
+
+    let e = module.call("main", &[]).unwrap_err();
+    assert!(matches!(e, IreeError::Arity { expected: 1, given: 0, .. }), "{e}");
+    assert!(e.to_string().contains("x"), "{e}");
+    let e = module.call("main", &[&good, &good]).unwrap_err();
+    assert!(matches!(e, IreeError::Arity { expected: 1, given: 2, .. }), "{e}");
+    let e = module.call("main", &[&wrong_dtype]).unwrap_err();
+    assert!(
+        matches!(&e, IreeError::DType { argument, expected, given, .. }
+        if argument == "x" && expected == "f32" && given == "i32"),
+        "{e}"
+    );
+    let e = module.call("main", &[&wrong_shape]).unwrap_err();
+    assert!(
+        matches!(&e, IreeError::Shape { argument, expected, given, .. }
+        if argument == "x" && expected == "[?, 5]" && given == "[2, 4]"),
+        "{e}"
+    );
+    let e = module.call("main", &[&wrong_rank]).unwrap_err();
+    assert!(matches!(e, IreeError::Shape { .. }), "{e}");
+    let e = module.call("prefill", &[&good]).unwrap_err();
+    assert!(matches!(&e, IreeError::NoSuchFunction { available, .. } if available == &["main".to_owned()]), "{e}");
+    let e = module.value(DType::F32, &[2, 5], &[0u8; 39]).unwrap_err();
+    assert!(matches!(e, IreeError::Size { expected: 40, given: 39, .. }), "{e}");
+
+    // A value of another module is refused, not passed to IREE.
+    let other = device().load(&vmfb, &[Parameters::new("model", &archive)]).unwrap();
+    let foreign = other.value(DType::F32, &[2, 5], &[0u8; 40]).unwrap();
+    let e = module.call("main", &[&foreign]).unwrap_err();
+    assert!(matches!(e, IreeError::ForeignValue { .. }), "{e}");
+    // And the module still works after all of that.
+    assert_eq!(module.call("main", &[&good]).unwrap().len(), 1);
+}
+
+#[test]
+fn bad_modules_and_archives_are_typed_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let (vmfb, archive) = affine(dir.path());
+    let params = [Parameters::new("model", &archive)];
+
+    let e = device().load(b"this is not a vmfb at all, just text", &params).err().unwrap();
+    assert!(matches!(e, IreeError::NotAModule { .. }), "{e}");
+    let e = device().load(&vmfb[..vmfb.len() / 2], &params).err().unwrap();
+    assert!(matches!(e, IreeError::NotAModule { .. }), "{e}");
+    let e = device().load(&[], &params).err().unwrap();
+    assert!(matches!(e, IreeError::NotAModule { .. }), "{e}");
+
+    // No archive at all, an archive under the wrong scope, an archive missing one key.
+    let e = device().load(&vmfb, &[]).err().unwrap();
+    assert!(matches!(e, IreeError::MissingParameter { .. }), "{e}");
+    let e = device().load(&vmfb, &[Parameters::new("other", &archive)]).err().unwrap();
+    assert!(matches!(e, IreeError::MissingParameter { .. }), "{e}");
+    let partial = dir.path().join("partial.irpa");
+    let w = f32_bytes(&W);
+    let mut writer = ArchiveWriter::new();
+    writer.add_data("layer.w", BytesSource(&w)).unwrap();
+    writer.write(&partial).unwrap();
+    let e = device().load(&vmfb, &[Parameters::new("model", &partial)]).err().unwrap();
+    assert!(matches!(&e, IreeError::MissingParameter { key, .. } if key.contains("layer.b")), "{e}");
+
+    // A truncated archive, a file that is not an archive, a file that is not there.
+    let bytes = std::fs::read(&archive).unwrap();
+    let b_at = bytes.windows(20).position(|w| w == f32_bytes(&B)).unwrap();
+    let cuts: [(&str, &[u8]); 4] = [
+        ("cut-in-data.irpa", &bytes[..b_at + 10]),
+        ("cut-in-index.irpa", &bytes[..40]),
+        ("garbage.irpa", b"IRPA? no."),
+        ("empty.irpa", b""),
+    ];
+    for (name, content) in cuts {
+        let path = dir.path().join(name);
+        std::fs::write(&path, content).unwrap();
+        let e = match device().load(&vmfb, &[Parameters::new("model", &path)]) {
+            Ok(m) => {
+                let x = m.value(DType::F32, &[1, 5], &[0u8; 20]).unwrap();
+                panic!(
+                    "{name} ({} of {} bytes) loaded; call: {:?}",
+                    content.len(),
+                    bytes.len(),
+                    m.call("main", &[&x]).map(|v| v[0].to_bytes())
+                );
+            }
+            Err(e) => e,
+        };
+        assert!(matches!(&e, IreeError::ParameterFile { path: p, .. } if p == &path), "{name}: {e}");
+    }
+    let missing = dir.path().join("absent.irpa");
+    let e = device().load(&vmfb, &[Parameters::new("model", &missing)]).err().unwrap();
+    assert!(matches!(e, IreeError::ParameterFile { .. }), "{e}");
+}
+
+#[test]
+fn a_module_for_another_target_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mlir = r#"module @m {
+  func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+    %y = stablehlo.add %x, %x : tensor<4xf32>
+    return %y : tensor<4xf32>
+  }
+}
+"#;
+    let vmfb = compile(dir.path(), "vulkan", mlir, &["--iree-hal-target-device=vulkan"]);
+    let e = match device().load(&vmfb, &[]) {
+        Ok(m) => {
+            let x = m.value(DType::F32, &[4], &[0u8; 16]).unwrap();
+            panic!("loaded; call: {:?}", m.call("main", &[&x]).map(|v| v.len()));
+        }
+        Err(e) => e,
+    };
+    assert!(matches!(e, IreeError::WrongTarget { .. }), "{e}");
+}
+
+#[test]
+fn local_sync_and_the_driver_list() {
+    let instance = Instance::new().unwrap();
+    let drivers = instance.drivers().unwrap();
+    assert!(drivers.contains(&"local-sync".to_owned()) && drivers.contains(&"local-task".to_owned()), "{drivers:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let (vmfb, archive) = affine(dir.path());
+    let sync = instance.device("local-sync", 0).unwrap();
+    let module = sync.load(&vmfb, &[Parameters::new("model", &archive)]).unwrap();
+    let x = module.value(DType::F32, &[1, 5], &f32_bytes(&[0.0; 5])).unwrap();
+    assert_eq!(f32s(&module.call("main", &[&x]).unwrap()[0].to_bytes().unwrap()), B.to_vec());
+    let e = instance.device("no-such-driver", 0).err().unwrap();
+    assert!(e.to_string().contains("local-task"), "the error lists the drivers there are: {e}");
+}
