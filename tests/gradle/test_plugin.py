@@ -498,3 +498,70 @@ def test_an_unset_kotlin_home_says_how_to_set_it_and_that_a_daemon_may_not_see_i
     assert r.returncode != 0, text
     assert "set -PkotlinHome=<kotlinc distribution>" in text and "KOTLIN_HOME" in text, text
     assert "A Gradle daemon started before KOTLIN_HOME was exported may not see it: stop it (gradle --stop)" in text, text
+
+
+def test_compile_iree_writes_a_vmfb_beside_the_archive_that_runs_and_is_up_to_date(built_jars, tmp_path, monkeypatch):
+    """compileIree<Name> per model: a vmfb beside the archive that IREE's runtime runs with it (numbers against
+    numpy), UP-TO-DATE on a second run, rerun when a flag changes; a bad target and a missing compiler are build
+    errors that say what to set."""
+    import numpy as np
+    import iree.runtime as rt
+
+    block = """tapeout {
+    packedConstants = 'DEQUANTIZE'
+    ireeCpu = 'generic'
+    models {
+        tiny { model = 'demo.Model' }
+        half { model = 'demo.Half'; ireeCpuFeatures = '+sse4.2' }
+    }
+}"""
+    p = user_project(tmp_path, block)
+    (p / "src/main/kotlin/demo/Half.kt").write_text(HALF_MODEL)
+    # A user's project has no .venv: with no iree-compile on PATH either, the error says what to set.
+    import os
+    path = os.environ.get("PATH", "")
+    monkeypatch.setenv("PATH", os.pathsep.join(d for d in path.split(os.pathsep)
+                                               if d and not (pathlib.Path(d) / "iree-compile").exists()))
+    monkeypatch.delenv("TAPEOUT_IREE_COMPILE", raising=False)
+    r = gradle(p, "compileIreeTiny")
+    assert r.returncode != 0 and "iree-compile not found" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert "TAPEOUT_IREE_COMPILE" in r.stdout + r.stderr
+    monkeypatch.setenv("PATH", path)
+    monkeypatch.setenv("TAPEOUT_IREE_COMPILE", str(ROOT / ".venv/bin/iree-compile"))
+    r = gradle(p, "compileIreeTiny")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = p / "build/tapeout-tiny"
+    vmfb = out / "tiny.vmfb"
+    assert vmfb.is_file() and (out / "tiny.irpa").is_file(), sorted(out.iterdir())
+    assert not (p / "build/tapeout-half/half.vmfb").exists()
+
+    # The vmfb runs with its archive: x @ w + x @ q^T with q's dequantized codes (scale 1/64, codes 0..31).
+    x = np.arange(64, dtype=np.float32).reshape(2, 32) * 0.125
+    w = (np.arange(32 * 4, dtype=np.float32) * 0.01).reshape(32, 4)
+    q = np.tile(np.arange(32, dtype=np.float32) / 64.0, (4, 1))
+    config = rt.Config("local-sync")
+    index = rt.ParameterIndex()
+    index.load(str(out / "tiny.irpa"))
+    modules = rt.load_vm_modules(
+        rt.create_io_parameters_module(config.vm_instance, index.create_provider(scope="model")),
+        rt.create_hal_module(config.vm_instance, config.device),
+        rt.VmModule.copy_buffer(config.vm_instance, vmfb.read_bytes()), config=config)
+    got = np.asarray(modules[-1].main(x).to_host())
+    np.testing.assert_allclose(got, x @ w + x @ q.T, rtol=1e-5)
+
+    r = gradle(p, "compileIree")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert ":compileIreeTiny UP-TO-DATE" in r.stdout and ":compileIreeHalf" in r.stdout, r.stdout
+    assert (p / "build/tapeout-half/half.vmfb").is_file()
+    # A changed flag reruns only that model's compile.
+    (p / "build.gradle").write_text(build_file(block.replace("'+sse4.2'", "'+sse4.2,+popcnt'")))
+    r = gradle(p, "compileIree")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert ":compileIreeTiny UP-TO-DATE" in r.stdout and ":compileIreeHalf UP-TO-DATE" not in r.stdout, r.stdout
+
+    (p / "build.gradle").write_text(build_file(block.replace("ireeCpu = 'generic'", "ireeTargets = ['tpu']")))
+    r = gradle(p, "compileIreeTiny")
+    assert r.returncode != 0 and "ireeTargets has 'tpu'" in r.stdout + r.stderr, r.stdout + r.stderr
+    (p / "build.gradle").write_text(build_file(block.replace("ireeCpu = 'generic'", "ireeCompiler = '/nope/iree-compile'")))
+    r = gradle(p, "compileIreeTiny")
+    assert r.returncode != 0 and "ireeCompiler = '/nope/iree-compile'" in r.stdout + r.stderr, r.stdout + r.stderr

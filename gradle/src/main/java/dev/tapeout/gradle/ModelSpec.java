@@ -31,6 +31,11 @@ public class ModelSpec {
     private final Map<String, String> systemProperties = new LinkedHashMap<>();
     private final List<String> jvmArgs = new ArrayList<>();
     private final List<String> args = new ArrayList<>();
+    private final List<String> ireeTargets = new ArrayList<>();
+    private final List<String> ireeFlags = new ArrayList<>();
+    private final Property<String> ireeCpu;
+    private final Property<String> ireeCpuFeatures;
+    private final Property<String> ireeCompiler;
 
     /** The project's own model: the {@code tapeout { }} block. */
     ModelSpec(Project project) {
@@ -50,6 +55,9 @@ public class ModelSpec {
         maxArchiveBytes = project.getObjects().property(Long.class);
         maxHeapSize = project.getObjects().property(String.class);
         inputFiles = project.files();
+        ireeCpu = project.getObjects().property(String.class);
+        ireeCpuFeatures = project.getObjects().property(String.class);
+        ireeCompiler = project.getObjects().property(String.class);
         if (parent == null) {
             moduleName.set(project.getName().replaceAll("[^A-Za-z0-9_.-]", "_"));
             outputDir.set(KotlinPlugin.buildDir(project, "tapeout"));
@@ -59,6 +67,8 @@ public class ModelSpec {
             halfConstants.set("KEEP");
             maxArchiveBytes.set(0L);
             maxHeapSize.set("2g");
+            ireeCpu.set("host");
+            ireeCpuFeatures.set("");
         } else {
             model.set(parent.model);
             moduleName.set(name);
@@ -69,6 +79,8 @@ public class ModelSpec {
             halfConstants.set(parent.halfConstants);
             maxArchiveBytes.set(parent.maxArchiveBytes);
             maxHeapSize.set(parent.maxHeapSize);
+            ireeCpu.set(parent.ireeCpu);
+            ireeCpuFeatures.set(parent.ireeCpuFeatures);
         }
     }
 
@@ -102,6 +114,17 @@ public class ModelSpec {
     /** Arguments for {@code ModelProvider.buildTape(args)}. */
     public List<String> getArgs() { return args; }
 
+    /** compileIree's targets: {@code llvm-cpu} (default), {@code vmvx}, {@code vulkan}, {@code cuda}, {@code hip}. */
+    public List<String> getIreeTargets() { return ireeTargets; }
+    /** compileIree's extra iree-compile flags. */
+    public List<String> getIreeFlags() { return ireeFlags; }
+    /** compileIree's {@code --iree-llvmcpu-target-cpu} ({@code host} by default; {@code generic} runs anywhere). */
+    public Property<String> getIreeCpu() { return ireeCpu; }
+    /** compileIree's {@code --iree-llvmcpu-target-cpu-features} ({@code +avx2,+fma}; empty: the CPU's own). */
+    public Property<String> getIreeCpuFeatures() { return ireeCpuFeatures; }
+    /** The iree-compile to run (default: found, see CompileIreeTask). */
+    public Property<String> getIreeCompiler() { return ireeCompiler; }
+
     /** Sets the export JVM's system property {@code name} ({@code System.getProperty(name)} in the model). */
     public void systemProperty(String key, Object value) { systemProperties.put(key, String.valueOf(value)); }
     /** Adds arguments of the export JVM. */
@@ -121,6 +144,11 @@ public class ModelSpec {
     public void setMaxHeapSize(String v) { maxHeapSize.set(v); }
     public void setJvmArgs(List<?> v) { jvmArgs.clear(); jvmArgs(v.toArray()); }
     public void setArgs(List<?> v) { args.clear(); args(v.toArray()); }
+    public void setIreeTargets(List<?> v) { ireeTargets.clear(); for (Object o : v) ireeTargets.add(String.valueOf(o)); }
+    public void setIreeFlags(List<?> v) { ireeFlags.clear(); for (Object o : v) ireeFlags.add(String.valueOf(o)); }
+    public void setIreeCpu(String v) { ireeCpu.set(v); }
+    public void setIreeCpuFeatures(String v) { ireeCpuFeatures.set(v); }
+    public void setIreeCompiler(String v) { ireeCompiler.set(v); }
 
     @Override
     public String toString() { return name.isEmpty() ? "tapeout { }" : "tapeout { models { " + name + " { } } }"; }

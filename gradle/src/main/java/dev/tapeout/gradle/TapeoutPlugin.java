@@ -10,7 +10,9 @@ import org.gradle.api.tasks.SourceSet;
 
 /**
  * {@code dev.tapeout}: the {@code tapeout { }} extension and the {@code exportIrpa} task, plus one task
- * {@code exportIrpa<Name>} per entry of {@code tapeout { models { } }}, which {@code exportIrpa} runs too.
+ * {@code exportIrpa<Name>} per entry of {@code tapeout { models { } }}, which {@code exportIrpa} runs too; and
+ * likewise {@code compileIree} / {@code compileIree<Name>}, which compile each export with iree-compile to a
+ * {@code .vmfb} beside its archive.
  */
 public class TapeoutPlugin implements Plugin<Project> {
     @Override
@@ -33,6 +35,30 @@ public class TapeoutPlugin implements Plugin<Project> {
             configure(project, task, spec);
         }));
         if (main == null) throw new IllegalStateException("exportIrpa was not registered");
+        Gradle.register(project, "compileIree", CompileIreeTask.class, task -> {
+            task.setDescription("Compiles the exported module with iree-compile to <outputDir>/<moduleName>.vmfb, and every model of tapeout { models { } }");
+            task.setGroup("tapeout");
+            task.setSpec(ext, null);
+            task.dependsOn("exportIrpa");
+            task.onlyIf(t -> ext.getModel().isPresent() || ext.getModels().isEmpty());
+            task.dependsOn((Callable<List<String>>) () -> {
+                List<String> names = new ArrayList<>();
+                for (ModelSpec spec : ext.getModels()) names.add(compileTaskName(spec));
+                return names;
+            });
+        });
+        ext.getModels().all(spec -> Gradle.register(project, compileTaskName(spec), CompileIreeTask.class, task -> {
+            task.setDescription("Compiles the model " + spec.getName() + " with iree-compile");
+            task.setGroup("tapeout");
+            task.setSpec(spec, ext);
+            task.dependsOn(taskName(spec));
+        }));
+    }
+
+    /** {@code compileIree<Name>}. */
+    static String compileTaskName(ModelSpec spec) {
+        String n = spec.getName();
+        return "compileIree" + Character.toUpperCase(n.charAt(0)) + n.substring(1);
     }
 
     /** {@code exportIrpa<Name>}. */
