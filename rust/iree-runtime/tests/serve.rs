@@ -268,3 +268,58 @@ fn local_sync_and_the_driver_list() {
     let e = instance.device("no-such-driver", 0).err().unwrap();
     assert!(e.to_string().contains("local-task"), "the error lists the drivers there are: {e}");
 }
+
+/// The process's `name:` line of /proc/self/status, in bytes.
+fn status_bytes(name: &str) -> u64 {
+    let text = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = text.lines().find(|l| l.starts_with(&format!("{name}:"))).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+}
+
+/// A 64 MiB parameter is used from the archive's own pages: after loading and a call that reads all of it, the
+/// process's file-backed RSS grew by about the archive and its anonymous RSS by far less (the CPU device imports
+/// the mapped file instead of reading it into new memory).
+#[test]
+fn parameters_are_used_in_place_from_the_mapped_archive() {
+    const K: usize = 1024;
+    const N: usize = 16384;
+    let dir = tempfile::tempdir().unwrap();
+    let mlir = format!(
+        r#"module @big {{
+  util.global private @w = #flow.parameter.named<"model"::"w"> : tensor<{K}x{N}xf32>
+  func.func @main(%x: tensor<1x{K}xf32> {{tapeout.name = "x"}}) -> (tensor<1x{N}xf32> {{tapeout.name = "y"}}) {{
+    %w = util.global.load @w : tensor<{K}x{N}xf32>
+    %y = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<1x{K}xf32>, tensor<{K}x{N}xf32>) -> tensor<1x{N}xf32>
+    return %y : tensor<1x{N}xf32>
+  }}
+}}
+"#
+    );
+    let vmfb = compile(dir.path(), "big", &mlir, CPU);
+    let archive = dir.path().join("big.irpa");
+    {
+        // w[i][j] = (i + j) % 5, small integers: every sum below is exact in f32.
+        let w: Vec<u8> = (0..K * N).flat_map(|e| (((e / N + e % N) % 5) as f32).to_le_bytes()).collect();
+        let mut writer = ArchiveWriter::new();
+        writer.add_data("w", BytesSource(&w)).unwrap();
+        writer.write(&archive).unwrap();
+    }
+    let (file0, anon0) = (status_bytes("RssFile"), status_bytes("RssAnon"));
+    let module = device().load(&vmfb, &[Parameters::new("model", &archive)]).unwrap();
+    let x = module.value(DType::F32, &[1, K as u64], &f32_bytes(&[1.0; K])).unwrap();
+    let y = f32s(&module.call("main", &[&x]).unwrap()[0].to_bytes().unwrap());
+    for j in [0, 1, 7, N - 1] {
+        let want: f32 = (0..K).map(|i| ((i + j) % 5) as f32).sum();
+        assert_eq!(y[j], want, "column {j}");
+    }
+    let (file1, anon1) = (status_bytes("RssFile"), status_bytes("RssAnon"));
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    let (file_growth, anon_growth) = (file1.saturating_sub(file0), anon1.saturating_sub(anon0));
+    assert!(
+        file_growth >= 60 << 20,
+        "file-backed RSS grew {:.1} MiB for a 64 MiB archive (anonymous {:.1} MiB)",
+        mib(file_growth),
+        mib(anon_growth)
+    );
+    assert!(anon_growth <= 24 << 20, "anonymous RSS grew {:.1} MiB: the parameter was copied", mib(anon_growth));
+}
