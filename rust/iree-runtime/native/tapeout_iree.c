@@ -247,7 +247,8 @@ int32_t tio_session_create(tio_instance* instance, tio_device* device, const uin
     status = iree_runtime_session_create_with_device(instance->runtime, &options, device->hal, allocator,
                                                      &session->runtime);
   }
-  if (iree_status_is_ok(status) && file_count > 0) {
+  // Always, even with no files: a module that needs parameters then fails naming the scope it wanted.
+  if (iree_status_is_ok(status)) {
     iree_vm_module_t* parameters = NULL;
     status = tio_parameters_module(vm, file_count, scopes, paths, allocator, &parameters);
     if (iree_status_is_ok(status)) status = iree_runtime_session_append_module(session->runtime, parameters);

@@ -166,7 +166,7 @@ impl IreeError {
 
 /// IREE's status code names (iree/base/status.h).
 fn code_name(code: i32) -> &'static str {
-    const NAMES: [&str; 17] = [
+    const NAMES: [&str; 19] = [
         "OK",
         "CANCELLED",
         "UNKNOWN",
@@ -184,6 +184,8 @@ fn code_name(code: i32) -> &'static str {
         "UNAVAILABLE",
         "DATA_LOSS",
         "UNAUTHENTICATED",
+        "DEFERRED",
+        "INCOMPATIBLE",
     ];
     usize::try_from(code).ok().and_then(|c| NAMES.get(c)).copied().unwrap_or("UNKNOWN")
 }
@@ -405,20 +407,15 @@ impl Device {
                 return IreeError::ParameterFile { path: p.path.clone(), message: msg };
             }
         }
-        if n.code == "NOT_FOUND" && lower.contains("parameter") {
-            let key = msg
-                .split('`')
-                .nth(1)
-                .or_else(|| msg.split('\'').nth(1))
-                .map(str::to_owned)
-                .unwrap_or_else(|| "(see message)".to_owned());
+        // "no parameter found in index with key 'k'" or, for a scope no file was given under,
+        // "no provider registered that handles scopes like 's'".
+        let no_scope = lower.contains("no provider registered");
+        if n.code == "NOT_FOUND" && (no_scope || lower.contains("no parameter found")) {
+            let quoted = msg.split('\'').nth(1).unwrap_or("(see message)");
+            let key = if no_scope { format!("{quoted}::*") } else { quoted.to_owned() };
             return IreeError::MissingParameter { key, message: msg };
         }
-        if lower.contains("executable format")
-            || lower.contains("no device")
-            || lower.contains("device not found")
-            || lower.contains("target") && lower.contains("not")
-        {
+        if n.code == "INCOMPATIBLE" || lower.contains("executable format") {
             return IreeError::WrongTarget { device: self.inner.uri.clone(), message: msg };
         }
         IreeError::Runtime { during: "loading the module".into(), code: n.code, message: msg }
