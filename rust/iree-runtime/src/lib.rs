@@ -330,7 +330,34 @@ impl Parameters {
     pub fn new(scope: impl Into<String>, path: impl Into<PathBuf>) -> Parameters {
         Parameters { scope: scope.into(), path: path.into() }
     }
+
+    /// Every file of an archive set tapeout wrote with a size limit, from its `<name>.irpa.index.json`
+    /// (`{"format": "tapeout-irpa-index/1", "scope": …, "files": […]}`, files relative to the index), under the
+    /// index's scope.
+    pub fn from_index(index: impl AsRef<std::path::Path>) -> Result<Vec<Parameters>, IreeError> {
+        let index = index.as_ref();
+        let bad = |message: String| IreeError::ParameterFile { path: index.to_path_buf(), message };
+        let text = std::fs::read_to_string(index).map_err(|e| IreeError::io(index, e))?;
+        let doc: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| bad(format!("not JSON: {e}; pass the .irpa.index.json tapeout wrote")))?;
+        if doc.get("format").and_then(|f| f.as_str()) != Some(INDEX_FORMAT) {
+            return Err(bad(format!("not a tapeout archive index (its \"format\" is not \"{INDEX_FORMAT}\")")));
+        }
+        let scope = doc.get("scope").and_then(|s| s.as_str()).ok_or_else(|| bad("no \"scope\" string".into()))?;
+        let files = doc.get("files").and_then(|f| f.as_array()).ok_or_else(|| bad("no \"files\" list".into()))?;
+        let dir = index.parent().unwrap_or(std::path::Path::new("."));
+        files
+            .iter()
+            .map(|f| {
+                let name = f.as_str().ok_or_else(|| bad(format!("a file entry {f} is not a string")))?;
+                Ok(Parameters::new(scope, dir.join(name)))
+            })
+            .collect()
+    }
 }
+
+/// The `format` of a tapeout archive set's index.
+pub const INDEX_FORMAT: &str = "tapeout-irpa-index/1";
 
 impl Device {
     /// The URI it was created from.

@@ -323,3 +323,37 @@ fn parameters_are_used_in_place_from_the_mapped_archive() {
     );
     assert!(anon_growth <= 24 << 20, "anonymous RSS grew {:.1} MiB: the parameter was copied", mib(anon_growth));
 }
+
+/// An archive set (tapeout's `--max-archive-bytes` form): one file per parameter here, loaded from its index.
+#[test]
+fn an_archive_set_loads_from_its_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let vmfb = compile(dir.path(), "affine", AFFINE, CPU);
+    let (w, b) = (f32_bytes(&W), f32_bytes(&B));
+    let mut writer = ArchiveWriter::new();
+    writer.add_data("layer.w", BytesSource(&w)).unwrap();
+    writer.add_data("layer.b", BytesSource(&b)).unwrap();
+    let shards = writer.split(100).unwrap();
+    assert_eq!(shards.len(), 2);
+    let names: Vec<String> = (1..=2).map(|k| format!("affine-{k:05}-of-00002.irpa")).collect();
+    for (shard, name) in shards.into_iter().zip(&names) {
+        shard.write(dir.path().join(name)).unwrap();
+    }
+    let index = dir.path().join("affine.irpa.index.json");
+    std::fs::write(
+        &index,
+        format!(r#"{{"format":"tapeout-irpa-index/1","scope":"model","total_size":0,"files":["{}","{}"],"weight_map":{{}}}}"#, names[0], names[1]),
+    )
+    .unwrap();
+    let params = Parameters::from_index(&index).unwrap();
+    assert_eq!(params.len(), 2);
+    let module = device().load(&vmfb, &params).unwrap();
+    let x = module.value(DType::F32, &[1, 5], &f32_bytes(&[0.0; 5])).unwrap();
+    assert_eq!(f32s(&module.call("main", &[&x]).unwrap()[0].to_bytes().unwrap()), B.to_vec());
+    // Only one of the two shards: the other's key is missing.
+    let e = device().load(&vmfb, &params[..1]).err().unwrap();
+    assert!(matches!(e, IreeError::MissingParameter { .. }), "{e}");
+    std::fs::write(&index, r#"{"format":"something else"}"#).unwrap();
+    let e = Parameters::from_index(&index).unwrap_err();
+    assert!(matches!(e, IreeError::ParameterFile { .. }) && e.to_string().contains("tapeout-irpa-index/1"), "{e}");
+}
