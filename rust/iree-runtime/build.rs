@@ -67,6 +67,8 @@ fn run() -> Result<(), String> {
         "building IREE's runtime",
     )?;
 
+    // A deleted or rebuilt archive reruns this script (cargo watches the file's mtime).
+    println!("cargo:rerun-if-changed={}", build.join("libtapeout_iree.a").display());
     println!("cargo:rustc-link-search=native={}", build.display());
     println!("cargo:rustc-link-search=native={}", build.join("iree/build_tools/third_party/flatcc").display());
     println!("cargo:rustc-link-lib=static=tapeout_iree");
