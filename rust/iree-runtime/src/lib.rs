@@ -279,6 +279,9 @@ impl Instance {
             message: format!("{workers} workers is more than i32 holds"),
         })?;
         let mut raw = ptr::null_mut();
+        // local-task takes its worker count from IREE's process-wide flags, set just before: one device at a time.
+        static DEVICE_CREATION: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _guard = DEVICE_CREATION.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         // SAFETY: live instance, NUL-terminated uri, valid out-pointers.
         native(|m| unsafe { ffi::tio_device_create(self.inner.0, c_uri.as_ptr(), workers, &mut raw, m) }).map_err(
             |n| {
@@ -381,7 +384,13 @@ impl Device {
             parameters.iter().map(|p| c_string("loading a module", &p.scope)).collect::<Result<Vec<_>, _>>()?;
         let paths = parameters
             .iter()
-            .map(|p| c_string("loading a module", &p.path.to_string_lossy()))
+            .map(|p| {
+                use std::os::unix::ffi::OsStrExt;
+                CString::new(p.path.as_os_str().as_bytes()).map_err(|_| IreeError::ParameterFile {
+                    path: p.path.clone(),
+                    message: "the path holds a NUL byte".into(),
+                })
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let scope_ptrs: Vec<*const c_char> = scopes.iter().map(|s| s.as_ptr()).collect();
         let path_ptrs: Vec<*const c_char> = paths.iter().map(|s| s.as_ptr()).collect();
@@ -407,19 +416,23 @@ impl Device {
         session
             .locked(|| native(|m| unsafe { ffi::tio_session_functions(session.raw, &mut listing, m) }))
             .map_err(runtime("listing the module's functions"))?;
-        let functions = take_string(listing)
-            .lines()
-            .filter_map(|line| {
-                let (name, declaration) = line.split_once('\t')?;
-                Some(parse_declaration(name, declaration).unwrap_or_else(|| Signature {
+        let mut functions = Vec::new();
+        let mut unchecked = Vec::new();
+        for line in take_string(listing).lines() {
+            let Some((name, declaration)) = line.split_once('\t') else { continue };
+            functions.push(parse_declaration(name, declaration).unwrap_or_else(|| {
+                // A declaration this crate cannot read (not one iree-compile writes for tapeout's modules): its
+                // calls go to IREE unchecked, and IREE's own checks answer.
+                unchecked.push(name.to_owned());
+                Signature {
                     name: name.to_owned(),
                     inputs: Vec::new(),
                     outputs: Vec::new(),
                     declaration: declaration.to_owned(),
-                }))
-            })
-            .collect();
-        Ok(Module { session, functions })
+                }
+            }));
+        }
+        Ok(Module { session, functions, unchecked })
     }
 
     fn classify_load_failure(&self, n: Native, parameters: &[Parameters]) -> IreeError {
@@ -476,6 +489,8 @@ impl Drop for SessionInner {
 pub struct Module {
     session: Arc<SessionInner>,
     functions: Vec<Signature>,
+    /// Functions whose declaration could not be read: called without tapeout's argument checks.
+    unchecked: Vec<String>,
 }
 
 impl Module {
@@ -495,20 +510,18 @@ impl Module {
     /// A value on the module's device from little-endian host bytes (copied once, to the device).
     pub fn value(&self, dtype: DType, dims: &[u64], bytes: &[u8]) -> Result<Value, IreeError> {
         let shape = shape_text(dims);
-        let expected = dims.iter().try_fold(dtype.size(), |acc, &d| acc.checked_mul(d));
-        let given = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
-        if expected != Some(given) {
-            return Err(IreeError::Size {
-                what: "a new value".into(),
-                expected: expected.unwrap_or(u64::MAX),
-                given,
-                dtype,
-                shape,
-            });
+        let too_big = || IreeError::Runtime {
+            during: "creating a value".into(),
+            code: "INVALID_ARGUMENT",
+            message: format!("a {dtype} value of shape {shape} has more bytes or elements than 64 bits count"),
+        };
+        let expected = dims.iter().try_fold(dtype.size(), |acc, &d| acc.checked_mul(d)).ok_or_else(too_big)?;
+        let given = u64::try_from(bytes.len()).map_err(|_| too_big())?;
+        if expected != given {
+            return Err(IreeError::Size { what: "a new value".into(), expected, given, dtype, shape });
         }
-        let dims_i64 = dims.iter().map(|&d| i64::try_from(d)).collect::<Result<Vec<_>, _>>().map_err(|_| {
-            IreeError::Size { what: "a new value".into(), expected: u64::MAX, given, dtype, shape: shape.clone() }
-        })?;
+        // IREE's dimensions are signed 64-bit (a zero dimension elsewhere can make a huge one fit the bytes).
+        let dims_i64 = dims.iter().map(|&d| i64::try_from(d)).collect::<Result<Vec<_>, _>>().map_err(|_| too_big())?;
         let mut raw = ptr::null_mut();
         // SAFETY: live session; dims and bytes outlive the call (the shim copies them).
         self.session
@@ -534,7 +547,8 @@ impl Module {
     /// Arity, element types and static dimensions are checked against the module's signature first.
     pub fn call(&self, function: &str, inputs: &[&Value]) -> Result<Vec<Value>, IreeError> {
         let signature = self.function(function)?;
-        if signature.inputs.len() != inputs.len() {
+        let checked = !self.unchecked.iter().any(|n| n == function);
+        if checked && signature.inputs.len() != inputs.len() {
             return Err(IreeError::Arity {
                 function: function.to_owned(),
                 expected: signature.inputs.len(),
@@ -542,10 +556,13 @@ impl Module {
                 names: signature.inputs.iter().map(|p| p.name.clone()).collect(),
             });
         }
-        for (index, (param, value)) in signature.inputs.iter().zip(inputs).enumerate() {
+        for (index, value) in inputs.iter().enumerate() {
             if !Arc::ptr_eq(&value.session, &self.session) {
-                return Err(IreeError::ForeignValue { what: format!("{function} argument {index} '{}'", param.name) });
+                let name = signature.inputs.get(index).map_or("?", |p| p.name.as_str());
+                return Err(IreeError::ForeignValue { what: format!("{function} argument {index} '{name}'") });
             }
+        }
+        for (index, (param, value)) in signature.inputs.iter().zip(inputs).enumerate() {
             let given = value.dtype();
             if let Some(want) = param.dtype
                 && given != Some(want)

@@ -357,3 +357,43 @@ fn an_archive_set_loads_from_its_index() {
     let e = Parameters::from_index(&index).unwrap_err();
     assert!(matches!(e, IreeError::ParameterFile { .. }) && e.to_string().contains("tapeout-irpa-index/1"), "{e}");
 }
+
+/// One module called from several threads at once (calls are serialized inside), devices created concurrently,
+/// and a shape whose byte count overflows: right answers, typed errors, no crash.
+#[test]
+fn threads_and_absurd_shapes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (vmfb, archive) = affine(dir.path());
+    let module = std::sync::Arc::new(device().load(&vmfb, &[Parameters::new("model", &archive)]).unwrap());
+    let workers: Vec<_> = (0..4)
+        .map(|t| {
+            let module = module.clone();
+            std::thread::spawn(move || {
+                for round in 0..20 {
+                    let v = (t * 100 + round) as f32;
+                    let x = module.value(DType::F32, &[1, 5], &f32_bytes(&[v; 5])).unwrap();
+                    let y = f32s(&module.call("main", &[&x]).unwrap()[0].to_bytes().unwrap());
+                    let want: Vec<f32> = (0..5).map(|i| v * W[i] + B[i]).collect();
+                    assert_eq!(y, want, "thread {t} round {round}");
+                }
+            })
+        })
+        .collect();
+    let instance = Instance::new().unwrap();
+    let devices: Vec<_> = (0..3)
+        .map(|_| {
+            let instance = instance.clone();
+            std::thread::spawn(move || instance.device("local-task", 1).map(|d| d.uri().to_owned()))
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    for d in devices {
+        assert_eq!(d.join().unwrap().unwrap(), "local-task");
+    }
+    let e = module.value(DType::F32, &[u64::MAX, 2], &[]).unwrap_err();
+    assert!(e.to_string().contains("more bytes or elements than 64 bits"), "{e}");
+    let e = module.value(DType::U8, &[(1u64 << 63) + 1, 0], &[]).unwrap_err();
+    assert!(e.to_string().contains("64 bits"), "{e}");
+}
