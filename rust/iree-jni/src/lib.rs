@@ -1,0 +1,645 @@
+//! JNI entry points of `dev.tapeout.iree` (Kotlin object `IreeNative`) over the `tapeout-iree` crate: IREE's
+//! runtime in the JVM's process.
+//!
+//! Handles are `Box` pointers passed as `long`s; the Kotlin classes own them (one `close` each, guarded there).
+//! A value keeps its module's session alive, so closing a module before its values is safe.
+//!
+//! **Arrays are not copied on the way.** A `FloatArray` (or Int/Long/Short/Byte) goes to the device with one
+//! copy, IREE's own, from the array pinned with `GetPrimitiveArrayCritical` (no JNI call while pinned); results
+//! come back the same way into a pinned array, or straight into a direct `ByteBuffer`'s memory. Parameter files
+//! are memory-mapped by the runtime and never seen by the JVM.
+//!
+//! Every failure becomes a `dev.tapeout.iree.IreeNativeError(kind, message, fields)`, which the Kotlin side turns
+//! into its typed exception; a panic becomes one too (kind `panic`). Nothing aborts the JVM.
+
+use std::path::PathBuf;
+
+use jni::errors::ErrorPolicy;
+use jni::objects::{
+    JByteArray, JByteBuffer, JClass, JFloatArray, JIntArray, JLongArray, JObject, JObjectArray, JShortArray, JString,
+    JValue,
+};
+use jni::strings::JNIString;
+use jni::sys::{jint, jlong};
+use jni::{Env, EnvUnowned};
+use tapeout_iree::{DType, Device, Instance, IreeError, Module, Parameters, Value};
+
+/// A failure to report to Kotlin: `kind` picks the exception class there, `fields` its properties.
+#[derive(Debug)]
+struct Failure {
+    kind: &'static str,
+    message: String,
+    fields: Vec<String>,
+}
+
+impl From<jni::errors::Error> for Failure {
+    fn from(e: jni::errors::Error) -> Self {
+        Failure { kind: "jni", message: format!("JNI call failed: {e}"), fields: Vec::new() }
+    }
+}
+
+impl From<IreeError> for Failure {
+    fn from(e: IreeError) -> Self {
+        let message = e.to_string();
+        let (kind, fields): (&'static str, Vec<String>) = match e {
+            IreeError::Runtime { code, during, .. } => ("runtime", vec![code.to_owned(), during]),
+            IreeError::NotAModule { .. } => ("not-a-module", vec![]),
+            IreeError::WrongTarget { device, .. } => ("wrong-target", vec![device]),
+            IreeError::MissingParameter { key, .. } => ("missing-parameter", vec![key]),
+            IreeError::ParameterFile { path, .. } => ("parameter-file", vec![path.display().to_string()]),
+            IreeError::NoSuchFunction { name, available } => ("no-such-function", [vec![name], available].concat()),
+            IreeError::Arity { function, expected, given, .. } => {
+                ("arity", vec![function, expected.to_string(), given.to_string()])
+            }
+            IreeError::DType { function, index, argument, expected, given } => {
+                ("dtype", vec![function, index.to_string(), argument, expected, given])
+            }
+            IreeError::Shape { function, index, argument, expected, given } => {
+                ("shape", vec![function, index.to_string(), argument, expected, given])
+            }
+            IreeError::Size { expected, given, .. } => ("size", vec![expected.to_string(), given.to_string()]),
+            IreeError::Io { path, .. } => ("io", vec![path.display().to_string()]),
+            IreeError::ForeignValue { .. } => ("foreign-value", vec![]),
+        };
+        Failure { kind, message, fields }
+    }
+}
+
+fn invalid(message: impl Into<String>) -> Failure {
+    Failure { kind: "invalid", message: message.into(), fields: Vec::new() }
+}
+
+/// Throws `IreeNativeError(kind, message, fields)` for an error, the same with kind `panic` for a panic.
+struct Throw;
+
+const ERROR_CLASS: &str = "dev/tapeout/iree/IreeNativeError";
+
+fn throw(env: &mut Env<'_>, f: Failure) {
+    let attempt = (|| -> jni::errors::Result<()> {
+        let kind = env.new_string(f.kind)?;
+        let message = env.new_string(&f.message)?;
+        let count = i32::try_from(f.fields.len())
+            .map_err(|_| jni::errors::Error::JniCall(jni::errors::JniError::InvalidArguments))?;
+        let fields = env.new_object_array(count, JNIString::from("java/lang/String"), JObject::null())?;
+        for (i, field) in f.fields.iter().enumerate() {
+            let s = env.new_string(field)?;
+            fields.set_element(env, i, &s)?;
+        }
+        let obj = env.new_object(
+            JNIString::from(ERROR_CLASS),
+            jni::jni_sig!("(Ljava/lang/String;Ljava/lang/String;[Ljava/lang/String;)V"),
+            &[JValue::Object(&kind), JValue::Object(&message), JValue::Object(&fields)],
+        )?;
+        let throwable = jni::objects::JThrowable::cast_local(env, obj)?;
+        env.throw(throwable)
+    })();
+    if attempt.is_err() && !env.exception_check() {
+        let _ = env.throw_new(
+            JNIString::from("java/lang/RuntimeException"),
+            JNIString::from(format!("tapeout iree: {}: {}", f.kind, f.message)),
+        );
+    }
+}
+
+impl<T: Default> ErrorPolicy<T, Failure> for Throw {
+    type Captures<'unowned_env_local: 'native_method, 'native_method> = ();
+
+    fn on_error<'unowned_env_local: 'native_method, 'native_method>(
+        env: &mut Env<'unowned_env_local>,
+        _cap: &mut Self::Captures<'unowned_env_local, 'native_method>,
+        err: Failure,
+    ) -> jni::errors::Result<T> {
+        if !env.exception_check() {
+            throw(env, err);
+        }
+        Ok(T::default())
+    }
+
+    fn on_panic<'unowned_env_local: 'native_method, 'native_method>(
+        env: &mut Env<'unowned_env_local>,
+        _cap: &mut Self::Captures<'unowned_env_local, 'native_method>,
+        payload: Box<dyn std::any::Any + Send + 'static>,
+    ) -> jni::errors::Result<T> {
+        let message = match payload.downcast::<String>() {
+            Ok(s) => *s,
+            Err(p) => p.downcast::<&'static str>().map_or_else(|_| "unknown panic".to_owned(), |s| (*s).to_owned()),
+        };
+        if !env.exception_check() {
+            throw(env, Failure { kind: "panic", message: format!("native panic: {message}"), fields: Vec::new() });
+        }
+        Ok(T::default())
+    }
+}
+
+fn into_handle<T>(value: T) -> jlong {
+    Box::into_raw(Box::new(value)) as jlong
+}
+
+/// The object behind a live handle.
+///
+/// # Safety
+/// `handle` must come from [`into_handle`] of a `T` and not have been released (the Kotlin classes guarantee it).
+unsafe fn borrow<'a, T>(handle: jlong) -> Result<&'a T, Failure> {
+    if handle == 0 {
+        return Err(invalid("a closed or null handle reached the native side"));
+    }
+    // SAFETY: per the contract above.
+    Ok(unsafe { &*(handle as *const T) })
+}
+
+/// Frees a handle.
+///
+/// # Safety
+/// As [`borrow`], and the handle is not used afterwards.
+unsafe fn release<T>(handle: jlong) {
+    if handle != 0 {
+        // SAFETY: per the contract above.
+        drop(unsafe { Box::from_raw(handle as *mut T) });
+    }
+}
+
+fn string(env: &Env<'_>, s: &JString<'_>) -> Result<String, Failure> {
+    Ok(s.try_to_string(env)?)
+}
+
+fn strings(env: &mut Env<'_>, a: &JObjectArray<'_>) -> Result<Vec<String>, Failure> {
+    let n = a.len(env)?;
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let obj = a.get_element(env, i)?;
+        let s = JString::cast_local(env, obj)?;
+        out.push(s.try_to_string(env)?);
+    }
+    Ok(out)
+}
+
+fn dims_of(env: &Env<'_>, dims: &JLongArray<'_>) -> Result<Vec<u64>, Failure> {
+    let mut v = vec![0i64; dims.len(env)?];
+    dims.get_region(env, 0, &mut v)?;
+    v.into_iter().map(|d| u64::try_from(d).map_err(|_| invalid(format!("a negative dimension {d}")))).collect()
+}
+
+fn dtype_of(code: jint) -> Result<DType, Failure> {
+    DType::from_mlir(match code {
+        0 => "f32",
+        1 => "f16",
+        2 => "bf16",
+        3 => "f64",
+        4 => "i8",
+        5 => "i16",
+        6 => "i32",
+        7 => "i64",
+        8 => "ui8",
+        9 => "i1",
+        _ => "",
+    })
+    .ok_or_else(|| invalid(format!("unknown dtype code {code}")))
+}
+
+fn code_of(dtype: Option<DType>) -> jlong {
+    match dtype.map(DType::mlir) {
+        Some("f32") => 0,
+        Some("f16") => 1,
+        Some("bf16") => 2,
+        Some("f64") => 3,
+        Some("i8") => 4,
+        Some("i16") => 5,
+        Some("i32") => 6,
+        Some("i64") => 7,
+        Some("ui8") => 8,
+        Some("i1") => 9,
+        _ => -1,
+    }
+}
+
+/// A primitive array pinned with `GetPrimitiveArrayCritical`; released on drop (`JNI_ABORT` when only read, `0`
+/// to commit writes). No JNI call may happen while it lives.
+struct Pinned {
+    env: *mut jni::sys::JNIEnv,
+    array: jni::sys::jarray,
+    ptr: *mut u8,
+    bytes: usize,
+    commit: bool,
+}
+
+impl Pinned {
+    /// Pins `array` of `len` elements of `elem` bytes each.
+    ///
+    /// # Safety
+    /// `array` is a live primitive array of `len` elements of `elem` bytes, and no JNI function is called until
+    /// the pin is dropped.
+    unsafe fn new(
+        env: &Env<'_>,
+        array: jni::sys::jarray,
+        len: usize,
+        elem: usize,
+        commit: bool,
+    ) -> Result<Pinned, Failure> {
+        let bytes = len.checked_mul(elem).ok_or_else(|| invalid("array too large"))?;
+        let raw = env.get_raw();
+        let mut is_copy: jni::sys::jboolean = false;
+        // SAFETY: per the contract; the function table is valid for an attached thread.
+        let ptr = unsafe { ((**raw).v1_2.GetPrimitiveArrayCritical)(raw, array, &mut is_copy) };
+        if ptr.is_null() {
+            return Err(Failure {
+                kind: "runtime",
+                message: "GetPrimitiveArrayCritical returned null (out of memory)".into(),
+                fields: vec!["RESOURCE_EXHAUSTED".into(), "pinning an array".into()],
+            });
+        }
+        Ok(Pinned { env: raw, array, ptr: ptr.cast(), bytes, commit })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: the JVM keeps `bytes` bytes at `ptr` until release.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.bytes) }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and the pin is exclusive to this call.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.bytes) }
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        let mode = if self.commit { 0 } else { jni::sys::JNI_ABORT };
+        // SAFETY: releases exactly what `new` pinned.
+        unsafe { ((**self.env).v1_2.ReleasePrimitiveArrayCritical)(self.env, self.array, self.ptr.cast(), mode) }
+    }
+}
+
+/// `IreeNative.instanceCreate(): Long`.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_dev_tapeout_iree_IreeNative_instanceCreate<'l>(
+    mut unowned: EnvUnowned<'l>,
+    _class: JClass<'l>,
+) -> jlong {
+    unowned.with_env(|_env| -> Result<jlong, Failure> { Ok(into_handle(Instance::new()?)) }).resolve::<Throw>()
+}
+
+/// `IreeNative.instanceRelease(handle)`.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_dev_tapeout_iree_IreeNative_instanceRelease<'l>(
+    mut unowned: EnvUnowned<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+) {
+    unowned
+        .with_env(|_env| -> Result<(), Failure> {
+            // SAFETY: a live handle, released once (IreeInstance.close).
+            unsafe { release::<Instance>(handle) };
+            Ok(())
+        })
+        .resolve::<Throw>()
+}
+
+/// `IreeNative.instanceDrivers(handle): String` — one driver name per line.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_dev_tapeout_iree_IreeNative_instanceDrivers<'l>(
+    mut unowned: EnvUnowned<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+) -> JObject<'l> {
+    unowned
+        .with_env(|env| -> Result<JObject<'l>, Failure> {
+            // SAFETY: a live handle.
+            let instance = unsafe { borrow::<Instance>(handle)? };
+            Ok(env.new_string(instance.drivers()?.join("\n"))?.into())
+        })
+        .resolve::<Throw>()
+}
+
+/// `IreeNative.deviceCreate(instance, uri, workers): Long`.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_dev_tapeout_iree_IreeNative_deviceCreate<'l>(
+    mut unowned: EnvUnowned<'l>,
+    _class: JClass<'l>,
+    instance: jlong,
+    uri: JString<'l>,
+    workers: jint,
+) -> jlong {
+    unowned
+        .with_env(|env| -> Result<jlong, Failure> {
+            // SAFETY: a live handle.
+            let instance = unsafe { borrow::<Instance>(instance)? };
+            let workers = u32::try_from(workers).map_err(|_| invalid(format!("workers = {workers}: use 0 or more")))?;
+            Ok(into_handle(instance.device(&string(env, &uri)?, workers)?))
+        })
+        .resolve::<Throw>()
+}
+
+/// `IreeNative.deviceRelease(handle)`.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_dev_tapeout_iree_IreeNative_deviceRelease<'l>(
+    mut unowned: EnvUnowned<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+) {
+    unowned
+        .with_env(|_env| -> Result<(), Failure> {
+            // SAFETY: a live handle, released once (IreeDevice.close).
+            unsafe { release::<Device>(handle) };
+            Ok(())
+        })
+        .resolve::<Throw>()
+}
+
+/// `IreeNative.moduleLoad(device, vmfbBytes, vmfbPath, scopes, paths): Long` — the module from bytes or (when
+/// `vmfbBytes` is null) from a file read here, off the JVM heap.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_dev_tapeout_iree_IreeNative_moduleLoad<'l>(
+    mut unowned: EnvUnowned<'l>,
+    _class: JClass<'l>,
+    device: jlong,
+    vmfb_bytes: JByteArray<'l>,
+    vmfb_path: JString<'l>,
+    scopes: JObjectArray<'l>,
+    paths: JObjectArray<'l>,
+) -> jlong {
+    unowned
+        .with_env(|env| -> Result<jlong, Failure> {
+            // SAFETY: a live handle.
+            let device = unsafe { borrow::<Device>(device)? };
+            let scopes = strings(env, &scopes)?;
+            let paths = strings(env, &paths)?;
+            if scopes.len() != paths.len() {
+                return Err(invalid("as many scopes as parameter files"));
+            }
+            let parameters: Vec<Parameters> =
+                scopes.into_iter().zip(paths).map(|(s, p)| Parameters::new(s, PathBuf::from(p))).collect();
+            let vmfb = if vmfb_bytes.is_null() {
+                let path = string(env, &vmfb_path)?;
+                std::fs::read(&path).map_err(|e| IreeError::io(&path, e))?
+            } else {
+                let mut v = vec![0i8; vmfb_bytes.len(env)?];
+                vmfb_bytes.get_region(env, 0, &mut v)?;
+                v.into_iter().map(|b| b as u8).collect()
+            };
+            Ok(into_handle(device.load(&vmfb, &parameters)?))
+        })
+        .resolve::<Throw>()
+}
+
+/// `IreeNative.moduleRelease(handle)`.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_dev_tapeout_iree_IreeNative_moduleRelease<'l>(
+    mut unowned: EnvUnowned<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+) {
+    unowned
+        .with_env(|_env| -> Result<(), Failure> {
+            // SAFETY: a live handle, released once (IreeModule.close); its values hold the session.
+            unsafe { release::<Module>(handle) };
+            Ok(())
+        })
+        .resolve::<Throw>()
+}
+
+/// Escapes tab, newline and backslash of a name for the line format of `moduleFunctions`.
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('\t', "\\t").replace('\n', "\\n")
+}
+
+/// `IreeNative.moduleFunctions(handle): String` — per function a line `F\t<name>\t<declaration>`, then a line
+/// `I\t<name>\t<dtype code>\t<dims>` per argument and `O\t…` per result (dims comma-separated, `?` dynamic;
+/// dtype -1 for a type tapeout does not name; names escaped).
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_dev_tapeout_iree_IreeNative_moduleFunctions<'l>(
+    mut unowned: EnvUnowned<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+) -> JObject<'l> {
+    unowned
+        .with_env(|env| -> Result<JObject<'l>, Failure> {
+            // SAFETY: a live handle.
+            let module = unsafe { borrow::<Module>(handle)? };
+            let mut out = String::new();
+            for f in module.functions() {
+                out.push_str(&format!("F\t{}\t{}\n", escape(&f.name), escape(&f.declaration)));
+                for (tag, params) in [("I", &f.inputs), ("O", &f.outputs)] {
+                    for p in params {
+                        let dims: Vec<String> =
+                            p.dims.iter().map(|d| d.map_or_else(|| "?".to_owned(), |d| d.to_string())).collect();
+                        out.push_str(&format!(
+                            "{tag}\t{}\t{}\t{}\n",
+                            escape(&p.name),
+                            code_of(p.dtype),
+                            dims.join(",")
+                        ));
+                    }
+                }
+            }
+            Ok(env.new_string(out)?.into())
+        })
+        .resolve::<Throw>()
+}
+
+/// Makes a value from a pinned array's bytes.
+fn value_from_array(
+    env: &Env<'_>,
+    module: jlong,
+    dtype: jint,
+    dims: &JLongArray<'_>,
+    array: jni::sys::jarray,
+    len: usize,
+    elem: usize,
+) -> Result<jlong, Failure> {
+    // SAFETY: a live handle.
+    let module = unsafe { borrow::<Module>(module)? };
+    let (dtype, dims) = (dtype_of(dtype)?, dims_of(env, dims)?);
+    // SAFETY: `array` is the live primitive array of `len` elements of `elem` bytes the caller names, and nothing
+    // below calls into the JVM before the pin is dropped.
+    let pin = unsafe { Pinned::new(env, array, len, elem, false)? };
+    let value = module.value(dtype, &dims, pin.bytes());
+    drop(pin);
+    Ok(into_handle(value?))
+}
+
+macro_rules! value_from {
+    ($name:ident, $array:ty, $elem:expr) => {
+        /// `IreeNative.valueFrom…(module, dtype, dims, array): Long` — a device value from a JVM array (one copy,
+        /// from the pinned array).
+        #[unsafe(no_mangle)]
+        pub extern "system" fn $name<'l>(
+            mut unowned: EnvUnowned<'l>,
+            _class: JClass<'l>,
+            module: jlong,
+            dtype: jint,
+            dims: JLongArray<'l>,
+            array: $array,
+        ) -> jlong {
+            unowned
+                .with_env(|env| -> Result<jlong, Failure> {
+                    let len = array.len(env)?;
+                    value_from_array(env, module, dtype, &dims, array.as_raw(), len, $elem)
+                })
+                .resolve::<Throw>()
+        }
+    };
+}
+value_from!(Java_dev_tapeout_iree_IreeNative_valueFromFloats, JFloatArray<'l>, 4);
+value_from!(Java_dev_tapeout_iree_IreeNative_valueFromInts, JIntArray<'l>, 4);
+value_from!(Java_dev_tapeout_iree_IreeNative_valueFromLongs, JLongArray<'l>, 8);
+value_from!(Java_dev_tapeout_iree_IreeNative_valueFromShorts, JShortArray<'l>, 2);
+value_from!(Java_dev_tapeout_iree_IreeNative_valueFromBytes, JByteArray<'l>, 1);
+
+/// The `position..limit` bytes of a direct buffer, as (address, length).
+fn direct(env: &Env<'_>, buffer: &JByteBuffer<'_>, position: jint, limit: jint) -> Result<(*mut u8, usize), Failure> {
+    let address =
+        env.get_direct_buffer_address(buffer).map_err(|_| invalid("the ByteBuffer is not a direct buffer"))?;
+    let capacity = env.get_direct_buffer_capacity(buffer)?;
+    let (p, l) = (usize::try_from(position), usize::try_from(limit));
+    match (p, l) {
+        (Ok(p), Ok(l)) if p <= l && l <= capacity => Ok((address.wrapping_add(p), l - p)),
+        _ => Err(invalid(format!("position {position} / limit {limit} outside the buffer's capacity {capacity}"))),
+    }
+}
+
+/// `IreeNative.valueFromBuffer(module, dtype, dims, buffer, position, limit): Long` — a device value from a direct
+/// buffer's remaining bytes (little-endian), read in place.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_dev_tapeout_iree_IreeNative_valueFromBuffer<'l>(
+    mut unowned: EnvUnowned<'l>,
+    _class: JClass<'l>,
+    module: jlong,
+    dtype: jint,
+    dims: JLongArray<'l>,
+    buffer: JByteBuffer<'l>,
+    position: jint,
+    limit: jint,
+) -> jlong {
+    unowned
+        .with_env(|env| -> Result<jlong, Failure> {
+            // SAFETY: a live handle.
+            let module = unsafe { borrow::<Module>(module)? };
+            let (dtype, dims) = (dtype_of(dtype)?, dims_of(env, &dims)?);
+            let (address, len) = direct(env, &buffer, position, limit)?;
+            // SAFETY: a direct buffer's memory, live while its local reference is (this call).
+            let bytes = unsafe { std::slice::from_raw_parts(address.cast_const(), len) };
+            Ok(into_handle(module.value(dtype, &dims, bytes)?))
+        })
+        .resolve::<Throw>()
+}
+
+/// `IreeNative.valueRelease(handle)`.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_dev_tapeout_iree_IreeNative_valueRelease<'l>(
+    mut unowned: EnvUnowned<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+) {
+    unowned
+        .with_env(|_env| -> Result<(), Failure> {
+            // SAFETY: a live handle, released once (IreeValue.close).
+            unsafe { release::<Value>(handle) };
+            Ok(())
+        })
+        .resolve::<Throw>()
+}
+
+/// `IreeNative.valueInfo(handle): LongArray` — `[dtype code, byte length, rank, dims…]`.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_dev_tapeout_iree_IreeNative_valueInfo<'l>(
+    mut unowned: EnvUnowned<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+) -> JLongArray<'l> {
+    unowned
+        .with_env(|env| -> Result<JLongArray<'l>, Failure> {
+            // SAFETY: a live handle.
+            let value = unsafe { borrow::<Value>(handle)? };
+            let long = |n: u64| jlong::try_from(n).map_err(|_| invalid(format!("{n} does not fit in a JVM long")));
+            let dims = value.dims();
+            let mut info = vec![code_of(value.dtype()), long(value.byte_len())?, long(dims.len() as u64)?];
+            for d in dims {
+                info.push(long(d)?);
+            }
+            let out = env.new_long_array(info.len())?;
+            out.set_region(env, 0, &info)?;
+            Ok(out)
+        })
+        .resolve::<Throw>()
+}
+
+macro_rules! value_read {
+    ($name:ident, $array:ty, $elem:expr) => {
+        /// `IreeNative.valueRead…(value, array)` — copies the value's bytes into the pinned array (sizes equal).
+        #[unsafe(no_mangle)]
+        pub extern "system" fn $name<'l>(
+            mut unowned: EnvUnowned<'l>,
+            _class: JClass<'l>,
+            handle: jlong,
+            array: $array,
+        ) {
+            unowned
+                .with_env(|env| -> Result<(), Failure> {
+                    // SAFETY: a live handle.
+                    let value = unsafe { borrow::<Value>(handle)? };
+                    let len = array.len(env)?;
+                    // SAFETY: `array` is a live primitive array of `len` elements of this size; no JNI call below
+                    // until the pin is dropped.
+                    let mut pin = unsafe { Pinned::new(env, array.as_raw(), len, $elem, true)? };
+                    let result = value.read_into(pin.bytes_mut());
+                    drop(pin);
+                    Ok(result?)
+                })
+                .resolve::<Throw>()
+        }
+    };
+}
+value_read!(Java_dev_tapeout_iree_IreeNative_valueReadFloats, JFloatArray<'l>, 4);
+value_read!(Java_dev_tapeout_iree_IreeNative_valueReadInts, JIntArray<'l>, 4);
+value_read!(Java_dev_tapeout_iree_IreeNative_valueReadLongs, JLongArray<'l>, 8);
+value_read!(Java_dev_tapeout_iree_IreeNative_valueReadShorts, JShortArray<'l>, 2);
+value_read!(Java_dev_tapeout_iree_IreeNative_valueReadBytes, JByteArray<'l>, 1);
+
+/// `IreeNative.valueReadBuffer(value, buffer, position, limit)` — copies the value's bytes into a direct buffer's
+/// `position..limit` (exactly its size).
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_dev_tapeout_iree_IreeNative_valueReadBuffer<'l>(
+    mut unowned: EnvUnowned<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+    buffer: JByteBuffer<'l>,
+    position: jint,
+    limit: jint,
+) {
+    unowned
+        .with_env(|env| -> Result<(), Failure> {
+            // SAFETY: a live handle.
+            let value = unsafe { borrow::<Value>(handle)? };
+            let (address, len) = direct(env, &buffer, position, limit)?;
+            // SAFETY: a direct buffer's memory, live while its local reference is (this call).
+            let bytes = unsafe { std::slice::from_raw_parts_mut(address, len) };
+            Ok(value.read_into(bytes)?)
+        })
+        .resolve::<Throw>()
+}
+
+/// `IreeNative.call(module, function, inputs): LongArray` — the results' value handles.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_dev_tapeout_iree_IreeNative_call<'l>(
+    mut unowned: EnvUnowned<'l>,
+    _class: JClass<'l>,
+    module: jlong,
+    function: JString<'l>,
+    inputs: JLongArray<'l>,
+) -> JLongArray<'l> {
+    unowned
+        .with_env(|env| -> Result<JLongArray<'l>, Failure> {
+            // SAFETY: a live handle.
+            let module = unsafe { borrow::<Module>(module)? };
+            let mut handles = vec![0i64; inputs.len(env)?];
+            inputs.get_region(env, 0, &mut handles)?;
+            // SAFETY: live value handles (IreeValue checks it is open before passing it).
+            let values = handles.iter().map(|&h| unsafe { borrow::<Value>(h) }).collect::<Result<Vec<_>, _>>()?;
+            let results = module.call(&string(env, &function)?, &values)?;
+            let out_handles: Vec<jlong> = results.into_iter().map(into_handle).collect();
+            let out = env.new_long_array(out_handles.len())?;
+            out.set_region(env, 0, &out_handles)?;
+            Ok(out)
+        })
+        .resolve::<Throw>()
+}
