@@ -1,0 +1,158 @@
+package dev.tapeout.iree
+
+import java.io.File
+import java.nio.file.Files
+import java.nio.file.StandardCopyOption
+import java.util.concurrent.TimeUnit
+
+/**
+ * What `iree-compile` builds a module for: the target devices and, for the CPU, which CPU.
+ *
+ * `IreeTarget.cpu()` (this machine's CPU, `host`), `IreeTarget.cpu("generic")` (any x86-64),
+ * `IreeTarget.cpu("host", "+avx2,+fma")`, `IreeTarget.vmvx()`, `IreeTarget.vulkan()`, `IreeTarget.cuda()`,
+ * `IreeTarget.hip()`; [flags] are the `iree-compile` flags it stands for.
+ */
+class IreeTarget private constructor(
+    /** The iree-compile flags. */
+    val flags: List<String>,
+    /** A short name for messages. */
+    val description: String,
+) {
+    override fun toString() = description
+
+    companion object {
+        /** The llvm-cpu backend for `cpu` (`host`: this machine's; `generic`: any x86-64) with extra CPU `features`. */
+        @JvmStatic
+        @JvmOverloads
+        fun cpu(cpu: String = "host", features: String = ""): IreeTarget = IreeTarget(
+            listOf("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
+                "--iree-llvmcpu-target-cpu=$cpu") + (if (features.isEmpty()) emptyList() else listOf("--iree-llvmcpu-target-cpu-features=$features")),
+            "llvm-cpu ($cpu${if (features.isEmpty()) "" else " $features"})",
+        )
+
+        /** IREE's portable VM-based CPU backend. */
+        @JvmStatic
+        fun vmvx(): IreeTarget = IreeTarget(listOf("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=vmvx"), "vmvx")
+
+        /** Vulkan (SPIR-V). */
+        @JvmStatic
+        fun vulkan(): IreeTarget = IreeTarget(listOf("--iree-hal-target-device=vulkan"), "vulkan")
+
+        /** CUDA. */
+        @JvmStatic
+        fun cuda(): IreeTarget = IreeTarget(listOf("--iree-hal-target-device=cuda"), "cuda")
+
+        /** HIP (ROCm). */
+        @JvmStatic
+        fun hip(): IreeTarget = IreeTarget(listOf("--iree-hal-target-device=hip"), "hip")
+    }
+}
+
+/** iree-compile refused a module, or could not be run; [diagnostics] is what it printed. */
+class IreeCompileException(message: String, val diagnostics: String) : IreeException(message)
+
+/**
+ * IREE's compiler, run as the `iree-compile` program (PyPI `iree-base-compiler==3.13.0`, which the project's
+ * `scripts/setup` installs into `.venv`). It runs in a process of its own: the compiler library is well over 100 MB
+ * and has no business in a serving JVM's memory once the module is built.
+ *
+ * ```kotlin
+ * val vmfb = IreeCompiler.find().compile(File("build/tapeout/model.mlir"), IreeTarget.cpu())
+ * ```
+ */
+class IreeCompiler(
+    /** The `iree-compile` executable. */
+    val executable: File,
+) {
+    init {
+        if (!executable.isFile || !executable.canExecute()) {
+            throw IreeCompileException("$executable is not an executable iree-compile", "")
+        }
+    }
+
+    /** `iree-compile --version`. */
+    fun version(): String = run(listOf(executable.path, "--version"), "asking $executable for its version").trim()
+
+    /**
+     * Compiles `mlir` (a StableHLO module tapeout exported) for `target` into `output` (default: beside it, `.vmfb`),
+     * written to a temporary file and renamed into place. Returns `output`.
+     */
+    @JvmOverloads
+    fun compile(
+        mlir: File,
+        target: IreeTarget = IreeTarget.cpu(),
+        output: File = File(mlir.parentFile, mlir.name.removeSuffix(".mlir") + ".vmfb"),
+        extraFlags: List<String> = emptyList(),
+    ): File {
+        if (!mlir.isFile) throw IreeCompileException("no module at $mlir: export the model first", "")
+        val tmp = File(output.path + ".tmp")
+        val cmd = listOf(executable.path, "--iree-input-type=stablehlo") + target.flags + extraFlags + listOf(mlir.path, "-o", tmp.path)
+        try {
+            run(cmd, "compiling $mlir for $target")
+            Files.move(tmp.toPath(), output.toPath(), StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE)
+        } finally {
+            tmp.delete()
+        }
+        return output
+    }
+
+    /** Compiles MLIR text for `target`; the vmfb's bytes. */
+    @JvmOverloads
+    fun compile(mlirText: String, target: IreeTarget = IreeTarget.cpu(), extraFlags: List<String> = emptyList()): ByteArray {
+        val dir = Files.createTempDirectory("tapeout-iree-compile").toFile()
+        try {
+            val mlir = File(dir, "module.mlir").also { it.writeText(mlirText) }
+            return compile(mlir, target, File(dir, "module.vmfb"), extraFlags).readBytes()
+        } finally {
+            dir.deleteRecursively()
+        }
+    }
+
+    private fun run(cmd: List<String>, what: String): String {
+        val p = try {
+            ProcessBuilder(cmd).redirectErrorStream(true).start()
+        } catch (e: java.io.IOException) {
+            throw IreeCompileException("$what: cannot start $executable: ${e.message}", "")
+        }
+        val out = p.inputStream.bufferedReader().readText()
+        if (!p.waitFor(1, TimeUnit.HOURS)) {
+            p.destroyForcibly()
+            throw IreeCompileException("$what: iree-compile did not finish within an hour", out)
+        }
+        if (p.exitValue() != 0) {
+            val shown = out.lines().take(40).joinToString("\n")
+            throw IreeCompileException("$what: iree-compile failed (exit ${p.exitValue()}):\n$shown", out)
+        }
+        return out
+    }
+
+    companion object {
+        /**
+         * The iree-compile to use: system property `tapeout.iree.compile`, else `$TAPEOUT_IREE_COMPILE`, else
+         * `.venv/bin/iree-compile` in `searchFrom` or any directory above it (the working directory by default),
+         * else the first on `PATH`. Throws [IreeCompileException] saying how to install one when none is found.
+         */
+        @JvmStatic
+        @JvmOverloads
+        fun find(searchFrom: File = File(".").absoluteFile): IreeCompiler {
+            System.getProperty("tapeout.iree.compile")?.takeIf { it.isNotEmpty() }?.let { return IreeCompiler(File(it)) }
+            System.getenv("TAPEOUT_IREE_COMPILE")?.takeIf { it.isNotEmpty() }?.let { return IreeCompiler(File(it)) }
+            var dir: File? = searchFrom
+            while (dir != null) {
+                val venv = File(dir, ".venv/bin/iree-compile")
+                if (venv.isFile && venv.canExecute()) return IreeCompiler(venv)
+                dir = dir.parentFile
+            }
+            for (p in (System.getenv("PATH") ?: "").split(File.pathSeparator)) {
+                val f = File(p, "iree-compile")
+                if (p.isNotEmpty() && f.isFile && f.canExecute()) return IreeCompiler(f)
+            }
+            throw IreeCompileException(
+                "iree-compile not found (no tapeout.iree.compile property, no TAPEOUT_IREE_COMPILE, no .venv/bin/iree-compile " +
+                    "above $searchFrom, none on PATH): install IREE's compiler with pip install iree-base-compiler==3.13.0, " +
+                    "or point TAPEOUT_IREE_COMPILE at it",
+                "",
+            )
+        }
+    }
+}
