@@ -159,6 +159,7 @@ def main():
             "peak_beyond_jvm_bytes": beyond_jvm,
             "peak_beyond_jvm_over_archive_plus_64mib": beyond_jvm / (1.05 * archive + (64 << 20)),
             "rss_file_over_archive": mem["rss_file"] / archive,
+            "rss_anon_growth_bytes": mem["rss_anon"] - mem["jvm_start_rss_anon"],
         }))
 
 

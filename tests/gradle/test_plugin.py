@@ -48,7 +48,7 @@ dependencies {{
 
 @pytest.fixture(scope="module")
 def built_jars():
-    subprocess.run([GRADLE, "-c", "settings-gradle4.gradle", "--offline", "--no-daemon", "--quiet", ":jvm:jar"],
+    subprocess.run([GRADLE, "-c", "settings-gradle4.gradle", "--offline", "--no-daemon", "--quiet", ":jvm:jar", ":jvm-iree:jar"],
                    cwd=ROOT, check=True, capture_output=True)
     assert (ROOT / "buildSrc/build/libs/buildSrc.jar").is_file()
 
@@ -565,3 +565,60 @@ def test_compile_iree_writes_a_vmfb_beside_the_archive_that_runs_and_is_up_to_da
     (p / "build.gradle").write_text(build_file(block.replace("ireeCpu = 'generic'", "ireeCompiler = '/nope/iree-compile'")))
     r = gradle(p, "compileIreeTiny")
     assert r.returncode != 0 and "ireeCompiler = '/nope/iree-compile'" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def test_the_readme_serving_snippet_serves_the_tiny_llm_from_kotlin(built_jars, tmp_path, monkeypatch):
+    """The README's "Serving from the JVM" block, verbatim, in a new project that depends only on the jvm-iree jar:
+    it compiles examples/tiny-llm's export (found through TAPEOUT_IREE_COMPILE, as a user outside this repository
+    would set it) and serves prefill from Kotlin; its next tokens and logits equal IREE's Python runtime's on the
+    same vmfb and archive."""
+    import re
+    import numpy as np
+    import iree.runtime as rt
+
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## Serving from the JVM", 1)[1].split("```kotlin\n", 1)[1].split("```", 1)[0]
+    lines = block.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("val "))
+    snippet = "\n".join(lines[:first]) + "\nfun main() {\n" + "\n".join("    " + l for l in lines[first:]) + "\n}\n"
+    p = tmp_path / "serve"
+    p.mkdir()
+    (p / "settings.gradle").write_text("rootProject.name = 'serve'\n")
+    (p / "gradle.properties").write_text("systemProp.gradle-debian-helper.hook.enabled=false\n"
+                                         f"kotlinHome={ROOT}/jvm/tools/node_modules/kotlin-compiler\n")
+    (p / "build.gradle").write_text(f"""
+buildscript {{
+    dependencies {{ classpath files('{ROOT}/buildSrc/build/libs/buildSrc.jar') }}
+}}
+apply plugin: 'dev.tapeout.kotlin'
+apply plugin: 'application'
+mainClassName = 'SnippetKt'
+dependencies {{
+    implementation files('{ROOT}/jvm-iree/build/libs/jvm-iree-0.1.0.jar', "${{kotlinHomeDir}}/lib/kotlin-stdlib.jar")
+}}
+""")
+    (p / "src/main/kotlin").mkdir(parents=True)
+    (p / "src/main/kotlin/Snippet.kt").write_text(snippet)
+    out = p / "build/tapeout"
+    r = subprocess.run([GRADLE, "-c", "settings-gradle4.gradle", "--offline", "--no-daemon", "--quiet",
+                        ":examples:tiny-llm:exportIrpa", f"-PtapeoutOut={out}"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    monkeypatch.setenv("TAPEOUT_IREE_COMPILE", str(ROOT / ".venv/bin/iree-compile"))
+    r = gradle(p, "run")
+    assert r.returncode == 0, r.stdout + r.stderr
+    m = re.search(r"next tokens \[([-0-9, ]+)\], logits \[([-0-9.eE, ]+)\]", r.stdout)
+    assert m, r.stdout
+    kotlin_next = [int(t) for t in m.group(1).split(",")]
+    kotlin_logits = [float(x) for x in m.group(2).split(",")]
+    assert (out / "tiny_llm.vmfb").is_file(), "compiled beside the archive"
+
+    config = rt.Config("local-sync")
+    index = rt.ParameterIndex()
+    index.load(str(out / "tiny_llm.irpa"))
+    mod = rt.load_vm_modules(rt.create_io_parameters_module(config.vm_instance, index.create_provider(scope="model")),
+                             rt.create_hal_module(config.vm_instance, config.device),
+                             rt.VmModule.copy_buffer(config.vm_instance, (out / "tiny_llm.vmfb").read_bytes()),
+                             config=config)[-1]
+    res = mod.prefill(np.array([3, 14, 15, 9], np.int32), np.arange(4, dtype=np.int32))
+    assert kotlin_next == np.asarray(res[1].to_host()).tolist()
+    np.testing.assert_allclose(kotlin_logits, np.asarray(res[0].to_host()).reshape(-1)[:3], rtol=1e-6, atol=1e-6)

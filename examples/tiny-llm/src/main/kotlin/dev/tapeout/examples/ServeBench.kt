@@ -12,7 +12,8 @@ import java.nio.ByteOrder
  * `ServeBench <vmfb> <irpa> <inputs dir> <repeats> <workers>` (tests/bench/jvm_serving.py runs it): one decode step
  * called from Kotlin, `repeats` times on the same device-resident arguments (`<inputs dir>/<argument name>.npy`,
  * uploaded once), each call reading the logits back to the host. Prints one JSON line: the median step time, the
- * first logits, and this process's memory (/proc/self/status) at JVM start and after serving.
+ * first logits, and this process's memory (/proc/self/status) at JVM start, while serving (the module loaded,
+ * every parameter read) and after closing everything.
  */
 object ServeBench {
     @JvmStatic
@@ -23,6 +24,7 @@ object ServeBench {
         val workers = args[4].toInt()
         val times = DoubleArray(repeats)
         var head = FloatArray(0)
+        var serving = emptyMap<String, Long>()
         IreeInstance().use { instance ->
             instance.device("local-task", workers = workers).use { device ->
                 IreeModule.load(device, File(vmfb), listOf(IreeParameters.archive(File(irpa)))).use { module ->
@@ -41,6 +43,7 @@ object ServeBench {
                         times[i] = (System.nanoTime() - t0) / 1e6
                     }
                     head = step().copyOfRange(0, 4)
+                    serving = status() // module loaded, every parameter touched
                     inputs.forEach { it.close() }
                 }
             }
@@ -51,9 +54,10 @@ object ServeBench {
         val memory = listOf(
             "jvm_start_rss" to start.getValue("VmRSS"),
             "peak_rss" to end.getValue("VmHWM"),
-            "rss_after" to end.getValue("VmRSS"),
-            "rss_anon" to end.getValue("RssAnon"),
-            "rss_file" to end.getValue("RssFile"),
+            "rss_serving" to serving.getValue("VmRSS"),
+            "rss_anon" to serving.getValue("RssAnon"),
+            "rss_file" to serving.getValue("RssFile"),
+            "rss_after_close" to end.getValue("VmRSS"),
             "jvm_start_rss_anon" to start.getValue("RssAnon"),
         ).joinToString(", ") { (k, v) -> "\"$k\": $v" }
         println("{\"step_ms\": $median, \"logits_head\": [${head.joinToString(", ")}], \"memory\": {$memory}}")
