@@ -269,6 +269,24 @@ impl Drop for Pinned {
     }
 }
 
+/// `IreeNative.<thing>Release(handle)`: frees a handle (the Kotlin class calls it once, from `close`; a value
+/// keeps its module's session alive, so the order of closing does not matter).
+macro_rules! releaser {
+    ($name:ident, $type:ty) => {
+        #[doc = concat!("`IreeNative` release of a `", stringify!($type), "` handle.")]
+        #[unsafe(no_mangle)]
+        pub extern "system" fn $name<'l>(mut unowned: EnvUnowned<'l>, _class: JClass<'l>, handle: jlong) {
+            unowned
+                .with_env(|_env| -> Result<(), Failure> {
+                    // SAFETY: a live handle of this type, released once (its Kotlin class's close).
+                    unsafe { release::<$type>(handle) };
+                    Ok(())
+                })
+                .resolve::<Throw>()
+        }
+    };
+}
+
 /// `IreeNative.instanceCreate(): Long`.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_dev_tapeout_iree_IreeNative_instanceCreate<'l>(
@@ -278,21 +296,7 @@ pub extern "system" fn Java_dev_tapeout_iree_IreeNative_instanceCreate<'l>(
     unowned.with_env(|_env| -> Result<jlong, Failure> { Ok(into_handle(Instance::new()?)) }).resolve::<Throw>()
 }
 
-/// `IreeNative.instanceRelease(handle)`.
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_dev_tapeout_iree_IreeNative_instanceRelease<'l>(
-    mut unowned: EnvUnowned<'l>,
-    _class: JClass<'l>,
-    handle: jlong,
-) {
-    unowned
-        .with_env(|_env| -> Result<(), Failure> {
-            // SAFETY: a live handle, released once (IreeInstance.close).
-            unsafe { release::<Instance>(handle) };
-            Ok(())
-        })
-        .resolve::<Throw>()
-}
+releaser!(Java_dev_tapeout_iree_IreeNative_instanceRelease, Instance);
 
 /// `IreeNative.instanceDrivers(handle): String` — one driver name per line.
 #[unsafe(no_mangle)]
@@ -329,21 +333,7 @@ pub extern "system" fn Java_dev_tapeout_iree_IreeNative_deviceCreate<'l>(
         .resolve::<Throw>()
 }
 
-/// `IreeNative.deviceRelease(handle)`.
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_dev_tapeout_iree_IreeNative_deviceRelease<'l>(
-    mut unowned: EnvUnowned<'l>,
-    _class: JClass<'l>,
-    handle: jlong,
-) {
-    unowned
-        .with_env(|_env| -> Result<(), Failure> {
-            // SAFETY: a live handle, released once (IreeDevice.close).
-            unsafe { release::<Device>(handle) };
-            Ok(())
-        })
-        .resolve::<Throw>()
-}
+releaser!(Java_dev_tapeout_iree_IreeNative_deviceRelease, Device);
 
 /// `IreeNative.moduleLoad(device, vmfbBytes, vmfbPath, scopes, paths): Long` — the module from bytes or (when
 /// `vmfbBytes` is null) from a file read here, off the JVM heap.
@@ -381,21 +371,7 @@ pub extern "system" fn Java_dev_tapeout_iree_IreeNative_moduleLoad<'l>(
         .resolve::<Throw>()
 }
 
-/// `IreeNative.moduleRelease(handle)`.
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_dev_tapeout_iree_IreeNative_moduleRelease<'l>(
-    mut unowned: EnvUnowned<'l>,
-    _class: JClass<'l>,
-    handle: jlong,
-) {
-    unowned
-        .with_env(|_env| -> Result<(), Failure> {
-            // SAFETY: a live handle, released once (IreeModule.close); its values hold the session.
-            unsafe { release::<Module>(handle) };
-            Ok(())
-        })
-        .resolve::<Throw>()
-}
+releaser!(Java_dev_tapeout_iree_IreeNative_moduleRelease, Module);
 
 /// Escapes tab, newline and backslash of a name for the line format of `moduleFunctions`.
 fn escape(s: &str) -> String {
@@ -523,21 +499,7 @@ pub extern "system" fn Java_dev_tapeout_iree_IreeNative_valueFromBuffer<'l>(
         .resolve::<Throw>()
 }
 
-/// `IreeNative.valueRelease(handle)`.
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_dev_tapeout_iree_IreeNative_valueRelease<'l>(
-    mut unowned: EnvUnowned<'l>,
-    _class: JClass<'l>,
-    handle: jlong,
-) {
-    unowned
-        .with_env(|_env| -> Result<(), Failure> {
-            // SAFETY: a live handle, released once (IreeValue.close).
-            unsafe { release::<Value>(handle) };
-            Ok(())
-        })
-        .resolve::<Throw>()
-}
+releaser!(Java_dev_tapeout_iree_IreeNative_valueRelease, Value);
 
 /// `IreeNative.valueInfo(handle): LongArray` — `[dtype code, byte length, rank, dims…]`.
 #[unsafe(no_mangle)]

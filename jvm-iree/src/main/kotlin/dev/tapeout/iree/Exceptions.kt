@@ -26,8 +26,8 @@ class IreeNoSuchFunctionException(message: String, val name: String, val availab
 /** A call to [function] with [given] arguments; it takes [expected]. */
 class IreeArityException(message: String, val function: String, val expected: Int, val given: Int) : IreeException(message)
 
-/** [function]'s argument [index] ([argument]) is [expected]; it was given [given]. */
-class IreeDTypeException(
+/** [function]'s argument [index] ([argument]) is not what the function takes: it takes [expected], given [given]. */
+open class IreeArgumentException(
     message: String,
     val function: String,
     val index: Int,
@@ -36,15 +36,13 @@ class IreeDTypeException(
     val given: String,
 ) : IreeException(message)
 
-/** [function]'s argument [index] ([argument]) has shape [expected] (`?` where dynamic); it was given [given]. */
-class IreeShapeException(
-    message: String,
-    val function: String,
-    val index: Int,
-    val argument: String,
-    val expected: String,
-    val given: String,
-) : IreeException(message)
+/** An argument of the wrong element type ([expected] and [given] are `f32`, `i64`, ...). */
+class IreeDTypeException(message: String, function: String, index: Int, argument: String, expected: String, given: String) :
+    IreeArgumentException(message, function, index, argument, expected, given)
+
+/** An argument of the wrong shape ([expected] with `?` where dynamic, e.g. `[?, 6]`; [given] e.g. `[2, 4]`). */
+class IreeShapeException(message: String, function: String, index: Int, argument: String, expected: String, given: String) :
+    IreeArgumentException(message, function, index, argument, expected, given)
 
 /** Host data of [given] bytes for a value of [expected] bytes. */
 class IreeSizeException(message: String, val expected: Long, val given: Long) : IreeException(message)
