@@ -33,24 +33,45 @@ enum class IreeDType(internal val code: Int, val bytes: Int, val mlir: String) {
     }
 }
 
-/** Something native that [close] frees once; using it afterwards is an [IllegalStateException] naming it. */
+/**
+ * Something native that [close] frees once; using it afterwards is an [IllegalStateException] naming it. Every
+ * native use holds a read lock and [close] the write lock, so a close from another thread waits for calls in flight
+ * instead of freeing what they use.
+ */
 abstract class IreeHandle internal constructor(handle: Long, private val what: String) : AutoCloseable {
-    @Volatile private var handle: Long = handle
+    private var handle: Long = handle
+    internal val lock = java.util.concurrent.locks.ReentrantReadWriteLock()
 
-    /** The live native handle. */
-    internal fun live(): Long {
+    /** Runs `block` with the live native handle, the read lock held; a native failure becomes its typed exception. */
+    internal inline fun <T> held(block: (Long) -> T): T {
+        lock.readLock().lock()
+        try {
+            return native { block(liveLocked()) }
+        } finally {
+            lock.readLock().unlock()
+        }
+    }
+
+    /** The handle, under a lock the caller holds. */
+    internal fun liveLocked(): Long {
         val h = handle
         check(h != 0L) { "$what is closed" }
         return h
     }
 
     /** Whether [close] was called. */
-    val isClosed: Boolean get() = handle == 0L
+    val isClosed: Boolean get() = lock.readLock().run { lock(); try { handle == 0L } finally { unlock() } }
 
     /** Frees the native object (a second call does nothing). */
     override fun close() {
-        val h = synchronized(this) { handle.also { handle = 0L } }
-        if (h != 0L) release(h)
+        lock.writeLock().lock()
+        try {
+            val h = handle
+            handle = 0L
+            if (h != 0L) release(h)
+        } finally {
+            lock.writeLock().unlock()
+        }
     }
 
     internal abstract fun release(handle: Long)
@@ -73,7 +94,7 @@ class IreeInstance : IreeHandle(native { IreeNative.instanceCreate() }, "IreeIns
     override fun release(handle: Long) = IreeNative.instanceRelease(handle)
 
     /** The HAL drivers of this runtime (`local-sync`, `local-task`). */
-    fun drivers(): List<String> = native { IreeNative.instanceDrivers(live()) }.lines().filter { it.isNotEmpty() }
+    fun drivers(): List<String> = held { IreeNative.instanceDrivers(it) }.lines().filter { it.isNotEmpty() }
 
     /**
      * A device: `local-task` (IREE's multi-threaded CPU executor, [workers] threads; 0 lets IREE choose),
@@ -82,7 +103,7 @@ class IreeInstance : IreeHandle(native { IreeNative.instanceCreate() }, "IreeIns
     @JvmOverloads
     fun device(uri: String = "local-task", workers: Int = 0): IreeDevice {
         require(workers >= 0) { "workers = $workers: use 0 (IREE's choice) or more" }
-        return IreeDevice(native { IreeNative.deviceCreate(live(), uri, workers) }, uri)
+        return IreeDevice(held { IreeNative.deviceCreate(it, uri, workers) }, uri)
     }
 
     /** The `local-sync` device: everything runs on the calling thread. */
@@ -158,7 +179,7 @@ class IreeModule private constructor(handle: Long, /** The device it runs on. */
     override fun release(handle: Long) = IreeNative.moduleRelease(handle)
 
     /** The exported functions, with their signatures. */
-    val functions: List<IreeFunction> = parseFunctions(native { IreeNative.moduleFunctions(live()) })
+    val functions: List<IreeFunction> = parseFunctions(held { IreeNative.moduleFunctions(it) })
 
     /** The function `name`; [IreeNoSuchFunctionException] listing the others if there is none. */
     fun function(name: String): IreeFunction = functions.firstOrNull { it.name == name }
@@ -172,31 +193,31 @@ class IreeModule private constructor(handle: Long, /** The device it runs on. */
     fun call(name: String, vararg inputs: IreeValue): List<IreeValue> = function(name).call(*inputs)
 
     /** An f32 value of `shape` (a scalar when empty). */
-    fun value(data: FloatArray, vararg shape: Long): IreeValue = make(IreeDType.F32, shape, data.size.toLong()) { d, s -> IreeNative.valueFromFloats(live(), d, s, data) }
+    fun value(data: FloatArray, vararg shape: Long): IreeValue = make(IreeDType.F32, shape, data.size.toLong()) { h, d, s -> IreeNative.valueFromFloats(h, d, s, data) }
 
     /** An i32 value. */
-    fun value(data: IntArray, vararg shape: Long): IreeValue = make(IreeDType.I32, shape, data.size.toLong()) { d, s -> IreeNative.valueFromInts(live(), d, s, data) }
+    fun value(data: IntArray, vararg shape: Long): IreeValue = make(IreeDType.I32, shape, data.size.toLong()) { h, d, s -> IreeNative.valueFromInts(h, d, s, data) }
 
     /** An i64 value. */
-    fun value(data: LongArray, vararg shape: Long): IreeValue = make(IreeDType.I64, shape, data.size.toLong()) { d, s -> IreeNative.valueFromLongs(live(), d, s, data) }
+    fun value(data: LongArray, vararg shape: Long): IreeValue = make(IreeDType.I64, shape, data.size.toLong()) { h, d, s -> IreeNative.valueFromLongs(h, d, s, data) }
 
     /** A bf16 value from its bits. */
-    fun bf16(bits: ShortArray, vararg shape: Long): IreeValue = make(IreeDType.BF16, shape, bits.size.toLong()) { d, s -> IreeNative.valueFromShorts(live(), d, s, bits) }
+    fun bf16(bits: ShortArray, vararg shape: Long): IreeValue = make(IreeDType.BF16, shape, bits.size.toLong()) { h, d, s -> IreeNative.valueFromShorts(h, d, s, bits) }
 
     /** An f16 value from its bits. */
-    fun f16(bits: ShortArray, vararg shape: Long): IreeValue = make(IreeDType.F16, shape, bits.size.toLong()) { d, s -> IreeNative.valueFromShorts(live(), d, s, bits) }
+    fun f16(bits: ShortArray, vararg shape: Long): IreeValue = make(IreeDType.F16, shape, bits.size.toLong()) { h, d, s -> IreeNative.valueFromShorts(h, d, s, bits) }
 
     /** A value of `dtype` from raw little-endian bytes. */
     fun value(bytes: ByteArray, dtype: IreeDType, vararg shape: Long): IreeValue =
-        make(dtype, shape, null) { d, s -> IreeNative.valueFromBytes(live(), d, s, bytes) }
+        make(dtype, shape, null) { h, d, s -> IreeNative.valueFromBytes(h, d, s, bytes) }
 
     /** A value of `dtype` from a direct buffer's remaining bytes (little-endian), read in place. */
     fun value(buffer: ByteBuffer, dtype: IreeDType, vararg shape: Long): IreeValue {
         require(buffer.isDirect) { "value(ByteBuffer): use a direct buffer (ByteBuffer.allocateDirect); a heap buffer's bytes are in a ByteArray" }
-        return make(dtype, shape, null) { d, s -> IreeNative.valueFromBuffer(live(), d, s, buffer, buffer.position(), buffer.limit()) }
+        return make(dtype, shape, null) { h, d, s -> IreeNative.valueFromBuffer(h, d, s, buffer, buffer.position(), buffer.limit()) }
     }
 
-    private inline fun make(dtype: IreeDType, shape: LongArray, elements: Long?, create: (Int, LongArray) -> Long): IreeValue {
+    private inline fun make(dtype: IreeDType, shape: LongArray, elements: Long?, create: (Long, Int, LongArray) -> Long): IreeValue {
         if (elements != null) {
             val want = shape.fold(1L) { a, d -> Math.multiplyExact(a, d) }
             if (want != elements) {
@@ -204,7 +225,7 @@ class IreeModule private constructor(handle: Long, /** The device it runs on. */
                     want * dtype.bytes, elements * dtype.bytes)
             }
         }
-        return IreeValue(native { create(dtype.code, shape) }, this)
+        return IreeValue(held { create(it, dtype.code, shape) }, this)
     }
 
     companion object {
@@ -212,13 +233,13 @@ class IreeModule private constructor(handle: Long, /** The device it runs on. */
         @JvmStatic
         @JvmOverloads
         fun load(device: IreeDevice, vmfb: File, parameters: List<IreeParameters> = emptyList()): IreeModule =
-            IreeModule(native { IreeNative.moduleLoad(device.live(), null, vmfb.path, scopes(parameters), paths(parameters)) }, device)
+            IreeModule(device.held { IreeNative.moduleLoad(it, null, vmfb.path, scopes(parameters), paths(parameters)) }, device)
 
         /** Loads a compiled module from its bytes on `device` with its parameter files. */
         @JvmStatic
         @JvmOverloads
         fun load(device: IreeDevice, vmfb: ByteArray, parameters: List<IreeParameters> = emptyList()): IreeModule =
-            IreeModule(native { IreeNative.moduleLoad(device.live(), vmfb, null, scopes(parameters), paths(parameters)) }, device)
+            IreeModule(device.held { IreeNative.moduleLoad(it, vmfb, null, scopes(parameters), paths(parameters)) }, device)
 
         private fun scopes(p: List<IreeParameters>) = p.map { it.scope }.toTypedArray()
         private fun paths(p: List<IreeParameters>) = p.map { it.file.path }.toTypedArray()
@@ -290,15 +311,22 @@ class IreeFunction internal constructor(
      * argument).
      */
     fun call(vararg inputs: IreeValue): List<IreeValue> {
-        val handles = LongArray(inputs.size) { i ->
-            try {
-                inputs[i].live()
-            } catch (e: IllegalStateException) {
-                throw IllegalStateException("$name argument $i '${this.inputs.getOrNull(i)?.name ?: "?"}': ${e.message}")
+        // Every argument's read lock, then the module's: none can be closed while the call uses it.
+        val locked = ArrayList<IreeHandle>()
+        try {
+            val handles = LongArray(inputs.size) { i ->
+                inputs[i].lock.readLock().lock()
+                locked += inputs[i]
+                try {
+                    inputs[i].liveLocked()
+                } catch (e: IllegalStateException) {
+                    throw IllegalStateException("$name argument $i '${this.inputs.getOrNull(i)?.name ?: "?"}': ${e.message}")
+                }
             }
+            return module.held { IreeNative.call(it, name, handles) }.map { IreeValue(it, module) }
+        } finally {
+            locked.forEach { it.lock.readLock().unlock() }
         }
-        val results = native { IreeNative.call(module.live(), name, handles) }
-        return results.map { IreeValue(it, module) }
     }
 
     override fun toString() = "$name(${inputs.joinToString(", ")}) -> (${outputs.joinToString(", ")})"
@@ -311,7 +339,7 @@ class IreeFunction internal constructor(
 class IreeValue internal constructor(handle: Long, private val module: IreeModule) : IreeHandle(handle, "IreeValue") {
     override fun release(handle: Long) = IreeNative.valueRelease(handle)
 
-    private val info: LongArray by lazy { native { IreeNative.valueInfo(live()) } }
+    private val info: LongArray by lazy { held { IreeNative.valueInfo(it) } }
 
     /** The element type (`null`: a type tapeout does not name). */
     val dtype: IreeDType? get() = IreeDType.of(info[0])
@@ -334,31 +362,31 @@ class IreeValue internal constructor(handle: Long, private val module: IreeModul
     fun toFloatArray(): FloatArray = FloatArray(elements(4, "toFloatArray", IreeDType.F32)).also { readInto(it) }
 
     /** Its i32 elements. */
-    fun toIntArray(): IntArray = IntArray(elements(4, "toIntArray", IreeDType.I32)).also { native { IreeNative.valueReadInts(live(), it) } }
+    fun toIntArray(): IntArray = IntArray(elements(4, "toIntArray", IreeDType.I32)).also { held { h -> IreeNative.valueReadInts(h, it) } }
 
     /** Its i64 elements. */
-    fun toLongArray(): LongArray = LongArray(elements(8, "toLongArray", IreeDType.I64)).also { native { IreeNative.valueReadLongs(live(), it) } }
+    fun toLongArray(): LongArray = LongArray(elements(8, "toLongArray", IreeDType.I64)).also { held { h -> IreeNative.valueReadLongs(h, it) } }
 
     /** Its 16-bit elements (bf16 / f16 bits, or i16). */
     fun toShortArray(): ShortArray =
-        ShortArray(elements(2, "toShortArray", IreeDType.BF16, IreeDType.F16, IreeDType.I16)).also { native { IreeNative.valueReadShorts(live(), it) } }
+        ShortArray(elements(2, "toShortArray", IreeDType.BF16, IreeDType.F16, IreeDType.I16)).also { held { h -> IreeNative.valueReadShorts(h, it) } }
 
     /** Its bytes (little-endian). */
     fun toByteArray(): ByteArray {
         check(byteLength <= Int.MAX_VALUE) { "the value has $byteLength bytes, more than a JVM array holds: read it into a direct ByteBuffer" }
-        return ByteArray(byteLength.toInt()).also { native { IreeNative.valueReadBytes(live(), it) } }
+        return ByteArray(byteLength.toInt()).also { held { h -> IreeNative.valueReadBytes(h, it) } }
     }
 
     /** Copies its f32 elements into `into` (exactly as many). */
     fun readInto(into: FloatArray) {
         check(dtype == IreeDType.F32) { "readInto(FloatArray) of a $dtype value" }
-        native { IreeNative.valueReadFloats(live(), into) }
+        held { h -> IreeNative.valueReadFloats(h, into) }
     }
 
     /** Copies its bytes into a direct buffer's remaining space (exactly [byteLength] bytes), then advances its position. */
     fun readInto(into: ByteBuffer) {
         require(into.isDirect) { "readInto(ByteBuffer): use a direct buffer" }
-        native { IreeNative.valueReadBuffer(live(), into, into.position(), into.position() + Math.toIntExact(byteLength).coerceAtMost(into.remaining())) }
+        held { h -> IreeNative.valueReadBuffer(h, into, into.position(), into.position() + Math.toIntExact(byteLength).coerceAtMost(into.remaining())) }
         into.position(into.position() + byteLength.toInt())
     }
 

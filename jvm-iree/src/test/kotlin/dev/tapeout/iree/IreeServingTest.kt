@@ -213,6 +213,32 @@ class IreeServingTest {
     }
 
     @Test
+    fun `closing from another thread while calls run never frees what a call uses`() {
+        repeat(5) {
+            val m = load()
+            val x = m.value(FloatArray(k) { 1f }, 1, k.toLong())
+            val errors = java.util.concurrent.atomic.AtomicInteger()
+            val callers = (0 until 3).map {
+                Thread {
+                    repeat(200) {
+                        try {
+                            m.call("main", x).forEach { v -> v.close() }
+                        } catch (e: IllegalStateException) {
+                            errors.incrementAndGet() // closed under us: refused, not a crash
+                        }
+                    }
+                }.also { it.start() }
+            }
+            Thread.sleep(5)
+            x.close()
+            m.close()
+            callers.forEach { it.join() }
+            assertTrue(m.isClosed && x.isClosed)
+            assertTrue(errors.get() > 0, "the calls after close were refused")
+        }
+    }
+
+    @Test
     fun `the instance lists its drivers and local-sync serves too`() {
         assertTrue(instance.drivers().containsAll(listOf("local-sync", "local-task")), instance.drivers().toString())
         instance.localSync().use { sync ->
