@@ -464,7 +464,7 @@ impl Device {
 
 struct SessionInner {
     raw: *mut ffi::TioSession,
-    /// Held around every native use of the session: IREE's sessions are thread-compatible, not thread-safe.
+    /// Held around every use of the session's VM context (calls): IREE's contexts are thread-compatible, not thread-safe.
     lock: std::sync::Mutex<()>,
     _device: Device,
 }
@@ -475,7 +475,8 @@ impl SessionInner {
         f()
     }
 }
-// SAFETY: every native use of the session goes through `locked`, one thread at a time.
+// SAFETY: every use of the session's VM context (calls, reflection) goes through `locked`, one thread at a time;
+// values are made and read through its HAL device, which IREE makes thread-safe.
 unsafe impl Send for SessionInner {}
 unsafe impl Sync for SessionInner {}
 impl Drop for SessionInner {
@@ -523,23 +524,22 @@ impl Module {
         // IREE's dimensions are signed 64-bit (a zero dimension elsewhere can make a huge one fit the bytes).
         let dims_i64 = dims.iter().map(|&d| i64::try_from(d)).collect::<Result<Vec<_>, _>>().map_err(|_| too_big())?;
         let mut raw = ptr::null_mut();
-        // SAFETY: live session; dims and bytes outlive the call (the shim copies them).
-        self.session
-            .locked(|| {
-                native(|m| unsafe {
-                    ffi::tio_value_create(
-                        self.session.raw,
-                        dtype.code(),
-                        dims_i64.len(),
-                        dims_i64.as_ptr(),
-                        bytes.as_ptr().cast(),
-                        bytes.len(),
-                        &mut raw,
-                        m,
-                    )
-                })
-            })
-            .map_err(runtime("creating a value"))?;
+        // Not under the session lock: this allocates on and copies to the HAL device, which is thread-safe, and a
+        // caller holding a pinned JVM array (the JNI layer) must not wait behind another thread's call.
+        // SAFETY: live session (its device is read only); dims and bytes outlive the call (the shim copies them).
+        native(|m| unsafe {
+            ffi::tio_value_create(
+                self.session.raw,
+                dtype.code(),
+                dims_i64.len(),
+                dims_i64.as_ptr(),
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                &mut raw,
+                m,
+            )
+        })
+        .map_err(runtime("creating a value"))?;
         Ok(Value { raw, session: self.session.clone() })
     }
 
@@ -672,13 +672,9 @@ impl Value {
                 shape: shape_text(&self.dims()),
             });
         }
-        // SAFETY: live session and view; dst has exactly byte_len bytes.
-        self.session
-            .locked(|| {
-                native(|m| unsafe {
-                    ffi::tio_value_read(self.session.raw, self.raw, dst.as_mut_ptr().cast(), dst.len(), m)
-                })
-            })
+        // Not under the session lock either (a HAL device transfer, thread-safe), for the same reason as in value.
+        // SAFETY: live session (its device is read only) and view; dst has exactly byte_len bytes.
+        native(|m| unsafe { ffi::tio_value_read(self.session.raw, self.raw, dst.as_mut_ptr().cast(), dst.len(), m) })
             .map_err(runtime("reading a value"))
     }
 
