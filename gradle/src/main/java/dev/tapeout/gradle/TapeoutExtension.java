@@ -24,7 +24,7 @@ import org.gradle.api.Project;
  *     ireeTargets = ['llvm-cpu']        // compileIree: default; or vmvx, vulkan, cuda, hip
  *     ireeCpu = 'host'                  // compileIree: --iree-llvmcpu-target-cpu (default host; generic runs anywhere)
  *     ireeCpuFeatures = '+avx2,+fma'    // compileIree: --iree-llvmcpu-target-cpu-features (default: the CPU's own)
- *     ireeFlags = ['--iree-opt-level=O3']  // compileIree: more iree-compile flags
+ *     ireeFlags = ['--iree-llvmcpu-enable-ukernels=all']  // compileIree: more iree-compile flags
  *     ireeCompiler = '/opt/iree/bin/iree-compile'  // default: $TAPEOUT_IREE_COMPILE, .venv/bin, PATH
  *     models {                          // more models: one task exportIrpa<Name> each, all run by exportIrpa
  *         tiny { model = 'com.example.Tiny' }   // unset settings are the block's; output build/tapeout-tiny
