@@ -180,36 +180,11 @@ fn dims_of(env: &Env<'_>, dims: &JLongArray<'_>) -> Result<Vec<u64>, Failure> {
 }
 
 fn dtype_of(code: jint) -> Result<DType, Failure> {
-    DType::from_mlir(match code {
-        0 => "f32",
-        1 => "f16",
-        2 => "bf16",
-        3 => "f64",
-        4 => "i8",
-        5 => "i16",
-        6 => "i32",
-        7 => "i64",
-        8 => "ui8",
-        9 => "i1",
-        _ => "",
-    })
-    .ok_or_else(|| invalid(format!("unknown dtype code {code}")))
+    DType::from_code(code).ok_or_else(|| invalid(format!("unknown dtype code {code}")))
 }
 
 fn code_of(dtype: Option<DType>) -> jlong {
-    match dtype.map(DType::mlir) {
-        Some("f32") => 0,
-        Some("f16") => 1,
-        Some("bf16") => 2,
-        Some("f64") => 3,
-        Some("i8") => 4,
-        Some("i16") => 5,
-        Some("i32") => 6,
-        Some("i64") => 7,
-        Some("ui8") => 8,
-        Some("i1") => 9,
-        _ => -1,
-    }
+    dtype.map_or(-1, |d| jlong::from(d.code()))
 }
 
 /// A primitive array pinned with `GetPrimitiveArrayCritical`; released on drop (`JNI_ABORT` when only read, `0`

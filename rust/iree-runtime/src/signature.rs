@@ -72,7 +72,8 @@ impl DType {
         })
     }
 
-    pub(crate) fn code(self) -> i32 {
+    /// The number tapeout's C shim and JNI layer (and Kotlin's `IreeDType`) use for this type.
+    pub fn code(self) -> i32 {
         match self {
             DType::F32 => 0,
             DType::F16 => 1,
@@ -87,7 +88,8 @@ impl DType {
         }
     }
 
-    pub(crate) fn from_code(code: i32) -> Option<DType> {
+    /// The type of a [`DType::code`].
+    pub fn from_code(code: i32) -> Option<DType> {
         [
             DType::F32,
             DType::F16,
