@@ -101,8 +101,9 @@ fn export_refuses_packed_weights_with_the_remedy_and_dequantizes_on_request() {
     let md = std::str::from_utf8(fc1.metadata).unwrap();
     assert!(md.contains("\"from\":\"Q8_0\"") && md.contains("\"transposed_from\":[16,64]"), "{md}");
     let text = std::fs::read_to_string(dir.path().join("out/mlp.mlir")).unwrap();
-    // Used only transposed: dequantized and written [in, out], contracted as stored.
-    assert!(text.contains("#flow.parameter.named<\"model\"::\"model.fc1.weight\"> : tensor<64x16xf32>"), "{text}");
+    // Used only transposed, by a matmul: dequantized and written in bands of 8 output rows, [out / 8, in, 8],
+    // contracted band by band as stored.
+    assert!(text.contains("#flow.parameter.named<\"model\"::\"model.fc1.weight\"> : tensor<2x64x8xf32>"), "{text}");
 }
 
 #[test]
@@ -229,7 +230,7 @@ fn dump_shows_each_entrys_metadata() {
     assert!(o.status.success(), "{}", stderr(&o));
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
     let row = text.lines().find(|l| l.contains("`model.fc1.weight`")).unwrap();
-    assert!(row.ends_with("| f32 [64, 16] from=Q8_0 transposed_from=[16,64]"), "{text}");
+    assert!(row.ends_with("| f32 [2, 64, 8] from=Q8_0 transposed_from=[16,64]"), "{text}");
     let o = tapeout(&["dump", "p.irpa"], dir.path());
     assert!(
         String::from_utf8_lossy(&o.stdout).contains("`a` | hand-written"),
@@ -251,7 +252,7 @@ fn dump_shows_each_entrys_metadata() {
         String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let fc1 = rows.iter().find(|r| r["key"] == "model.fc1.weight").unwrap();
     assert_eq!(fc1["metadata"]["dtype"], "f32");
-    assert_eq!(fc1["metadata"]["shape"], serde_json::json!([64, 16]));
+    assert_eq!(fc1["metadata"]["shape"], serde_json::json!([2, 64, 8]));
     assert_eq!(fc1["metadata"]["from"], "Q8_0");
     assert!(fc1["metadata_length"].as_u64().unwrap() > 0);
 }

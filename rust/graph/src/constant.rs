@@ -52,6 +52,11 @@ pub enum ConstantData<'a> {
     /// tile (strided reads of at most a few MiB each, from addressable memory or one short lend of a chunked
     /// lender): the layout chosen at export time for a weight the program only contracts on its last dimension
     /// (a PyTorch-layout `[out, in]` linear, a tied LM head), so that the module contracts it as stored.
+    ///
+    /// With `tile` less than `rows`, each band of `tile` source rows is written transposed in turn: the stored
+    /// tensor is `[rows / tile, cols, tile]` (element `[b, k, t]` is source `[b·tile + t, k]`), the layout in which
+    /// IREE 3.13's CPU code reads a decode step's matrix-vector product as contiguous runs (`docs/performance.md`).
+    /// `tile == rows` is the plain transpose, `[cols, rows]` (the same bytes as `[1, cols, rows]`).
     Transposed {
         /// The values as held: f32, stored bytes, row-major 16-bit (kept or widened), or packed blocks.
         of: Box<ConstantData<'a>>,
@@ -59,6 +64,8 @@ pub enum ConstantData<'a> {
         rows: u64,
         /// Columns of the source (rows of what is written).
         cols: u64,
+        /// Source rows per band; divides `rows` (`rows` itself for the plain transpose).
+        tile: u64,
     },
     /// One plane of a packed weight kept packed ([`Plane`](crate::Plane)): its codes or per-block numbers, repacked from
     /// the GGML blocks tile by tile in the layout the program contracts.
@@ -170,7 +177,9 @@ impl ConstantData<'_> {
             ConstantData::F32(l) => format!("f32 {}", l.identity()),
             ConstantData::Widen { from, bytes, .. } => format!("widen {from} {}", bytes.identity()),
             ConstantData::Dequantize { encoding, bytes, .. } => format!("dequantize {encoding} {}", bytes.identity()),
-            ConstantData::Transposed { of, rows, cols } => format!("transposed {rows}x{cols} {}", of.identity()),
+            ConstantData::Transposed { of, rows, cols, tile } => {
+                format!("transposed {rows}x{cols}/{tile} {}", of.identity())
+            }
             ConstantData::Plane { encoding, bytes, plane, .. } => {
                 format!("plane {encoding} {} {}", plane.suffix(), bytes.identity())
             }
@@ -202,6 +211,27 @@ impl ConstantData<'_> {
     /// widened), or packed blocks whose rows are whole blocks.
     pub(crate) fn transposable(&self, rows: u64, cols: u64) -> bool {
         self.held().is_some_and(|h| transpose::transposable(&h, rows, cols))
+    }
+
+    /// The source rows per band of a constant written in row bands ([`ConstantData::Transposed`] with `tile` less
+    /// than `rows`): its stored shape is then `[rows / tile, cols, tile]`, not the `[cols, rows]` the program
+    /// contracts. `None` for every other constant (stored in the shape of its tensor).
+    #[must_use]
+    pub fn row_tile(&self) -> Option<u64> {
+        match self {
+            ConstantData::Transposed { rows, tile, .. } if tile < rows => Some(*tile),
+            _ => None,
+        }
+    }
+
+    /// The shape this constant is stored in, given its tensor's static `[cols, rows]` shape `dims`: `dims`
+    /// itself, or `[rows / tile, cols, tile]` for one written in row bands ([`ConstantData::row_tile`]).
+    #[must_use]
+    pub fn stored_dims(&self, dims: &[u64]) -> Vec<u64> {
+        match (self, self.row_tile()) {
+            (ConstantData::Transposed { rows, cols, .. }, Some(tile)) => vec![rows / tile, *cols, tile],
+            _ => dims.to_vec(),
+        }
     }
 
     /// The dtype of the bytes this constant produces (`f32` unless [`ConstantData::Raw`] or
@@ -266,8 +296,8 @@ impl ConstantData<'_> {
             ConstantData::Raw { bytes, .. } => {
                 lend(out, bytes, MAX_LEND_BYTES, |o: &mut dyn ByteSink, chunk: &[_]| o.put(chunk))
             }
-            ConstantData::Transposed { of, rows, cols } => match of.held() {
-                Some(held) => transpose::stream(&held, *rows, *cols, out),
+            ConstantData::Transposed { of, rows, cols, tile } => match of.held() {
+                Some(held) => transpose::stream_tiled(&held, *rows, *cols, *tile, out),
                 None => Err(transpose::cannot_transpose(*rows, *cols)),
             },
             ConstantData::Plane { encoding, bytes, dims, padded_rows, plane } => {

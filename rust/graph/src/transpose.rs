@@ -68,6 +68,9 @@ type DecodeTile<'d, T> = dyn FnMut(&[T], [usize; 2], &mut Vec<u8>) -> Result<(),
 /// How one transposition proceeds: tiles of `group` source rows × `band` units, of which values `window` at a time.
 #[derive(Debug, Clone, Copy)]
 struct Plan {
+    /// The first source row read (a band of a tiled layout starts past 0).
+    first_row: u64,
+    /// Source rows read.
     rows: u64,
     /// Units per source row (a unit: one value, or one packed block).
     units: u64,
@@ -85,6 +88,8 @@ struct Plan {
     /// Source rows per tile: all of them, unless one value column alone exceeds a tile (then `band` and `window`
     /// are 1, so each output row is written group by group, in order).
     group: u64,
+    /// Bytes of source per unit.
+    src_unit_bytes: u64,
 }
 
 impl Plan {
@@ -108,7 +113,7 @@ impl Plan {
             // One value column of one unit at a time, in row groups: each output row is then written in order.
             (1, 1, (TILE_BYTES / ow.max(src_unit_bytes)).max(1))
         };
-        Some(Plan { rows, units, unit_values, unit_elems, ow, band, window, group })
+        Some(Plan { first_row: 0, rows, units, unit_values, unit_elems, ow, band, window, group, src_unit_bytes })
     }
 }
 
@@ -139,10 +144,41 @@ pub(crate) fn transposable(data: &Held<'_, '_>, rows: u64, cols: u64) -> bool {
 }
 
 /// Writes the row-major `[rows, cols]` values of `data` to `out` as row-major `[cols, rows]`.
+#[cfg(test)]
 pub(crate) fn stream(data: &Held<'_, '_>, rows: u64, cols: u64, out: &mut dyn ByteSink) -> Result<(), StreamError> {
-    let Some(plan) = plan(data, rows, cols) else {
+    stream_tiled(data, rows, cols, rows, out)
+}
+
+/// Writes the row-major `[rows, cols]` values of `data` to `out` one band of `tile` rows at a time, each band
+/// transposed: row-major `[rows / tile, cols, tile]` (with `tile == rows`, `[cols, rows]`). `tile` must divide
+/// `rows`.
+pub(crate) fn stream_tiled(
+    data: &Held<'_, '_>,
+    rows: u64,
+    cols: u64,
+    tile: u64,
+    out: &mut dyn ByteSink,
+) -> Result<(), StreamError> {
+    if tile == 0 || rows % tile != 0 {
+        return Err(StreamError::Lend(format!("{rows} rows cannot be written in bands of {tile}").into()));
+    }
+    let Some(whole) = plan(data, rows, cols) else {
         return Err(cannot_transpose(rows, cols));
     };
+    let Some(band) = Plan::new(tile, whole.units, whole.unit_values, whole.unit_elems, whole.ow, whole.src_unit_bytes)
+    else {
+        return Err(cannot_transpose(rows, cols));
+    };
+    let mut first = 0;
+    while first < rows {
+        stream_band(data, Plan { first_row: first, ..band }, out)?;
+        first += tile;
+    }
+    Ok(())
+}
+
+/// Writes the `plan.rows` source rows from `plan.first_row` on, transposed.
+fn stream_band(data: &Held<'_, '_>, plan: Plan, out: &mut dyn ByteSink) -> Result<(), StreamError> {
     match *data {
         Held::F32(lent) => tiles(&plan, lent, out, &mut |gathered, _, tile| {
             if cfg!(target_endian = "little") {
@@ -201,7 +237,7 @@ fn tiles<T: Copy + Default>(
     out: &mut dyn ByteSink,
     decode: &mut DecodeTile<'_, T>,
 ) -> Result<(), StreamError> {
-    let Plan { rows, units, unit_values, unit_elems, ow, band, window, group } = *plan;
+    let Plan { first_row, rows, units, unit_values, unit_elems, ow, band, window, group, .. } = *plan;
     let stride = units * unit_elems;
     let mut gathered: Vec<T> = Vec::new();
     let mut tile: Vec<u8> = Vec::new();
@@ -213,7 +249,7 @@ fn tiles<T: Copy + Default>(
         let gather = |r0: u64, r1: u64, gathered: &mut Vec<T>| -> Result<(), StreamError> {
             gathered.clear();
             gathered.resize(host((r1 - r0) * run)?, T::default());
-            lent.copy_runs(r0 * stride + u0 * unit_elems, run, stride, gathered)
+            lent.copy_runs((first_row + r0) * stride + u0 * unit_elems, run, stride, gathered)
         };
         let mut emit = |gathered: &[T], [r0, r1]: [u64; 2], [v0, v1]: [u64; 2]| -> Result<(), StreamError> {
             let width = (u1 - u0) * (v1 - v0); // values per tile row
@@ -538,6 +574,46 @@ mod tests {
         assert_eq!(got, want);
         assert_eq!(lender.1.get(), rows, "one lend per source row of the one tile (the default copy_runs)");
         assert_eq!(got, transposed(&Held::F32(&Lent::Slice(&values)), rows, cols));
+    }
+
+    /// Row bands: element `[b, k, t]` of the output is source `[b·tile + t, k]`, for f32 lent in chunks, bf16
+    /// widened and bf16 kept, and `tile == rows` is the plain transpose; a tile that does not divide the rows is
+    /// refused.
+    #[test]
+    fn row_bands_are_each_band_transposed() {
+        let (rows, cols) = (48u64, 20u64);
+        let values: Vec<f32> = (0..rows * cols).map(|i| i as f32 * 0.5).collect();
+        // Integers below 256: exact in bf16.
+        let small: Vec<f32> = (0..rows * cols).map(|i| ((i * 7) % 251) as f32).collect();
+        let banded = |v: &[f32], tile: u64| -> Vec<f32> {
+            (0..rows / tile)
+                .flat_map(|b| (0..cols).flat_map(move |k| (0..tile).map(move |t| (b * tile + t) * cols + k)))
+                .map(|i| v[usize::try_from(i).unwrap()])
+                .collect()
+        };
+        let le = |v: Vec<f32>| -> Vec<u8> { v.into_iter().flat_map(f32::to_le_bytes).collect() };
+        let lender = Counting(values.clone(), Cell::new(0));
+        let bf16: Vec<u8> = small.iter().flat_map(|v| v.to_bits().to_le_bytes()[2..].to_vec()).collect();
+        let bytes = Lent::Slice(&bf16);
+        for tile in [8u64, 16, 48] {
+            let mut got = Vec::new();
+            stream_tiled(&Held::F32(&Lent::Chunked(&lender)), rows, cols, tile, &mut got).unwrap();
+            assert_eq!(got, le(banded(&values, tile)), "tile {tile}");
+            let mut widened = Vec::new();
+            stream_tiled(&Held::Widen { from: DType::BF16, bytes: &bytes }, rows, cols, tile, &mut widened).unwrap();
+            assert_eq!(widened, le(banded(&small, tile)), "tile {tile}, widened");
+            let mut kept = Vec::new();
+            stream_tiled(&Held::Stored { width: 2, bytes: &bytes }, rows, cols, tile, &mut kept).unwrap();
+            let want_kept: Vec<u8> = le(banded(&small, tile)).chunks(4).flat_map(|w| w[2..].to_vec()).collect();
+            assert_eq!(kept, want_kept, "tile {tile}, kept");
+        }
+        let mut plain = Vec::new();
+        stream_tiled(&Held::F32(&Lent::Slice(&values)), rows, cols, rows, &mut plain).unwrap();
+        assert_eq!(plain, transposed(&Held::F32(&Lent::Slice(&values)), rows, cols));
+        for tile in [0u64, 5, 96] {
+            let err = stream_tiled(&Held::F32(&Lent::Slice(&values)), rows, cols, tile, &mut Vec::new());
+            assert!(matches!(err, Err(StreamError::Lend(_))), "tile {tile}: {err:?}");
+        }
     }
 
     #[test]

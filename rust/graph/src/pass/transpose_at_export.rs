@@ -19,7 +19,21 @@ use crate::trace::{Attr, Attrs, Op, TensorId};
 ///   (docs/performance.md): for a decode step, the table as held makes IREE keep a transposed copy of it (2.0×
 ///   the archive in RSS); stored transposed, 1.03×.
 ///
+/// A weight whose only uses are then the right operand of matmuls (a linear) is written in row bands of
+/// [`ROW_TILES`] (`[rows / tile, cols, tile]`, [`ConstantData::row_tile`]); the emitter contracts it band by band.
+///
 /// Constants whose values cannot be streamed transposed within the tile budget stay as held.
+/// Source rows per band of a linear's weight written in row bands ([`ConstantData::Transposed`]): 32 where they
+/// divide the rows, else the largest of 16 and 8 that does, else all rows (a plain transpose). Measured with IREE
+/// 3.13 on the llvm-cpu target (docs/performance.md, "Decode at the memory floor"): a decode step's
+/// matrix-vector product over `[rows / 32, cols, 32]` bf16 bands, written as a batched contraction, reads the
+/// weight at several times the rate of the same product over `[cols, rows]`, with no copy of the weight.
+pub(crate) const ROW_TILES: [u64; 3] = [32, 16, 8];
+
+fn row_tile(rows: u64) -> u64 {
+    ROW_TILES.into_iter().find(|&t| rows % t == 0 && rows > t).unwrap_or(rows)
+}
+
 pub(crate) fn transpose_at_export(program: Program<'_>) -> Program<'_> {
     let Program { mut specs, inputs, mut constants, mut nodes, outputs, next_index } = program;
     let mut fresh = Fresh::from(next_index);
@@ -45,6 +59,7 @@ pub(crate) fn transpose_at_export(program: Program<'_>) -> Program<'_> {
             gathers_rows_of(n, c.tensor).then(|| (i, *gathered, (1..rank).chain([0]).collect::<Vec<i64>>()))
         };
         let Some(gathers) = others.iter().map(|&i| gathers_rows(i)).collect::<Option<Vec<_>>>() else { continue };
+        let gathers_none = gathers.is_empty();
         // Gathers of rows become gathers of columns of the stored table, then a transpose of what they gathered.
         for (i, gathered, perm) in gathers {
             let spec = specs[gathered.index()].clone();
@@ -61,9 +76,19 @@ pub(crate) fn transpose_at_export(program: Program<'_>) -> Program<'_> {
             let origin = node.origin();
             inserted.push((i, fresh.op(origin, OpKind::Transpose, attrs, vec![columns], vec![gathered])));
         }
+        // Only ever the right operand of matmuls (a linear, not also a gathered table): written in row bands.
+        let only_matmuls = gathers_none
+            && !outputs.contains(&out)
+            && uses.get(&out).is_some_and(|u| {
+                u.iter().all(|&i| {
+                    let n = &nodes[i];
+                    n.op == OpKind::Matmul && n.inputs.len() == 2 && n.inputs[1] == out && n.inputs[0] != out
+                })
+            });
+        let tile = if only_matmuls { row_tile(rows) } else { rows };
         c.tensor = out;
         let held = std::mem::replace(&mut c.data, ConstantData::F32(Lent::Slice(&[])));
-        c.data = ConstantData::Transposed { of: Box::new(held), rows, cols };
+        c.data = ConstantData::Transposed { of: Box::new(held), rows, cols, tile };
         removed.insert(*swap);
     }
     let old = std::mem::take(&mut nodes);

@@ -130,6 +130,8 @@ pub(crate) struct Emitter<'g, 'a, 'w> {
     pub(crate) out: &'w mut dyn TextOut,
     pub(crate) next: usize,
     pub(crate) vals: HashMap<TensorId, Val>,
+    /// Weights stored in row bands (`[N / T, K, T]`), which only matmuls read ([`Emitter::banded_matmul`]).
+    pub(crate) banded: HashMap<TensorId, Val>,
     /// Tensors computed from a narrower element type by ops IREE 3.13 counts as a "bit extend" (a widening
     /// convert, then only arithmetic and reshaping): see [`Emitter::unfused`].
     pub(crate) widened: HashSet<TensorId>,
@@ -391,7 +393,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     }
 
     /// A `tensor<1xi32>` constant `n` (dimension `i` of `of`), or an error when it is above `i32::MAX`.
-    fn i32_part(&mut self, n: u64, i: usize, of: &Shape) -> Result<Val> {
+    pub(crate) fn i32_part(&mut self, n: u64, i: usize, of: &Shape) -> Result<Val> {
         let v = i32::try_from(n).map_err(|_| {
             self.err(format!(
                 "dimension {i} of [{of}] is {n}, above the i32 extent a shape with dynamic dimensions can hold at run \
@@ -402,7 +404,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     }
 
     /// One `tensor<Nxi32>` shape from `tensor<1xi32>` parts, one per dimension.
-    fn concat_parts(&mut self, mut parts: Vec<Val>) -> Val {
+    pub(crate) fn concat_parts(&mut self, mut parts: Vec<Val>) -> Val {
         match parts.len() {
             0 => self.assign("stablehlo.constant dense<> : tensor<0xi32>", Shape::of(&[0]), DType::I32),
             1 => parts.remove(0),
@@ -912,6 +914,51 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
             )));
         };
         Ok(self.assign(&format!("{rhs} : ({}, {}) -> {}", a.ty(), b.ty(), ty(out, a.dtype)), out.clone(), a.dtype))
+    }
+
+    /// `a [L.., K] x W [K, N]` for a weight stored in row bands, `w` being `[N / T, K, T]`
+    /// ([`tapeout_graph::ConstantData::row_tile`]): the rows of `a` merged into one `M` (`?` in a prefill),
+    /// broadcast to each band (`[N / T, M, K]`), one batched contraction per band (`[N / T, M, T]`), the bands put
+    /// side by side (`[M, N]`) and the rows split back. IREE 3.13 compiles that contraction to a batched
+    /// matrix product that reads each band's `K x T` values as one contiguous run, and never copies the weight;
+    /// the plain `[K, N]` product reads a narrow strip of every row instead (measured: docs/performance.md).
+    pub(crate) fn banded_matmul(&mut self, a: &Val, w: &Val, out: &Shape) -> Result<Val> {
+        let [Dim::Static(bands), Dim::Static(k), Dim::Static(t)] = w.shape.0[..] else {
+            return Err(self.err(format!("a weight in row bands is [N / T, K, T], not [{}]", w.shape)));
+        };
+        let ra = a.rank();
+        if ra == 0 || a.shape.0[ra - 1] != Dim::Static(k) {
+            return Err(self.err(format!("matmul of [{}] with a [{k}, {}] weight", a.shape, bands * t)));
+        }
+        let lead = &a.shape.0[..ra - 1];
+        let m = if lead.contains(&Dim::Dynamic) {
+            Dim::Dynamic
+        } else {
+            Dim::Static(lead.iter().map(|d| if let Dim::Static(n) = d { *n } else { 1 }).product())
+        };
+        let flat_shape = Shape(vec![m, Dim::Static(k)]);
+        let flat = if a.shape == flat_shape { a.clone() } else { self.reshape(a, &flat_shape)? };
+        let wide = Shape(vec![Dim::Static(bands), m, Dim::Static(k)]);
+        let spread = if m == Dim::Dynamic {
+            let parts = vec![self.i32_part(bands, 0, &wide)?, self.dim_part(&flat, 0)?, self.i32_part(k, 2, &wide)?];
+            let st = self.concat_parts(parts);
+            self.dynamic_broadcast(&flat, &[1, 2], &wide, &st)
+        } else {
+            self.broadcast_to(&flat, &[1, 2], &wide, None)?
+        };
+        let banded = Shape(vec![Dim::Static(bands), m, Dim::Static(t)]);
+        let rhs = format!(
+            "stablehlo.dot_general {}, {}, batching_dims = [0] x [0], contracting_dims = [2] x [1] : ({}, {}) -> {}",
+            spread.name,
+            w.name,
+            spread.ty(),
+            w.ty(),
+            ty(&banded, a.dtype)
+        );
+        let per_band = self.assign(&rhs, banded, a.dtype);
+        let rows = self.transpose(&per_band, &[1, 0, 2]);
+        let merged = self.reshape(&rows, &Shape(vec![m, Dim::Static(bands * t)]))?;
+        if merged.shape == *out { Ok(merged) } else { self.reshape(&merged, out) }
     }
 
     pub(crate) fn slice(&mut self, x: &Val, ranges: &[(u64, u64, u64)]) -> Val {

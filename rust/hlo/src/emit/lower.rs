@@ -45,71 +45,84 @@ fn widens(op: OpKind, ins: &[Val], to: DType, from_widened: bool) -> bool {
 impl<'g> Emitter<'g, '_, '_> {
     pub(crate) fn lower(&mut self, node: &'g Node) -> Result<()> {
         self.node = Some(node);
-        let ins: Vec<Val> = node.inputs.iter().map(|&i| self.val(i)).collect::<Result<_>>()?;
         let [id] = node.outputs.as_slice() else {
             return Err(self.err(format!("produces one result, the node declares {}", node.outputs.len())));
         };
         let spec = self.g.spec(*id);
         let out = Out { shape: &spec.shape, dtype: spec.dtype };
+        // A linear's weight stored in row bands has no `[K, N]` value: its matmuls read the bands.
+        let banded = match (node.op, node.inputs.as_slice()) {
+            (OpKind::Matmul, [a, w]) => self.banded.get(w).cloned().map(|w| (*a, w)),
+            _ => None,
+        };
+        let ins: Vec<Val> = match banded {
+            Some((a, _)) => vec![self.val(a)?],
+            None => node.inputs.iter().map(|&i| self.val(i)).collect::<Result<_>>()?,
+        };
         if widens(node.op, &ins, out.dtype, node.inputs.iter().any(|i| self.widened.contains(i))) {
             self.widened.insert(*id);
         }
-        let result = match node.op {
-            OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div | OpKind::Pow | OpKind::Max | OpKind::Min => {
-                self.elementwise_binary(node.op, &ins, &out)?
-            }
-            OpKind::Neg
-            | OpKind::Abs
-            | OpKind::Exp
-            | OpKind::Log
-            | OpKind::Sqrt
-            | OpKind::Rsqrt
-            | OpKind::Tanh
-            | OpKind::Sin
-            | OpKind::Cos
-            | OpKind::Sigmoid => self.elementwise_unary(node.op, &ins[0]),
-            OpKind::Relu | OpKind::Silu | OpKind::Gelu => self.activation(node.op, &ins[0])?,
-            OpKind::Convert => self.convert_to(&ins[0], out.dtype)?,
-            OpKind::Broadcast => self.lower_broadcast(&ins[0], ins.get(1), &out)?,
-            OpKind::Reshape => self.reshape(&ins[0], out.shape)?,
-            OpKind::Transpose => self.lower_transpose(&ins[0])?,
-            OpKind::Concat => {
-                let axis = self.axis("axis", self.attr_int("axis", 0)?, ins[0].rank())?;
-                let mut parts = Vec::with_capacity(ins.len());
-                for (v, id) in ins.iter().zip(&node.inputs) {
-                    let cloned_by_iree = out.shape.is_dynamic() && v.shape.is_dynamic() && self.widened.contains(id);
-                    parts.push(if cloned_by_iree { self.unfused(v)? } else { v.clone() });
+        let result = if let Some((_, w)) = &banded {
+            self.banded_matmul(&ins[0], w, out.shape)?
+        } else {
+            match node.op {
+                OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div | OpKind::Pow | OpKind::Max | OpKind::Min => {
+                    self.elementwise_binary(node.op, &ins, &out)?
                 }
-                self.concat(&parts, axis)?
+                OpKind::Neg
+                | OpKind::Abs
+                | OpKind::Exp
+                | OpKind::Log
+                | OpKind::Sqrt
+                | OpKind::Rsqrt
+                | OpKind::Tanh
+                | OpKind::Sin
+                | OpKind::Cos
+                | OpKind::Sigmoid => self.elementwise_unary(node.op, &ins[0]),
+                OpKind::Relu | OpKind::Silu | OpKind::Gelu => self.activation(node.op, &ins[0])?,
+                OpKind::Convert => self.convert_to(&ins[0], out.dtype)?,
+                OpKind::Broadcast => self.lower_broadcast(&ins[0], ins.get(1), &out)?,
+                OpKind::Reshape => self.reshape(&ins[0], out.shape)?,
+                OpKind::Transpose => self.lower_transpose(&ins[0])?,
+                OpKind::Concat => {
+                    let axis = self.axis("axis", self.attr_int("axis", 0)?, ins[0].rank())?;
+                    let mut parts = Vec::with_capacity(ins.len());
+                    for (v, id) in ins.iter().zip(&node.inputs) {
+                        let cloned_by_iree =
+                            out.shape.is_dynamic() && v.shape.is_dynamic() && self.widened.contains(id);
+                        parts.push(if cloned_by_iree { self.unfused(v)? } else { v.clone() });
+                    }
+                    self.concat(&parts, axis)?
+                }
+                OpKind::Slice => self.lower_slice(&ins[0])?,
+                OpKind::Gather => self.gather(&ins[0], &ins[1], &out)?,
+                OpKind::Matmul => self.matmul(&ins[0], &ins[1], out.shape)?,
+                OpKind::Conv2d => self.conv2d(&ins, out.shape)?,
+                OpKind::MaxPool2d | OpKind::AvgPool2d => self.pool(&ins[0], out.shape, node.op == OpKind::MaxPool2d)?,
+                OpKind::ReduceSum | OpKind::ReduceMean | OpKind::ReduceMax => self.reduction(node.op, &ins[0], &out)?,
+                OpKind::Softmax => {
+                    let axis = self.axis("axis", self.attr_int("axis", -1)?, ins[0].rank())?;
+                    self.softmax(&ins[0], axis)?
+                }
+                OpKind::LayerNorm | OpKind::RmsNorm => {
+                    let rms = node.op == OpKind::RmsNorm;
+                    let eps = self.attr_f64("eps", if rms { 1e-6 } else { 1e-5 })?;
+                    self.norm(&ins, rms, eps)?
+                }
+                OpKind::CausalMask => self.causal(&ins[0])?,
+                OpKind::Sdpa => self.sdpa(&ins, out.shape)?,
+                OpKind::Rope => self.rope(&ins)?,
+                OpKind::DynamicSlice => self.dynamic_slice(&ins[0], &ins[1..], &out)?,
+                OpKind::DynamicUpdateSlice => self.dynamic_update_slice(&ins[0], &ins[1], &ins[2..])?,
+                OpKind::Argmax => {
+                    let axis = self.axis("axis", self.attr_int("axis", -1)?, ins[0].rank())?;
+                    self.argmax(&ins[0], axis, out.dtype)?
+                }
+                OpKind::Iota => self.lower_iota(ins.first(), &out)?,
+                OpKind::Select => self.select(&ins, &out)?,
+                OpKind::Compare => self.compare(&ins, &out)?,
+                OpKind::Clamp => self.clamp(&ins, &out)?,
             }
-            OpKind::Slice => self.lower_slice(&ins[0])?,
-            OpKind::Gather => self.gather(&ins[0], &ins[1], &out)?,
-            OpKind::Matmul => self.matmul(&ins[0], &ins[1], out.shape)?,
-            OpKind::Conv2d => self.conv2d(&ins, out.shape)?,
-            OpKind::MaxPool2d | OpKind::AvgPool2d => self.pool(&ins[0], out.shape, node.op == OpKind::MaxPool2d)?,
-            OpKind::ReduceSum | OpKind::ReduceMean | OpKind::ReduceMax => self.reduction(node.op, &ins[0], &out)?,
-            OpKind::Softmax => {
-                let axis = self.axis("axis", self.attr_int("axis", -1)?, ins[0].rank())?;
-                self.softmax(&ins[0], axis)?
-            }
-            OpKind::LayerNorm | OpKind::RmsNorm => {
-                let rms = node.op == OpKind::RmsNorm;
-                let eps = self.attr_f64("eps", if rms { 1e-6 } else { 1e-5 })?;
-                self.norm(&ins, rms, eps)?
-            }
-            OpKind::CausalMask => self.causal(&ins[0])?,
-            OpKind::Sdpa => self.sdpa(&ins, out.shape)?,
-            OpKind::Rope => self.rope(&ins)?,
-            OpKind::DynamicSlice => self.dynamic_slice(&ins[0], &ins[1..], &out)?,
-            OpKind::DynamicUpdateSlice => self.dynamic_update_slice(&ins[0], &ins[1], &ins[2..])?,
-            OpKind::Argmax => {
-                let axis = self.axis("axis", self.attr_int("axis", -1)?, ins[0].rank())?;
-                self.argmax(&ins[0], axis, out.dtype)?
-            }
-            OpKind::Iota => self.lower_iota(ins.first(), &out)?,
-            OpKind::Select => self.select(&ins, &out)?,
-            OpKind::Compare => self.compare(&ins, &out)?,
-            OpKind::Clamp => self.clamp(&ins, &out)?,
         };
         if result.dtype != spec.dtype || !tapeout_graph::ops::shapes_agree(&result.shape, &spec.shape) {
             return Err(self.err(format!(

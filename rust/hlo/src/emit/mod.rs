@@ -13,7 +13,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::io::Write;
 
-use tapeout_graph::{ComputeGraph, TensorId};
+use tapeout_graph::{ComputeGraph, ConstantData, Dim, Shape, TensorId};
 
 use crate::error::{HloError, Result};
 use crate::text::{push_hex, string_literal, symbol};
@@ -167,8 +167,9 @@ pub(crate) fn emit_functions_into(
             let spec = graph.spec(c.tensor);
             match is_external(&opts.policy, &c.data, &spec.shape) {
                 Some(scope) => {
-                    // The parameter has the dtype it is stored in (bf16 kept as bf16); the program converts it.
-                    let t = ty(&spec.shape, c.data.dtype());
+                    // The parameter has the dtype it is stored in (bf16 kept as bf16) and the shape (row bands of a
+                    // linear's weight); the program converts it.
+                    let t = ty(&stored_shape(&c.data, &spec.shape), c.data.dtype());
                     if let Some((sym, first_ty, first_fn)) = declared.get(&c.key) {
                         if *first_ty != t {
                             return Err(HloError::Unsupported {
@@ -248,6 +249,7 @@ pub(crate) fn emit_functions_into(
             out: &mut *out,
             next,
             vals: HashMap::new(),
+            banded: HashMap::new(),
             widened: HashSet::new(),
             node: None,
         };
@@ -258,9 +260,10 @@ pub(crate) fn emit_functions_into(
         for (c, place) in graph.constants().iter().zip(placement) {
             let spec = graph.spec(c.tensor);
             let stored = c.data.dtype();
-            let t = ty(&spec.shape, stored);
+            let shape = stored_shape(&c.data, &spec.shape);
+            let t = ty(&shape, stored);
             let v = match place {
-                Some(sym) => e.assign(&format!("util.global.load {sym} : {t}"), spec.shape.clone(), stored),
+                Some(sym) => e.assign(&format!("util.global.load {sym} : {t}"), shape.clone(), stored),
                 None => {
                     let name = e.fresh();
                     let _ = write!(e.body, "    {name} = stablehlo.constant dense<\"0x");
@@ -274,17 +277,21 @@ pub(crate) fn emit_functions_into(
                     streamed.map_err(|err| in_function(constant_failed(spec.label(), err)))?;
                     let _ = writeln!(e.body, "\"> : {t}");
                     e.spill(false)?;
-                    Val { name, shape: spec.shape.clone(), dtype: stored }
+                    Val { name, shape: shape.clone(), dtype: stored }
                 }
             };
             // A 16-bit weight kept as stored is widened where it is used: IREE fuses the convert into the consumer.
             let v = if stored == spec.dtype {
                 v
             } else {
-                let rhs = format!("stablehlo.convert {} : ({t}) -> {}", v.name, spec.mlir_type());
-                e.assign(&rhs, spec.shape.clone(), spec.dtype)
+                let rhs = format!("stablehlo.convert {} : ({t}) -> {}", v.name, ty(&shape, spec.dtype));
+                e.assign(&rhs, shape, spec.dtype)
             };
-            e.vals.insert(c.tensor, v);
+            match c.data.row_tile() {
+                // Row bands `[N / T, K, T]`: only matmuls use it (`transpose_at_export`), each band by band.
+                Some(_) => e.banded.insert(c.tensor, v),
+                None => e.vals.insert(c.tensor, v),
+            };
         }
         for node in graph.nodes() {
             e.lower(node).map_err(in_function)?;
@@ -304,6 +311,15 @@ pub(crate) fn emit_functions_into(
     text.push_str("}\n");
     spill(&mut text, out, true)?;
     Ok(externals)
+}
+
+/// The shape a constant is stored in: its tensor's, or the row bands of a linear's weight
+/// ([`ConstantData::row_tile`]).
+fn stored_shape(data: &ConstantData<'_>, shape: &Shape) -> Shape {
+    match (data.row_tile(), shape.static_dims()) {
+        (Some(_), Some(dims)) => Shape(data.stored_dims(&dims).into_iter().map(Dim::Static).collect()),
+        _ => shape.clone(),
+    }
 }
 
 pub(crate) fn spill(text: &mut String, out: &mut dyn TextOut, force: bool) -> Result<()> {
