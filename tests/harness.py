@@ -107,3 +107,31 @@ def write_graph(tmp, name, tensors, nodes, outputs, static=None):
     g.write_text(json.dumps({"name": name, "tensors": specs, "nodes": nodes, "outputs": outputs}))
     save_file(weights or {"unused": np.zeros(1, np.float32)}, str(pathlib.Path(tmp) / f"{name}.safetensors"))
     return g
+
+
+def row_bands(rows):
+    """Source rows per band of a linear's weight as tapeout stores it (docs/graph-format.md, "Weight layout"): 32,
+    16 or 8, the first that divides `rows` and is smaller; else all rows (the plain transpose)."""
+    return next((t for t in (32, 16, 8) if rows % t == 0 and rows > t), rows)
+
+
+def banded(w):
+    """A linear's row-major `[out, in]` weight as tapeout stores it: `[out / T, in, T]` (element `[b, k, t]` is
+    `w[b*T + t, k]`), or `[in, out]` when no band size divides `out`."""
+    import numpy as np
+    rows, cols = w.shape
+    t = row_bands(rows)
+    if t == rows:
+        return np.ascontiguousarray(w.T)
+    return np.ascontiguousarray(w.reshape(rows // t, t, cols).transpose(0, 2, 1))
+
+
+def transposes_of(text, key):
+    """The `stablehlo.transpose` lines of a module whose operand is the parameter `key` (as loaded, or converted)."""
+    import re
+    names = set(re.findall(rf"(%\w+) = util\.global\.load @{re.escape(key)}\b", text))
+    for a, b in re.findall(r"(%\w+) = stablehlo\.convert (%\w+)", text):
+        if b in names:
+            names.add(a)
+    return [line for line in text.splitlines() if "stablehlo.transpose" in line
+            and any(re.search(rf"stablehlo\.transpose {re.escape(n)}\b", line) for n in names)]

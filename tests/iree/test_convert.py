@@ -8,7 +8,7 @@ import iree.runtime as rt
 from gguf import GGUFReader, GGUFWriter, GGMLQuantizationType as T
 from gguf.quants import dequantize, quantize
 
-from harness import compile_and_run_iree, iree_tool, run
+from harness import compile_and_run_iree, iree_tool, run, transposes_of
 
 RNG = np.random.default_rng(7)
 
@@ -155,11 +155,11 @@ def test_a_graph_takes_packed_weights_from_gguf_and_runs_in_iree(tapeout, gguf_f
     assert r.returncode == 1 and "Q8_0" in r.stderr and "pass --packed dequantize" in r.stderr, r.stderr
     run(tapeout, "export", tmp_path / "g.json", "--weights", gguf_file, "-o", tmp_path / "out", "--packed",
         "dequantize", "--inline-below", "0")
-    # Dequantized and written transposed, block band by block band: the module contracts it as stored.
+    # Dequantized and written in row bands of 8 ([16 / 8, 64, 8]): the module contracts it band by band as stored.
     text = (tmp_path / "out/gguf_proj.mlir").read_text()
-    assert "stablehlo.transpose" not in text and "tensor<64x16xf32>" in text, text
+    assert not transposes_of(text, "blk.0.attn_q.weight") and "tensor<2x64x8xf32>" in text, text
     md = json.loads(entries(tmp_path / "out/gguf_proj.irpa")["blk.0.attn_q.weight"][1].decode()[len("TENSORv0:"):])
-    assert (md["from"], md["transposed_from"], md["shape"]) == ("Q8_0", [16, 64], [64, 16]), md
+    assert (md["from"], md["transposed_from"], md["shape"]) == ("Q8_0", [16, 64], [2, 64, 8]), md
     run(iree_tool("iree-compile"), tmp_path / "out/gguf_proj.mlir", "--iree-hal-target-device=local",
         "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=generic",
         "-o", tmp_path / "m.vmfb")

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from harness import ROOT, compile_and_run_iree, iree_tool, run, write_safetensors_2d
+from harness import ROOT, banded, compile_and_run_iree, iree_tool, run, transposes_of, write_safetensors_2d
 
 GRAPHS_DIR = ROOT / "tests/graphs"
 sys.path.insert(0, str(GRAPHS_DIR))
@@ -151,9 +151,12 @@ def test_16_bit_weights_kept_as_stored_compute_what_widened_ones_do(name, tapeou
         stored = raw[8 + n + b:8 + n + e]
         data, meta = kept_entries[key]
         shape = list(t["shape"])
-        if '"transposed_from"' in meta.decode():  # a weight only used transposed is written transposed
+        if '"transposed_from"' in meta.decode():
+            # A weight only used transposed: written in row bands when only matmuls use it (a linear), else (a
+            # tied table, also gathered) transposed.
             bits = np.frombuffer(stored, "<u2").reshape(shape)
-            stored, shape = np.ascontiguousarray(bits.T).tobytes(), shape[::-1]
+            bits = banded(bits) if len(json.loads(meta.decode()[len("TENSORv0:"):])["shape"]) == 3 else bits.T
+            stored, shape = np.ascontiguousarray(bits).tobytes(), list(bits.shape)
         assert data == stored, f"{key}: the archive holds the stored {t['dtype']} bytes"
         assert f'"dtype":"{t["dtype"]}"' in meta.decode(), meta
         assert len(widened_entries[key][0]) == 2 * len(stored), f"{key}: widened is f32"
@@ -165,8 +168,8 @@ def test_16_bit_weights_kept_as_stored_compute_what_widened_ones_do(name, tapeou
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_a_pytorch_layout_linear_is_contracted_as_stored_without_a_transpose(dtype, tapeout, tmp_path):
-    """y = x @ W^T with W [out, in] in safetensors: W is written transposed at export time ([in, out]), the module
-    has no transpose of it, and IREE computes x @ W^T."""
+    """y = x @ W^T with W [out, in] in safetensors: W is written in row bands at export time ([out / 8, in, 8], each
+    band transposed), the module has no transpose of it, and IREE computes x @ W^T."""
     rng = np.random.default_rng(11)
     n_out, n_in = 24, 40
     w, blob = write_safetensors_2d(tmp_path / "w.safetensors", "w",
@@ -182,12 +185,13 @@ def test_a_pytorch_layout_linear_is_contracted_as_stored_without_a_transpose(dty
     out = tmp_path / "out"
     run(tapeout, "export", tmp_path / "g.json", "--weights", tmp_path / "w.safetensors", "-o", out, "--inline-below", "0")
     text = (out / "linear.mlir").read_text()
-    assert "stablehlo.transpose" not in text, text
-    assert f'"model"::"model.fc.weight"> : tensor<{n_in}x{n_out}x{dtype}>' in text, text
+    assert not transposes_of(text, "model.fc.weight"), text
+    assert f'"model"::"model.fc.weight"> : tensor<{n_out // 8}x{n_in}x8x{dtype}>' in text, text
     data, meta = archive_entries(out / "linear.irpa")["model.fc.weight"]
     assert f'"transposed_from":[{n_out},{n_in}]' in meta.decode(), meta
-    want_bytes = np.ascontiguousarray(np.frombuffer(blob, "<u2" if dtype == "bf16" else "<f4")
-                                      .reshape(n_out, n_in).T).tobytes()
+    held = np.frombuffer(blob, "<u2" if dtype == "bf16" else "<f4").reshape(n_out, n_in)
+    # Element [b, k, t] of the stored weight is W[8b + t, k].
+    want_bytes = np.stack([held[8 * b:8 * b + 8].T for b in range(n_out // 8)]).tobytes()
     assert data == want_bytes
     x = rng.standard_normal((3, n_in)).astype(np.float32)
     [y] = compile_and_run_iree(tmp_path, out / "linear.mlir", [out / "linear.irpa"], [x])
@@ -216,8 +220,8 @@ def test_bf16_activations_compute_in_bf16_on_the_stored_weight(tapeout, tmp_path
     out = tmp_path / "out"
     run(tapeout, "export", tmp_path / "g.json", "--weights", tmp_path / "w.safetensors", "-o", out, "--inline-below", "0")
     text = (out / "bf16_linear.mlir").read_text()
-    assert f"tensor<{n_in}x{n_out}xbf16>) -> tensor<3x{n_out}xbf16>" in text, text
-    assert text.count("stablehlo.convert") == 2 and "stablehlo.transpose" not in text, text
+    assert f"tensor<{n_out // 8}x{n_in}x8xbf16>) -> tensor<{n_out // 8}x3x8xbf16>" in text, text
+    assert text.count("stablehlo.convert") == 2 and not transposes_of(text, "model.fc.weight"), text
     x = rng.standard_normal((3, n_in)).astype(np.float32)
     [y] = compile_and_run_iree(tmp_path, out / "bf16_linear.mlir", [out / "bf16_linear.irpa"], [x])
     xb = (x.view(np.uint32) + 0x7FFF + ((x.view(np.uint32) >> 16) & 1)) >> 16 << 16
