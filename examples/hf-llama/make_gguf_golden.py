@@ -3,9 +3,12 @@
     python make_gguf_golden.py LLAMA_CPP_DIR [OUT_DIR]      (default OUT_DIR: testdata/ beside this file)
 
 LLAMA_CPP_DIR holds llama.cpp's convert_hf_to_gguf.py with its conversion/ package and gguf-py/ (the sdist of
-llama-cpp-python 0.3.36 has them under vendor/llama.cpp). Run it with a Python that has torch, transformers,
-sentencepiece, PyPI gguf (transformers' GGUF loader) and llama-cpp-python (llama.cpp's quantizer and its own
-forward pass), e.g. the venv of make_golden.py plus `pip install gguf sentencepiece llama-cpp-python==0.3.36`.
+llama-cpp-python 0.3.36 has them under vendor/llama.cpp: `tar xzf llama_cpp_python-0.3.36.tar.gz` and pass
+llama_cpp_python-0.3.36/vendor/llama.cpp). Run it with a Python that has torch, transformers, sentencepiece, PyPI
+gguf and accelerate (transformers' GGUF loader needs both) and llama-cpp-python (llama.cpp's quantizer and its own
+forward pass), e.g. the venv of make_golden.py plus
+`pip install gguf sentencepiece accelerate llama-cpp-python==0.3.36`. Rerunning it reproduces the committed files
+byte for byte (checked with transformers 5.24, torch 2.15, gguf 0.19, llama-cpp-python 0.3.36).
 Like make_golden.py it is the oracle, run by hand, and its outputs are committed (torch is far too big for the
 test venv).
 
