@@ -1,6 +1,12 @@
 """Writes the tiny llama.cpp GGUF files of examples/hf-llama (testdata/gguf-*) and transformers' logits for them.
 
     python make_gguf_golden.py LLAMA_CPP_DIR [OUT_DIR]      (default OUT_DIR: testdata/ beside this file)
+    python make_gguf_golden.py LLAMA_CPP_DIR --checkpoint HF_DIR OUT_DIR
+
+The second form does steps 2 and 3 below for an existing save_pretrained Llama directory (a tokenizer.model of
+vocab_size pieces is written for the converter when it has none): OUT_DIR/gguf-<type>/{model.gguf,
+golden.safetensors}, which `gradle :examples:hf-llama:verifyGguf -PhfLlama.gguf=OUT_DIR/gguf-q4_0/model.gguf`
+checks (its goldens are read beside the file).
 
 LLAMA_CPP_DIR holds llama.cpp's convert_hf_to_gguf.py with its conversion/ package and gguf-py/ (the sdist of
 llama-cpp-python 0.3.36 has them under vendor/llama.cpp: `tar xzf llama_cpp_python-0.3.36.tar.gz` and pass
@@ -260,7 +266,46 @@ def main(llama_cpp, out_dir):
     raise SystemExit(f"no seed gave argmax margins of {MARGIN}")
 
 
+def from_checkpoint(llama_cpp, checkpoint, out_dir):
+    """The GGUF files and goldens of an existing save_pretrained Llama directory (no seed search, no margin check):
+    out_dir/gguf-<type>/{model.gguf, golden.safetensors}, for `verifyGguf` on a checkpoint of real size."""
+    work = pathlib.Path(tempfile.mkdtemp(prefix="gguf-golden-"))
+    try:
+        hf = work / "hf"
+        hf.mkdir()
+        for f in ("config.json", "model.safetensors"):
+            (hf / f).symlink_to((checkpoint / f).resolve())
+        if (checkpoint / "tokenizer.model").is_file():
+            (hf / "tokenizer.model").symlink_to((checkpoint / "tokenizer.model").resolve())
+        else:
+            vocab = json.loads((checkpoint / "config.json").read_text())["vocab_size"]
+            (hf / "tokenizer.model").write_bytes(tokenizer_model(vocab))
+            (hf / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "LlamaTokenizer", "add_bos_token": False}))
+        import llama_cpp as lc
+        convert(llama_cpp, hf, work / "f16.gguf", "f16")
+        convert(llama_cpp, hf, work / "f32.gguf", "f32")
+        quantize(work / "f32.gguf", work / "q8_0.gguf", lc.LLAMA_FTYPE_MOSTLY_Q8_0)
+        quantize(work / "f32.gguf", work / "q4_0.gguf", lc.LLAMA_FTYPE_MOSTLY_Q4_0)
+        (work / "f32.gguf").unlink()
+        for kind in TYPES:
+            d = out_dir / f"gguf-{kind}"
+            d.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(work / f"{kind}.gguf"), d / "model.gguf")
+            g = golden(LlamaForCausalLM.from_pretrained(str(d), gguf_file="model.gguf", dtype=torch.float32))
+            g["llamacpp_prefill_a_logits"] = llamacpp_logits(d / "model.gguf", PROMPT_A)
+            diff = float(np.abs(g["llamacpp_prefill_a_logits"] - g["prefill_a_logits"]).max())
+            save_file(g, str(d / "golden.safetensors"), metadata={"checkpoint": str(checkpoint), "compute": "float32",
+                      "weights": kind, "llamacpp_prefill_a_max_abs_diff": f"{diff:.3e}"})
+            print(f"{d}: {(d / 'model.gguf').stat().st_size} bytes, margin {margin(g['decode_logits']):.2e}, "
+                  f"llama.cpp prefill vs transformers max abs {diff:.3e}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[2] == "--checkpoint":
+        from_checkpoint(pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[3]), pathlib.Path(sys.argv[4]))
+        sys.exit(0)
     if len(sys.argv) == 5 and sys.argv[1] == "--llamacpp-logits":
         np.save(sys.argv[3], llamacpp_logits_here(sys.argv[2], [int(t) for t in sys.argv[4].split(",")]))
         sys.exit(0)
