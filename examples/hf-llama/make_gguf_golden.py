@@ -184,8 +184,8 @@ def golden(model):
 
 
 def llamacpp_logits(path, tokens):
-    """llama.cpp's own logits for every position of [tokens] (F32 KV cache, 2 threads), in a process of its own
-    (a second llama_cpp.Llama in one process crashed in llama-cpp-python 0.3.36)."""
+    """llama.cpp's own logits for every position of [tokens] (F32 KV cache, 2 threads), in a process of its own, so
+    that a crash inside llama.cpp (see llamacpp_logits_here) is a failed step naming the file, not this script's death."""
     with tempfile.TemporaryDirectory() as tmp:
         out = pathlib.Path(tmp) / "logits.npy"
         subprocess.run([sys.executable, __file__, "--llamacpp-logits", str(path), str(out), ",".join(map(str, tokens))],
