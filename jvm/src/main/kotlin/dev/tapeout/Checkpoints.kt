@@ -51,6 +51,34 @@ class Checkpoint internal constructor(
         "${file.path} has no tensor '$name' (${tensors.size} tensors" +
             similarKeys(name, tensors.keys).let { if (it.isEmpty()) "; none is similar)" else "; the most similar: $it)" })
 
+    /**
+     * This checkpoint with some tensors under other keys, for a model whose parameter keys are not the file's names
+     * (a llama.cpp GGUF's `token_embd.weight` read as `model.embed_tokens.weight`). [keys] maps each new key to the
+     * name it has here (`"model.embed_tokens.weight" to "token_embd.weight"`); a tensor no entry names keeps its own
+     * key, so [checkpointReport] still lists it if the model never reads it. The bytes stay where they are (the
+     * same file regions), and each [CheckpointTensor.name] stays the file's name, as messages and the report say it.
+     * A name this checkpoint does not have is a [NoSuchElementException] listing the most similar ones; a new key
+     * that is also the name of a tensor left under its own key, or one tensor given two keys, is an
+     * [IllegalArgumentException] (two keys for one region would store it twice).
+     */
+    fun renamed(keys: Map<String, String>): Checkpoint {
+        val renamedFrom = HashMap<String, String>()
+        for ((key, name) in keys) {
+            get(name)
+            renamedFrom.put(name, key)?.let { other ->
+                throw IllegalArgumentException("${file.path}: tensor '$name' is given two keys, '$other' and '$key'; give each tensor one key")
+            }
+        }
+        val out = LinkedHashMap<String, CheckpointTensor>()
+        for ((name, t) in tensors) {
+            val key = renamedFrom[name] ?: name
+            if (out.put(key, t) != null) {
+                throw IllegalArgumentException("${file.path}: the key '$key' would name two tensors (a new key and a tensor left under its own name); rename that tensor too")
+            }
+        }
+        return Checkpoint(file, format, out, metadata)
+    }
+
     internal companion object {
         fun open(file: File, expect: String?): Checkpoint = fromDescription(file, Json.parse(NativeBridge.describeWeights(file.path)) as Map<*, *>, expect)
 

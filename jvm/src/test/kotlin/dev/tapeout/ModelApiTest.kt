@@ -284,6 +284,49 @@ class ModelApiTest {
     }
 
     @Test
+    fun `a renamed checkpoint gives a module keyed by other names the file's tensors`() {
+        val dir = tempDir("tapeout-gguf-renamed")
+        val file = File(dir, "m.gguf")
+        val table = FloatArray(12) { it * 0.25f - 1f }
+        val gamma = floatArrayOf(0.5f, 2f, -1f)
+        writeGguf(file, mapOf("general.architecture" to "tiny"),
+            listOf(GgufEntry("token_embd.weight", longArrayOf(4, 3), 0, f32Bytes(table)),
+                GgufEntry("output_norm.weight", longArrayOf(3), 0, f32Bytes(gamma)),
+                GgufEntry("rope_freqs.weight", longArrayOf(2), 0, f32Bytes(FloatArray(2)))))
+        class Net : Module() {
+            val embed = child("embed_tokens", Embedding(4, 3))
+            val norm = child("norm", RMSNorm(3))
+        }
+        val g = Gguf.open(file)
+        val keys = mapOf("embed_tokens.weight" to "token_embd.weight", "norm.weight" to "output_norm.weight")
+        val r = g.renamed(keys)
+        assertEquals(listOf("embed_tokens.weight", "norm.weight", "rope_freqs.weight"), r.tensors.keys.toList())
+        // Same regions of the same file; each tensor keeps the file's name.
+        assertEquals(g["token_embd.weight"].offset, r["embed_tokens.weight"].offset)
+        assertEquals("output_norm.weight", r["norm.weight"].name)
+        assertEquals(g.metadata, r.metadata)
+
+        val net = Net()
+        val t = ExecutionTape().also { it.load(r) }
+        t.output("y", net.norm(net.embed(t.input("ids", 2, dtype = DType.I32))))
+        val report = t.checkpointReport()
+        assertEquals(listOf("rope_freqs.weight"), report.unusedTensors)
+        assertEquals(emptyList<String>(), report.unboundParameters)
+        val out = t.toComputeGraph().export(dir, "m", MaterializationPolicy.ExternalAlways())
+        // The archive holds the file's values under the module's keys.
+        assertArrayEquals(table, readF32(out.irpa, "embed_tokens.weight", 0, 12))
+        assertArrayEquals(gamma, readF32(out.irpa, "norm.weight", 0, 3))
+
+        val missing = assertThrows<NoSuchElementException> { g.renamed(mapOf("norm.weight" to "output_nrom.weight")) }
+        assertTrue(missing.message!!.contains("no tensor 'output_nrom.weight'") && missing.message!!.contains("output_norm.weight"), missing.message)
+        val twice = assertThrows<IllegalArgumentException> { g.renamed(mapOf("a" to "token_embd.weight", "b" to "token_embd.weight")) }
+        assertTrue(twice.message!!.contains("'token_embd.weight' is given two keys"), twice.message)
+        val clash = assertThrows<IllegalArgumentException> { g.renamed(mapOf("rope_freqs.weight" to "output_norm.weight")) }
+        assertTrue(clash.message!!.contains("'rope_freqs.weight' would name two tensors"), clash.message)
+        dir.deleteRecursively()
+    }
+
+    @Test
     fun `a checkpoint that does not fit the module says which key and shape`() {
         val dir = tempDir("tapeout-ckpt-bad")
         val file = File(dir, "m.safetensors")

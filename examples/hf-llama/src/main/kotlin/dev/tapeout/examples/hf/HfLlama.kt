@@ -117,8 +117,8 @@ class LlamaAttention(private val c: LlamaConfig) : Module() {
      */
     operator fun invoke(x: Tensor, rotary: Rotary, past: LayerCache?): Pair<Tensor, LayerCache> {
         val t = x.tape
-        val q = t.rope(heads(qProj, x, c.numAttentionHeads), rotary.cos, rotary.sin)
-        var k = t.rope(heads(kProj, x, c.numKeyValueHeads), rotary.cos, rotary.sin)
+        val q = t.rope(heads(qProj, x, c.numAttentionHeads), rotary.cos, rotary.sin, rotary.interleaved)
+        var k = t.rope(heads(kProj, x, c.numKeyValueHeads), rotary.cos, rotary.sin, rotary.interleaved)
         var v = heads(vProj, x, c.numKeyValueHeads)
         val pos = past?.position
         if (past != null && pos == null) {
@@ -157,7 +157,10 @@ class LlamaDecoderLayer(c: LlamaConfig) : Module() {
     }
 }
 
-/** `LlamaModel`: the embedding, the layers, the final norm; positions and RoPE computed here, as HF does. */
+/**
+ * `LlamaModel`: the embedding, the layers, the final norm; positions and RoPE computed here, as HF does (on
+ * interleaved pairs when [LlamaConfig.ropeInterleaved]: a GGUF's permuted q/k rows).
+ */
 class LlamaModel(private val c: LlamaConfig) : Module() {
     /** `embed_tokens`. */
     val embedTokens = child("embed_tokens", Embedding(c.vocabSize, c.hiddenSize))
@@ -181,7 +184,7 @@ class LlamaModel(private val c: LlamaConfig) : Module() {
             val pastSeen = t.reduceSum(t.expand(t.scalar(1.0, DType.I32), t.arange(past[0].keys, 2)), 0)
             positions = positions + pastSeen
         }
-        val rotary = t.rotary(positions.reshape(1, positions.shape[0].toInt()), c.headDim, c.ropeTheta, c.ropeScaling)
+        val rotary = t.rotary(positions.reshape(1, positions.shape[0].toInt()), c.headDim, c.ropeTheta, c.ropeScaling, c.ropeInterleaved)
         var h = embedTokens(inputIds)
         val caches = ArrayList<LayerCache>()
         for ((i, layer) in layers.withIndex()) {

@@ -13,6 +13,11 @@ import java.io.File
 class LlamaConfig(
     /** The file as the library read it. */
     val hf: HfConfig,
+    /**
+     * RoPE on interleaved pairs `(x[2i], x[2i+1])` instead of transformers' `rotate_half` halves: for weights whose
+     * q/k rows llama.cpp's converter permuted ([GgufLlama]); false (transformers' layout) for `config.json` files.
+     */
+    val ropeInterleaved: Boolean = false,
 ) {
     /** `model_type`: `llama`, `qwen2` or `mistral` (Llama's layers; its sliding window must be off: `null`). */
     val modelType: String = hf.string("model_type")

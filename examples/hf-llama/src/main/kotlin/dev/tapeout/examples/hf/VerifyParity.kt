@@ -14,7 +14,9 @@ import kotlin.system.exitProcess
 
 /**
  * `VerifyParity NAME=EXPORT_DIR=TESTDATA_DIR ...`: checks each export's IREE logits against transformers' own (the
- * goldens make_golden.py wrote with transformers), served from Kotlin with IREE in process ([dev.tapeout.iree]).
+ * goldens make_golden.py and make_gguf_golden.py wrote with transformers), served from Kotlin with IREE in process
+ * ([dev.tapeout.iree]). Where the goldens also hold llama.cpp's logits (the GGUF files), the difference from them is
+ * printed, not checked.
  *
  * For each model: loads `<name>.vmfb` (compileIree) with its archive, runs prefill on the golden prompts (lengths 7
  * and 1: two run-time sizes of the `?` sequence length), then greedy decode from the 7-token prompt with the KV cache
@@ -71,8 +73,16 @@ object VerifyParity {
                 val ids = module.value(tokens, 1, tokens.size.toLong())
                 val out = prefill.call(ids)
                 ids.close()
-                worst = maxOf(worst, check("$name prefill of ${tokens.size}", out[0].toFloatArray(), golden.floats("prefill_${tag}_logits"), vocab, failures))
+                val logits = out[0].toFloatArray()
+                worst = maxOf(worst, check("$name prefill of ${tokens.size}", logits, golden.floats("prefill_${tag}_logits"), vocab, failures))
                 out[0].close()
+                // A GGUF's goldens also hold llama.cpp's own logits for prompt a: reported, not checked (its matmuls
+                // round the activations to the weights' dot-product types).
+                if (tag == "a" && golden.has("llamacpp_prefill_a_logits")) {
+                    val cpp = golden.floats("llamacpp_prefill_a_logits")
+                    val far = logits.indices.maxOf { abs(logits[it].toDouble() - cpp[it]) }
+                    println("verify: $name prefill of ${tokens.size}: max abs %.2e vs llama.cpp (reported only)".format(far))
+                }
                 if (tag == "a") presents = out.drop(1) else out.drop(1).forEach { it.close() }
             }
             val layers = presents.size / 2
@@ -122,6 +132,9 @@ object VerifyParity {
 /** The few safetensors tensors the goldens hold (F32, I32), read whole. */
 class SafeTensorsFile private constructor(private val entries: Map<String, Entry>, private val data: ByteBuffer) {
     private class Entry(val dtype: String, val shape: List<Long>, val begin: Int, val end: Int)
+
+    /** Whether the file has a tensor `name`. */
+    fun has(name: String): Boolean = name in entries
 
     /** The shape of tensor `name`. */
     fun shape(name: String): List<Long> = entry(name).shape
