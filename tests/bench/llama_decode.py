@@ -1,0 +1,274 @@
+"""Decode at the memory floor (scripts/bench; docs/performance.md "Decode at the memory floor"): one Llama
+checkpoint made by transformers, exported by tapeout (examples/hf-llama, the Kotlin model) and run by IREE 3.13, side
+by side with the same checkpoint through llama.cpp's own converter run by llama-cpp-python, on this machine's CPU
+with the same thread count, in alternating rounds, and the read-bandwidth floor measured in the same run.
+
+    python tests/bench/llama_decode.py --out DIR [--rounds 3] [--threads 2] [--small] [--no-llamacpp]
+        [--checkpoint DIR]
+
+- the checkpoint: tests/bench/llama_checkpoint.py (transformers, seeded random weights, bf16; 156M parameters:
+  vocab 32000, hidden 1024, FFN 2816, 8 layers, 16 query / 4 KV heads; `--small` a 2-layer, 64-wide twin), run by
+  the bench venv (`scripts/setup bench`: .bench-venv); scripts/test runs `--small --no-llamacpp --checkpoint
+  examples/hf-llama/testdata/llama-bf16`, which checks only that the IREE side runs;
+- tapeout: `gradle :examples:hf-llama:exportIrpaCheckpoint` (bf16 kept), `iree-compile` for the host CPU with the
+  flags docs/performance.md documents; prefill of 8 and 128 tokens and one decode step after 64 and 1024 cached
+  positions, each the median of `iree-benchmark-module` repetitions; the same decode step served in process by
+  tapeout-iree (`serve_bench`, the archive mapped): its time and its RssFile / RssAnon;
+- llama.cpp: tests/bench/llamacpp.py (convert_hf_to_gguf.py to F16, llama.cpp's quantizer to Q8_0 and Q4_0, pure;
+  timing through llama-cpp-python's low-level API, F32 KV cache);
+- GGUF through tapeout (when examples/hf-llama has the GGUF entry): the Q8_0 and Q4_0 files exported with their
+  blocks kept packed, timed as above against llama.cpp's same files;
+- numbers: prefill logits of one prompt against transformers' float32 forward (max abs difference), for tapeout
+  and for llama.cpp F16.
+
+Prints one JSON object (every median, the ratios of docs/performance.md, and the machine's bandwidth).
+"""
+import argparse
+import json
+import os
+import pathlib
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+from harness import iree_tool  # noqa: E402
+
+GRADLE = ["gradle", "-c", "settings-gradle4.gradle", "--offline", "--no-daemon", "--console=plain", "--quiet"]
+# The flags tapeout documents for a CPU build (docs/performance.md): the host's own instruction set.
+COMPILE = ["--iree-input-type=stablehlo", "--iree-hal-target-device=local",
+           "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host"]
+PROMPT = [1, 3, 14, 15, 92, 65, 35, 89]
+
+
+def log(*a):
+    print("llama_decode:", *a, file=sys.stderr, flush=True)
+
+
+def sh(*args, **kw):
+    r = subprocess.run([str(a) for a in args], capture_output=True, text=True, **kw)
+    if r.returncode != 0:
+        raise SystemExit(f"llama_decode: {' '.join(map(str, args[:3]))} … failed ({r.returncode}):\n{r.stderr[-3000:]}")
+    return r.stdout
+
+
+def config(ckpt):
+    return json.loads((pathlib.Path(ckpt) / "config.json").read_text())
+
+
+def export(ckpt, out, gguf=None, static=None):
+    """The checkpoint (or a GGUF file) exported by the Kotlin model through Gradle; returns (mlir, irpa). With
+    `static`, decode is HF's StaticCache form: caches of that many rows, this step written at cache_position."""
+    out = pathlib.Path(out)
+    if gguf is None:
+        task, props = ":examples:hf-llama:exportIrpaCheckpoint", [f"-PhfLlama.checkpoint={ckpt}"]
+        if static:
+            props.append(f"-PhfLlama.staticCache={static}")
+    else:
+        task, props = ":examples:hf-llama:exportIrpaGguf", [f"-PhfLlama.gguf={gguf}"]
+    sh(*GRADLE, task, *props, f"-PtapeoutOut={out}", "-PtapeoutHeap=1g", cwd=ROOT)
+    return out / "llama.mlir", out / "llama.irpa"
+
+
+def compile_host(mlir, extra=()):
+    vmfb = pathlib.Path(mlir).with_suffix(".vmfb")
+    sh(iree_tool("iree-compile"), mlir, *COMPILE, *extra, "-o", vmfb)
+    return vmfb
+
+
+def signature(mlir, fn):
+    """Argument types of `fn` from the module text: [(name, 'AxBx?xf32')]."""
+    text = pathlib.Path(mlir).read_text()
+    head = re.search(rf"func\.func @{fn}\((.*?)\) ->", text, re.S).group(1)
+    return [(m.group(2), m.group(1)) for m in re.finditer(r"%\w+: tensor<([^>]*)>\s*\{tapeout\.name = \"([^\"]+)\"", head)]
+
+
+def bench_inputs(mlir, fn, dynamic):
+    """iree-benchmark-module --input flags: every `?` set to `dynamic`; token ids 5, caches zero, a static cache's
+    cache_position `dynamic` (the step after `dynamic` cached positions)."""
+    flags = []
+    for name, t in signature(mlir, fn):
+        t = t.replace("?", str(dynamic))
+        value = dynamic if name == "cache_position" else 5 if t.endswith("i32") else 0
+        flags.append(f"--input={t}={value}")
+    return flags
+
+
+def iree_time(vmfb, irpa, mlir, fn, dynamic, threads, min_time="2s"):
+    out = sh(iree_tool("iree-benchmark-module"), f"--module={vmfb}", f"--parameters=model={irpa}", "--device=local-task",
+             f"--task_topology_max_group_count={threads}", f"--function={fn}", *bench_inputs(mlir, fn, dynamic),
+             "--benchmark_repetitions=3", f"--benchmark_min_time={min_time}")
+    m = re.search(r"real_time_median\s+([\d.]+) ms", out)
+    if not m:
+        raise SystemExit(f"llama_decode: no median in iree-benchmark-module's output:\n{out[-2000:]}")
+    return float(m.group(1))
+
+
+def serve(vmfb, irpa, fn, dynamic, threads, repeats=20):
+    exe = ROOT / "target/release/examples/serve_bench"
+    return json.loads(sh(exe, vmfb, irpa, fn, dynamic, "--workers", threads, "--repeats", repeats))
+
+
+def weight_bytes(irpa, skip=("embed_tokens", "token_embd")):
+    """Bytes a decode step reads from the archive: every entry but the embedding table (one row of it is read)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    dump = sh(ROOT / "target/release/tapeout", "dump", "--json", irpa)
+    total = 0
+    for line in dump.splitlines():
+        row = json.loads(line)
+        if not any(s in row["key"] for s in skip):
+            total += int(row["length"])
+    return total
+
+
+def kv_bytes(cfg, context):
+    head = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    return 2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * context * head * 4
+
+
+def iree_logits(vmfb, irpa, d, tokens):
+    ids = d / "prompt.npy"
+    np.save(ids, np.array([tokens], np.int32))
+    out = d / "logits.npy"
+    sh(iree_tool("iree-run-module"), "--device=local-task", f"--module={vmfb}", "--function=prefill",
+       f"--parameters=model={irpa}", f"--input=@{ids}", f"--output=@{out}")
+    return np.load(out)[0]
+
+
+TRANSFORMERS = """
+import sys, numpy as np, torch
+from transformers import AutoModelForCausalLM
+m = AutoModelForCausalLM.from_pretrained(sys.argv[1], torch_dtype=torch.float32).eval()
+ids = torch.tensor([[int(t) for t in sys.argv[3].split(',')]])
+with torch.no_grad():
+    np.save(sys.argv[2], m(ids).logits[0].float().numpy())
+"""
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", required=True)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--small", action="store_true", help="a 2-layer, 64-wide checkpoint, 1 short round")
+    p.add_argument("--no-llamacpp", action="store_true")
+    p.add_argument("--checkpoint", help="a transformers checkpoint directory to use instead of making one")
+    p.add_argument("--bench-python", default=str(ROOT / ".bench-venv/bin/python"))
+    a = p.parse_args()
+    out = pathlib.Path(a.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    py = a.bench_python
+    if not pathlib.Path(py).exists() and not (a.no_llamacpp and a.checkpoint):
+        raise SystemExit(f"llama_decode: {py} is missing: run `scripts/setup bench` (transformers, llama-cpp-python)")
+    small = ["--layers", "2", "--hidden", "64", "--ffn", "128", "--vocab", "512", "--heads", "4", "--kv-heads", "2"]
+    ckpt = pathlib.Path(a.checkpoint).resolve() if a.checkpoint else out / ("checkpoint-small" if a.small else "checkpoint")
+    if not (ckpt / "model.safetensors").exists():
+        log("making the checkpoint with transformers")
+        sh(py, ROOT / "tests/bench/llama_checkpoint.py", ckpt, *(small if a.small else []))
+    cfg = config(ckpt)
+    prefills, contexts = ((8, 32), (16, 64)) if a.small else ((8, 128), (64, 1024))
+    min_time = "0.2s" if a.small else "2s"
+
+    log("exporting with tapeout")
+    mlir, irpa = export(ckpt, out / ("tapeout-small" if a.small else "tapeout"))
+    vmfb = compile_host(mlir)
+    systems = {"tapeout_bf16": ("iree", vmfb, irpa, mlir)}
+    # HF's StaticCache form: caches of the longest context, this step's keys written in place.
+    s_mlir, s_irpa = export(ckpt, out / ("tapeout-static-small" if a.small else "tapeout-static"), static=contexts[1] + 1)
+    systems["tapeout_bf16_static"] = ("iree", compile_host(s_mlir), s_irpa, s_mlir)
+    ggufs = {}
+    if not a.no_llamacpp:
+        log("converting with llama.cpp")
+        conv = json.loads(sh(py, ROOT / "tests/bench/llamacpp.py", "convert", ckpt, out / ("gguf-small" if a.small else "gguf")))
+        ggufs = {k: conv["files"][k]["path"] for k in ("f16", "q8_0", "q4_0")}
+        for k, f in ggufs.items():
+            systems[f"llamacpp_{k}"] = ("llamacpp", f, None, None)
+        for k in ("q8_0", "q4_0"):
+            log(f"exporting the {k} GGUF with tapeout, blocks kept packed")
+            g_mlir, g_irpa = export(None, out / f"tapeout-gguf-{k}", gguf=ggufs[k])
+            systems[f"tapeout_{k}"] = ("iree", compile_host(g_mlir), g_irpa, g_mlir)
+
+    times = {s: {} for s in systems}
+    for r in range(a.rounds if not a.small else 1):
+        order = list(systems)
+        order = order[r % len(order):] + order[:r % len(order)]
+        for s in order:
+            kind, f, arch, m = systems[s]
+            log(f"round {r + 1}: {s}")
+            if kind == "iree":
+                for n in (prefills if not s.endswith("_static") else ()):
+                    times[s].setdefault(f"prefill_{n}", []).append(iree_time(f, arch, m, "prefill", n, a.threads, min_time))
+                for c in contexts:
+                    times[s].setdefault(f"decode_{c}", []).append(iree_time(f, arch, m, "decode", c, a.threads, min_time))
+            else:
+                t = json.loads(sh(py, ROOT / "tests/bench/llamacpp.py", "time", f, "--threads", a.threads,
+                                  "--prefill", ",".join(map(str, prefills)), "--context", ",".join(map(str, contexts)),
+                                  "--repeats", 3 if a.small else 10))
+                for n in prefills:
+                    times[s].setdefault(f"prefill_{n}", []).append(t["prefill"][str(n)]["median_ms"])
+                for c in contexts:
+                    times[s].setdefault(f"decode_{c}", []).append(t["decode"][str(c)]["median_ms"])
+                times[s]["memory"] = t["memory"]["after_runs"]
+                times[s]["system_info"] = t["system_info"]
+    medians = {s: {k: statistics.median(v) for k, v in d.items() if isinstance(v, list)} for s, d in times.items()}
+
+    result = {"figure": "llama_decode", "small": a.small, "threads": a.threads, "rounds": a.rounds,
+              "config": {k: cfg[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                             "num_attention_heads", "num_key_value_heads")},
+              "compile_flags": COMPILE, "medians_ms": medians}
+    # In process, the archive mapped: tapeout-iree's decode step and its memory.
+    result["served"] = serve(vmfb, irpa, "decode", contexts[0], a.threads, 5 if a.small else 50)
+    result["archive_bytes"] = irpa.stat().st_size
+    result["decode_weight_bytes"] = weight_bytes(irpa)
+    result["kv_bytes"] = {str(c): kv_bytes(cfg, c) for c in contexts}
+    if not a.no_llamacpp:
+        bw = json.loads(sh(py, ROOT / "tests/bench/llamacpp.py", "bandwidth", "--threads", a.threads))
+        gbs = bw["gb_per_s"]
+        result["bandwidth_gbs"] = gbs
+        floor_ms = result["decode_weight_bytes"] / (gbs * 1e9) * 1e3
+        result["floor_decode_ms"] = floor_ms
+        ours = medians["tapeout_bf16"]
+        c0, c1 = contexts
+        result["ratios"] = {
+            # tokens/s ratios: theirs time over ours (above 1.0: we are faster)
+            "decode_vs_llamacpp_f16": medians["llamacpp_f16"][f"decode_{c0}"] / ours[f"decode_{c0}"],
+            "prefill8_vs_llamacpp_f16": medians["llamacpp_f16"][f"prefill_{prefills[0]}"] / ours[f"prefill_{prefills[0]}"],
+            "prefill128_vs_llamacpp_f16": medians["llamacpp_f16"][f"prefill_{prefills[1]}"] / ours[f"prefill_{prefills[1]}"],
+            "decode_of_floor": floor_ms / ours[f"decode_{c0}"],
+            "llamacpp_f16_decode_of_floor": floor_ms / medians["llamacpp_f16"][f"decode_{c0}"],
+            # context 1024 against context 64 plus the KV bytes' own floor
+            "ctx_long_vs_short_plus_kv": ours[f"decode_{c1}"] / (
+                ours[f"decode_{c0}"] + (kv_bytes(cfg, c1) - kv_bytes(cfg, c0)) / (gbs * 1e9) * 1e3),
+        }
+        st = medians["tapeout_bf16_static"]
+        kv_floor = (kv_bytes(cfg, c1) - kv_bytes(cfg, c0)) / (gbs * 1e9) * 1e3
+        result["ratios"]["static_ctx_long_vs_short_plus_kv"] = st[f"decode_{c1}"] / (st[f"decode_{c0}"] + kv_floor)
+        result["ratios"]["static_ctx_long_vs_dynamic_short_plus_kv"] = st[f"decode_{c1}"] / (ours[f"decode_{c0}"] + kv_floor)
+        result["ratios"][f"decode_{c1}_static_vs_llamacpp_f16"] = \
+            medians["llamacpp_f16"][f"decode_{c1}"] / st[f"decode_{c1}"]
+        for k in ("q8_0", "q4_0"):
+            if f"tapeout_{k}" in medians:
+                result["ratios"][f"decode_{k}_vs_llamacpp_{k}"] = \
+                    medians[f"llamacpp_{k}"][f"decode_{c0}"] / medians[f"tapeout_{k}"][f"decode_{c0}"]
+        result["llamacpp_memory"] = {s: times[s].get("memory") for s in systems if s.startswith("llamacpp")}
+        # Numbers: prefill logits of one prompt against transformers' float32 forward.
+        with tempfile.TemporaryDirectory(dir=out) as d:
+            d = pathlib.Path(d)
+            tokens = [t % cfg["vocab_size"] for t in PROMPT]
+            want = d / "want.npy"
+            sh(py, "-c", TRANSFORMERS, ckpt, want, ",".join(map(str, tokens)))
+            want = np.load(want)
+            result["max_abs_vs_transformers"] = {"tapeout_bf16": float(np.abs(iree_logits(vmfb, irpa, d, tokens) - want).max())}
+            lc = d / "lc.npy"
+            sh(py, ROOT / "tests/bench/llamacpp.py", "logits", ggufs["f16"], "--tokens", ",".join(map(str, tokens)), "--out", lc)
+            result["max_abs_vs_transformers"]["llamacpp_f16"] = float(np.abs(np.load(lc) - want).max())
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
