@@ -136,13 +136,15 @@ def convert(args):
         result["files"]["f16"] = {"reused": True}
     else:
         env = dict(os.environ, PYTHONPATH=str(CONVERTER.parent / "gguf-py"))
-        cmd = [sys.executable, str(CONVERTER), str(ckpt), "--outtype", "f16", "--outfile", str(f16)]
+        part = outdir / "f16.gguf.part"  # renamed when whole, so a killed run is never reused
+        cmd = [sys.executable, str(CONVERTER), str(ckpt), "--outtype", "f16", "--outfile", str(part)]
         t = time.perf_counter()
         run = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if run.returncode != 0:
-            f16.unlink(missing_ok=True)
+            part.unlink(missing_ok=True)
             raise BenchError(f"convert_hf_to_gguf.py failed on {ckpt} (exit {run.returncode}); its last output:\n"
                              + "\n".join((run.stderr or run.stdout).splitlines()[-15:]))
+        part.replace(f16)
         result["files"]["f16"] = {"reused": False, "seconds": round(time.perf_counter() - t, 2)}
     for name, ftype in QUANTS.items():
         out = outdir / f"{name}.gguf"
@@ -153,12 +155,14 @@ def convert(args):
         params.ftype = getattr(llama_cpp, ftype)
         params.pure = True
         params.nthread = args.threads
+        part = outdir / f"{name}.gguf.part"
         t = time.perf_counter()
-        rc = llama_cpp.llama_model_quantize(str(f16).encode(), str(out).encode(), ctypes.byref(params))
+        rc = llama_cpp.llama_model_quantize(str(f16).encode(), str(part).encode(), ctypes.byref(params))
         if rc != 0:
-            out.unlink(missing_ok=True)
+            part.unlink(missing_ok=True)
             raise BenchError(f"llama_model_quantize {f16} -> {out} ({name}) returned {rc}: rerun with --verbose "
                              f"for llama.cpp's log")
+        part.replace(out)
         result["files"][name] = {"reused": False, "seconds": round(time.perf_counter() - t, 2)}
     for name in ("f16", *QUANTS):
         path = outdir / f"{name}.gguf"
