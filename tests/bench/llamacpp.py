@@ -5,7 +5,7 @@ object on stdout (llama.cpp's own log goes to stderr, errors only unless --verbo
 
     .bench-venv/bin/python tests/bench/llamacpp.py convert CKPT OUTDIR
     .bench-venv/bin/python tests/bench/llamacpp.py time GGUF [--threads 2] [--prefill 8,128] [--context 64,1024]
-        [--repeats 20] [--flash-attn auto|on|off] [--weights no-amx|all|none]
+        [--repeats 20] [--flash-attn auto|on|off] [--weights no-amx|all|none] [--omp-wait default|passive|active]
     .bench-venv/bin/python tests/bench/llamacpp.py logits GGUF --tokens 3,14,15 --out FILE.npy
     .bench-venv/bin/python tests/bench/llamacpp.py hf-logits CKPT --tokens 3,14,15 --out FILE.npy
     .bench-venv/bin/python tests/bench/llamacpp.py bandwidth [--threads 2] [--mib N]
@@ -20,7 +20,10 @@ object on stdout (llama.cpp's own log goes to stderr, errors only unless --verbo
   into an empty cache (logits of the last position only), and ONE decode step at context C (the cache filled with C
   tokens once; then repeatedly: decode one token at position C, only that call timed, llama_synchronize included,
   and remove it again with llama_memory_seq_rm). One untimed warm-up of each first. Also: the process's peak RSS
-  (VmHWM) and RssFile/RssAnon after the runs (and at start, before the model), llama.cpp's system info.
+  (VmHWM) and RssFile/RssAnon after the runs (and at start, before the model), llama.cpp's system info, every
+  sample, and the load average before and after (llama.cpp's OpenMP threads spin at each of the graph's barriers:
+  when other processes share the 2 cores, a 2-thread step waits for a descheduled thread hundreds of times, and
+  medians grow 10x; `--omp-wait passive` makes them sleep instead). flash_attn auto resolves to on for CPU.
 `logits`: logits [S, vocab] f32 of every position of one prefill of --tokens (F32 KV cache), saved with numpy.
 `hf-logits`: the oracle: transformers' LlamaForCausalLM on CKPT in f32 (eager attention), the same [S, vocab].
 `bandwidth`: this machine's read-bandwidth floor, measured in the run: best-of-N GB/s of reading a buffer >= 4x the
@@ -325,11 +328,20 @@ def random_tokens(n, vocab, seed):
 
 def stats(seconds):
     ms = [s * 1e3 for s in seconds]
-    return {"median_ms": round(statistics.median(ms), 3), "min_ms": round(min(ms), 3), "n": len(ms)}
+    return {"median_ms": round(statistics.median(ms), 3), "min_ms": round(min(ms), 3), "n": len(ms),
+            "samples_ms": [round(x, 3) for x in ms]}
+
+
+def loadavg():
+    """The 1-minute load average: on a shared machine, the other processes competing for the cores."""
+    return float(pathlib.Path("/proc/loadavg").read_text().split()[0])
 
 
 def time_cmd(args):
     start = proc_status()
+    load_before = loadavg()
+    if args.omp_wait != "default":
+        os.environ["OMP_WAIT_POLICY"] = args.omp_wait  # read by libgomp when llama_cpp loads it, just below
     L = llama(args.verbose)
     n_ctx = -(-(max(args.context) + max(args.prefill)) // 256) * 256
     t = time.perf_counter()
@@ -365,6 +377,8 @@ def time_cmd(args):
         out["decode"][str(c)] = stats(runs)
     m.clear()
     out["memory"] = {"at_start": start, "after_load": loaded, "after_runs": proc_status()}
+    out["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY", "default (libgomp spins, then sleeps)")
+    out["loadavg_1m"] = {"before": load_before, "after": loadavg()}
     out["system_info"] = L.llama_print_system_info().decode().strip()
     m.close()
     return out
@@ -503,6 +517,9 @@ def main(argv=None):
     t.add_argument("--context", type=sizes_arg, default=[64, 1024])
     t.add_argument("--repeats", type=int, default=20)
     t.add_argument("--flash-attn", choices=["auto", "on", "off"], default="auto")
+    t.add_argument("--omp-wait", choices=["default", "passive", "active"], default="default",
+                   help="OMP_WAIT_POLICY for llama.cpp's OpenMP threads; with other processes on the cores, the "
+                        "default spinning barriers make 2-thread steps many times slower (passive avoids that)")
     t.add_argument("--weights", choices=["no-amx", "all", "none"], default="no-amx",
                    help="extra CPU buffer types for the weights (see weight_buffers): no-amx (default), all "
                         "(llama.cpp's default; AMX crashes prefill here), none")
