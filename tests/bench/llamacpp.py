@@ -24,13 +24,16 @@ object on stdout (llama.cpp's own log goes to stderr, errors only unless --verbo
   sample, and the load average before and after (llama.cpp's OpenMP threads spin at each of the graph's barriers:
   when other processes share the 2 cores, a 2-thread step waits for a descheduled thread hundreds of times, and
   medians grow 10x; `--omp-wait passive` makes them sleep instead). flash_attn auto resolves to on for CPU.
+  Weights (`--weights`, see weight_buffers): by default kept out of llama.cpp's AMX buffer, whose kernel faults on
+  this VM for any batch of more than one token; Q4_0 matrices are still repacked (CPU_REPACK) as without AMX.
 `logits`: logits [S, vocab] f32 of every position of one prefill of --tokens (F32 KV cache), saved with numpy.
 `hf-logits`: the oracle: transformers' LlamaForCausalLM on CKPT in f32 (eager attention), the same [S, vocab].
 `bandwidth`: this machine's read-bandwidth floor, measured in the run: best-of-N GB/s of reading a buffer >= 4x the
   last-level cache (default: the larger of 1024 MiB and 4x the LLC) with --threads threads, each reading its share.
   Readers: two numpy reductions (uint64 bitwise_or, float64 sum; they release the GIL) and, where `cc` exists, a
-  64-byte-vector OR loop built for this CPU and called through ctypes (one core's numpy reduction is partly bound by
-  its own loop, not the memory); gb_per_s is the best reader's best round, so the floor is the fastest read seen.
+  64-byte-vector OR loop built for this CPU and called through ctypes, in case numpy's loop were the limit (on this
+  machine it is not: quiet, 2 threads, 1920 MiB: numpy 33-34 GB/s, the C loop 30); gb_per_s is the best reader's
+  best round, so the floor is the fastest read seen.
 """
 import argparse
 import ctypes
