@@ -45,8 +45,9 @@ class ExtractionContractTest {
     }
 
     @Test
-    fun `a PyTorch-layout weight is written transposed through short pins, one tile each`() {
-        // w [out = 2048, in = 8192] f32, 64 MiB; y = x @ wᵀ. The archive holds wᵀ [8192, 2048].
+    fun `a PyTorch-layout weight is written transposed through short pins, one band each`() {
+        // w [out = 2048, in = 8192] f32, 64 MiB; y = x @ wᵀ. A linear's weight: the archive holds wᵀ in row bands of
+        // 32 output rows, [2048 / 32, 8192, 32] (element [b, c, t] = w[b·32 + t, c]; docs/graph-format.md).
         val (rows, cols) = 2048 to 8192
         val values = FloatArray(rows * cols) { (it % 65521).toFloat() }
         val tape = ExecutionTape()
@@ -60,14 +61,23 @@ class ExtractionContractTest {
         val r = graph.export(dir, "fc", MaterializationPolicy.ExternalAlways())
         val grew = procStatus("VmHWM") - hwmBefore
         assertEquals(0L, r.copies, "no pin was a copy")
-        // 16 MiB tiles: 4 strided copies, each under its own short pin, never one pin for the whole transpose.
-        assertEquals(4L, r.pins, "one pin per tile")
+        // Each band of 32 rows (1 MiB) is one strided copy under its own short pin, never one pin for the whole
+        // transpose.
+        val band = 32
+        assertEquals((rows / band).toLong(), r.pins, "one pin per band")
         assertTrue(grew < 96L shl 20, "peak RSS grew by $grew bytes transposing a 64 MiB array")
-        for ((c, r0) in listOf(0 to 0, 8191 to 2040, 4000 to 1000)) {
-            val got = readF32(r.irpa, "model.fc.weight", c * rows.toLong() + r0, 8)
+        for ((c, r0) in listOf(0 to 0, 8191 to 2040, 4000 to 1000, 17 to 32)) {
+            val at = ((r0 / band).toLong() * cols + c) * band + r0 % band
+            val got = readF32(r.irpa, "model.fc.weight", at, 8)
             assertArrayEquals(FloatArray(8) { values[(r0 + it) * cols + c] }, got, "row $c of wᵀ from $r0")
         }
-        assertTrue("stablehlo.transpose" !in r.mlir.readText(), "the program contracts the weight as stored")
+        // The weight is contracted as stored, band by band: no transpose reads it (the banded product's small
+        // [bands, 1, 32] result is transposed, which is the activation, not the weight).
+        val text = r.mlir.readText()
+        val weight = Regex("""(%\w+) = util\.global\.load @""").findAll(text).map { it.groupValues[1] }.toSet()
+        assertEquals(1, weight.size, text)
+        assertTrue(weight.none { Regex("""stablehlo\.transpose ${Regex.escape(it)}\b""").containsMatchIn(text) }, text)
+        assertTrue("batching_dims = [0] x [0]" in text, "the product is batched over the bands: $text")
         dir.deleteRecursively()
     }
 
