@@ -122,6 +122,48 @@ for line in pathlib.Path("target/bench/jvm_serving.json").read_text().splitlines
                  f"JVM at start {mib(m['jvm_start_rss']):.0f} MiB; peak {mib(m['peak_rss']):.0f} MiB; serving: RssFile {mib(m['rss_file']):.0f} MiB, RssAnon +{mib(m['rss_anon_growth_bytes']):.0f} MiB",
                  m["peak_beyond_jvm_over_archive_plus_64mib"], "<= 1.0x"))
 
+d = pathlib.Path("target/bench/llama_decode.json")
+for line in (d.read_text().splitlines() if d.exists() else []):
+    m = json.loads(line)
+    med, r = m["medians_ms"], m.get("ratios", {})
+    ours, lc = med["tapeout_bf16"], med.get("llamacpp_f16", {})
+    c0, c1 = sorted(int(k.split("_")[1]) for k in ours if k.startswith("decode_"))
+    p0, p1 = sorted(int(k.split("_")[1]) for k in ours if k.startswith("prefill_"))
+    if not r:
+        continue
+    rows.append((f"Llama 156M bf16 decode at {c0} vs llama.cpp F16 (tokens/s)",
+                 f"llama.cpp {lc[f'decode_{c0}']:.2f} ms; tapeout {ours[f'decode_{c0}']:.2f} ms (IREE, {m['threads']} threads)",
+                 r["decode_vs_llamacpp_f16"], ">= 1.0x"))
+    rows.append((f"  decode at {c0} vs the read floor ({m['bandwidth_gbs']:.0f} GB/s)",
+                 f"floor {m['floor_decode_ms']:.2f} ms; llama.cpp F16 at {r['llamacpp_f16_decode_of_floor']:.2f} of it",
+                 r["decode_of_floor"], ">= 0.75"))
+    rows.append((f"  decode at {c1}, static cache, vs llama.cpp F16",
+                 f"llama.cpp {lc[f'decode_{c1}']:.2f} ms; tapeout {med['tapeout_bf16_static'][f'decode_{c1}']:.2f} ms",
+                 r[f"decode_{c1}_static_vs_llamacpp_f16"], ">= 1.0x"))
+    rows.append((f"  decode at {c1} vs at {c0} + the KV bytes' floor (static / dynamic cache)",
+                 f"static {r['static_ctx_long_vs_short_plus_kv']:.2f}x; dynamic {r['ctx_long_vs_short_plus_kv']:.2f}x",
+                 r["static_ctx_long_vs_short_plus_kv"], "<= 1.2x"))
+    for n, key in ((p0, "prefill8_vs_llamacpp_f16"), (p1, "prefill128_vs_llamacpp_f16")):
+        rows.append((f"  prefill of {n} tokens vs llama.cpp F16",
+                     f"llama.cpp {lc[f'prefill_{n}']:.1f} ms; tapeout {ours[f'prefill_{n}']:.1f} ms", r[key], ">= 1.0x"))
+    for k in ("q8_0", "q4_0"):
+        if f"decode_{k}_vs_llamacpp_{k}" in r:
+            rows.append((f"  {k.upper()} kept packed, decode at {c0} vs llama.cpp {k.upper()}",
+                         f"llama.cpp {med[f'llamacpp_{k}'][f'decode_{c0}']:.2f} ms; tapeout {med[f'tapeout_{k}'][f'decode_{c0}']:.2f} ms",
+                         r[f"decode_{k}_vs_llamacpp_{k}"], ">= 1.0x"))
+    s = m["served"]
+    rows.append((f"  decode at {c0} served in process (tapeout-iree, archive mapped) vs llama.cpp F16",
+                 f"llama.cpp {lc[f'decode_{c0}']:.2f} ms; served {s['median_ms']:.2f} ms (median of {s['repeats']}, outputs read back)",
+                 lc[f"decode_{c0}"] / s["median_ms"], ">= 1.0x"))
+    grew = {k: (s["after_calls"][k] - s["before_load"][k]) * 1024 for k in ("rss_file_kib", "rss_anon_kib")}
+    rows.append(("  served in process (archive mapped): RssFile growth vs the archive",
+                 f"archive {m['archive_bytes'] >> 20} MiB; RssFile +{grew['rss_file_kib'] >> 20} MiB, "
+                 f"RssAnon +{grew['rss_anon_kib'] >> 20} MiB; step {s['median_ms']:.2f} ms",
+                 grew["rss_file_kib"] / m["archive_bytes"], "~1x (RssAnon <= 64 MiB + KV)"))
+    rows.append(("  logits vs transformers f32 (max abs)",
+                 f"tapeout {m['max_abs_vs_transformers']['tapeout_bf16']:.1e}; llama.cpp F16 {m['max_abs_vs_transformers']['llamacpp_f16']:.1e}",
+                 f"{m['max_abs_vs_transformers']['tapeout_bf16']:.0e}", "<= 1e-4"))
+
 for line in pathlib.Path("target/bench/jni.jsonl").read_text().splitlines():
     m = json.loads(line)
     where = "tmpfs" if m["dir"].startswith("/dev/shm") else "disk"
