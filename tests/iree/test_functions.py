@@ -6,7 +6,7 @@ import json
 import numpy as np
 from safetensors.numpy import save_file
 
-from harness import compile_and_run_iree, run
+from harness import compile_and_run_iree, compile_iree, iree_tool, run
 
 RNG = np.random.default_rng(17)
 TABLE = RNG.standard_normal((10, 4)).astype(np.float32)
@@ -71,6 +71,47 @@ def test_two_functions_share_one_archive_and_iree_runs_each(tapeout, tmp_path):
     want[2] = y[0]
     np.testing.assert_allclose(updated, want, rtol=1e-5, atol=1e-5)
     assert nxt.tolist() == [int(np.argmax(y[0]))]
+
+
+def test_a_cache_written_by_dynamic_update_slice_is_updated_in_place(tapeout, tmp_path):
+    """The StaticCache form's KV cache (docs/performance.md, "Decode at the memory floor"): IREE 3.13 writes the
+    update into the argument's own buffer, so a step costs the row it writes, not a copy of the cache. The module's
+    stream has no copy of the cache and allocates no result for it; a cache passed as a device array holds the new
+    row after the call (a caller that wants the old cache must copy it first); a host array is copied in and left
+    alone."""
+    import iree.runtime as rt
+    export(tapeout, tmp_path, graph([PREFILL, DECODE]))
+    out = tmp_path / "out"
+    stream = tmp_path / "lm.stream.mlir"
+    run(iree_tool("iree-compile"), out / "lm.mlir", "--iree-hal-target-device=local",
+        "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=generic", "--compile-to=stream",
+        "-o", stream)
+    text = stream.read_text()
+    decode = text[text.index("util.func public @decode"):]
+    cache_bytes = 6 * 8 * 4
+    copies = [line for line in decode.splitlines() if "stream.cmd.copy" in line and f"{{%c{cache_bytes}}}" in line]
+    allocs = [line for line in decode.splitlines() if "stream.resource.alloca" in line and f"{{%c{cache_bytes}}}" in line]
+    assert not copies and not allocs, (copies, allocs)
+
+    vmfb = compile_iree(tmp_path, out / "lm.mlir")
+    config = rt.Config("local-task")
+    idx = rt.ParameterIndex()
+    idx.load(str(out / "lm.irpa"))
+    params = rt.create_io_parameters_module(config.vm_instance, idx.create_provider(scope="model"))
+    ctx = rt.SystemContext(vm_modules=[params, rt.create_hal_module(config.vm_instance, config.device),
+                                       rt.VmModule.mmap(config.vm_instance, str(vmfb))], config=config)
+    step = ctx.modules.lm.decode
+    cache = RNG.standard_normal((6, 8)).astype(np.float32)
+    want = cache.copy()
+    want[4] = (TABLE[[7]] @ W)[0]
+    on_device = rt.asdevicearray(config.device, cache)
+    _, updated = step(np.array([7], np.int32), on_device, np.array(4, np.int64), np.array(0, np.int64))
+    np.testing.assert_allclose(updated.to_host(), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(on_device.to_host(), want, rtol=1e-5, atol=1e-5)
+    host = cache.copy()
+    _, updated = step(np.array([7], np.int32), host, np.array(4, np.int64), np.array(0, np.int64))
+    np.testing.assert_array_equal(host, cache)
+    np.testing.assert_allclose(updated.to_host(), want, rtol=1e-5, atol=1e-5)
 
 
 def test_functions_that_do_not_fit_together_are_errors_naming_function_and_tensor(tapeout, tmp_path):
