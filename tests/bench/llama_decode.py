@@ -4,7 +4,7 @@ by side with the same checkpoint through llama.cpp's own converter run by llama-
 with the same thread count, in alternating rounds, and the read-bandwidth floor measured in the same run.
 
     python tests/bench/llama_decode.py --out DIR [--rounds 3] [--threads 2] [--small] [--no-llamacpp]
-        [--checkpoint DIR]
+        [--checkpoint DIR] [--reuse-times]
 
 - the checkpoint: tests/bench/llama_checkpoint.py (transformers, seeded random weights, bf16; 156M parameters:
   vocab 32000, hidden 1024, FFN 2816, 8 layers, 16 query / 4 KV heads; `--small` a 2-layer, 64-wide twin), run by
@@ -21,7 +21,9 @@ with the same thread count, in alternating rounds, and the read-bandwidth floor 
 - numbers: prefill logits of one prompt against transformers' float32 forward (max abs difference), for tapeout
   and for llama.cpp F16.
 
-Prints one JSON object (every median, the ratios of docs/performance.md, and the machine's bandwidth).
+Prints one JSON object (every median, the ratios of docs/performance.md, and the machine's bandwidth). Every
+round's samples are also kept in DIR/times.json; `--reuse-times` takes them from there instead of timing again
+(the exports, the in-process step, the bandwidth and the logits are still run).
 """
 import argparse
 import json
@@ -233,7 +235,9 @@ def main():
                 times[s]["memory"] = t["memory"]["after_runs"]
                 times[s]["system_info"] = t["system_info"]
         # Every sample so far, kept should a later step fail.
-        saved.write_text(json.dumps(times))
+        part = saved.with_name(saved.name + ".part")
+        part.write_text(json.dumps(times))
+        part.replace(saved)
     medians = {s: {k: statistics.median(v) for k, v in d.items() if isinstance(v, list)} for s, d in times.items()}
 
     result = {"figure": "llama_decode", "small": a.small, "threads": a.threads, "rounds": a.rounds,
