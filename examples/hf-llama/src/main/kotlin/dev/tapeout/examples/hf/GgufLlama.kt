@@ -28,13 +28,17 @@ import java.io.File
  *   rewrite contracts per block (it would dequantize those weights whole), or on q and k at every step.
  *
  * Functions as [HfLlama]'s (DynamicCache form): `prefill(input_ids [1, ?])`, `decode(input_ids [1, 1], past_key_<i>,
- * past_value_<i> [1, KV, ?, D] …)`.
+ * past_value_<i> [1, KV, ?, D] …)`, or with `static=<N>` (Gradle: `-PhfLlama.staticCache=N`) HF's `StaticCache`
+ * form, as [HfLlama]'s.
  *
- * `args`: the GGUF file.
+ * `args`: the GGUF file, optionally then `static=<cache length>`.
  */
 class GgufLlama : ModuleProvider {
     override fun buildTapes(args: List<String>): Map<String, ExecutionTape> {
-        require(args.size == 1) { "GgufLlama takes one argument, the GGUF file (tapeout { args '…' }), not $args" }
+        require(args.size in 1..2) {
+            "GgufLlama takes the GGUF file (tapeout { args '…' }), optionally then static=<cache length>, not $args"
+        }
+        val static = staticCacheArg("GgufLlama", args.getOrNull(1))
         val gguf = Gguf.open(File(args[0]))
         val config = config(gguf)
         val model = LlamaForCausalLM(config)
@@ -48,7 +52,8 @@ class GgufLlama : ModuleProvider {
             "${gguf.file.path}: the model's keys and the GGUF's (renamed to transformers' names) differ: missing $missing, " +
                 "never read $unused" + if ("rope_freqs.weight" in unused) " (rope_freqs: Llama 3's RoPE frequency factors, not modelled for GGUF)" else ""
         }
-        return mapOf("prefill" to model.prefillTape(checkpoint), "decode" to model.decodeTape(checkpoint))
+        val decode = if (static != null) model.decodeStaticTape(checkpoint, static) else model.decodeTape(checkpoint)
+        return mapOf("prefill" to model.prefillTape(checkpoint), "decode" to decode)
     }
 
     companion object {

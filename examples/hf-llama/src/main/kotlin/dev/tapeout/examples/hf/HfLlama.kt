@@ -63,13 +63,16 @@ class HfLlama : ModuleProvider {
         }
         // The KV cache: HF's DynamicCache (concat along the `?` past length) or, with a second argument
         // `static=<length>`, HF's StaticCache (a fixed-length cache written at cache_position).
-        val static = args.getOrNull(1)?.let { a ->
-            a.removePrefix("static=").toIntOrNull()?.takeIf { a.startsWith("static=") && it > 0 }
-                ?: throw IllegalArgumentException("HfLlama's second argument must be static=<cache length> (a positive number), not '$a'")
-        }
+        val static = staticCacheArg("HfLlama", args.getOrNull(1))
         val decode = if (static != null) model.decodeStaticTape(checkpoint, static) else model.decodeTape(checkpoint)
         return mapOf("prefill" to model.prefillTape(checkpoint), "decode" to decode)
     }
+}
+
+/** The cache length of an optional `static=<length>` argument ([who]'s second), or null without one. */
+internal fun staticCacheArg(who: String, arg: String?): Int? = arg?.let { a ->
+    a.removePrefix("static=").toIntOrNull()?.takeIf { a.startsWith("static=") && it > 0 }
+        ?: throw IllegalArgumentException("$who's second argument must be static=<cache length> (a positive number), not '$a'")
 }
 
 /** `LlamaMLP`: `down_proj(silu(gate_proj(x)) * up_proj(x))`. */
