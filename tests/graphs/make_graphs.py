@@ -194,7 +194,10 @@ def reductions():
     g.save([g.op("reduce_sum", [x], [2, 4], axes=[1]),
             g.op("reduce_mean", [x], [2, 3, 1], axes=[-1], keepdims=True),
             g.op("reduce_max", [x], []),
-            g.op("reduce_mean", [x], [3], axes=[0, 2])])
+            g.op("reduce_mean", [x], [3], axes=[0, 2]),
+            # Over the leading axis: emitted as a contraction with ones (a leading extent of 2 and of 5).
+            g.op("reduce_sum", [x], [3, 4], axes=[0]),
+            g.op("reduce_sum", [g.input("y", [5, 3, 7])], [3, 7], axes=[0])])
 
 
 def normalization():

@@ -353,6 +353,7 @@ impl<'g> Emitter<'g, '_, '_> {
             None => (0..x.rank()).collect(),
         };
         let r = match op {
+            OpKind::ReduceSum if axes == [0] => self.sum_leading(x),
             OpKind::ReduceSum => self.reduce(x, &axes, "add"),
             OpKind::ReduceMax => self.reduce(x, &axes, "maximum"),
             _ => self.mean(x, &axes)?,
