@@ -11,7 +11,7 @@ import iree.runtime as rt
 from gguf import GGUFReader, GGUFWriter, GGML_QUANT_SIZES, GGMLQuantizationType as T
 from gguf.quants import dequantize
 
-from harness import compile_and_run_iree, run, signature
+from harness import compile_and_run_iree, compile_iree, run, run_iree, signature
 
 FORMATS = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]
 N, K, N2 = 64, 512, 256  # W [N, K]: linear, gather, tied head; Wm [K, N2]: plain matmul
@@ -163,3 +163,28 @@ def test_safetensors_u8_blocks_with_an_encoding_are_kept_packed_too(tapeout, tmp
     [y] = compile_and_run_iree(tmp_path, tmp_path / "out/st.mlir", [tmp_path / "out/st.irpa"], [x])
     w = dequantize(blocks.reshape(-1), T.Q4_0).astype(np.float64).reshape(8, 64)
     np.testing.assert_allclose(y, x @ w.T, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_gather_with_dynamic_ids_reads_only_its_rows(fmt, weights, tapeout, tmp_path):
+    """A prefill's embedding: token ids `[1, ?]` gathered from a kept table. The rows are gathered from the planes
+    (never the whole table dequantized, which is `K x N` f32 per call), and equal PyPI gguf's dequantized rows at
+    lengths 1 and 5, one compiled module."""
+    path, dense = weights
+    g = {"name": "packed", "tensors": [
+        {"name": "ids", "shape": [1, "?"], "dtype": "i32"},
+        {"name": "w", "shape": [N, K], "dtype": "f32", "path": f"blk.{fmt}.w", "data": {"tensor": f"{fmt}.w"}},
+        {"name": "e", "shape": [1, "?", K], "dtype": "f32"}],
+        "nodes": [{"op": "gather", "inputs": ["w", "ids"], "outputs": ["e"]}], "outputs": ["e"]}
+    (tmp_path / "g.json").write_text(json.dumps(g))
+    out = tmp_path / "out"
+    run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", out, "--packed", "keep")
+    text = (out / "packed.mlir").read_text()
+    # The whole table as f32, either way round, is what the dequantizing fallback builds.
+    assert f"tensor<{K}x{N}xf32>" not in text and f"tensor<{N}x{K}xf32>" not in text, "the whole table is dequantized"
+    vmfb = compile_iree(tmp_path, out / "packed.mlir")
+    w = dense[f"{fmt}.w"]
+    for ids in (np.array([[17]], np.int32), np.array([[0, 63, 17, 5, 63]], np.int32)):
+        (e,) = run_iree(tmp_path, vmfb, [out / "packed.irpa"], [ids], tag=str(ids.shape[1]))
+        np.testing.assert_allclose(e.astype(np.float64), w[ids], rtol=1e-5, atol=1e-5 * np.abs(w).max(),
+                                   err_msg=f"{fmt}, {ids.shape[1]} ids")

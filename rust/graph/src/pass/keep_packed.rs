@@ -6,8 +6,8 @@
 //! - `matmul(x, transpose(W))` (a linear layer, `x [.., K]` of static shape): `x` as `[Kb, P, B]` sub-blocks,
 //!   one batched `matmul` with the converted codes `[Kb, B, N]`, times `A`, summed over the sub-blocks, plus
 //!   `Σ_l x · C` when the format has an offset term;
-//! - `gather(W, ids)` (an embedding, `ids` of static shape): the codes, `A` and `C` gathered by columns, scaled,
-//!   reshaped to `[K, ids..]` and transposed to `[ids.., K]`;
+//! - `gather(W, ids)` (an embedding, `ids` of any shape, `?` dims included: a prefill's token ids): the codes,
+//!   `A` and `C` gathered by columns, scaled, reshaped to `[K, ids..]` and transposed to `[ids.., K]`;
 //! - any other use (including `W` or `transpose(W)` as a graph output, or a matmul whose `x` has dynamic dims): the
 //!   whole weight dequantized from its planes in the program.
 //!
@@ -26,7 +26,7 @@ use crate::dtype::DType;
 use crate::error::{GraphError, Result};
 use crate::ops::OpKind;
 use crate::planar::{Plane, Split};
-use crate::shape::Shape;
+use crate::shape::{Dim, Shape};
 use crate::tensor::{Lent, TensorSpec};
 use crate::trace::{Attr, Attrs, Op, TensorId};
 
@@ -66,8 +66,12 @@ struct Builder<'s> {
 
 impl Builder<'_> {
     fn tensor(&mut self, name: String, dims: &[u64], dtype: DType) -> TensorId {
+        self.tensor_shaped(name, Shape::of(dims), dtype)
+    }
+
+    fn tensor_shaped(&mut self, name: String, shape: Shape, dtype: DType) -> TensorId {
         let id = TensorId::at(self.specs.len());
-        self.specs.push(TensorSpec::new(name, Shape::of(dims), dtype));
+        self.specs.push(TensorSpec::new(name, shape, dtype));
         id
     }
 
@@ -111,6 +115,20 @@ impl Builder<'_> {
         dtype: DType,
     ) -> TensorId {
         let out = self.tensor(name, dims, dtype);
+        self.op_into(op, attrs, inputs, out)
+    }
+
+    /// [`Builder::op`] with a result shape that may have `?` dimensions.
+    fn op_shaped(
+        &mut self,
+        op: OpKind,
+        attrs: Attrs,
+        inputs: &[TensorId],
+        name: String,
+        shape: Shape,
+        dtype: DType,
+    ) -> TensorId {
+        let out = self.tensor_shaped(name, shape, dtype);
         self.op_into(op, attrs, inputs, out)
     }
 }
@@ -517,16 +535,16 @@ fn linear_x(
     (linear && p.is_some() && m.outputs.len() == 1 && xd.last() == Some(&k) && !replaced.contains_key(&j)).then_some(xd)
 }
 
-/// The static dims of the ids when `node` gathers rows of `w` the rewrite gathers from the planes.
+/// The dims of the ids (static or `?`) when `node` gathers rows of `w` the rewrite gathers from the planes.
 fn gather_ids(
     node: &Op,
     w: TensorId,
     specs: &[TensorSpec],
     replaced: &HashMap<usize, Vec<Op>>,
     i: usize,
-) -> Option<Vec<u64>> {
+) -> Option<Vec<Dim>> {
     let gather_rows = gathers_rows_of(node, w);
-    let ids = node.inputs.get(1).and_then(|t| specs[t.index()].shape.static_dims())?;
+    let ids = node.inputs.get(1).map(|t| specs[t.index()].shape.0.clone())?;
     (gather_rows && node.outputs.len() == 1 && !replaced.contains_key(&i)).then_some(ids)
 }
 
@@ -578,37 +596,54 @@ fn linear_use(b: &mut Builder<'_>, pl: &mut Planes, x: TensorId, xd: &[u64], y: 
     b.op_into(OpKind::Reshape, Attrs::new(), &[out], y);
 }
 
-/// `g = W[ids]` (rows), from the planes gathered by columns.
-fn gather_use(b: &mut Builder<'_>, pl: &mut Planes, ids: TensorId, id_dims: &[u64], g: TensorId) {
+/// `g = W[ids]` (rows), from the planes gathered by columns. The ids may have `?` dimensions (a prefill's token
+/// ids): every value is then as wide as the ids, never the whole table.
+fn gather_use(b: &mut Builder<'_>, pl: &mut Planes, ids: TensorId, id_dims: &[Dim], g: TensorId) {
     let (kb, bs, k) = (pl.kb, pl.b, pl.k);
     let g_name = b.specs[g.index()].name.clone();
-    let with = |head: &[u64]| head.iter().chain(id_dims).copied().collect::<Vec<u64>>();
-    let gq = b.op(
+    let with = |head: &[u64]| Shape(head.iter().map(|&d| Dim::Static(d)).chain(id_dims.iter().copied()).collect());
+    let gq = b.op_shaped(
         OpKind::Gather,
         axis(2),
         &[pl.quants, ids],
         format!("{g_name}.qs"),
-        &with(&[kb, bs]),
+        with(&[kb, bs]),
         b.specs[pl.quants.index()].dtype,
     );
-    let mut gqf = b.op(OpKind::Convert, Attrs::new(), &[gq], format!("{g_name}.qs_f32"), &with(&[kb, bs]), DType::F32);
+    let mut gqf =
+        b.op_shaped(OpKind::Convert, Attrs::new(), &[gq], format!("{g_name}.qs_f32"), with(&[kb, bs]), DType::F32);
     if let Some((h, sixteen)) = pl.high {
         let qh_dtype = b.specs[h.index()].dtype;
-        let gh = b.op(OpKind::Gather, axis(2), &[h, ids], format!("{g_name}.qh"), &with(&[kb, bs]), qh_dtype);
-        let ghf = b.op(OpKind::Convert, Attrs::new(), &[gh], format!("{g_name}.qh_f32"), &with(&[kb, bs]), DType::F32);
-        let gh16 =
-            b.op(OpKind::Mul, Attrs::new(), &[ghf, sixteen], format!("{g_name}.qh16"), &with(&[kb, bs]), DType::F32);
-        gqf = b.op(OpKind::Add, Attrs::new(), &[gqf, gh16], format!("{g_name}.codes"), &with(&[kb, bs]), DType::F32);
+        let gh = b.op_shaped(OpKind::Gather, axis(2), &[h, ids], format!("{g_name}.qh"), with(&[kb, bs]), qh_dtype);
+        let ghf =
+            b.op_shaped(OpKind::Convert, Attrs::new(), &[gh], format!("{g_name}.qh_f32"), with(&[kb, bs]), DType::F32);
+        let gh16 = b.op_shaped(
+            OpKind::Mul,
+            Attrs::new(),
+            &[ghf, sixteen],
+            format!("{g_name}.qh16"),
+            with(&[kb, bs]),
+            DType::F32,
+        );
+        gqf = b.op_shaped(
+            OpKind::Add,
+            Attrs::new(),
+            &[gqf, gh16],
+            format!("{g_name}.codes"),
+            with(&[kb, bs]),
+            DType::F32,
+        );
     }
-    let ga = b.op(OpKind::Gather, axis(1), &[pl.scale, ids], format!("{g_name}.a"), &with(&[kb]), DType::F32);
-    let ga3 = b.op(OpKind::Reshape, Attrs::new(), &[ga], format!("{g_name}.a3"), &with(&[kb, 1]), DType::F32);
-    let mut v = b.op(OpKind::Mul, Attrs::new(), &[gqf, ga3], format!("{g_name}.wa"), &with(&[kb, bs]), DType::F32);
+    let ga = b.op_shaped(OpKind::Gather, axis(1), &[pl.scale, ids], format!("{g_name}.a"), with(&[kb]), DType::F32);
+    let ga3 = b.op_shaped(OpKind::Reshape, Attrs::new(), &[ga], format!("{g_name}.a3"), with(&[kb, 1]), DType::F32);
+    let mut v =
+        b.op_shaped(OpKind::Mul, Attrs::new(), &[gqf, ga3], format!("{g_name}.wa"), with(&[kb, bs]), DType::F32);
     if let Some(c) = pl.offset {
-        let gc = b.op(OpKind::Gather, axis(1), &[c, ids], format!("{g_name}.c"), &with(&[kb]), DType::F32);
-        let gc3 = b.op(OpKind::Reshape, Attrs::new(), &[gc], format!("{g_name}.c3"), &with(&[kb, 1]), DType::F32);
-        v = b.op(OpKind::Add, Attrs::new(), &[v, gc3], format!("{g_name}.wc"), &with(&[kb, bs]), DType::F32);
+        let gc = b.op_shaped(OpKind::Gather, axis(1), &[c, ids], format!("{g_name}.c"), with(&[kb]), DType::F32);
+        let gc3 = b.op_shaped(OpKind::Reshape, Attrs::new(), &[gc], format!("{g_name}.c3"), with(&[kb, 1]), DType::F32);
+        v = b.op_shaped(OpKind::Add, Attrs::new(), &[v, gc3], format!("{g_name}.wc"), with(&[kb, bs]), DType::F32);
     }
-    let cols = b.op(OpKind::Reshape, Attrs::new(), &[v], format!("{g_name}.cols"), &with(&[k]), DType::F32);
+    let cols = b.op_shaped(OpKind::Reshape, Attrs::new(), &[v], format!("{g_name}.cols"), with(&[k]), DType::F32);
     let r = id_dims.len() as u64;
     b.op_into(OpKind::Transpose, ints("perm", (1..=r).chain([0])), &[cols], g);
 }
