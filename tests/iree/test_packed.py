@@ -4,6 +4,7 @@ dequantizer, for every format and every kind of use: a linear layer (`[N, K]`, `
 rows), the two at once (a tied embedding and head), and a plain `matmul` with a `[K, N]` weight (dequantized whole
 in the program)."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -187,4 +188,41 @@ def test_a_gather_with_dynamic_ids_reads_only_its_rows(fmt, weights, tapeout, tm
     for ids in (np.array([[17]], np.int32), np.array([[0, 63, 17, 5, 63]], np.int32)):
         (e,) = run_iree(tmp_path, vmfb, [out / "packed.irpa"], [ids], tag=str(ids.shape[1]))
         np.testing.assert_allclose(e.astype(np.float64), w[ids], rtol=1e-5, atol=1e-5 * np.abs(w).max(),
+                                   err_msg=f"{fmt}, {ids.shape[1]} ids")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_gather_with_dynamic_ids_from_an_odd_row_table(fmt, tapeout, tmp_path):
+    """The same gather from a table of 5 rows (an odd vocabulary): its planes hold padding rows the program must
+    never return. Rows 0 and 4 (the last real one) at lengths 1 and 3 equal PyPI gguf's, from one compiled module."""
+    rows, cols = 5, 256  # 256: a whole K-quant super-block per row
+    rng = np.random.default_rng(31)
+    path = tmp_path / "w.gguf"
+    w = GGUFWriter(str(path), "llama")
+    w.add_tensor("t", random_blocks(fmt, rows, cols, rng), raw_dtype=T[fmt])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    t = GGUFReader(str(path)).tensors[0]
+    dense = dequantize(t.data, t.tensor_type).astype(np.float64).reshape(rows, cols)
+    g = {"name": "odd", "tensors": [
+        {"name": "ids", "shape": [1, "?"], "dtype": "i32"},
+        {"name": "w", "shape": [rows, cols], "dtype": "f32", "path": "w", "data": {"tensor": "t"}},
+        {"name": "e", "shape": [1, "?", cols], "dtype": "f32"}],
+        "nodes": [{"op": "gather", "inputs": ["w", "ids"], "outputs": ["e"]}], "outputs": ["e"]}
+    (tmp_path / "g.json").write_text(json.dumps(g))
+    out = tmp_path / "out"
+    run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", out, "--packed", "keep", "--inline-below", "0")
+    text = (out / "odd.mlir").read_text()
+    assert '"model"::"w.qs">' in text, "the table is not kept packed"
+    # No static f32 value as large as the table (the padded planes dequantized whole, either way round).
+    whole = [m for m in re.findall(r"tensor<((?:\d+x)+)f32>", text)
+             if np.prod([int(d) for d in m.rstrip("x").split("x")]) >= rows * cols]
+    assert not whole, f"the whole table is dequantized: {whole}"
+    vmfb = compile_iree(tmp_path, out / "odd.mlir")
+    for ids in (np.array([[4]], np.int32), np.array([[4, 0, 4]], np.int32)):
+        (e,) = run_iree(tmp_path, vmfb, [out / "odd.irpa"], [ids], tag=str(ids.shape[1]))
+        assert e.shape == (1, ids.shape[1], cols), e.shape
+        np.testing.assert_allclose(e.astype(np.float64), dense[ids], rtol=1e-5, atol=1e-5 * np.abs(dense).max(),
                                    err_msg=f"{fmt}, {ids.shape[1]} ids")
