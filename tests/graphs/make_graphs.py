@@ -135,7 +135,9 @@ def convert_cast():
     to_int = g.op("convert", [x], [4], "i32")
     to_bf = g.op("convert", [x], [4], "bf16")
     back = g.op("convert", [to_bf], [4], "f32")
-    g.save([to_int, back, g.op("convert", [i], [4], "f32")])
+    # `after`: `i` unchanged, ordered after `back` (an optimization barrier).
+    ordered = g.op("after", [i, back], [4], "i32")
+    g.save([to_int, back, g.op("convert", [ordered], [4], "f32")])
 
 
 def shape_ops():

@@ -246,6 +246,7 @@ OPS = {
     "min": lambda a, at, s: np.minimum(f64(a[0]), f64(a[1])),
     "neg": lambda a, at, s: -f64(a[0]),
     "abs": lambda a, at, s: np.abs(f64(a[0])),
+    "after": lambda a, at, s: a[0],
     "exp": lambda a, at, s: np.exp(f64(a[0])),
     "log": lambda a, at, s: np.log(f64(a[0])),
     "sqrt": lambda a, at, s: np.sqrt(f64(a[0])),

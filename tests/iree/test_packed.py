@@ -226,3 +226,49 @@ def test_a_gather_with_dynamic_ids_from_an_odd_row_table(fmt, tapeout, tmp_path)
         assert e.shape == (1, ids.shape[1], cols), e.shape
         np.testing.assert_allclose(e.astype(np.float64), dense[ids], rtol=1e-5, atol=1e-5 * np.abs(dense).max(),
                                    err_msg=f"{fmt}, {ids.shape[1]} ids")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_linear_with_dynamic_rows_dequantizes_after_its_input(fmt, tapeout, tmp_path):
+    """A prefill's linear: `x [1, ?, K] @ Wᵀ` with a kept weight of 5 rows (its i4 planes padded). The weight is
+    dequantized for that product from planes ordered after `x` (an `optimization_barrier`: IREE then holds one f32
+    weight at a time, not every weight from the call's start), and the result equals `x @ dequantize(W)ᵀ` by PyPI
+    gguf at 1 and 6 rows, from one compiled module."""
+    rows, cols = 5, 256
+    rng = np.random.default_rng(37)
+    path = tmp_path / "w.gguf"
+    w = GGUFWriter(str(path), "llama")
+    w.add_tensor("t", random_blocks(fmt, rows, cols, rng), raw_dtype=T[fmt])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    t = GGUFReader(str(path)).tensors[0]
+    dense = dequantize(t.data, t.tensor_type).astype(np.float64).reshape(rows, cols)
+    g = {"name": "lin", "tensors": [
+        {"name": "x", "shape": [1, "?", cols], "dtype": "f32"},
+        {"name": "h", "shape": [1, "?", cols], "dtype": "f32"},
+        {"name": "w", "shape": [rows, cols], "dtype": "f32", "path": "w", "data": {"tensor": "t"}},
+        {"name": "wt", "shape": [cols, rows], "dtype": "f32"},
+        {"name": "y", "shape": [1, "?", rows], "dtype": "f32"}],
+        "nodes": [{"op": "silu", "inputs": ["x"], "outputs": ["h"]},
+                  {"op": "transpose", "inputs": ["w"], "outputs": ["wt"]},
+                  {"op": "matmul", "inputs": ["h", "wt"], "outputs": ["y"]}], "outputs": ["y"]}
+    (tmp_path / "g.json").write_text(json.dumps(g))
+    out = tmp_path / "out"
+    run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", out, "--packed", "keep", "--inline-below", "0")
+    text = (out / "lin.mlir").read_text()
+    # The codes plane enters the program through a barrier with the product's input (silu(x)), not directly.
+    qs = re.search(r"(%v\d+) = util\.global\.load @w\.qs", text).group(1)
+    barrier = re.search(rf"(%v\d+):2 = stablehlo\.optimization_barrier {qs}, (%v\d+) ", text)
+    assert barrier, f"the codes are not ordered after the product's input:\n{text}"
+    assert re.search(rf"{barrier.group(2)} = stablehlo\.multiply %arg0, ", text), f"not after silu(x):\n{text}"
+    assert re.search(rf"stablehlo\.convert {barrier.group(1)}#0 ", text), f"the codes bypass the barrier:\n{text}"
+    vmfb = compile_iree(tmp_path, out / "lin.mlir")
+    for n in (1, 6):
+        x = rng.standard_normal((1, n, cols)).astype(np.float32)
+        (y,) = run_iree(tmp_path, vmfb, [out / "lin.irpa"], [x], tag=str(n))
+        h = x.astype(np.float64) / (1 + np.exp(-x.astype(np.float64)))
+        want = h @ dense.T
+        np.testing.assert_allclose(y.astype(np.float64), want, rtol=1e-5, atol=1e-5 * np.abs(want).max(),
+                                   err_msg=f"{fmt}, {n} rows")

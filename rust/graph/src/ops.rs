@@ -120,6 +120,10 @@ op_table! {
     Abs = "abs": Exactly(1), Exactly(1), ElementwiseUnary;
     /// `a + b`, broadcast.
     Add = "add": Exactly(2), Exactly(1), ElementwiseBinary;
+    /// `a` unchanged, but not available before `b` is: an ordering barrier (`stablehlo.optimization_barrier`).
+    /// What reads the result runs after `b` is computed; IREE then gives a large temporary derived from `a` (a
+    /// weight dequantized for a product) a lifetime that starts at its use instead of at the call's start.
+    After = "after": Exactly(2), Exactly(1), Own;
     /// Index of the largest element along `axis` (the first one on ties), an integer result.
     Argmax = "argmax": Exactly(1), Exactly(1), Own;
     /// 2-D average pooling (NCHW).
@@ -339,6 +343,13 @@ pub(crate) fn check_types(op: OpKind, attrs: &Attrs, ins: &[Spec<'_>], outs: &[S
         OpKind::Convert => {
             let ((s, _), (rs, _)) = (ins[0], outs[0]);
             expect_shape(s, rs, "the operand's shape is")
+        }
+        OpKind::After => {
+            let ((s, d), (rs, rd)) = (ins[0], outs[0]);
+            if d != rd {
+                return Err(format!("the result is the first operand: its dtype {d}, not {rd}"));
+            }
+            expect_shape(s, rs, "the first operand's shape is")
         }
         OpKind::DynamicSlice => dynamic_slice(&a, ins, outs[0]),
         OpKind::DynamicUpdateSlice => dynamic_update_slice(ins, outs[0]),
@@ -1054,7 +1065,7 @@ mod tests {
             assert_eq!(OpKind::from_name(op.name()), Some(op));
         }
         assert_eq!(OpKind::from_name("frobnicate"), None);
-        assert!(known_op_names().starts_with("abs, add, argmax, avg_pool2d"));
+        assert!(known_op_names().starts_with("abs, add, after, argmax, avg_pool2d"));
     }
 
     #[test]

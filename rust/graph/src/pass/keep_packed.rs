@@ -8,8 +8,12 @@
 //!   `Σ_l x · C` when the format has an offset term;
 //! - `gather(W, ids)` (an embedding, `ids` of any shape, `?` dims included: a prefill's token ids): the codes,
 //!   `A` and `C` gathered by columns, scaled, reshaped to `[K, ids..]` and transposed to `[ids.., K]`;
-//! - any other use (including `W` or `transpose(W)` as a graph output, or a matmul whose `x` has dynamic dims): the
-//!   whole weight dequantized from its planes in the program.
+//! - `matmul(x, transpose(W))` with `?` dimensions in `x` (a prefill's rows, where the per-block partials would
+//!   grow with the rows): the whole weight dequantized for that use alone, from planes passed through an
+//!   [`OpKind::After`] barrier with `x`, so that IREE computes it just before the product, not with every other
+//!   weight's at the call's start;
+//! - any other use (including `W` or `transpose(W)` as a graph output): the whole weight dequantized from its
+//!   planes in the program, once.
 //!
 //! The planes hold `Np ≥ N` rows ([`Split::padded_rows`]); every value computed on them is `Np` wide and sliced to
 //! `N` where it leaves the rewrite.
@@ -237,30 +241,42 @@ impl Planes {
 
     /// The whole weight, dequantized in the program, as `Wᵀ [K, N]` into `out` (the padding rows sliced off).
     fn dequantized_t(&mut self, b: &mut Builder<'_>, out: TensorId) {
-        let (q, a) = (self.whole_codes(b), self.scale_3d(b));
-        let mut v = b.op(
-            OpKind::Mul,
-            Attrs::new(),
-            &[q, a],
-            format!("{}.wa", self.name),
-            &[self.kb, self.b, self.np],
-            DType::F32,
-        );
+        let codes = self.whole_codes(b);
+        let name = self.name.clone();
+        self.scaled_t(b, codes, &name, out);
+    }
+
+    /// The weight dequantized for one use only, from planes read after `x` is computed ([`OpKind::After`]), as
+    /// `Wᵀ [K, N]` into `out`. Its ops are not shared: IREE holds this f32 weight from `x` to its use, instead of
+    /// from the call's start (where every such weight would be live at once).
+    fn dequantized_t_after(&mut self, b: &mut Builder<'_>, x: TensorId, label: &str, out: TensorId) {
+        let dims = [self.kb, self.b, self.np];
+        let qd = b.specs[self.quants.index()].dtype;
+        let q = b.op(OpKind::After, Attrs::new(), &[self.quants, x], format!("{label}.qs"), &dims, qd);
+        let mut codes = b.op(OpKind::Convert, Attrs::new(), &[q], format!("{label}.qs_f32"), &dims, DType::F32);
+        if let Some((h, sixteen)) = self.high {
+            let hd = b.specs[h.index()].dtype;
+            let hq = b.op(OpKind::After, Attrs::new(), &[h, x], format!("{label}.qh"), &dims, hd);
+            let hf = b.op(OpKind::Convert, Attrs::new(), &[hq], format!("{label}.qh_f32"), &dims, DType::F32);
+            let h16 = b.op(OpKind::Mul, Attrs::new(), &[hf, sixteen], format!("{label}.qh16"), &dims, DType::F32);
+            codes = b.op(OpKind::Add, Attrs::new(), &[codes, h16], format!("{label}.codes"), &dims, DType::F32);
+        }
+        self.scaled_t(b, codes, label, out);
+    }
+
+    /// `Wᵀ [K, N]` into `out` from the whole codes as f32 `[Kb, B, Np]`: scaled, offset, reshaped and sliced.
+    fn scaled_t(&mut self, b: &mut Builder<'_>, codes: TensorId, label: &str, out: TensorId) {
+        let a = self.scale_3d(b);
+        let dims = [self.kb, self.b, self.np];
+        let mut v = b.op(OpKind::Mul, Attrs::new(), &[codes, a], format!("{label}.wa"), &dims, DType::F32);
         if let Some(c) = self.offset_3d(b) {
-            v = b.op(
-                OpKind::Add,
-                Attrs::new(),
-                &[v, c],
-                format!("{}.wc", self.name),
-                &[self.kb, self.b, self.np],
-                DType::F32,
-            );
+            v = b.op(OpKind::Add, Attrs::new(), &[v, c], format!("{label}.wc"), &dims, DType::F32);
         }
         if self.np == self.n {
             b.op_into(OpKind::Reshape, Attrs::new(), &[v], out);
         } else {
             let padded =
-                b.op(OpKind::Reshape, Attrs::new(), &[v], format!("{}.tp", self.name), &[self.k, self.np], DType::F32);
+                b.op(OpKind::Reshape, Attrs::new(), &[v], format!("{label}.tp"), &[self.k, self.np], DType::F32);
             b.op_into(OpKind::Slice, slice_to(&[self.k, self.n]), &[padded], out);
         }
     }
@@ -458,15 +474,24 @@ pub(crate) fn keep_packed<'a>(program: Program<'a>) -> Result<Program<'a>> {
                 let mut tt_whole = outputs.contains(&tt);
                 for &j in uses.get(&tt).map(Vec::as_slice).unwrap_or(&[]) {
                     let m = &nodes[j];
-                    match linear_x(m, tt, b.specs, k, &replaced, j) {
-                        Some(xd) => {
-                            b.origin = m.origin();
-                            let start = b.ops.len();
-                            linear_use(&mut b, &mut pl, m.inputs[0], &xd, m.outputs[0]);
-                            let seq = b.take_use(start);
-                            replaced.insert(j, seq);
-                        }
-                        None => tt_whole = true,
+                    if let Some(xd) = linear_x(m, tt, b.specs, k, &replaced, j) {
+                        b.origin = m.origin();
+                        let start = b.ops.len();
+                        linear_use(&mut b, &mut pl, m.inputs[0], &xd, m.outputs[0]);
+                        let seq = b.take_use(start);
+                        replaced.insert(j, seq);
+                    } else if dynamic_linear(m, tt, b.specs, k, &replaced, j) {
+                        b.origin = m.origin();
+                        let start = b.ops.len();
+                        let (x, y) = (m.inputs[0], m.outputs[0]);
+                        let label = b.specs[y.index()].name.clone();
+                        let wt = b.tensor(format!("{label}.wt"), &[k, n], DType::F32);
+                        pl.dequantized_t_after(&mut b, x, &label, wt);
+                        b.op_into(OpKind::Matmul, m.attrs.clone(), &[x, wt], y);
+                        let seq = b.take_use(start);
+                        replaced.insert(j, seq);
+                    } else {
+                        tt_whole = true;
                     }
                 }
                 if tt_whole {
@@ -533,6 +558,23 @@ fn linear_x(
     let (_, lead) = xd.split_last()?;
     let p = lead.iter().try_fold(1u64, |p, &d| p.checked_mul(d)).filter(|&p| p <= MAX_DIM);
     (linear && p.is_some() && m.outputs.len() == 1 && xd.last() == Some(&k) && !replaced.contains_key(&j)).then_some(xd)
+}
+
+/// Whether `m` is a linear layer `matmul(x, tt)` whose `x [.., K]` has `?` dimensions (a prefill's rows): the
+/// per-block product's partials grow with the rows, so the weight is dequantized for it ([`Planes::dequantized_t_after`]).
+fn dynamic_linear(
+    m: &Op,
+    tt: TensorId,
+    specs: &[TensorSpec],
+    k: u64,
+    replaced: &HashMap<usize, Vec<Op>>,
+    j: usize,
+) -> bool {
+    let linear = m.op == OpKind::Matmul && m.inputs.get(1) == Some(&tt) && m.inputs.first() != Some(&tt);
+    let x = m.inputs.first().map(|x| &specs[x.index()]);
+    let x_ok =
+        x.is_some_and(|x| x.dtype == DType::F32 && x.shape.is_dynamic() && x.shape.0.last() == Some(&Dim::Static(k)));
+    linear && x_ok && m.outputs.len() == 1 && !replaced.contains_key(&j)
 }
 
 /// The dims of the ids (static or `?`) when `node` gathers rows of `w` the rewrite gathers from the planes.

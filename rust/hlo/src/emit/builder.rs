@@ -287,6 +287,20 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         Ok(self.bitcast(&both, x.dtype))
     }
 
+    /// `a` through a `stablehlo.optimization_barrier` with `b`: the same value, which IREE cannot compute (or
+    /// schedule what reads it) before `b` is.
+    pub(crate) fn after(&mut self, a: &Val, b: &Val) -> Val {
+        let name = self.fresh();
+        self.line(&format!(
+            "{name}:2 = stablehlo.optimization_barrier {}, {} : {}, {}",
+            a.name,
+            b.name,
+            a.ty(),
+            b.ty()
+        ));
+        Val { name: format!("{name}#0"), shape: a.shape.clone(), dtype: a.dtype }
+    }
+
     /// `stablehlo.bitcast_convert` of `x` to `dtype`, an element type of the same width: its bits, retyped.
     fn bitcast(&mut self, x: &Val, dtype: DType) -> Val {
         let rhs = format!("stablehlo.bitcast_convert {} : ({}) -> {}", x.name, x.ty(), ty(&x.shape, dtype));

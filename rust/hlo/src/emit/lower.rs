@@ -81,6 +81,7 @@ impl<'g> Emitter<'g, '_, '_> {
                 | OpKind::Sigmoid => self.elementwise_unary(node.op, &ins[0]),
                 OpKind::Relu | OpKind::Silu | OpKind::Gelu => self.activation(node.op, &ins[0])?,
                 OpKind::Convert => self.convert_to(&ins[0], out.dtype)?,
+                OpKind::After => self.after(&ins[0], &ins[1]),
                 OpKind::Broadcast => self.lower_broadcast(&ins[0], ins.get(1), &out)?,
                 OpKind::Reshape => self.reshape(&ins[0], out.shape)?,
                 OpKind::Transpose => self.lower_transpose(&ins[0])?,

@@ -33,6 +33,7 @@ internal class OpArity private constructor(private val lo: Int, private val hi: 
 internal enum class Op(val opName: String, val inputs: OpArity, val outputs: OpArity) {
     ABS("abs", OpArity.exactly(1), OpArity.exactly(1)),
     ADD("add", OpArity.exactly(2), OpArity.exactly(1)),
+    AFTER("after", OpArity.exactly(2), OpArity.exactly(1)),
     ARGMAX("argmax", OpArity.exactly(1), OpArity.exactly(1)),
     AVG_POOL2D("avg_pool2d", OpArity.exactly(1), OpArity.exactly(1)),
     BROADCAST("broadcast", OpArity.between(1, 2), OpArity.exactly(1)),
