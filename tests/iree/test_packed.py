@@ -228,13 +228,16 @@ def test_a_gather_with_dynamic_ids_from_an_odd_row_table(fmt, tapeout, tmp_path)
                                    err_msg=f"{fmt}, {ids.shape[1]} ids")
 
 
+@pytest.mark.parametrize("rows", [5, 16389])
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_a_linear_with_dynamic_rows_dequantizes_after_its_input(fmt, tapeout, tmp_path):
-    """A prefill's linear: `x [1, ?, K] @ Wᵀ` with a kept weight of 5 rows (its i4 planes padded). The weight is
-    dequantized for that product from planes ordered after `x` (an `optimization_barrier`: IREE then holds one f32
-    weight at a time, not every weight from the call's start), and the result equals `x @ dequantize(W)ᵀ` by PyPI
-    gguf at 1 and 6 rows, from one compiled module."""
-    rows, cols = 5, 256
+def test_a_linear_with_dynamic_rows_dequantizes_after_its_input(fmt, rows, tapeout, tmp_path):
+    """A prefill's linear: `x [1, ?, K] @ Wᵀ` with a kept weight of 5 rows (its i4 planes padded), and of 16389
+    rows (an LM head past the 16 MiB of f32 dequantized at a time: two parts, the second part's rows from 16384
+    on, padded). The weight is dequantized for that product from planes ordered after `x` (an
+    `optimization_barrier`: IREE then holds one f32 weight at a time, not every weight from the call's start),
+    each later part after the previous part's product, and the result equals `x @ dequantize(W)ᵀ` by PyPI gguf
+    at 1 and 6 rows, from one compiled module."""
+    cols = 256
     rng = np.random.default_rng(37)
     path = tmp_path / "w.gguf"
     w = GGUFWriter(str(path), "llama")
@@ -263,7 +266,18 @@ def test_a_linear_with_dynamic_rows_dequantizes_after_its_input(fmt, tapeout, tm
     barrier = re.search(rf"(%v\d+):2 = stablehlo\.optimization_barrier {qs}, (%v\d+) ", text)
     assert barrier, f"the codes are not ordered after the product's input:\n{text}"
     assert re.search(rf"{barrier.group(2)} = stablehlo\.multiply %arg0, ", text), f"not after silu(x):\n{text}"
-    assert re.search(rf"stablehlo\.convert {barrier.group(1)}#0 ", text), f"the codes bypass the barrier:\n{text}"
+    assert re.search(rf"stablehlo\.(convert|slice) {barrier.group(1)}#0 ", text), f"the codes bypass the barrier:\n{text}"
+    barriers = re.findall(rf"(%v\d+):2 = stablehlo\.optimization_barrier {qs}, (%v\d+) ", text)
+    if rows > 16384:
+        # Two parts: the second waits for the first part's product (a dot_general), and the two are concatenated.
+        assert len(barriers) == 2, barriers
+        waits = re.search(rf"{barriers[1][1]} = (\S+) (%v\d+)", text)
+        if waits.group(1) == "tensor.expand_shape":  # the product of a [1, ?, K] x, viewed back as rank 3
+            waits = re.search(rf"{waits.group(2)} = (\S+) ", text)
+        assert waits.group(1) == "stablehlo.dot_general", text
+        assert "stablehlo.concatenate" in text
+    else:
+        assert len(barriers) == 1, barriers
     vmfb = compile_iree(tmp_path, out / "lin.mlir")
     for n in (1, 6):
         x = rng.standard_normal((1, n, cols)).astype(np.float32)

@@ -158,6 +158,8 @@ struct Planes {
     /// The weight's rows, and the rows its planes hold ([`Split::padded_rows`]).
     n: u64,
     np: u64,
+    /// The multiple `np` is of ([`Split::row_multiple`]): a slice of sub-byte planes starts at one.
+    row_multiple: u64,
     k: u64,
     kb: u64,
     b: u64,
@@ -243,43 +245,99 @@ impl Planes {
     fn dequantized_t(&mut self, b: &mut Builder<'_>, out: TensorId) {
         let codes = self.whole_codes(b);
         let name = self.name.clone();
-        self.scaled_t(b, codes, &name, out);
+        self.scaled_t(b, codes, &name, (0, self.np), out);
     }
 
-    /// The weight dequantized for one use only, from planes read after `x` is computed ([`OpKind::After`]), as
-    /// `Wᵀ [K, N]` into `out`. Its ops are not shared: IREE holds this f32 weight from `x` to its use, instead of
-    /// from the call's start (where every such weight would be live at once).
-    fn dequantized_t_after(&mut self, b: &mut Builder<'_>, x: TensorId, label: &str, out: TensorId) {
-        let dims = [self.kb, self.b, self.np];
-        let qd = b.specs[self.quants.index()].dtype;
-        let q = b.op(OpKind::After, Attrs::new(), &[self.quants, x], format!("{label}.qs"), &dims, qd);
+    /// Rows `start .. start + len` of the planes (a multiple of the rows they are padded to) dequantized for one use
+    /// only, from planes read after `wait` is computed ([`OpKind::After`]), as `Wᵀ [K, rows]` into `out` (padding
+    /// rows sliced off). Its ops are not shared: IREE holds this f32 copy from `wait` to its use, instead of from
+    /// the call's start (where every such weight would be live at once).
+    fn dequantized_t_after(
+        &mut self,
+        b: &mut Builder<'_>,
+        wait: TensorId,
+        label: &str,
+        rows: (u64, u64),
+        out: TensorId,
+    ) {
+        let (first, len) = rows;
+        let (all, dims) = ([self.kb, self.b, self.np], [self.kb, self.b, len]);
+        let ordered = |b: &mut Builder<'_>, plane: TensorId, suffix: &str| {
+            let dtype = b.specs[plane.index()].dtype;
+            let p = b.op(OpKind::After, Attrs::new(), &[plane, wait], format!("{label}.{suffix}"), &all, dtype);
+            if len == all[2] {
+                p
+            } else {
+                let at = slice_range(&[0, 0, first], &dims);
+                b.op(OpKind::Slice, at, &[p], format!("{label}.{suffix}_rows"), &dims, dtype)
+            }
+        };
+        let q = ordered(b, self.quants, "qs");
         let mut codes = b.op(OpKind::Convert, Attrs::new(), &[q], format!("{label}.qs_f32"), &dims, DType::F32);
         if let Some((h, sixteen)) = self.high {
-            let hd = b.specs[h.index()].dtype;
-            let hq = b.op(OpKind::After, Attrs::new(), &[h, x], format!("{label}.qh"), &dims, hd);
+            let hq = ordered(b, h, "qh");
             let hf = b.op(OpKind::Convert, Attrs::new(), &[hq], format!("{label}.qh_f32"), &dims, DType::F32);
             let h16 = b.op(OpKind::Mul, Attrs::new(), &[hf, sixteen], format!("{label}.qh16"), &dims, DType::F32);
             codes = b.op(OpKind::Add, Attrs::new(), &[codes, h16], format!("{label}.codes"), &dims, DType::F32);
         }
-        self.scaled_t(b, codes, label, out);
+        self.scaled_t(b, codes, label, rows, out);
     }
 
-    /// `Wᵀ [K, N]` into `out` from the whole codes as f32 `[Kb, B, Np]`: scaled, offset, reshaped and sliced.
-    fn scaled_t(&mut self, b: &mut Builder<'_>, codes: TensorId, label: &str, out: TensorId) {
+    /// `Wᵀ [K, real rows]` into `out` from the codes of plane rows `start .. start + len` as f32 `[Kb, B, len]`:
+    /// scaled, offset, reshaped, and the padding rows among them sliced off.
+    fn scaled_t(&mut self, b: &mut Builder<'_>, codes: TensorId, label: &str, rows: (u64, u64), out: TensorId) {
+        let (first, len) = rows;
+        let dims = [self.kb, self.b, len];
+        let (whole, kb) = (len == self.np, self.kb);
+        let part = |b: &mut Builder<'_>, t: TensorId, suffix: &str| {
+            if whole {
+                t
+            } else {
+                let at = slice_range(&[0, 0, first], &[kb, 1, len]);
+                b.op(OpKind::Slice, at, &[t], format!("{label}.{suffix}"), &[kb, 1, len], DType::F32)
+            }
+        };
         let a = self.scale_3d(b);
-        let dims = [self.kb, self.b, self.np];
+        let a = part(b, a, "a_rows");
         let mut v = b.op(OpKind::Mul, Attrs::new(), &[codes, a], format!("{label}.wa"), &dims, DType::F32);
         if let Some(c) = self.offset_3d(b) {
+            let c = part(b, c, "c_rows");
             v = b.op(OpKind::Add, Attrs::new(), &[v, c], format!("{label}.wc"), &dims, DType::F32);
         }
-        if self.np == self.n {
+        let real = len.min(self.n.saturating_sub(first));
+        if real == len {
             b.op_into(OpKind::Reshape, Attrs::new(), &[v], out);
         } else {
-            let padded =
-                b.op(OpKind::Reshape, Attrs::new(), &[v], format!("{label}.tp"), &[self.k, self.np], DType::F32);
-            b.op_into(OpKind::Slice, slice_to(&[self.k, self.n]), &[padded], out);
+            let padded = b.op(OpKind::Reshape, Attrs::new(), &[v], format!("{label}.tp"), &[self.k, len], DType::F32);
+            b.op_into(OpKind::Slice, slice_to(&[self.k, real]), &[padded], out);
         }
     }
+
+    /// The plane rows a `?`-row product dequantizes at a time: `[start, len)` ranges, each a multiple of the rows
+    /// the planes are padded to and at most [`DEQUANTIZED_BYTES`] of f32 (one range when the whole weight is).
+    fn row_chunks(&self) -> Vec<(u64, u64)> {
+        let per = (DEQUANTIZED_BYTES / self.k.saturating_mul(4).max(1)).max(1);
+        let per = (per / self.row_multiple).max(1).saturating_mul(self.row_multiple);
+        let mut chunks = Vec::new();
+        let mut first = 0;
+        while first < self.n {
+            let len = per.min(self.np - first);
+            chunks.push((first, len));
+            first += len;
+        }
+        chunks
+    }
+}
+
+/// The most f32 bytes of one weight a `?`-row product dequantizes at a time (an LM head's 131 MB is dequantized in
+/// 16 MiB parts, each consumed while it is still in the last-level cache, one after the other).
+const DEQUANTIZED_BYTES: u64 = 16 << 20;
+
+/// Attributes of a `slice` of extents `dims` from `start` (stride 1).
+fn slice_range(start: &[u64], dims: &[u64]) -> Attrs {
+    let mut a = ints("start", start.iter().copied());
+    a.extend(ints("limit", start.iter().zip(dims).map(|(s, d)| s + d)));
+    a
 }
 
 /// Attributes of a `slice` of the leading `dims` of a tensor (start 0, stride 1).
@@ -448,6 +506,7 @@ pub(crate) fn keep_packed<'a>(program: Program<'a>) -> Result<Program<'a>> {
             name: name.clone(),
             n,
             np,
+            row_multiple: split.row_multiple(),
             k,
             kb,
             b: bsub,
@@ -483,11 +542,7 @@ pub(crate) fn keep_packed<'a>(program: Program<'a>) -> Result<Program<'a>> {
                     } else if dynamic_linear(m, tt, b.specs, k, &replaced, j) {
                         b.origin = m.origin();
                         let start = b.ops.len();
-                        let (x, y) = (m.inputs[0], m.outputs[0]);
-                        let label = b.specs[y.index()].name.clone();
-                        let wt = b.tensor(format!("{label}.wt"), &[k, n], DType::F32);
-                        pl.dequantized_t_after(&mut b, x, &label, wt);
-                        b.op_into(OpKind::Matmul, m.attrs.clone(), &[x, wt], y);
+                        dynamic_linear_use(&mut b, &mut pl, m, n);
                         let seq = b.take_use(start);
                         replaced.insert(j, seq);
                     } else {
@@ -575,6 +630,35 @@ fn dynamic_linear(
     let x_ok =
         x.is_some_and(|x| x.dtype == DType::F32 && x.shape.is_dynamic() && x.shape.0.last() == Some(&Dim::Static(k)));
     linear && x_ok && m.outputs.len() == 1 && !replaced.contains_key(&j)
+}
+
+/// `y = x @ Wᵀ` for `x` with `?` rows ([`dynamic_linear`]): the weight dequantized part by part
+/// ([`Planes::row_chunks`]), each part after the previous part's product (the first after `x`), and the parts'
+/// products concatenated along the last axis.
+fn dynamic_linear_use(b: &mut Builder<'_>, pl: &mut Planes, m: &Op, n: u64) {
+    let (x, y) = (m.inputs[0], m.outputs[0]);
+    let label = b.specs[y.index()].name.clone();
+    let chunks = pl.row_chunks();
+    if let [rows] = chunks.as_slice() {
+        let wt = b.tensor(format!("{label}.wt"), &[pl.k, n], DType::F32);
+        pl.dequantized_t_after(b, x, &label, *rows, wt);
+        b.op_into(OpKind::Matmul, m.attrs.clone(), &[x, wt], y);
+        return;
+    }
+    let y_shape = b.specs[y.index()].shape.clone();
+    let last = y_shape.rank().saturating_sub(1);
+    let (mut wait, mut parts) = (x, Vec::with_capacity(chunks.len()));
+    for (i, &(first, len)) in chunks.iter().enumerate() {
+        let real = len.min(n.saturating_sub(first));
+        let part = format!("{label}.{i}");
+        let wt = b.tensor(format!("{part}.wt"), &[pl.k, real], DType::F32);
+        pl.dequantized_t_after(b, wait, &part, (first, len), wt);
+        let mut shape = y_shape.clone();
+        shape.0[last] = Dim::Static(real);
+        wait = b.op_shaped(OpKind::Matmul, m.attrs.clone(), &[x, wt], part, shape, DType::F32);
+        parts.push(wait);
+    }
+    b.op_into(OpKind::Concat, axis(-1), &parts, y);
 }
 
 /// The dims of the ids (static or `?`) when `node` gathers rows of `w` the rewrite gathers from the planes.
