@@ -13,7 +13,8 @@ with the same thread count, in alternating rounds, and the read-bandwidth floor 
 - tapeout: `gradle :examples:hf-llama:exportIrpaCheckpoint` (bf16 kept), `iree-compile` for the host CPU with the
   flags docs/performance.md documents; prefill of 8 and 128 tokens and one decode step after 64 and 1024 cached
   positions, each the median of `iree-benchmark-module` repetitions; the same decode step served in process by
-  tapeout-iree (`serve_bench`, the archive mapped): its time and its RssFile / RssAnon;
+  tapeout-iree (`serve_bench`, the archive mapped): its time and its RssFile / RssAnon; each export's prefill
+  served the same way: its time and the process's peak memory (VmHWM);
 - llama.cpp: tests/bench/llamacpp.py (convert_hf_to_gguf.py to F16, llama.cpp's quantizer to Q8_0 and Q4_0, pure;
   timing through llama-cpp-python's low-level API, F32 KV cache);
 - GGUF through tapeout (when examples/hf-llama has the GGUF entry): the Q8_0 and Q4_0 files exported with their
@@ -246,6 +247,11 @@ def main():
               "compile_flags": COMPILE, "medians_ms": medians}
     # In process, the archive mapped: tapeout-iree's decode step and its memory.
     result["served"] = serve(vmfb, irpa, "decode", contexts[0], a.threads, 5 if a.small else 50)
+    # Prefill served in process the same way: its time and the process's peak memory (VmHWM), beside the archive it
+    # maps (a kept-packed prefill dequantizes weights for its `?` rows: how much of that is live at once).
+    result["served_prefill"] = {
+        s: {str(n): serve(f, arch, "prefill", n, a.threads, 2 if a.small else 5) for n in prefills}
+        for s, (kind, f, arch, _) in systems.items() if kind == "iree" and not s.endswith("_static")}
     result["archive_bytes"] = irpa.stat().st_size
     result["decode_weight_bytes"] = weight_bytes(irpa)
     result["kv_bytes"] = {str(c): kv_bytes(cfg, c) for c in contexts}
@@ -278,6 +284,9 @@ def main():
             if f"tapeout_{k}" in medians:
                 result["ratios"][f"decode_{k}_vs_llamacpp_{k}"] = \
                     medians[f"llamacpp_{k}"][f"decode_{c0}"] / medians[f"tapeout_{k}"][f"decode_{c0}"]
+                for n in prefills:
+                    result["ratios"][f"prefill{n}_{k}_vs_llamacpp_{k}"] = \
+                        medians[f"llamacpp_{k}"][f"prefill_{n}"] / medians[f"tapeout_{k}"][f"prefill_{n}"]
         result["llamacpp_memory"] = {s: times[s].get("memory") for s in systems if s.startswith("llamacpp")}
         # Numbers: prefill logits of one prompt against transformers' float32 forward.
         with tempfile.TemporaryDirectory(dir=out) as d:
