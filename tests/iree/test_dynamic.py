@@ -1,6 +1,7 @@
 """Dynamic dimensions, op by op: each graph is exported once with `?` dimensions, compiled once by iree-compile,
 and run by iree-run-module at two run-time sizes, each compared with the numpy interpreter (reference.py). The
 same graph with static dimensions is the control."""
+import re
 import sys
 
 import numpy as np
@@ -21,6 +22,7 @@ W4x5 = RNG.standard_normal((4, 5)).astype(np.float32)
 G8 = (1 + 0.1 * RNG.standard_normal(8)).astype(np.float32)
 B8 = (0.1 * RNG.standard_normal(8)).astype(np.float32)
 TABLE = RNG.standard_normal((10, 4)).astype(np.float32)
+W1056 = (RNG.standard_normal((1056, 8192)) / 90).astype(np.float32)
 
 # name: (tensors, nodes, outputs, {input: shape with S for the run-time size})
 CASES = {
@@ -194,6 +196,11 @@ CASES = {
                             [n("convert", ["x"], "w"), n("concat", ["z", "w"], "y", axis=0)], {"x": ["S"], "z": ["S"]}),
     "matmul_rank4_dynamic_seq_weight": ([t("x", [2, 1, D, 4]), t("w", [4, 5], weight=W4x5), t("y", [2, 1, D, 5])],
                                         [n("matmul", ["x", "w"], "y")], {"x": [2, 1, "S", 4]}),
+    # A linear with `?` rows and 33 row bands of an 8192-wide weight: in groups of 32 bands and 1, each group's
+    # broadcast after the previous group's product (test_linear_bands_in_groups_with_dynamic_rows).
+    "linear_many_bands": ([t("x", [1, D, 8192]), t("w", [1056, 8192], weight=W1056), t("wt", [8192, 1056]),
+                           t("y", [1, D, 1056])],
+                          [n("transpose", ["w"], "wt"), n("matmul", ["x", "wt"], "y")], {"x": [1, "S", 8192]}),
 }
 
 # Cases whose result size is not the input's `?` (a slice start, a concatenation), so the static control (every `?` made 4) does not type-check.
@@ -258,3 +265,28 @@ def test_op_with_dynamic_dims_compiles_once_and_runs_at_two_sizes(case, dims, ta
                                    outputs=len(outputs))
         for o, (g_, w) in enumerate(zip(got, graph.evaluate(feeds))):
             np.testing.assert_allclose(g_, w, rtol=1e-5, atol=1e-5, err_msg=f"{case} at size {size}, output {o}")
+
+
+def test_linear_bands_in_groups_with_dynamic_rows(tapeout, tmp_path):
+    """With `?` rows a banded product's broadcast grows with the rows (`bands x rows x K`), so its bands go in
+    groups of at most 1 MiB a row, 32 bands of an 8192-wide weight: here 33 bands as a group of 32 and one of 1, the second's broadcast (and its
+    slice of the weight) ordered after the first's product. With static rows (decode) the bands stay one product. Values: the case above."""
+    tensors, nodes, _ = CASES["linear_many_bands"]
+    products = {}
+    for dims in ("dynamic", "static"):
+        g = write_graph(tmp_path, f"bands_{dims}", tensors, nodes, ["y"], static=None if dims == "dynamic" else 1)
+        out = tmp_path / f"out_{dims}"
+        run(tapeout, "export", g, "--weights", tmp_path / f"bands_{dims}.safetensors", "-o", out, "--inline-below", "0")
+        text = (out / f"bands_{dims}.mlir").read_text()
+        products[dims] = re.findall(r"stablehlo\.dot_general .*x8192x32xf32>\) -> tensor<(\d+)x(\?|\d+)x32xf32>", text)
+        barriers = re.findall(r"(%v\d+):2 = stablehlo\.optimization_barrier %\w+, (%v\d+) ", text)
+        if dims == "dynamic":
+            assert [b for b, _ in products[dims]] == ["32", "1"], products
+            # The second group's weight slice and its broadcast's gate wait on the first group's product; the first
+            # group's slice on the rows. No slice reads the parameter itself (IREE would hoist it as a copy).
+            first = re.search(r"(%v\d+) = stablehlo\.dot_general .*-> tensor<32x\?x32xf32>", text).group(1)
+            assert sorted(wait for _, wait in barriers).count(first) == 2 and len(barriers) == 3, barriers
+            w = re.search(r"(%v\d+) = util\.global\.load @w ", text).group(1)
+            assert not re.search(rf"stablehlo\.slice {w} ", text), text
+        else:
+            assert [b for b, _ in products[dims]] == ["33"] and not barriers, (products, barriers)

@@ -648,18 +648,40 @@ fn dynamic_linear_use(b: &mut Builder<'_>, pl: &mut Planes, m: &Op, n: u64) {
     let y_shape = b.specs[y.index()].shape.clone();
     let last = y_shape.rank().saturating_sub(1);
     let (mut wait, mut parts) = (x, Vec::with_capacity(chunks.len()));
+    let f32_rows = |b: &mut Builder<'_>, name: String, rows: u64| {
+        let mut shape = y_shape.clone();
+        shape.0[last] = Dim::Static(rows);
+        b.tensor_shaped(name, shape, DType::F32)
+    };
     for (i, &(first, len)) in chunks.iter().enumerate() {
         let real = len.min(n.saturating_sub(first));
         let part = format!("{label}.{i}");
         let wt = b.tensor(format!("{part}.wt"), &[pl.k, real], DType::F32);
         pl.dequantized_t_after(b, wait, &part, (first, len), wt);
-        let mut shape = y_shape.clone();
-        shape.0[last] = Dim::Static(real);
-        wait = b.op_shaped(OpKind::Matmul, m.attrs.clone(), &[x, wt], part, shape, DType::F32);
-        parts.push(wait);
+        let yi = f32_rows(b, part, real);
+        wait = b.op_into(OpKind::Matmul, m.attrs.clone(), &[x, wt], yi);
+        parts.push((wait, real));
     }
-    b.op_into(OpKind::Concat, axis(-1), &parts, y);
+    // At most CONCAT_FAN_IN parts per concatenation: IREE 3.13 may write one as a dispatch with a binding per part
+    // and refuses more than 32 bindings at run time (a 128 K vocabulary of 4096 is 125 parts).
+    let mut level = 0;
+    while parts.len() > CONCAT_FAN_IN {
+        let mut next = Vec::with_capacity(parts.len().div_ceil(CONCAT_FAN_IN));
+        for (i, chunk) in parts.chunks(CONCAT_FAN_IN).enumerate() {
+            let rows = chunk.iter().map(|&(_, r)| r).sum();
+            let ids: Vec<TensorId> = chunk.iter().map(|&(t, _)| t).collect();
+            let out = f32_rows(b, format!("{label}.cat{level}.{i}"), rows);
+            next.push((b.op_into(OpKind::Concat, axis(-1), &ids, out), rows));
+        }
+        parts = next;
+        level += 1;
+    }
+    let ids: Vec<TensorId> = parts.iter().map(|&(t, _)| t).collect();
+    b.op_into(OpKind::Concat, axis(-1), &ids, y);
 }
+
+/// The most parts one `concat` of a [`dynamic_linear_use`] joins.
+const CONCAT_FAN_IN: usize = 16;
 
 /// The dims of the ids (static or `?`) when `node` gathers rows of `w` the rewrite gathers from the planes.
 fn gather_ids(

@@ -15,6 +15,14 @@ pub(crate) struct Val {
     pub(crate) dtype: DType,
 }
 
+/// The most parts [`Emitter::concat_tree`] concatenates in one op.
+const CONCAT_FAN_IN: usize = 16;
+
+/// The most bytes of one row a `?`-row banded product broadcasts at a time: its bands go in groups of
+/// `GROUP_ROW_BYTES / (K × 4)` (256 bands of a 1024-wide weight: the 156M Llama's LM head of 1000 bands in 4
+/// groups, 128 MiB each at 128 rows, where the whole broadcast was 524 MB).
+const GROUP_ROW_BYTES: u64 = 1 << 20;
+
 pub(crate) fn ty(shape: &Shape, dtype: DType) -> String {
     shape.mlir_type(dtype)
 }
@@ -130,8 +138,9 @@ pub(crate) struct Emitter<'g, 'a, 'w> {
     pub(crate) out: &'w mut dyn TextOut,
     pub(crate) next: usize,
     pub(crate) vals: HashMap<TensorId, Val>,
-    /// Weights stored in row bands (`[N / T, K, T]`), which only matmuls read ([`Emitter::banded_matmul`]).
-    pub(crate) banded: HashMap<TensorId, Val>,
+    /// Weights stored in row bands (`[N / T, K, T]`), which only matmuls read ([`Emitter::banded_matmul`]): as
+    /// used (a 16-bit one widened) and as stored.
+    pub(crate) banded: HashMap<TensorId, (Val, Val)>,
     /// Tensors computed from a narrower element type by ops IREE 3.13 counts as a "bit extend" (a widening
     /// convert, then only arithmetic and reshaping): see [`Emitter::unfused`].
     pub(crate) widened: HashSet<TensorId>,
@@ -963,7 +972,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     /// side by side (`[M, N]`) and the rows split back. IREE 3.13 compiles that contraction to a batched
     /// matrix product that reads each band's `K x T` values as one contiguous run, and never copies the weight;
     /// the plain `[K, N]` product reads a narrow strip of every row instead (measured: docs/performance.md).
-    pub(crate) fn banded_matmul(&mut self, a: &Val, w: &Val, out: &Shape) -> Result<Val> {
+    pub(crate) fn banded_matmul(&mut self, a: &Val, w: &Val, stored: &Val, out: &Shape) -> Result<Val> {
         let [Dim::Static(bands), Dim::Static(k), Dim::Static(t)] = w.shape.0[..] else {
             return Err(self.err(format!("a weight in row bands is [N / T, K, T], not [{}]", w.shape)));
         };
@@ -979,13 +988,72 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         };
         let flat_shape = Shape(vec![m, Dim::Static(k)]);
         let flat = if a.shape == flat_shape { a.clone() } else { self.reshape(a, &flat_shape)? };
+        // With `?` rows the broadcast grows with the rows and the bands (`bands × M × K`: an LM head's 1000 bands of
+        // 1024 at 128 rows are 524 MB, a 128 K vocabulary's of 4096 at 512 rows 34 GB), so the bands go in groups of
+        // at most GROUP_ROW_BYTES per row, each group's broadcast after the previous group's product: one group's
+        // broadcast is live at a time. Measured on the 156M Llama (docs/performance.md): prefill's peak 866 -> 415
+        // MiB at 128 tokens, for 10-20 % more time there.
+        let row_bytes = k.saturating_mul(a.dtype.byte_width()).max(1);
+        let group = if m == Dim::Dynamic { (GROUP_ROW_BYTES / row_bytes).clamp(1, bands) } else { bands };
+        let per_band = if group == bands {
+            self.band_product(&flat, w, m, None)?
+        } else {
+            let mut parts: Vec<Val> = Vec::new();
+            let mut first = 0;
+            while first < bands {
+                let len = group.min(bands - first);
+                // The group's bands are sliced from the weight as stored, passed through a barrier with what this
+                // group waits for. A slice of the parameter itself is a constant expression, which IREE 3.13 hoists
+                // into the module's initializer as a copy (one dispatch writing every group, refused past 32
+                // bindings); a barrier on the widened (f32) weight makes IREE write that value whole.
+                let wait = parts.last().unwrap_or(&flat).clone();
+                let ordered = self.after(stored, &wait);
+                let wg = self.slice(&ordered, &[(first, first + len, 1), (0, k, 1), (0, t, 1)]);
+                let wg = if wg.dtype == w.dtype { wg } else { self.plain_convert(&wg, w.dtype) };
+                // The gate: a 1 that exists only after the previous group's product, multiplied into this group's
+                // broadcast (exact). A barrier on the `?`-row activation itself would hide its run-time extent from
+                // IREE 3.13 ("dynamic dimensions must have been resolved"); a scalar has none.
+                let gate = match parts.last() {
+                    Some(prev) => {
+                        let prev = prev.clone();
+                        let one = self.splat(1.0, &Shape(vec![]), flat.dtype);
+                        Some(self.after(&one, &prev))
+                    }
+                    None => None,
+                };
+                parts.push(self.band_product(&flat, &wg, m, gate.as_ref())?);
+                first += len;
+            }
+            self.concat_tree(parts, 0)?
+        };
+        let rows = self.transpose(&per_band, &[1, 0, 2]);
+        let merged = self.reshape(&rows, &Shape(vec![m, Dim::Static(bands * t)]))?;
+        if merged.shape == *out { Ok(merged) } else { self.reshape(&merged, out) }
+    }
+
+    /// `[M, K]` rows times a `[B, K, T]` band set: the rows broadcast to each band (times `gate`, a scalar 1 that
+    /// orders the broadcast after whatever produced it), one batched contraction, `[B, M, T]`.
+    fn band_product(&mut self, flat: &Val, w: &Val, m: Dim, gate: Option<&Val>) -> Result<Val> {
+        let [Dim::Static(bands), Dim::Static(k), Dim::Static(t)] = w.shape.0[..] else {
+            return Err(self.err(format!("a weight in row bands is [N / T, K, T], not [{}]", w.shape)));
+        };
         let wide = Shape(vec![Dim::Static(bands), m, Dim::Static(k)]);
         let spread = if m == Dim::Dynamic {
-            let parts = vec![self.i32_part(bands, 0, &wide)?, self.dim_part(&flat, 0)?, self.i32_part(k, 2, &wide)?];
+            // The gate multiplies the rows (`M x K`), not their broadcast: IREE writes a broadcast 1 whole.
+            let src = match gate {
+                Some(gate) => {
+                    let parts = vec![self.dim_part(flat, 0)?, self.i32_part(k, 1, &flat.shape)?];
+                    let st = self.concat_parts(parts);
+                    let ones = self.dynamic_broadcast(gate, &[], &flat.shape, &st);
+                    self.binary_same("multiply", flat, &ones)
+                }
+                None => flat.clone(),
+            };
+            let parts = vec![self.i32_part(bands, 0, &wide)?, self.dim_part(flat, 0)?, self.i32_part(k, 2, &wide)?];
             let st = self.concat_parts(parts);
-            self.dynamic_broadcast(&flat, &[1, 2], &wide, &st)
+            self.dynamic_broadcast(&src, &[1, 2], &wide, &st)
         } else {
-            self.broadcast_to(&flat, &[1, 2], &wide, None)?
+            self.broadcast_to(flat, &[1, 2], &wide, None)?
         };
         let banded = Shape(vec![Dim::Static(bands), m, Dim::Static(t)]);
         let rhs = format!(
@@ -994,12 +1062,9 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
             w.name,
             spread.ty(),
             w.ty(),
-            ty(&banded, a.dtype)
+            ty(&banded, flat.dtype)
         );
-        let per_band = self.assign(&rhs, banded, a.dtype);
-        let rows = self.transpose(&per_band, &[1, 0, 2]);
-        let merged = self.reshape(&rows, &Shape(vec![m, Dim::Static(bands * t)]))?;
-        if merged.shape == *out { Ok(merged) } else { self.reshape(&merged, out) }
+        Ok(self.assign(&rhs, banded, flat.dtype))
     }
 
     pub(crate) fn slice(&mut self, x: &Val, ranges: &[(u64, u64, u64)]) -> Val {
@@ -1030,6 +1095,19 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
             ty(&shape, parts[0].dtype)
         );
         Ok(self.assign(&rhs, shape, parts[0].dtype))
+    }
+
+    /// [`Emitter::concat`] of any number of parts, at most [`CONCAT_FAN_IN`] at a time: IREE 3.13 may write a
+    /// concatenation as one dispatch with a binding per part, and refuses one of more than 32 bindings at run time.
+    pub(crate) fn concat_tree(&mut self, mut parts: Vec<Val>, axis: usize) -> Result<Val> {
+        while parts.len() > CONCAT_FAN_IN {
+            let mut next = Vec::with_capacity(parts.len().div_ceil(CONCAT_FAN_IN));
+            for chunk in parts.chunks(CONCAT_FAN_IN) {
+                next.push(if chunk.len() == 1 { chunk[0].clone() } else { self.concat(chunk, axis)? });
+            }
+            parts = next;
+        }
+        self.concat(&parts, axis)
     }
 
     /// `select(pred, x, fill)` where `pred` is `[S, T]` i1 broadcast over `x`'s leading dims.

@@ -281,6 +281,7 @@ pub(crate) fn emit_functions_into(
                 }
             };
             // A 16-bit weight kept as stored is widened where it is used: IREE fuses the convert into the consumer.
+            let as_stored = v.clone();
             let v = if stored == spec.dtype {
                 v
             } else {
@@ -289,9 +290,13 @@ pub(crate) fn emit_functions_into(
             };
             match c.data.row_tile() {
                 // Row bands `[N / T, K, T]`: only matmuls use it (`transpose_at_export`), each band by band.
-                Some(_) => e.banded.insert(c.tensor, v),
-                None => e.vals.insert(c.tensor, v),
-            };
+                Some(_) => {
+                    e.banded.insert(c.tensor, (v, as_stored));
+                }
+                None => {
+                    e.vals.insert(c.tensor, v);
+                }
+            }
         }
         for node in graph.nodes() {
             e.lower(node).map_err(in_function)?;
