@@ -34,6 +34,19 @@ def random_blocks(fmt, rows, cols, rng):
     return blocks.reshape(rows, -1)
 
 
+def one_tensor_gguf(path, name, fmt, rows, cols, rng):
+    """A GGUF file at `path` holding one `[rows, cols]` tensor `name` of random `fmt` blocks; returns its values as
+    PyPI gguf dequantizes them (float64)."""
+    w = GGUFWriter(str(path), "llama")
+    w.add_tensor(name, random_blocks(fmt, rows, cols, rng), raw_dtype=T[fmt])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    t = GGUFReader(str(path)).tensors[0]
+    return dequantize(t.data, t.tensor_type).astype(np.float64).reshape(rows, cols)
+
+
 @pytest.fixture(scope="module")
 def weights(tmp_path_factory):
     rng = np.random.default_rng(21)
@@ -114,14 +127,7 @@ def test_small_i4_codes_stay_external_and_inline_all_is_refused(tapeout, tmp_pat
     and --inline-all is an error naming the weight, not a module IREE would misread."""
     rng = np.random.default_rng(4)
     path = tmp_path / "w.gguf"
-    w = GGUFWriter(str(path), "llama")
-    w.add_tensor("small", random_blocks("Q4_0", 4, 32, rng), raw_dtype=T.Q4_0)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    t = GGUFReader(str(path)).tensors[0]
-    dense = dequantize(t.data, t.tensor_type).astype(np.float64).reshape(4, 32)
+    dense = one_tensor_gguf(path, "small", "Q4_0", 4, 32, rng)
     g = {"name": "small", "tensors": [
         {"name": "x", "shape": [1, 32], "dtype": "f32"},
         {"name": "w", "shape": [4, 32], "dtype": "f32", "path": "w", "data": {"tensor": "small"}},
@@ -198,14 +204,7 @@ def test_a_gather_with_dynamic_ids_from_an_odd_row_table(fmt, tapeout, tmp_path)
     rows, cols = 5, 256  # 256: a whole K-quant super-block per row
     rng = np.random.default_rng(31)
     path = tmp_path / "w.gguf"
-    w = GGUFWriter(str(path), "llama")
-    w.add_tensor("t", random_blocks(fmt, rows, cols, rng), raw_dtype=T[fmt])
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    t = GGUFReader(str(path)).tensors[0]
-    dense = dequantize(t.data, t.tensor_type).astype(np.float64).reshape(rows, cols)
+    dense = one_tensor_gguf(path, "t", fmt, rows, cols, rng)
     g = {"name": "odd", "tensors": [
         {"name": "ids", "shape": [1, "?"], "dtype": "i32"},
         {"name": "w", "shape": [rows, cols], "dtype": "f32", "path": "w", "data": {"tensor": "t"}},
@@ -240,14 +239,7 @@ def test_a_linear_with_dynamic_rows_dequantizes_after_its_input(fmt, rows, tapeo
     cols = 256
     rng = np.random.default_rng(37)
     path = tmp_path / "w.gguf"
-    w = GGUFWriter(str(path), "llama")
-    w.add_tensor("t", random_blocks(fmt, rows, cols, rng), raw_dtype=T[fmt])
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    t = GGUFReader(str(path)).tensors[0]
-    dense = dequantize(t.data, t.tensor_type).astype(np.float64).reshape(rows, cols)
+    dense = one_tensor_gguf(path, "t", fmt, rows, cols, rng)
     g = {"name": "lin", "tensors": [
         {"name": "x", "shape": [1, "?", cols], "dtype": "f32"},
         {"name": "h", "shape": [1, "?", cols], "dtype": "f32"},

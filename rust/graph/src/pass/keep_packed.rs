@@ -533,21 +533,18 @@ pub(crate) fn keep_packed<'a>(program: Program<'a>) -> Result<Program<'a>> {
                 let mut tt_whole = outputs.contains(&tt);
                 for &j in uses.get(&tt).map(Vec::as_slice).unwrap_or(&[]) {
                     let m = &nodes[j];
-                    if let Some(xd) = linear_x(m, tt, b.specs, k, &replaced, j) {
-                        b.origin = m.origin();
-                        let start = b.ops.len();
-                        linear_use(&mut b, &mut pl, m.inputs[0], &xd, m.outputs[0]);
-                        let seq = b.take_use(start);
-                        replaced.insert(j, seq);
-                    } else if dynamic_linear(m, tt, b.specs, k, &replaced, j) {
-                        b.origin = m.origin();
-                        let start = b.ops.len();
-                        dynamic_linear_use(&mut b, &mut pl, m, n);
-                        let seq = b.take_use(start);
-                        replaced.insert(j, seq);
-                    } else {
+                    let Some(how) = linear_of(m, tt, b.specs, k, &replaced, j) else {
                         tt_whole = true;
+                        continue;
+                    };
+                    b.origin = m.origin();
+                    let start = b.ops.len();
+                    match how {
+                        Linear::PerBlock(xd) => linear_use(&mut b, &mut pl, m.inputs[0], &xd, m.outputs[0]),
+                        Linear::Dynamic => dynamic_linear_use(&mut b, &mut pl, m, n),
                     }
+                    let seq = b.take_use(start);
+                    replaced.insert(j, seq);
                 }
                 if tt_whole {
                     b.origin = node.origin();
@@ -597,42 +594,37 @@ pub(crate) fn keep_packed<'a>(program: Program<'a>) -> Result<Program<'a>> {
     Ok(Program { specs: std::mem::take(specs), inputs, constants, nodes, outputs, next_index })
 }
 
-/// The static dims of `x` when `m` is a linear layer `matmul(x, tt)` the rewrite contracts per block.
-fn linear_x(
+/// How a linear layer `matmul(x, tt)` is rewritten on the planes.
+enum Linear {
+    /// `x` of these static dims: contracted per block ([`linear_use`]).
+    PerBlock(Vec<u64>),
+    /// `x [.., K]` with `?` dimensions (a prefill's rows), where the per-block product's partials grow with the rows:
+    /// the weight dequantized for it alone ([`dynamic_linear_use`]).
+    Dynamic,
+}
+
+/// How `m` is rewritten when it is a linear layer `matmul(x, tt)` of an f32 `x [.., K]` not rewritten yet.
+fn linear_of(
     m: &Op,
     tt: TensorId,
     specs: &[TensorSpec],
     k: u64,
     replaced: &HashMap<usize, Vec<Op>>,
     j: usize,
-) -> Option<Vec<u64>> {
+) -> Option<Linear> {
     let linear = m.op == OpKind::Matmul && m.inputs.get(1) == Some(&tt) && m.inputs.first() != Some(&tt);
-    let x = m.inputs.first().map(|x| &specs[x.index()]);
-    let xd = x.filter(|x| x.dtype == DType::F32).and_then(|x| x.shape.static_dims())?;
+    let x = m.inputs.first().map(|x| &specs[x.index()]).filter(|x| x.dtype == DType::F32)?;
+    if !linear || m.outputs.len() != 1 || replaced.contains_key(&j) || x.shape.0.last() != Some(&Dim::Static(k)) {
+        return None;
+    }
+    let Some(xd) = x.shape.static_dims() else { return Some(Linear::Dynamic) };
     // `x` is contracted as `[P, Kb, B]`: `P`, its leading extents' product, is written into a slice's limits.
     let (_, lead) = xd.split_last()?;
-    let p = lead.iter().try_fold(1u64, |p, &d| p.checked_mul(d)).filter(|&p| p <= MAX_DIM);
-    (linear && p.is_some() && m.outputs.len() == 1 && xd.last() == Some(&k) && !replaced.contains_key(&j)).then_some(xd)
+    lead.iter().try_fold(1u64, |p, &d| p.checked_mul(d)).filter(|&p| p <= MAX_DIM)?;
+    Some(Linear::PerBlock(xd))
 }
 
-/// Whether `m` is a linear layer `matmul(x, tt)` whose `x [.., K]` has `?` dimensions (a prefill's rows): the
-/// per-block product's partials grow with the rows, so the weight is dequantized for it ([`Planes::dequantized_t_after`]).
-fn dynamic_linear(
-    m: &Op,
-    tt: TensorId,
-    specs: &[TensorSpec],
-    k: u64,
-    replaced: &HashMap<usize, Vec<Op>>,
-    j: usize,
-) -> bool {
-    let linear = m.op == OpKind::Matmul && m.inputs.get(1) == Some(&tt) && m.inputs.first() != Some(&tt);
-    let x = m.inputs.first().map(|x| &specs[x.index()]);
-    let x_ok =
-        x.is_some_and(|x| x.dtype == DType::F32 && x.shape.is_dynamic() && x.shape.0.last() == Some(&Dim::Static(k)));
-    linear && x_ok && m.outputs.len() == 1 && !replaced.contains_key(&j)
-}
-
-/// `y = x @ Wᵀ` for `x` with `?` rows ([`dynamic_linear`]): the weight dequantized part by part
+/// `y = x @ Wᵀ` for `x` with `?` rows ([`Linear::Dynamic`]): the weight dequantized part by part
 /// ([`Planes::row_chunks`]), each part after the previous part's product (the first after `x`), and the parts'
 /// products concatenated along the last axis.
 fn dynamic_linear_use(b: &mut Builder<'_>, pl: &mut Planes, m: &Op, n: u64) {
