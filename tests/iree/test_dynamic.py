@@ -201,6 +201,9 @@ CASES = {
     "linear_many_bands": ([t("x", [1, D, 8192]), t("w", [1056, 8192], weight=W1056), t("wt", [8192, 1056]),
                            t("y", [1, D, 1056])],
                           [n("transpose", ["w"], "wt"), n("matmul", ["x", "wt"], "y")], {"x": [1, "S", 8192]}),
+    # 33 parts: the emitter joins at most 16 per `stablehlo.concatenate` (test_a_concat_of_many_parts_is_a_tree).
+    "concat_33_parts": ([t(f"x{i}", [D, 1]) for i in range(33)] + [t("y", [D, 33])],
+                        [n("concat", [f"x{i}" for i in range(33)], "y", axis=1)], {f"x{i}": ["S", 1] for i in range(33)}),
 }
 
 # Cases whose result size is not the input's `?` (a slice start, a concatenation), so the static control (every `?` made 4) does not type-check.
@@ -290,3 +293,15 @@ def test_linear_bands_in_groups_with_dynamic_rows(tapeout, tmp_path):
             assert not re.search(rf"stablehlo\.slice {w} ", text), text
         else:
             assert [b for b, _ in products[dims]] == ["33"] and not barriers, (products, barriers)
+
+
+def test_a_concat_of_many_parts_is_a_tree(tapeout, tmp_path):
+    """IREE 3.13 may write a concatenation as one dispatch with a binding per part and refuses more than 32 at run
+    time, so the emitter joins at most 16 parts at a time: 33 parts are 16 + 16 + 1, then 3. Values: the case above."""
+    tensors, nodes, _ = CASES["concat_33_parts"]
+    g = write_graph(tmp_path, "cat", tensors, nodes, ["y"])
+    run(tapeout, "export", g, "--weights", tmp_path / "cat.safetensors", "-o", tmp_path / "out")
+    text = (tmp_path / "out/cat.mlir").read_text()
+    fan_in = [line.split("concatenate")[1].split(", dim =")[0].count("%") for line in text.splitlines()
+              if "stablehlo.concatenate" in line]
+    assert sorted(fan_in) == [3, 16, 16], fan_in

@@ -342,9 +342,7 @@ fn slice_range(start: &[u64], dims: &[u64]) -> Attrs {
 
 /// Attributes of a `slice` of the leading `dims` of a tensor (start 0, stride 1).
 fn slice_to(dims: &[u64]) -> Attrs {
-    let mut a = ints("start", dims.iter().map(|_| 0));
-    a.extend(ints("limit", dims.iter().copied()));
-    a
+    slice_range(&vec![0; dims.len()], dims)
 }
 
 /// Rewrites every packed constant that is to be dequantized ([`ConstantData::Dequantize`]) and splits into planes;
@@ -541,7 +539,7 @@ pub(crate) fn keep_packed<'a>(program: Program<'a>) -> Result<Program<'a>> {
                     let start = b.ops.len();
                     match how {
                         Linear::PerBlock(xd) => linear_use(&mut b, &mut pl, m.inputs[0], &xd, m.outputs[0]),
-                        Linear::Dynamic => dynamic_linear_use(&mut b, &mut pl, m, n),
+                        Linear::Dynamic => dynamic_linear_use(&mut b, &mut pl, m),
                     }
                     let seq = b.take_use(start);
                     replaced.insert(j, seq);
@@ -627,8 +625,8 @@ fn linear_of(
 /// `y = x @ Wᵀ` for `x` with `?` rows ([`Linear::Dynamic`]): the weight dequantized part by part
 /// ([`Planes::row_chunks`]), each part after the previous part's product (the first after `x`), and the parts'
 /// products concatenated along the last axis.
-fn dynamic_linear_use(b: &mut Builder<'_>, pl: &mut Planes, m: &Op, n: u64) {
-    let (x, y) = (m.inputs[0], m.outputs[0]);
+fn dynamic_linear_use(b: &mut Builder<'_>, pl: &mut Planes, m: &Op) {
+    let (x, y, n) = (m.inputs[0], m.outputs[0], pl.n);
     let label = b.specs[y.index()].name.clone();
     let chunks = pl.row_chunks();
     if let [rows] = chunks.as_slice() {
@@ -652,28 +650,12 @@ fn dynamic_linear_use(b: &mut Builder<'_>, pl: &mut Planes, m: &Op, n: u64) {
         pl.dequantized_t_after(b, wait, &part, (first, len), wt);
         let yi = f32_rows(b, part, real);
         wait = b.op_into(OpKind::Matmul, m.attrs.clone(), &[x, wt], yi);
-        parts.push((wait, real));
+        parts.push(wait);
     }
-    // At most CONCAT_FAN_IN parts per concatenation: IREE 3.13 may write one as a dispatch with a binding per part
-    // and refuses more than 32 bindings at run time (a 128 K vocabulary of 4096 is 125 parts).
-    let mut level = 0;
-    while parts.len() > CONCAT_FAN_IN {
-        let mut next = Vec::with_capacity(parts.len().div_ceil(CONCAT_FAN_IN));
-        for (i, chunk) in parts.chunks(CONCAT_FAN_IN).enumerate() {
-            let rows = chunk.iter().map(|&(_, r)| r).sum();
-            let ids: Vec<TensorId> = chunk.iter().map(|&(t, _)| t).collect();
-            let out = f32_rows(b, format!("{label}.cat{level}.{i}"), rows);
-            next.push((b.op_into(OpKind::Concat, axis(-1), &ids, out), rows));
-        }
-        parts = next;
-        level += 1;
-    }
-    let ids: Vec<TensorId> = parts.iter().map(|&(t, _)| t).collect();
-    b.op_into(OpKind::Concat, axis(-1), &ids, y);
+    // The emitter joins at most 16 parts per `stablehlo.concatenate` (`Emitter::concat_tree`): a 128 K vocabulary
+    // of 4096 is 125 parts, past IREE 3.13's 32 bindings per dispatch.
+    b.op_into(OpKind::Concat, axis(-1), &parts, y);
 }
-
-/// The most parts one `concat` of a [`dynamic_linear_use`] joins.
-const CONCAT_FAN_IN: usize = 16;
 
 /// The dims of the ids (static or `?`) when `node` gathers rows of `w` the rewrite gathers from the planes.
 fn gather_ids(

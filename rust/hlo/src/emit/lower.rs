@@ -93,7 +93,7 @@ impl<'g> Emitter<'g, '_, '_> {
                             out.shape.is_dynamic() && v.shape.is_dynamic() && self.widened.contains(id);
                         parts.push(if cloned_by_iree { self.unfused(v)? } else { v.clone() });
                     }
-                    self.concat(&parts, axis)?
+                    self.concat_tree(parts, axis)?
                 }
                 OpKind::Slice => self.lower_slice(&ins[0])?,
                 OpKind::Gather => self.gather(&ins[0], &ins[1], &out)?,
