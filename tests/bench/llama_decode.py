@@ -11,8 +11,9 @@ with the same thread count, in alternating rounds, and the read-bandwidth floor 
   the bench venv (`scripts/setup bench`: .bench-venv); scripts/test runs `--small --no-llamacpp --checkpoint
   examples/hf-llama/testdata/llama-bf16`, which checks only that the IREE side runs;
 - tapeout: `gradle :examples:hf-llama:exportIrpaCheckpoint` (bf16 kept), `iree-compile` for the host CPU with the
-  flags docs/performance.md documents; prefill of 8 and 128 tokens and one decode step after 64 and 1024 cached
-  positions, each the median of `iree-benchmark-module` repetitions; the same decode step served in process by
+  flags docs/performance.md documents; prefill of 8 and 128 tokens (exported with HF's logits_to_keep=1: the last
+  position's logits, as generate() asks and as llama.cpp's prefill is timed) and one decode step after 64 and 1024
+  cached positions, each the median of `iree-benchmark-module` repetitions; the same decode step served in process by
   tapeout-iree (`serve_bench`, the archive mapped): its time and its RssFile / RssAnon; each export's prefill
   served the same way: its time and the process's peak memory (VmHWM);
 - llama.cpp: tests/bench/llamacpp.py (convert_hf_to_gguf.py to F16, llama.cpp's quantizer to Q8_0 and Q4_0, pure;
@@ -20,7 +21,7 @@ with the same thread count, in alternating rounds, and the read-bandwidth floor 
 - GGUF through tapeout (when examples/hf-llama has the GGUF entry): the Q8_0 and Q4_0 files exported with their
   blocks kept packed, timed as above against llama.cpp's same files;
 - numbers: prefill logits of one prompt against transformers' float32 forward (max abs difference), for tapeout
-  and for llama.cpp F16.
+  (the last position) and for llama.cpp F16 (every position).
 
 Prints one JSON object (every median, the ratios of docs/performance.md, and the machine's bandwidth). Every
 round's samples are also kept in DIR/times.json; `--reuse-times` takes them from there instead of timing again
@@ -69,7 +70,9 @@ def config(ckpt):
 
 def export(ckpt, out, gguf=None, static=None):
     """The checkpoint (or a GGUF file) exported by the Kotlin model through Gradle; returns (mlir, irpa). With
-    `static`, decode is HF's StaticCache form: caches of that many rows, this step written at cache_position."""
+    `static`, decode is HF's StaticCache form: caches of that many rows, this step written at cache_position.
+    Prefill returns the last position's logits (HF's logits_to_keep=1, what generate() asks for), as llama.cpp's
+    prefill is timed."""
     out = pathlib.Path(out)
     if gguf is None:
         task, props = ":examples:hf-llama:exportIrpaCheckpoint", [f"-PhfLlama.checkpoint={ckpt}"]
@@ -77,6 +80,7 @@ def export(ckpt, out, gguf=None, static=None):
             props.append(f"-PhfLlama.staticCache={static}")
     else:
         task, props = ":examples:hf-llama:exportIrpaGguf", [f"-PhfLlama.gguf={gguf}"]
+    props.append("-PhfLlama.logitsToKeep=1")
     sh(*GRADLE, task, *props, f"-PtapeoutOut={out}", "-PtapeoutHeap=1g", cwd=ROOT)
     return out / "llama.mlir", out / "llama.irpa"
 
@@ -138,7 +142,8 @@ def kv_bytes(cfg, context):
 
 
 def iree_logits(vmfb, irpa, mlir, d, tokens):
-    """Prefill logits [S, vocab] of `tokens`; the caches prefill also returns are not written (`--output=`)."""
+    """Prefill logits of `tokens`, [rows, vocab] (the last position's only under logits_to_keep=1); the caches
+    prefill also returns are not written (`--output=`)."""
     ids = d / "prompt.npy"
     np.save(ids, np.array([tokens], np.int32))
     out = d / "logits.npy"
@@ -295,7 +300,9 @@ def main():
             want = d / "want.npy"
             sh(py, "-c", TRANSFORMERS, ckpt, want, ",".join(map(str, tokens)))
             want = np.load(want)
-            result["max_abs_vs_transformers"] = {"tapeout_bf16": float(np.abs(iree_logits(vmfb, irpa, mlir, d, tokens) - want).max())}
+            got = iree_logits(vmfb, irpa, mlir, d, tokens)
+            result["max_abs_vs_transformers"] = {"tapeout_bf16": float(np.abs(got - want[-len(got):]).max()),
+                                                 "tapeout_bf16_positions": len(got)}
             lc = d / "lc.npy"
             sh(py, ROOT / "tests/bench/llamacpp.py", "logits", ggufs["f16"], "--tokens", ",".join(map(str, tokens)), "--out", lc)
             result["max_abs_vs_transformers"]["llamacpp_f16"] = float(np.abs(np.load(lc) - want).max())

@@ -29,16 +29,14 @@ import java.io.File
  *
  * Functions as [HfLlama]'s (DynamicCache form): `prefill(input_ids [1, ?])`, `decode(input_ids [1, 1], past_key_<i>,
  * past_value_<i> [1, KV, ?, D] …)`, or with `static=<N>` (Gradle: `-PhfLlama.staticCache=N`) HF's `StaticCache`
- * form, as [HfLlama]'s.
+ * form, as [HfLlama]'s; `logits_to_keep=1` (`-PhfLlama.logitsToKeep=1`) as [HfLlama]'s.
  *
- * `args`: the GGUF file, optionally then `static=<cache length>`.
+ * `args`: the GGUF file, optionally then `static=<cache length>` and/or `logits_to_keep=1` ([ModelOptions]).
  */
 class GgufLlama : ModuleProvider {
     override fun buildTapes(args: List<String>): Map<String, ExecutionTape> {
-        require(args.size in 1..2) {
-            "GgufLlama takes the GGUF file (tapeout { args '…' }), optionally then static=<cache length>, not $args"
-        }
-        val static = staticCacheArg("GgufLlama", args.getOrNull(1))
+        require(args.isNotEmpty()) { "GgufLlama takes the GGUF file (tapeout { args '…' }), optionally then ${ModelOptions.USAGE}" }
+        val options = ModelOptions.parse("GgufLlama", args.drop(1))
         val gguf = Gguf.open(File(args[0]))
         val config = config(gguf)
         val model = LlamaForCausalLM(config)
@@ -52,8 +50,7 @@ class GgufLlama : ModuleProvider {
             "${gguf.file.path}: the model's keys and the GGUF's (renamed to transformers' names) differ: missing $missing, " +
                 "never read $unused" + if ("rope_freqs.weight" in unused) " (rope_freqs: Llama 3's RoPE frequency factors, not modelled for GGUF)" else ""
         }
-        val decode = if (static != null) model.decodeStaticTape(checkpoint, static) else model.decodeTape(checkpoint)
-        return mapOf("prefill" to model.prefillTape(checkpoint), "decode" to decode)
+        return model.tapes(checkpoint, options)
     }
 
     companion object {

@@ -12,6 +12,7 @@ import dev.tapeout.RMSNorm
 import dev.tapeout.Rotary
 import dev.tapeout.SafeTensors
 import dev.tapeout.Tensor
+import dev.tapeout.minus
 import dev.tapeout.plus
 import dev.tapeout.reshape
 import dev.tapeout.rotary
@@ -41,16 +42,21 @@ import java.io.File
  * - `decode(input_ids [1, 1] i32, past_key_<i>, past_value_<i> [1, KV, ?, D] …)` → `logits [1, 1, vocab]` and the
  *   caches one position longer;
  * - with `static=<N>` (Gradle: `-PhfLlama.staticCache=N`) decode is HF's `StaticCache` form instead:
- *   `decode(input_ids [1, 1], cache_position [] i32, past_key_<i>, past_value_<i> [1, KV, N, D] …)`.
+ *   `decode(input_ids [1, 1], cache_position [] i32, past_key_<i>, past_value_<i> [1, KV, N, D] …)`;
+ * - with `logits_to_keep=1` (Gradle: `-PhfLlama.logitsToKeep=1`) prefill returns `logits [1, 1, vocab]`, the last
+ *   position's only: HF's `logits_to_keep=1`, which `generate()` passes to prefill. The LM head then runs on one
+ *   row instead of every position's.
  *
  * Compute is f32; a bf16 checkpoint's weights stay bf16 in the archive and are widened where they are used (the
  * tape's default `compute = F32`), which is what transformers' `model.float()` computes.
  *
- * `args`: the checkpoint directory (holding `config.json` and `model.safetensors`), optionally `static=<N>`.
+ * `args`: the checkpoint directory (holding `config.json` and `model.safetensors`), optionally then `static=<N>`
+ * and/or `logits_to_keep=1` ([ModelOptions]).
  */
 class HfLlama : ModuleProvider {
     override fun buildTapes(args: List<String>): Map<String, ExecutionTape> {
-        val dir = File(args.firstOrNull() ?: error("HfLlama takes the checkpoint directory (tapeout { args '…' }), optionally then static=<cache length>"))
+        val dir = File(args.firstOrNull() ?: error("HfLlama takes the checkpoint directory (tapeout { args '…' }), optionally then ${ModelOptions.USAGE}"))
+        val options = ModelOptions.parse("HfLlama", args.drop(1))
         val config = LlamaConfig.read(File(dir, "config.json"))
         val model = LlamaForCausalLM(config)
         val checkpoint = SafeTensors.open(File(dir, "model.safetensors"))
@@ -61,18 +67,51 @@ class HfLlama : ModuleProvider {
         require(missing.isEmpty() && unused.isEmpty()) {
             "${checkpoint.file.path}: the model's keys and the checkpoint's differ: missing $missing, never read $unused"
         }
-        // The KV cache: HF's DynamicCache (concat along the `?` past length) or, with a second argument
-        // `static=<length>`, HF's StaticCache (a fixed-length cache written at cache_position).
-        val static = staticCacheArg("HfLlama", args.getOrNull(1))
-        val decode = if (static != null) model.decodeStaticTape(checkpoint, static) else model.decodeTape(checkpoint)
-        return mapOf("prefill" to model.prefillTape(checkpoint), "decode" to decode)
+        return model.tapes(checkpoint, options)
     }
 }
 
-/** The cache length of an optional `static=<length>` argument ([who]'s second), or null without one. */
-internal fun staticCacheArg(who: String, arg: String?): Int? = arg?.let { a ->
-    a.removePrefix("static=").toIntOrNull()?.takeIf { a.startsWith("static=") && it > 0 }
-        ?: throw IllegalArgumentException("$who's second argument must be static=<cache length> (a positive number), not '$a'")
+/**
+ * The options after the checkpoint (or GGUF file) argument, each at most once, in any order:
+ * - `static=<length>`: decode in HF's StaticCache form (a fixed-length cache written at cache_position) instead of
+ *   the DynamicCache form (concat along the `?` past length);
+ * - `logits_to_keep=1`: prefill computes the last position's logits only (HF's `logits_to_keep`, as `generate()`
+ *   passes it); without it, every position's, as HF's `forward` does by default.
+ */
+class ModelOptions(
+    /** The StaticCache length, or null for the DynamicCache form. */
+    val staticCache: Int?,
+    /** 0 (every position's logits) or 1 (the last position's). */
+    val logitsToKeep: Int,
+) {
+    companion object {
+        /** The options as a usage line. */
+        const val USAGE = "static=<cache length> and/or logits_to_keep=1"
+
+        /** Parses [args] for [who]'s error messages; an unknown, repeated or malformed option is refused. */
+        fun parse(who: String, args: List<String>): ModelOptions {
+            val seen = HashMap<String, Int>()
+            for (a in args) {
+                val key = a.substringBefore('=', "")
+                val n = a.substringAfter('=', "").toIntOrNull()
+                if (key != "static" && key != "logits_to_keep") {
+                    throw IllegalArgumentException("$who: unknown option '$a' after the model file; the options are $USAGE")
+                }
+                if (key in seen) throw IllegalArgumentException("$who: option $key given twice ('$a')")
+                seen[key] = when (key) {
+                    "static" -> n?.takeIf { it > 0 }
+                        ?: throw IllegalArgumentException("$who: static=<cache length> needs a positive number, not '$a'")
+                    // HF's other values (N > 1: the last N positions) would need prompts of at least N tokens, which a
+                    // `?` length cannot promise; 0 is the default (every position).
+                    else -> n?.takeIf { it == 1 } ?: throw IllegalArgumentException(
+                        "$who: logits_to_keep=1 (the last position, what generate() asks for) is the one value supported, " +
+                            "not '$a'; leave it out for every position's logits",
+                    )
+                }
+            }
+            return ModelOptions(seen["static"], seen["logits_to_keep"] ?: 0)
+        }
+    }
 }
 
 /** `LlamaMLP`: `down_proj(silu(gate_proj(x)) * up_proj(x))`. */
@@ -211,17 +250,39 @@ class LlamaForCausalLM(
         if (config.tieWordEmbeddings) it.tieTo(model.embedTokens)
     }
 
-    private fun outputs(t: ExecutionTape, inputIds: Tensor, past: List<LayerCache>?) {
+    private fun outputs(t: ExecutionTape, inputIds: Tensor, past: List<LayerCache>?, lastOnly: Boolean = false) {
         val (h, caches) = model(inputIds, past)
-        t.output("logits", lmHead(h))
+        t.output("logits", lmHead(if (lastOnly) lastPosition(h) else h))
         caches.forEachIndexed { i, c -> t.output("present_key_$i", c.keys); t.output("present_value_$i", c.values) }
     }
 
-    /** A prompt of any length: `input_ids [1, ?]`. */
-    fun prefillTape(checkpoint: Checkpoint): ExecutionTape {
+    /**
+     * `hidden_states[:, -1:, :]` of `[1, S, hidden]` (S a `?` length of at least 1): a static `[1, 1, hidden]`, so
+     * the LM head after it is a one-row product, as in a decode step.
+     */
+    private fun lastPosition(h: Tensor): Tensor {
+        val t = h.tape
+        val length = t.reduceSum(t.expand(t.scalar(1.0, DType.I32), t.arange(h, 1)), 0)
+        val zero = t.scalar(0.0, DType.I32)
+        return t.dynamicSlice(h, listOf(zero, length - 1, zero), 1, 1, config.hiddenSize)
+    }
+
+    /** The `prefill` and `decode` tapes of [options]. */
+    fun tapes(checkpoint: Checkpoint, options: ModelOptions): Map<String, ExecutionTape> {
+        val static = options.staticCache
+        val decode = if (static != null) decodeStaticTape(checkpoint, static) else decodeTape(checkpoint)
+        return mapOf("prefill" to prefillTape(checkpoint, options.logitsToKeep), "decode" to decode)
+    }
+
+    /**
+     * A prompt of any length: `input_ids [1, ?]`; logits of every position (`logits [1, ?, vocab]`), or with
+     * [logitsToKeep] 1 of the last (`[1, 1, vocab]`).
+     */
+    fun prefillTape(checkpoint: Checkpoint, logitsToKeep: Int = 0): ExecutionTape {
+        require(logitsToKeep == 0 || logitsToKeep == 1) { "logitsToKeep is 0 (every position) or 1 (the last), not $logitsToKeep" }
         val t = ExecutionTape()
         t.load(checkpoint)
-        outputs(t, t.input("input_ids", 1, -1, dtype = DType.I32), null)
+        outputs(t, t.input("input_ids", 1, -1, dtype = DType.I32), null, lastOnly = logitsToKeep == 1)
         return t
     }
 

@@ -23,7 +23,8 @@ import kotlin.system.exitProcess
  * the module returns, passed back on the device (each step's cache one position longer: more run-time sizes of the
  * `?` past length; or HF's StaticCache form: a fixed-length cache and `cache_position`), feeding transformers'
  * tokens. Every position's and step's logits must be within [TOL] of transformers' float32 logits, with the same
- * argmax; exits 1 otherwise.
+ * argmax; exits 1 otherwise. An export with `logits_to_keep=1` returns the last position's prefill logits only:
+ * those are checked against transformers' last position.
  */
 object VerifyParity {
     const val TOL = 1e-4
@@ -74,12 +75,17 @@ object VerifyParity {
                 val out = prefill.call(ids)
                 ids.close()
                 val logits = out[0].toFloatArray()
-                worst = maxOf(worst, check("$name prefill of ${tokens.size}", logits, golden.floats("prefill_${tag}_logits"), vocab, failures))
+                // Every position's logits, or with logits_to_keep=1 ([1, 1, vocab]) the last position's.
+                val rows = out[0].shape[1]
+                check(rows == tokens.size.toLong() || rows == 1L) { "$name: prefill of ${tokens.size} gave logits ${out[0].shape.toList()}" }
+                val last = if (rows == 1L && tokens.size > 1) " (logits_to_keep=1: the last position)" else ""
+                val want = golden.floats("prefill_${tag}_logits").let { it.copyOfRange(it.size - (rows * vocab).toInt(), it.size) }
+                worst = maxOf(worst, check("$name prefill of ${tokens.size}$last", logits, want, vocab, failures))
                 out[0].close()
                 // A GGUF's goldens also hold llama.cpp's own logits for prompt a: reported, not checked (its matmuls
                 // round the activations to the weights' dot-product types).
                 if (tag == "a" && golden.has("llamacpp_prefill_a_logits")) {
-                    val cpp = golden.floats("llamacpp_prefill_a_logits")
+                    val cpp = golden.floats("llamacpp_prefill_a_logits").let { it.copyOfRange(it.size - logits.size, it.size) }
                     val far = logits.indices.maxOf { abs(logits[it].toDouble() - cpp[it]) }
                     println("verify: $name prefill of ${tokens.size}: max abs %.2e vs llama.cpp (reported only)".format(far))
                 }
