@@ -1,4 +1,5 @@
 """Helpers shared by the Python tests: running binaries and IREE's tools."""
+import fcntl
 import os
 import pathlib
 import subprocess
@@ -9,6 +10,20 @@ VENV_BIN = pathlib.Path(os.environ.get("TAPEOUT_VENV", ROOT / ".venv")) / "bin"
 
 def iree_tool(name: str) -> str:
     return str(VENV_BIN / name)
+
+
+def gradle_run(cmd, **kw) -> subprocess.CompletedProcess:
+    """`subprocess.run(cmd, **kw)` for a command that runs Gradle (or scripts/publish, which does), holding a lock
+    file for its duration: scripts/test runs the test files on two pytest-xdist workers, and two Gradle 4.4.1 builds
+    of this repository at once would write the same jars and class directories (a temporary project reads them)."""
+    lock = ROOT / "target" / "test-gradle.lock"
+    lock.parent.mkdir(exist_ok=True)
+    with open(lock, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            return subprocess.run(cmd, **kw)
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def run(*args, check=True, **kw) -> subprocess.CompletedProcess:

@@ -3,11 +3,10 @@ apply the plugin from its built jar, with a small Kotlin model. Covers configura
 FAIL vs DEQUANTIZE and the error message."""
 import pathlib
 import shutil
-import subprocess
 
 import pytest
 
-from harness import ROOT
+from harness import ROOT, gradle_run
 
 GRADLE = shutil.which("gradle")
 pytestmark = pytest.mark.skipif(GRADLE is None, reason="gradle is installed by scripts/setup")
@@ -48,8 +47,8 @@ dependencies {{
 
 @pytest.fixture(scope="module")
 def built_jars():
-    subprocess.run([GRADLE, "-c", "settings-gradle4.gradle", "--offline", "--no-daemon", "--quiet", ":jvm:jar", ":jvm-iree:jar"],
-                   cwd=ROOT, check=True, capture_output=True)
+    gradle_run([GRADLE, "-c", "settings-gradle4.gradle", "--offline", "--no-daemon", "--quiet", ":jvm:jar", ":jvm-iree:jar"],
+               cwd=ROOT, check=True, capture_output=True)
     assert (ROOT / "buildSrc/build/libs/buildSrc.jar").is_file()
 
 
@@ -67,8 +66,8 @@ def project(tmp_path, tapeout_block):
 
 
 def gradle(path, *args):
-    return subprocess.run([GRADLE, "--offline", "--no-daemon", "--console=plain", *args], cwd=path,
-                          capture_output=True, text=True)
+    return gradle_run([GRADLE, "--offline", "--no-daemon", "--console=plain", *args], cwd=path,
+                      capture_output=True, text=True)
 
 
 def test_missing_model_is_a_clear_configuration_error(built_jars, tmp_path):
@@ -492,8 +491,8 @@ def test_an_unset_kotlin_home_says_how_to_set_it_and_that_a_daemon_may_not_see_i
     p = project(tmp_path, "tapeout { model = 'demo.Model' }")
     (p / "gradle.properties").write_text("systemProp.gradle-debian-helper.hook.enabled=false\n")
     env = {k: v for k, v in os.environ.items() if k != "KOTLIN_HOME"}
-    r = subprocess.run([GRADLE, "--offline", "--no-daemon", "--console=plain", "exportIrpa"], cwd=p,
-                       capture_output=True, text=True, env=env)
+    r = gradle_run([GRADLE, "--offline", "--no-daemon", "--console=plain", "exportIrpa"], cwd=p,
+                   capture_output=True, text=True, env=env)
     text = r.stdout + r.stderr
     assert r.returncode != 0, text
     assert "set -PkotlinHome=<kotlinc distribution>" in text and "KOTLIN_HOME" in text, text
@@ -600,8 +599,8 @@ dependencies {{
     (p / "src/main/kotlin").mkdir(parents=True)
     (p / "src/main/kotlin/Snippet.kt").write_text(snippet)
     out = p / "build/tapeout"
-    r = subprocess.run([GRADLE, "-c", "settings-gradle4.gradle", "--offline", "--no-daemon", "--quiet",
-                        ":examples:tiny-llm:exportIrpa", f"-PtapeoutOut={out}"], cwd=ROOT, capture_output=True, text=True)
+    r = gradle_run([GRADLE, "-c", "settings-gradle4.gradle", "--offline", "--no-daemon", "--quiet",
+                    ":examples:tiny-llm:exportIrpa", f"-PtapeoutOut={out}"], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     monkeypatch.setenv("TAPEOUT_IREE_COMPILE", str(ROOT / ".venv/bin/iree-compile"))
     r = gradle(p, "run")

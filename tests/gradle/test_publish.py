@@ -7,12 +7,11 @@ import os
 import pathlib
 import re
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
 
-from harness import ROOT, compile_and_run_iree
+from harness import ROOT, compile_and_run_iree, gradle_run
 
 GRADLE = shutil.which("gradle")
 pytestmark = pytest.mark.skipif(GRADLE is None, reason="gradle is installed by scripts/setup")
@@ -49,8 +48,8 @@ def export_and_check(project, kotlin_home, env_extra=None):
     env = {k: v for k, v in os.environ.items() if k not in ("KOTLIN_HOME", "GRADLE_OPTS")}
     env.update(env_extra or {})
     env["KOTLIN_HOME"] = str(kotlin_home)
-    r = subprocess.run([GRADLE, "--no-daemon", "--console=plain", "exportIrpa"], cwd=project, env=env,
-                       capture_output=True, text=True)
+    r = gradle_run([GRADLE, "--no-daemon", "--console=plain", "exportIrpa"], cwd=project, env=env,
+                   capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     out = project / "build/tapeout"
     x = np.arange(8, dtype=np.float32).reshape(2, 4) * 0.25 - 1
@@ -67,7 +66,7 @@ def export_and_check(project, kotlin_home, env_extra=None):
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
     d = tmp_path_factory.mktemp("published") / "repo"
-    r = subprocess.run([ROOT / "scripts/publish", d], capture_output=True, text=True)
+    r = gradle_run([ROOT / "scripts/publish", d], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     v = version()
     for f in [f"dev/tapeout/tapeout/{v}/tapeout-{v}.jar", f"dev/tapeout/tapeout/{v}/tapeout-{v}-sources.jar",
@@ -94,7 +93,7 @@ def test_maven_local_works_the_same(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     env = {**os.environ, "HOME": str(home)}
-    r = subprocess.run([ROOT / "scripts/publish", "--maven-local"], env=env, capture_output=True, text=True)
+    r = gradle_run([ROOT / "scripts/publish", "--maven-local"], env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert (home / ".m2/repository/dev/tapeout/tapeout").is_dir()
     # Gradle's mavenLocal() follows the JVM's user.home (not $HOME), or maven.repo.local when set.

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from harness import ROOT, compile_and_run_iree, n, run, signature, t, write_graph
+from harness import ROOT, compile_and_run_iree, gradle_run, n, run, signature, t, write_graph
 
 sys.path.insert(0, str(ROOT / "tests/graphs"))
 import reference  # noqa: E402
@@ -275,12 +275,11 @@ def rotary_modules(tmp_path_factory):
     """The ROTARY_CASES exported by the Kotlin library: its jar built by Gradle (as tests/gradle does), a small
     program compiled by the repository's kotlinc against it, run on the JVM with the JNI library."""
     import shutil
-    import subprocess
     gradle = shutil.which("gradle")
     if gradle is None:
         pytest.skip("gradle is installed by scripts/setup")
-    subprocess.run([gradle, "-c", "settings-gradle4.gradle", "--offline", "--no-daemon", "--quiet", ":jvm:jar"],
-                   cwd=ROOT, check=True, capture_output=True)
+    gradle_run([gradle, "-c", "settings-gradle4.gradle", "--offline", "--no-daemon", "--quiet", ":jvm:jar"],
+               cwd=ROOT, check=True, capture_output=True)
     kotlin = ROOT / "jvm/tools/node_modules/kotlin-compiler"
     classes = ROOT / "jvm/build/kotlinc/main"
     work = tmp_path_factory.mktemp("rotary")

@@ -26,7 +26,7 @@ import sys
 import numpy as np
 import pytest
 
-from harness import ROOT, compile_iree, run_iree
+from harness import ROOT, compile_iree, gradle_run, run_iree
 
 sys.path.insert(0, str(ROOT / "tests/graphs"))
 import reference  # noqa: E402
@@ -64,9 +64,9 @@ def generate(out):
            "TAPEOUT_RANDOM_GRAPHS_SEED": str(SEED)}
     gradle = shutil.which("gradle")
     assert gradle, "gradle is not on PATH (scripts/setup installs it)"
-    p = subprocess.run([gradle, "-c", "settings-gradle4.gradle", "--offline", "--no-daemon", "--console=plain",
-                        "--quiet", ":jvm:test", "--tests", "*RandomGraphPropertyTest"],
-                       cwd=ROOT, env=env, capture_output=True, text=True)
+    p = gradle_run([gradle, "-c", "settings-gradle4.gradle", "--offline", "--no-daemon", "--console=plain",
+                    "--quiet", ":jvm:test", "--tests", "*RandomGraphPropertyTest"],
+                   cwd=ROOT, env=env, capture_output=True, text=True)
     report = ROOT / "jvm/build/test-results/test/TEST-RandomGraphPropertyTest.xml"
     assert p.returncode == 0, (f"the generator (RandomGraphPropertyTest) failed:\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}\n"
                                f"(its JUnit report: {report})")
