@@ -86,7 +86,7 @@ class ModelOptions(
 ) {
     companion object {
         /** The options as a usage line. */
-        const val USAGE = "static=<cache length> and/or logits_to_keep=1"
+        const val USAGE = "static=<cache length> and/or logits_to_keep=1 (or 0)"
 
         /** Parses [args] for [who]'s error messages; an unknown, repeated or malformed option is refused. */
         fun parse(who: String, args: List<String>): ModelOptions {
@@ -101,11 +101,11 @@ class ModelOptions(
                 seen[key] = when (key) {
                     "static" -> n?.takeIf { it > 0 }
                         ?: throw IllegalArgumentException("$who: static=<cache length> needs a positive number, not '$a'")
-                    // HF's other values (N > 1: the last N positions) would need prompts of at least N tokens, which a
-                    // `?` length cannot promise; 0 is the default (every position).
-                    else -> n?.takeIf { it == 1 } ?: throw IllegalArgumentException(
-                        "$who: logits_to_keep=1 (the last position, what generate() asks for) is the one value supported, " +
-                            "not '$a'; leave it out for every position's logits",
+                    // 0 is HF's default (every position). Its other values (N > 1: the last N positions) would need
+                    // prompts of at least N tokens, which a `?` length cannot promise.
+                    else -> n?.takeIf { it == 0 || it == 1 } ?: throw IllegalArgumentException(
+                        "$who: logits_to_keep is 1 (the last position, what generate() asks for) or 0 (every " +
+                            "position, the default), not '$a'",
                     )
                 }
             }
