@@ -114,6 +114,12 @@ class ModelOptions(
     }
 }
 
+/** The run-time length of [x]'s [axis] (a `?` one) as an i32 scalar: the sum of a 1 per position along it. */
+internal fun length(x: Tensor, axis: Int): Tensor {
+    val t = x.tape
+    return t.reduceSum(t.expand(t.scalar(1.0, DType.I32), t.arange(x, axis)), 0)
+}
+
 /** `LlamaMLP`: `down_proj(silu(gate_proj(x)) * up_proj(x))`. */
 class LlamaMLP(c: LlamaConfig) : Module() {
     /** `gate_proj`. */
@@ -223,8 +229,7 @@ class LlamaModel(private val c: LlamaConfig) : Module() {
         if (cachePosition != null) {
             positions = positions + cachePosition
         } else if (past != null) {
-            val pastSeen = t.reduceSum(t.expand(t.scalar(1.0, DType.I32), t.arange(past[0].keys, 2)), 0)
-            positions = positions + pastSeen
+            positions = positions + length(past[0].keys, 2)
         }
         val rotary = t.rotary(positions.reshape(1, positions.shape[0].toInt()), c.headDim, c.ropeTheta, c.ropeScaling, c.ropeInterleaved)
         var h = embedTokens(inputIds)
@@ -261,10 +266,8 @@ class LlamaForCausalLM(
      * the LM head after it is a one-row product, as in a decode step.
      */
     private fun lastPosition(h: Tensor): Tensor {
-        val t = h.tape
-        val length = t.reduceSum(t.expand(t.scalar(1.0, DType.I32), t.arange(h, 1)), 0)
-        val zero = t.scalar(0.0, DType.I32)
-        return t.dynamicSlice(h, listOf(zero, length - 1, zero), 1, 1, config.hiddenSize)
+        val zero = h.tape.scalar(0.0, DType.I32)
+        return h.tape.dynamicSlice(h, listOf(zero, length(h, 1) - 1, zero), 1, 1, config.hiddenSize)
     }
 
     /** The `prefill` and `decode` tapes of [options]. */
