@@ -2,7 +2,7 @@
 `-PhfLlama.logitsToKeep=1`): an accepted option changes the exported functions' signatures, a wrong value fails the
 export with a message that names it and says what is accepted. The values are checked against transformers by
 scripts/test's verifyGguf run (StaticCache and logits_to_keep=1) and verifyWithIree."""
-import re
+import json
 import shutil
 
 import pytest
@@ -22,28 +22,26 @@ def export(tmp_path, *props):
     return r, out / "llama.mlir"
 
 
-def signature(mlir, fn):
-    """(argument names, the logits result's type) of `fn` in the module text."""
-    m = re.search(rf"func\.func @{fn}\((.*?)\) -> \((.*?)\) \{{", mlir.read_text(), re.S)
-    assert m, f"no function {fn} in {mlir}"
-    args = re.findall(r'tapeout\.name = "([^"]+)"', m.group(1))
-    logits = re.search(r'tensor<([^>]*)> \{tapeout\.name = "logits"\}', m.group(2)).group(1)
-    return args, logits
+def shapes(mlir, fn):
+    """`{argument or result name: shape}` of `fn`, from the signature file beside the module
+    (`llama.signature.json`, docs/signature-format.md)."""
+    doc = json.loads(mlir.with_name("llama.signature.json").read_text())
+    [f] = [f for f in doc["functions"] if f["name"] == fn]
+    return {v["name"]: v["shape"] for v in f["arguments"] + f["results"]}
 
 
 @pytest.mark.parametrize("props, prefill_logits, static_rows", [
-    ((), "1x?x97xf32", None),
-    (("-PhfLlama.logitsToKeep=1", "-PhfLlama.staticCache=12"), "1x1x97xf32", 12),
+    ((), [1, "?", 97], None),
+    (("-PhfLlama.logitsToKeep=1", "-PhfLlama.staticCache=12"), [1, 1, 97], 12),
 ], ids=["defaults", "last-position-static-cache"])
 def test_options_shape_the_exported_functions(tmp_path, props, prefill_logits, static_rows):
     r, mlir = export(tmp_path, *props)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert signature(mlir, "prefill") == (["input_ids"], prefill_logits)
-    args, logits = signature(mlir, "decode")
-    assert logits == "1x1x97xf32"
-    assert ("cache_position" in args) == (static_rows is not None)
-    cache = re.search(r'tensor<([^>]*)> \{tapeout\.name = "past_key_0"\}', mlir.read_text()).group(1)
-    assert cache.split("x")[2] == (str(static_rows) if static_rows else "?")
+    prefill, decode = shapes(mlir, "prefill"), shapes(mlir, "decode")
+    assert prefill["input_ids"] == [1, "?"] and prefill["logits"] == prefill_logits
+    assert decode["logits"] == [1, 1, 97]
+    assert ("cache_position" in decode) == (static_rows is not None)
+    assert decode["past_key_0"][2] == (static_rows or "?")
 
 
 @pytest.mark.parametrize("prop, message", [
