@@ -1,0 +1,258 @@
+"""Hand-written kernels in IREE's dispatches (issue 30; docs/performance.md "Hand-written kernels in IREE's
+dispatches"): is IREE 3.13's code for one linear's product the limit, or the bytes?
+
+    python tests/bench/hand_kernels.py [--out DIR] [--rounds 4] [--threads 2] [--n 16384] [--k 4096] [--q8-dim 8192]
+
+One decode-shaped product `y = W x` (x f32, one row), timed by `iree-benchmark-module` in alternating rounds, each
+form checked against a float64 numpy product of the same stored values:
+
+- bf16 `[n, k]`, 128 MiB by default:
+  - `codegen_bands`: what tapeout emits for it (the weight in row bands `[n / 32, k, 32]`, `x` broadcast to every
+    band, a batched `dot_general`), compiled by IREE for the host CPU;
+  - `kernel_bands`: the same archive bytes read by a C loop (tests/bench/kernels/bf16_band.c, one band per workgroup,
+    8 accumulators), linked into the dispatch with `hal.executable.objects`;
+  - `kernel_rows`: the weight as PyTorch holds it, `[n, k]`, read by a C loop (bf16_rows.c, 32 rows per workgroup);
+- Q8_0 `[q8-dim, q8-dim]` from a GGUF file:
+  - `codegen_kept`: `tapeout export --packed keep` (its planes, the per-block product and the block sum);
+  - `kernel_blocks`: the GGUF tensor's bytes as stored (34-byte blocks), read by a C loop (q8_0_rows.c; `x` stays f32,
+    so the result is exact like tapeout's).
+
+A kernel is compiled by the machine's gcc (`-march=native`, freestanding) into an object IREE links into its embedded
+ELF; the module declares it with `hal.import.static` in a `stream.executable` dispatched by `flow.dispatch` from a
+function that also holds ordinary StableHLO, under a generic `embedded-elf-x86_64` key, so the usual host-CPU compile
+flags apply. Needs an x86-64 CPU with AVX-512 (F, BW) and F16C; prints one JSON object per form.
+"""
+import argparse
+import json
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "bench"))
+from harness import iree_tool  # noqa: E402
+
+KERNELS = ROOT / "tests" / "bench" / "kernels"
+COMPILE = ["--iree-input-type=stablehlo", "--iree-hal-target-device=local",
+           "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host"]
+GCC = ["gcc", "-O3", "-march=native", "-std=c17", "-ffreestanding", "-fno-builtin", "-fvisibility=hidden", "-fno-plt",
+       "-fPIC", "-fno-stack-protector", "-fno-exceptions", "-fdata-sections", "-ffunction-sections", "-c"]
+
+
+def log(*a):
+    print("hand_kernels:", *a, file=sys.stderr, flush=True)
+
+
+def sh(*args):
+    r = subprocess.run([str(a) for a in args], capture_output=True, text=True)
+    if r.returncode:
+        raise SystemExit(f"hand_kernels: {' '.join(map(str, args[:3]))} … failed ({r.returncode}):\n{r.stderr[-3000:]}")
+    return r.stdout
+
+
+def check_cpu():
+    flags = set()
+    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            break
+    missing = {"avx512f", "avx512bw", "f16c"} - flags
+    if missing:
+        raise SystemExit(f"hand_kernels: this CPU lacks {sorted(missing)}; the kernels are written for AVX-512")
+
+
+def archive(path, key, data):
+    import iree.runtime as rt
+    index = rt.ParameterIndex()
+    index.add_buffer(key, np.ascontiguousarray(data).tobytes())
+    index.create_archive_file(str(path))
+
+
+def kernel_module(obj, symbol, weight_type, weight_flat, k, x_type, y_type, rows_per_group, workload, extra_dims=""):
+    """A module whose @main dispatches `symbol` (from the object file `obj`) over the parameter `w`: bindings x, the
+    weight as a flat memref, y; operands (workload, k) and the workgroup id."""
+    return f"""#x86 = #hal.executable.target<"llvm-cpu", "embedded-elf-x86_64">
+module {{
+  util.global private @w = #flow.parameter.named<"model"::"w"> : {weight_type}
+  stream.executable private @ex attributes {{
+    hal.executable.objects = #hal.executable.objects<{{#x86 = [#hal.executable.object<{{path = "{obj}"}}>]}}>
+  }} {{
+    stream.executable.export public @product workgroups(%n: index) -> (index, index, index) {{
+      %g = affine.apply affine_map<()[s0] -> (s0 ceildiv {rows_per_group})>()[%n]
+      %c1 = arith.constant 1 : index
+      stream.return %g, %c1, %c1 : index, index, index
+    }}
+    builtin.module {{
+      func.func private @{symbol}(memref<?xf32>, memref<?x{weight_flat[1]}>, memref<?xf32>, {extra_dims}index, index) attributes {{hal.import.static}}
+      func.func @product(%b0: !stream.binding, %b1: !stream.binding, %b2: !stream.binding, %n: index, %k: index) {{
+        %c0 = arith.constant 0 : index
+        %wg = stream.dispatch.workgroup.id[0] : index
+        %wn = arith.constant {weight_flat[0]} : index
+        %yn = arith.constant {y_type[0]} : index
+        %m0 = stream.binding.subspan %b0[%c0] : !stream.binding -> memref<?xf32>{{%k}}
+        %m1 = stream.binding.subspan %b1[%c0] : !stream.binding -> memref<?x{weight_flat[1]}>{{%wn}}
+        %m2 = stream.binding.subspan %b2[%c0] : !stream.binding -> memref<?xf32>{{%yn}}
+        func.call @{symbol}(%m0, %m1, %m2, {"%n, " if extra_dims else ""}%k, %wg) : (memref<?xf32>, memref<?x{weight_flat[1]}>, memref<?xf32>, {extra_dims}index, index) -> ()
+        return
+      }}
+    }}
+  }}
+  func.func @main(%x: {x_type}) -> {y_type[1]} {{
+    %w = util.global.load @w : {weight_type}
+    %n = arith.constant {workload} : index
+    %k = arith.constant {k} : index
+    %y = flow.dispatch @ex::@product[%n](%x, %w, %n, %k) : ({x_type}, {weight_type}, index, index) -> {y_type[1]}
+    return %y : {y_type[1]}
+  }}
+}}
+"""
+
+
+def band_codegen_module(b, k):
+    t = f"tensor<{b}x{k}x32xbf16>"
+    return f"""module {{
+  util.global private @w = #flow.parameter.named<"model"::"w"> : {t}
+  func.func @main(%x: tensor<1x{k}xf32>) -> tensor<{b}x1x32xf32> {{
+    %w = util.global.load @w : {t}
+    %wf = stablehlo.convert %w : ({t}) -> tensor<{b}x{k}x32xf32>
+    %xb = stablehlo.broadcast_in_dim %x, dims = [1, 2] : (tensor<1x{k}xf32>) -> tensor<{b}x1x{k}xf32>
+    %y = stablehlo.dot_general %xb, %wf, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<{b}x1x{k}xf32>, tensor<{b}x{k}x32xf32>) -> tensor<{b}x1x32xf32>
+    return %y : tensor<{b}x1x32xf32>
+  }}
+}}
+"""
+
+
+class Form:
+    def __init__(self, label, vmfb, irpa, x_shape, weight_bytes, function="main"):
+        self.label, self.vmfb, self.irpa, self.x_shape = label, vmfb, irpa, x_shape
+        self.weight_bytes, self.function, self.times = weight_bytes, function, []
+
+
+def run_output(d, form, x):
+    xin, yout = d / f"{form.label}.x.npy", d / f"{form.label}.y.npy"
+    np.save(xin, x.reshape(form.x_shape))
+    sh(iree_tool("iree-run-module"), "--device=local-task", f"--module={form.vmfb}", f"--parameters=model={form.irpa}",
+       f"--function={form.function}", f"--input=@{xin}", f"--output=@{yout}")
+    return np.load(yout).reshape(-1).astype(np.float64)
+
+
+def time_ms(form, threads):
+    shape = "x".join(map(str, form.x_shape))
+    out = sh(iree_tool("iree-benchmark-module"), "--device=local-task", f"--task_topology_max_group_count={threads}",
+             f"--module={form.vmfb}", f"--parameters=model={form.irpa}", f"--function={form.function}",
+             f"--input={shape}xf32=0.5", "--benchmark_repetitions=3", "--benchmark_min_time=1s")
+    for line in out.splitlines():
+        if "real_time_median" in line:
+            return float(line.split()[1])
+    raise SystemExit(f"hand_kernels: no median in iree-benchmark-module's output:\n{out[-2000:]}")
+
+
+def obj(d, name):
+    o = d / f"{name}.o"
+    sh(*GCC, KERNELS / f"{name}.c", "-o", o)
+    return o
+
+
+def bf16_forms(d, n, k):
+    rng = np.random.default_rng(1)
+    w = (rng.standard_normal((n, k), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    x = rng.standard_normal(k, dtype=np.float32)
+    bands = np.ascontiguousarray(w.reshape(n // 32, 32, k).transpose(0, 2, 1))
+    archive(d / "rows.irpa", "w", w)
+    archive(d / "bands.irpa", "w", bands)
+    ref = (w.astype(np.uint32) << 16).view(np.float32).astype(np.float64) @ x.astype(np.float64)
+    del w
+    b, forms = n // 32, []
+    (d / "codegen_bands.mlir").write_text(band_codegen_module(b, k))
+    (d / "kernel_bands.mlir").write_text(kernel_module(
+        obj(d, "bf16_band"), "bf16_band_workgroup", f"tensor<{b}x{k}x32xbf16>", (n * k, "bf16"), k, f"tensor<1x{k}xf32>",
+        (n, f"tensor<{b}x1x32xf32>"), 1, b))
+    (d / "kernel_rows.mlir").write_text(kernel_module(
+        obj(d, "bf16_rows"), "bf16_rows_workgroup", f"tensor<{n}x{k}xbf16>", (n * k, "bf16"), k, f"tensor<{k}xf32>",
+        (n, f"tensor<{n}xf32>"), 32, n, extra_dims="index, "))
+    for label, irpa, shape in (("codegen_bands", "bands.irpa", (1, k)), ("kernel_bands", "bands.irpa", (1, k)),
+                               ("kernel_rows", "rows.irpa", (k,))):
+        vmfb = d / f"{label}.vmfb"
+        sh(iree_tool("iree-compile"), d / f"{label}.mlir", *COMPILE, "-o", vmfb)
+        forms.append(Form(f"bf16_{label}", vmfb, d / irpa, shape, n * k * 2))
+    return forms, x, ref
+
+
+def q8_forms(d, dim):
+    import iree_runtime
+    from gguf import GGUFReader
+    q = d / "q8"
+    q.mkdir()
+    iree_runtime.write_packed(q, "Q8_0", dim, 1)
+    raw = np.asarray(GGUFReader(str(q / "w.gguf")).tensors[0].data).reshape(-1).view(np.uint8)
+    archive(d / "q8_blocks.irpa", "w", raw)
+    blocks = raw.reshape(dim, dim // 32, 34)
+    scale = blocks[:, :, :2].copy().view(np.float16)[..., 0].astype(np.float64)
+    weight = (blocks[:, :, 2:].view(np.int8).astype(np.float64) * scale[..., None]).reshape(dim, dim)
+    x = np.random.default_rng(2).standard_normal(dim).astype(np.float32)
+    ref = weight @ x.astype(np.float64)
+    del weight
+    sh(ROOT / "target/release/tapeout", "export", q / "g.json", "--weights", q / "w.gguf", "-o", q / "keep",
+       "--packed", "keep")
+    kept = q / "keep" / "step.vmfb"
+    sh(iree_tool("iree-compile"), q / "keep" / "step.mlir", *COMPILE, "-o", kept)
+    nbytes = raw.nbytes
+    (d / "q8_kernel.mlir").write_text(kernel_module(
+        obj(d, "q8_0_rows"), "q8_rows_workgroup", f"tensor<{nbytes}xi8>", (nbytes, "i8"), dim, f"tensor<{dim}xf32>",
+        (dim, f"tensor<{dim}xf32>"), 32, dim, extra_dims="index, "))
+    vmfb = d / "q8_kernel.vmfb"
+    sh(iree_tool("iree-compile"), d / "q8_kernel.mlir", *COMPILE, "-o", vmfb)
+    return [Form("q8_0_codegen_kept", kept, q / "keep" / "step.irpa", (1, dim), nbytes),
+            Form("q8_0_kernel_blocks", vmfb, d / "q8_blocks.irpa", (dim,), nbytes)], x, ref
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="target/bench-tmp")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--n", type=int, default=16384)
+    ap.add_argument("--k", type=int, default=4096)
+    ap.add_argument("--q8-dim", type=int, default=8192)
+    a = ap.parse_args()
+    if a.n % 32 or a.k % 32 or a.q8_dim % 32:
+        raise SystemExit("hand_kernels: --n, --k and --q8-dim must be multiples of 32 (one band, one block)")
+    check_cpu()
+    pathlib.Path(a.out).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=a.out) as d:
+        d = pathlib.Path(d)
+        groups = [bf16_forms(d, a.n, a.k), q8_forms(d, a.q8_dim)]
+        forms = []
+        for group, x, ref in groups:
+            scale = float(np.abs(ref).max())
+            for f in group:
+                f.max_abs_error = float(np.abs(run_output(d, f, x) - ref).max())
+                f.relative_error = f.max_abs_error / scale
+                if f.relative_error > 1e-5:
+                    raise SystemExit(f"hand_kernels: {f.label} is {f.relative_error:.2e} (relative) from numpy's "
+                                     "float64 product")
+                forms.append(f)
+        for r in range(a.rounds):
+            for f in forms:
+                f.times.append(time_ms(f, a.threads))
+            log(f"round {r + 1}:", ", ".join(f"{f.label} {f.times[-1]:.2f} ms" for f in forms))
+        base = {f.label.split("_")[0]: f for f in forms if "codegen" in f.label}
+        for f in forms:
+            med = statistics.median(f.times)
+            codegen = base["q8" if f.label.startswith("q8") else "bf16"]
+            print(json.dumps({"figure": "hand_kernels", "form": f.label, "threads": a.threads,
+                              "weight_bytes": f.weight_bytes, "rounds_ms": f.times, "median_ms": med,
+                              "gb_per_s": f.weight_bytes / med / 1e6,
+                              "codegen_over_this": statistics.median(codegen.times) / med,
+                              "max_abs_error_vs_f64": f.max_abs_error, "relative_error": f.relative_error}),
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
