@@ -4,7 +4,8 @@ dispatches"): is IREE 3.13's code for one linear's product the limit, or the byt
     python tests/bench/hand_kernels.py [--out DIR] [--rounds 4] [--threads 2] [--n 16384] [--k 4096] [--q8-dim 8192]
 
 One decode-shaped product `y = W x` (x f32, one row), timed by `iree-benchmark-module` in alternating rounds, each
-form checked against a float64 numpy product of the same stored values:
+form checked against a float64 numpy product of the same stored values (relative error: the largest absolute
+error over the largest |reference|; the script fails above 1e-5):
 
 - bf16 `[n, k]`, 128 MiB by default:
   - `codegen_bands`: what tapeout emits for it (the weight in row bands `[n / 32, k, 32]`, `x` broadcast to every
@@ -20,7 +21,9 @@ form checked against a float64 numpy product of the same stored values:
 A kernel is compiled by the machine's gcc (`-march=native`, freestanding) into an object IREE links into its embedded
 ELF; the module declares it with `hal.import.static` in a `stream.executable` dispatched by `flow.dispatch` from a
 function that also holds ordinary StableHLO, under a generic `embedded-elf-x86_64` key, so the usual host-CPU compile
-flags apply. Needs an x86-64 CPU with AVX-512 (F, BW) and F16C; prints one JSON object per form.
+flags apply. Needs an x86-64 CPU with AVX-512 (F, BW) and F16C; prints one JSON object per form. `--n` and
+`--q8-dim` are multiples of 32, `--k` any size (the loops' tails); `--rounds 0` checks the results without timing
+(scripts/test's small twin).
 """
 import argparse
 import json
@@ -49,7 +52,11 @@ def log(*a):
 
 
 def sh(*args):
-    r = subprocess.run([str(a) for a in args], capture_output=True, text=True)
+    try:
+        r = subprocess.run([str(a) for a in args], capture_output=True, text=True)
+    except FileNotFoundError:
+        raise SystemExit(f"hand_kernels: {args[0]} not found: the kernels need gcc, IREE's tools need scripts/setup, "
+                         "the Q8_0 export needs `cargo build --release -p tapeout-cli`")
     if r.returncode:
         raise SystemExit(f"hand_kernels: {' '.join(map(str, args[:3]))} … failed ({r.returncode}):\n{r.stderr[-3000:]}")
     return r.stdout
@@ -215,14 +222,18 @@ def q8_forms(d, dim):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="target/bench-tmp")
-    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=4, help="alternating timing rounds; 0 checks the results only")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n", type=int, default=16384)
     ap.add_argument("--k", type=int, default=4096)
     ap.add_argument("--q8-dim", type=int, default=8192)
     a = ap.parse_args()
-    if a.n % 32 or a.k % 32 or a.q8_dim % 32:
-        raise SystemExit("hand_kernels: --n, --k and --q8-dim must be multiples of 32 (one band, one block)")
+    if a.n <= 0 or a.n % 32 or a.q8_dim <= 0 or a.q8_dim % 32:
+        raise SystemExit(f"hand_kernels: --n {a.n} and --q8-dim {a.q8_dim} must be positive multiples of 32 "
+                         "(32-row bands and workgroups, 32-value blocks)")
+    if a.k <= 0 or a.threads <= 0 or a.rounds < 0:
+        raise SystemExit(f"hand_kernels: --k {a.k} and --threads {a.threads} must be positive, --rounds {a.rounds} "
+                         "at least 0 (0: check the results only)")
     check_cpu()
     pathlib.Path(a.out).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=a.out) as d:
@@ -238,6 +249,11 @@ def main():
                     raise SystemExit(f"hand_kernels: {f.label} is {f.relative_error:.2e} (relative) from numpy's "
                                      "float64 product")
                 forms.append(f)
+        if a.rounds == 0:
+            for f in forms:
+                print(json.dumps({"figure": "hand_kernels", "form": f.label, "checked_only": True,
+                                  "max_abs_error_vs_f64": f.max_abs_error, "relative_error": f.relative_error}))
+            return
         for r in range(a.rounds):
             for f in forms:
                 f.times.append(time_ms(f, a.threads))
