@@ -2,6 +2,7 @@
 import fcntl
 import os
 import pathlib
+import re
 import subprocess
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -28,6 +29,26 @@ def gradle_run(cmd, **kw) -> subprocess.CompletedProcess:
 
 def run(*args, check=True, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([str(a) for a in args], capture_output=True, text=True, check=check, **kw)
+
+
+def bench_sh(who, *args, **kw) -> str:
+    """A benchmark script's command: its stdout, or SystemExit naming `who`, the command and the tail of its stderr
+    (or that the program is missing)."""
+    try:
+        r = subprocess.run([str(a) for a in args], capture_output=True, text=True, **kw)
+    except FileNotFoundError:
+        raise SystemExit(f"{who}: {args[0]} not found")
+    if r.returncode != 0:
+        raise SystemExit(f"{who}: {' '.join(map(str, args[:3]))} … failed ({r.returncode}):\n{r.stderr[-3000:]}")
+    return r.stdout
+
+
+def benchmark_median_ms(who, out) -> float:
+    """The `real_time_median` of `iree-benchmark-module --benchmark_repetitions=N` output, in milliseconds."""
+    m = re.search(r"real_time_median\s+([\d.]+) ms", out)
+    if not m:
+        raise SystemExit(f"{who}: no median in iree-benchmark-module's output:\n{out[-2000:]}")
+    return float(m.group(1))
 
 
 def compile_iree(work, mlir, name="m"):

@@ -29,7 +29,6 @@ import argparse
 import json
 import pathlib
 import statistics
-import subprocess
 import sys
 import tempfile
 
@@ -38,7 +37,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests" / "bench"))
-from harness import iree_tool  # noqa: E402
+from harness import bench_sh, benchmark_median_ms, iree_tool, run_iree  # noqa: E402
 
 KERNELS = ROOT / "tests" / "bench" / "kernels"
 COMPILE = ["--iree-input-type=stablehlo", "--iree-hal-target-device=local",
@@ -52,14 +51,7 @@ def log(*a):
 
 
 def sh(*args):
-    try:
-        r = subprocess.run([str(a) for a in args], capture_output=True, text=True)
-    except FileNotFoundError:
-        raise SystemExit(f"hand_kernels: {args[0]} not found: the kernels need gcc, IREE's tools need scripts/setup, "
-                         "the Q8_0 export needs `cargo build --release -p tapeout-cli`")
-    if r.returncode:
-        raise SystemExit(f"hand_kernels: {' '.join(map(str, args[:3]))} … failed ({r.returncode}):\n{r.stderr[-3000:]}")
-    return r.stdout
+    return bench_sh("hand_kernels", *args)
 
 
 def check_cpu():
@@ -76,13 +68,15 @@ def check_cpu():
 def archive(path, key, data):
     import iree.runtime as rt
     index = rt.ParameterIndex()
-    index.add_buffer(key, np.ascontiguousarray(data).tobytes())
+    index.add_buffer(key, np.ascontiguousarray(data))
     index.create_archive_file(str(path))
 
 
-def kernel_module(obj, symbol, weight_type, weight_flat, k, x_type, y_type, rows_per_group, workload, extra_dims=""):
-    """A module whose @main dispatches `symbol` (from the object file `obj`) over the parameter `w`: bindings x, the
-    weight as a flat memref, y; operands (workload, k) and the workgroup id."""
+def kernel_module(obj, symbol, weight_type, weight_elems, elem, x_type, y_type, y_elems, rows_per_group, n, k):
+    """A module whose @main runs `symbol` (from the object file `obj`) over the parameter `w` in
+    ceil(n / rows_per_group) workgroups. Every kernel takes the same arguments: the bindings x (k f32), the weight
+    (`weight_elems` of `elem`, flat) and y (`y_elems` f32), then n, k and the workgroup id."""
+    call_types = f"memref<?xf32>, memref<?x{elem}>, memref<?xf32>, index, index, index"
     return f"""#x86 = #hal.executable.target<"llvm-cpu", "embedded-elf-x86_64">
 module {{
   util.global private @w = #flow.parameter.named<"model"::"w"> : {weight_type}
@@ -95,26 +89,26 @@ module {{
       stream.return %g, %c1, %c1 : index, index, index
     }}
     builtin.module {{
-      func.func private @{symbol}(memref<?xf32>, memref<?x{weight_flat[1]}>, memref<?xf32>, {extra_dims}index, index) attributes {{hal.import.static}}
+      func.func private @{symbol}({call_types}) attributes {{hal.import.static}}
       func.func @product(%b0: !stream.binding, %b1: !stream.binding, %b2: !stream.binding, %n: index, %k: index) {{
         %c0 = arith.constant 0 : index
         %wg = stream.dispatch.workgroup.id[0] : index
-        %wn = arith.constant {weight_flat[0]} : index
-        %yn = arith.constant {y_type[0]} : index
+        %wn = arith.constant {weight_elems} : index
+        %yn = arith.constant {y_elems} : index
         %m0 = stream.binding.subspan %b0[%c0] : !stream.binding -> memref<?xf32>{{%k}}
-        %m1 = stream.binding.subspan %b1[%c0] : !stream.binding -> memref<?x{weight_flat[1]}>{{%wn}}
+        %m1 = stream.binding.subspan %b1[%c0] : !stream.binding -> memref<?x{elem}>{{%wn}}
         %m2 = stream.binding.subspan %b2[%c0] : !stream.binding -> memref<?xf32>{{%yn}}
-        func.call @{symbol}(%m0, %m1, %m2, {"%n, " if extra_dims else ""}%k, %wg) : (memref<?xf32>, memref<?x{weight_flat[1]}>, memref<?xf32>, {extra_dims}index, index) -> ()
+        func.call @{symbol}(%m0, %m1, %m2, %n, %k, %wg) : ({call_types}) -> ()
         return
       }}
     }}
   }}
-  func.func @main(%x: {x_type}) -> {y_type[1]} {{
+  func.func @main(%x: {x_type}) -> {y_type} {{
     %w = util.global.load @w : {weight_type}
-    %n = arith.constant {workload} : index
+    %n = arith.constant {n} : index
     %k = arith.constant {k} : index
-    %y = flow.dispatch @ex::@product[%n](%x, %w, %n, %k) : ({x_type}, {weight_type}, index, index) -> {y_type[1]}
-    return %y : {y_type[1]}
+    %y = flow.dispatch @ex::@product[%n](%x, %w, %n, %k) : ({x_type}, {weight_type}, index, index) -> {y_type}
+    return %y : {y_type}
   }}
 }}
 """
@@ -136,28 +130,20 @@ def band_codegen_module(b, k):
 
 
 class Form:
-    def __init__(self, label, vmfb, irpa, x_shape, weight_bytes, function="main"):
+    """One compiled form of a product: its module, archive, input shape, the bytes of weight it reads and the form
+    its time is compared with (IREE's own code for the same weight)."""
+
+    def __init__(self, label, vmfb, irpa, x_shape, weight_bytes):
         self.label, self.vmfb, self.irpa, self.x_shape = label, vmfb, irpa, x_shape
-        self.weight_bytes, self.function, self.times = weight_bytes, function, []
-
-
-def run_output(d, form, x):
-    xin, yout = d / f"{form.label}.x.npy", d / f"{form.label}.y.npy"
-    np.save(xin, x.reshape(form.x_shape))
-    sh(iree_tool("iree-run-module"), "--device=local-task", f"--module={form.vmfb}", f"--parameters=model={form.irpa}",
-       f"--function={form.function}", f"--input=@{xin}", f"--output=@{yout}")
-    return np.load(yout).reshape(-1).astype(np.float64)
+        self.weight_bytes, self.times, self.baseline = weight_bytes, [], self
 
 
 def time_ms(form, threads):
     shape = "x".join(map(str, form.x_shape))
-    out = sh(iree_tool("iree-benchmark-module"), "--device=local-task", f"--task_topology_max_group_count={threads}",
-             f"--module={form.vmfb}", f"--parameters=model={form.irpa}", f"--function={form.function}",
-             f"--input={shape}xf32=0.5", "--benchmark_repetitions=3", "--benchmark_min_time=1s")
-    for line in out.splitlines():
-        if "real_time_median" in line:
-            return float(line.split()[1])
-    raise SystemExit(f"hand_kernels: no median in iree-benchmark-module's output:\n{out[-2000:]}")
+    return benchmark_median_ms("hand_kernels", sh(
+        iree_tool("iree-benchmark-module"), "--device=local-task", f"--task_topology_max_group_count={threads}",
+        f"--module={form.vmfb}", f"--parameters=model={form.irpa}", "--function=main", f"--input={shape}xf32=0.5",
+        "--benchmark_repetitions=3", "--benchmark_min_time=1s"))
 
 
 def obj(d, name):
@@ -178,16 +164,18 @@ def bf16_forms(d, n, k):
     b, forms = n // 32, []
     (d / "codegen_bands.mlir").write_text(band_codegen_module(b, k))
     (d / "kernel_bands.mlir").write_text(kernel_module(
-        obj(d, "bf16_band"), "bf16_band_workgroup", f"tensor<{b}x{k}x32xbf16>", (n * k, "bf16"), k, f"tensor<1x{k}xf32>",
-        (n, f"tensor<{b}x1x32xf32>"), 1, b))
+        obj(d, "bf16_band"), "bf16_band_workgroup", f"tensor<{b}x{k}x32xbf16>", n * k, "bf16", f"tensor<1x{k}xf32>",
+        f"tensor<{b}x1x32xf32>", n, 1, b, k))
     (d / "kernel_rows.mlir").write_text(kernel_module(
-        obj(d, "bf16_rows"), "bf16_rows_workgroup", f"tensor<{n}x{k}xbf16>", (n * k, "bf16"), k, f"tensor<{k}xf32>",
-        (n, f"tensor<{n}xf32>"), 32, n, extra_dims="index, "))
+        obj(d, "bf16_rows"), "bf16_rows_workgroup", f"tensor<{n}x{k}xbf16>", n * k, "bf16", f"tensor<{k}xf32>",
+        f"tensor<{n}xf32>", n, 32, n, k))
     for label, irpa, shape in (("codegen_bands", "bands.irpa", (1, k)), ("kernel_bands", "bands.irpa", (1, k)),
                                ("kernel_rows", "rows.irpa", (k,))):
         vmfb = d / f"{label}.vmfb"
         sh(iree_tool("iree-compile"), d / f"{label}.mlir", *COMPILE, "-o", vmfb)
         forms.append(Form(f"bf16_{label}", vmfb, d / irpa, shape, n * k * 2))
+    for f in forms:
+        f.baseline = forms[0]
     return forms, x, ref
 
 
@@ -211,12 +199,14 @@ def q8_forms(d, dim):
     sh(iree_tool("iree-compile"), q / "keep" / "step.mlir", *COMPILE, "-o", kept)
     nbytes = raw.nbytes
     (d / "q8_kernel.mlir").write_text(kernel_module(
-        obj(d, "q8_0_rows"), "q8_rows_workgroup", f"tensor<{nbytes}xi8>", (nbytes, "i8"), dim, f"tensor<{dim}xf32>",
-        (dim, f"tensor<{dim}xf32>"), 32, dim, extra_dims="index, "))
+        obj(d, "q8_0_rows"), "q8_rows_workgroup", f"tensor<{nbytes}xi8>", nbytes, "i8", f"tensor<{dim}xf32>",
+        f"tensor<{dim}xf32>", dim, 32, dim, dim))
     vmfb = d / "q8_kernel.vmfb"
     sh(iree_tool("iree-compile"), d / "q8_kernel.mlir", *COMPILE, "-o", vmfb)
-    return [Form("q8_0_codegen_kept", kept, q / "keep" / "step.irpa", (1, dim), nbytes),
-            Form("q8_0_kernel_blocks", vmfb, d / "q8_blocks.irpa", (dim,), nbytes)], x, ref
+    forms = [Form("q8_0_codegen_kept", kept, q / "keep" / "step.irpa", (1, dim), nbytes),
+             Form("q8_0_kernel_blocks", vmfb, d / "q8_blocks.irpa", (dim,), nbytes)]
+    forms[1].baseline = forms[0]
+    return forms, x, ref
 
 
 def main():
@@ -243,7 +233,8 @@ def main():
         for group, x, ref in groups:
             scale = float(np.abs(ref).max())
             for f in group:
-                f.max_abs_error = float(np.abs(run_output(d, f, x) - ref).max())
+                y = run_iree(d, f.vmfb, [f.irpa], [x.reshape(f.x_shape)], tag=f.label)[0]
+                f.max_abs_error = float(np.abs(y.reshape(-1).astype(np.float64) - ref).max())
                 f.relative_error = f.max_abs_error / scale
                 if f.relative_error > 1e-5:
                     raise SystemExit(f"hand_kernels: {f.label} is {f.relative_error:.2e} (relative) from numpy's "
@@ -258,14 +249,12 @@ def main():
             for f in forms:
                 f.times.append(time_ms(f, a.threads))
             log(f"round {r + 1}:", ", ".join(f"{f.label} {f.times[-1]:.2f} ms" for f in forms))
-        base = {f.label.split("_")[0]: f for f in forms if "codegen" in f.label}
         for f in forms:
             med = statistics.median(f.times)
-            codegen = base["q8" if f.label.startswith("q8") else "bf16"]
             print(json.dumps({"figure": "hand_kernels", "form": f.label, "threads": a.threads,
                               "weight_bytes": f.weight_bytes, "rounds_ms": f.times, "median_ms": med,
                               "gb_per_s": f.weight_bytes / med / 1e6,
-                              "codegen_over_this": statistics.median(codegen.times) / med,
+                              "codegen_over_this": statistics.median(f.baseline.times) / med,
                               "max_abs_error_vs_f64": f.max_abs_error, "relative_error": f.relative_error}),
                   flush=True)
 

@@ -33,7 +33,6 @@ import os
 import pathlib
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 
@@ -41,7 +40,7 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-from harness import iree_tool  # noqa: E402
+from harness import bench_sh, benchmark_median_ms, iree_tool  # noqa: E402
 
 GRADLE = ["gradle", "-c", "settings-gradle4.gradle", "--offline", "--no-daemon", "--console=plain", "--quiet"]
 # The flags tapeout documents for a CPU build (docs/performance.md, "Decode at the memory floor"): the host's own
@@ -58,10 +57,7 @@ def log(*a):
 
 
 def sh(*args, **kw):
-    r = subprocess.run([str(a) for a in args], capture_output=True, text=True, **kw)
-    if r.returncode != 0:
-        raise SystemExit(f"llama_decode: {' '.join(map(str, args[:3]))} … failed ({r.returncode}):\n{r.stderr[-3000:]}")
-    return r.stdout
+    return bench_sh("llama_decode", *args, **kw)
 
 
 def config(ckpt):
@@ -113,10 +109,7 @@ def iree_time(vmfb, irpa, mlir, fn, dynamic, threads, min_time="2s"):
     out = sh(iree_tool("iree-benchmark-module"), f"--module={vmfb}", f"--parameters=model={irpa}", "--device=local-task",
              f"--task_topology_max_group_count={threads}", f"--function={fn}", *bench_inputs(mlir, fn, dynamic),
              "--benchmark_repetitions=3", f"--benchmark_min_time={min_time}")
-    m = re.search(r"real_time_median\s+([\d.]+) ms", out)
-    if not m:
-        raise SystemExit(f"llama_decode: no median in iree-benchmark-module's output:\n{out[-2000:]}")
-    return float(m.group(1))
+    return benchmark_median_ms("llama_decode", out)
 
 
 def serve(vmfb, irpa, fn, dynamic, threads, repeats=20):

@@ -5,13 +5,14 @@
 #include <stdint.h>
 #include <immintrin.h>
 // Each memref argument arrives as MLIR lowers it: (allocated, aligned, offset, size, stride).
-// Row bands: w [B, K, 32] bf16, x [K] f32, y [B, 32] f32; one workgroup per band.
+// Row bands: w [B, K, 32] bf16, x [K] f32, y [B, 32] f32; one workgroup per band (`bands` is B).
 static inline __m512 lo(__m512i v) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(v)), 16)); }
 static inline __m512 hi(__m512i v) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(v, 1)), 16)); }
 void bf16_band_workgroup(const float* restrict xb, const float* restrict x, size_t xo, size_t xs, size_t xst,
                          const uint16_t* restrict wb, const uint16_t* restrict w, size_t wo, size_t ws, size_t wst,
                          float* restrict yb, float* restrict y, size_t yo, size_t ys, size_t yst,
-                         size_t k, size_t band) {
+                         size_t bands, size_t k, size_t band) {
+  if (band >= bands) return;
   x += xo; w += wo + band * k * 32; y += yo + band * 32;
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, b0 = a0, b1 = a0, c0 = a0, c1 = a0, d0 = a0, d1 = a0;
   size_t i = 0;
