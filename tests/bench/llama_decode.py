@@ -82,8 +82,13 @@ def export(ckpt, out, gguf=None, static=None):
 
 
 def compile_host(mlir, extra=()):
+    """Compiles for this CPU with the tuning spec the export wrote beside the module, as users are told to (and as
+    Gradle's compileIree and IreeCompiler do)."""
     vmfb = pathlib.Path(mlir).with_suffix(".vmfb")
-    sh(iree_tool("iree-compile"), mlir, *COMPILE, *extra, "-o", vmfb)
+    spec = pathlib.Path(mlir).with_suffix(".tuning.mlir")
+    # One thread with a spec: IREE 3.13 can deadlock loading it on several (docs/performance.md).
+    tuning = [f"--iree-codegen-tuning-spec-path={spec}", "--mlir-disable-threading"] if spec.is_file() else []
+    sh(iree_tool("iree-compile"), mlir, *COMPILE, *tuning, *extra, "-o", vmfb)
     return vmfb
 
 

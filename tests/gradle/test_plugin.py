@@ -566,6 +566,60 @@ def test_compile_iree_writes_a_vmfb_beside_the_archive_that_runs_and_is_up_to_da
     assert r.returncode != 0 and "ireeCompiler = '/nope/iree-compile'" in r.stdout + r.stderr, r.stdout + r.stderr
 
 
+HALF_LINEAR_MODEL = '''
+package demo
+
+import dev.tapeout.*
+
+class HalfLinear : ModelProvider {
+    override fun buildTape(): ExecutionTape {
+        val t = ExecutionTape()
+        val x = t.input("x", longArrayOf(1, 32))
+        val w = t.halfWeight("model.fc.weight", ShortArray(96 * 32) { (0x3F80 + it % 7).toShort() }, DType.BF16, 96, 32)
+        t.output(t.linear(x, w))
+        return t
+    }
+}
+'''
+
+
+def test_compile_iree_passes_the_exports_tuning_spec_to_a_cpu_compile_unless_the_user_names_one(built_jars, tmp_path, monkeypatch):
+    """A bf16 linear of 96 outputs at one row is stored in 3 row bands of 32: the export writes `<name>.tuning.mlir`
+    and compileIree passes it to iree-compile (the flag in the logged command); a spec named in ireeFlags wins; the
+    vmfb runs with the archive and equals numpy."""
+    import numpy as np
+    import iree.runtime as rt
+
+    monkeypatch.setenv("TAPEOUT_IREE_COMPILE", str(ROOT / ".venv/bin/iree-compile"))
+    block = "tapeout { model = 'demo.HalfLinear'; moduleName = 'lin'%s }"
+    p = project(tmp_path, block % "")
+    (p / "src/main/kotlin/demo/HalfLinear.kt").write_text(HALF_LINEAR_MODEL)
+    r = gradle(p, "compileIree", "--info")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = p / "build/tapeout"
+    spec = out / "lin.tuning.mlir"
+    assert spec.is_file(), sorted(out.iterdir())
+    assert f"--iree-codegen-tuning-spec-path={spec}, --mlir-disable-threading" in r.stdout, r.stdout
+    config = rt.Config("local-sync")
+    index = rt.ParameterIndex()
+    index.load(str(out / "lin.irpa"))
+    modules = rt.load_vm_modules(
+        rt.create_io_parameters_module(config.vm_instance, index.create_provider(scope="model")),
+        rt.create_hal_module(config.vm_instance, config.device),
+        rt.VmModule.copy_buffer(config.vm_instance, (out / "lin.vmfb").read_bytes()), config=config)
+    x = np.linspace(-1, 1, 32, dtype=np.float32).reshape(1, 32)
+    bits = (0x3F80 + np.arange(96 * 32) % 7).astype(np.uint32).reshape(96, 32)
+    w = (bits << 16).view(np.float32)
+    np.testing.assert_allclose(np.asarray(modules[-1].main(x).to_host()), x @ w.T, rtol=1e-5, atol=1e-6)
+
+    own = tmp_path / "own.mlir"
+    own.write_text(spec.read_text())
+    (p / "build.gradle").write_text(build_file(block % f"; ireeFlags = ['--iree-codegen-tuning-spec-path={own}', '--mlir-disable-threading']"))
+    r = gradle(p, "compileIree", "--info")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"--iree-codegen-tuning-spec-path={own}" in r.stdout and f"tuning-spec-path={spec}" not in r.stdout, r.stdout
+
+
 def test_the_readme_serving_snippet_serves_the_tiny_llm_from_kotlin(built_jars, tmp_path, monkeypatch):
     """The README's "Serving from the JVM" block, verbatim, in a new project that depends only on the jvm-iree jar:
     it compiles examples/tiny-llm's export (found through TAPEOUT_IREE_COMPILE, as a user outside this repository

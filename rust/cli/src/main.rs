@@ -406,6 +406,13 @@ fn export(graph: &Path, opts: &GraphFileExport<'_>, out_dir: &Path) -> Result<()
     }
     println!("wrote {} ({} bytes; {} inline constants)", s.mlir.display(), s.mlir_bytes, s.inline_constants);
     println!("wrote {} (the functions' arguments and results)", s.signature.display());
+    if let Some(spec) = &s.tuning_spec {
+        println!(
+            "wrote {} (for a CPU build: iree-compile --iree-codegen-tuning-spec-path={} --mlir-disable-threading)",
+            spec.display(),
+            spec.display()
+        );
+    }
     match &s.archives.index {
         None => {
             #[allow(clippy::expect_used, reason = "an export without an index wrote exactly one archive")]

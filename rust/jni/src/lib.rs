@@ -133,6 +133,7 @@ pub extern "system" fn Java_dev_tapeout_NativeBridge_export<'l>(
                 v["mlir"] = s.mlir.display().to_string().into();
                 v["mlir_bytes"] = s.mlir_bytes.into();
                 v["signature"] = s.signature.display().to_string().into();
+                v["tuning_spec"] = s.tuning_spec.as_ref().map(|p| p.display().to_string()).into();
                 let archives = &s.archives.archives;
                 v["archives"] = archives.iter().map(|a| a.path.display().to_string()).collect::<Vec<_>>().into();
                 v["archive_bytes"] = archives.iter().map(|a| a.file_size).collect::<Vec<_>>().into();

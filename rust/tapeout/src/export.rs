@@ -1,6 +1,7 @@
 //! Export in one pass: the module text, and every external constant streamed into the archive.
 
 use crate::metadata::{PlaneOf, TensorMetadata};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -27,6 +28,9 @@ pub struct ExportSummary {
     /// The signature file beside it (`<dir>/<name>.signature.json`, `docs/signature-format.md`): every function's
     /// arguments and results in order, with their names, dtypes and shapes.
     pub signature: PathBuf,
+    /// The tuning spec beside it (`<dir>/<name>.tuning.mlir`, [`tapeout_hlo::cpu_tuning_spec`]) when the module has
+    /// band products it tunes: pass it to `iree-compile` for a CPU with `--iree-codegen-tuning-spec-path`.
+    pub tuning_spec: Option<PathBuf>,
     /// The parameter archive (`<dir>/<name>.irpa`), or the shards of a set and its index.
     pub archives: ArchiveFiles,
     /// The flags that give IREE's tools the archives: `--parameters=SCOPE=FILE`, one per file.
@@ -93,7 +97,8 @@ fn metadata(graph: &ComputeGraph<'_>, data: &ConstantData<'_>, tensor: tapeout_g
 
 /// Writes `<out_dir>/<name>.mlir`, `<out_dir>/<name>.signature.json` and `<out_dir>/<name>.irpa` for `graph`; with `max_archive_bytes`, the
 /// parameters go to as many archives as that limit needs (`<name>-0000k-of-0000n.irpa` plus
-/// `<name>.irpa.index.json`; no parameter is split, and one larger than the limit has a file of its own).
+/// `<name>.irpa.index.json`; no parameter is split, and one larger than the limit has a file of its own), and
+/// `<out_dir>/<name>.tuning.mlir` when the module has band products IREE's CPU backend reads faster with it.
 ///
 /// External constants are streamed from their sources (borrowed f32, lazily widened or
 /// dequantized) through the archive writer: peak extra memory is one chunk. Every file is written
@@ -163,18 +168,43 @@ pub fn export_functions(
     let archives = shards::write(writer, max_archive_bytes, out_dir, &stem, scope, progress)?;
     let signature = out_dir.join(signature::signature_file_name(&stem));
     signature::write(&signature, &opts.module_name, functions)?;
+    let tuning_spec = write_tuning_spec(functions, &out_dir.join(format!("{stem}.tuning.mlir")))?;
     module_file.commit()?;
     let constants: usize = functions.iter().map(|(_, g)| g.constants().len()).sum();
     Ok(ExportSummary {
         mlir,
         mlir_bytes,
         signature,
+        tuning_spec,
         parameters_flags: archives.parameters_flags(scope),
         archives,
         externals: externals.len(),
         inline_constants: constants.saturating_sub(externals.len()),
         key_collisions: functions.iter().flat_map(|(_, g)| g.key_collisions().iter().cloned()).collect(),
     })
+}
+
+/// Writes the CPU tuning spec to `path` (atomically) when a constant of `functions` is stored in row bands the spec
+/// tunes, and returns its path; otherwise removes a spec an earlier export left there, so that a compile never
+/// picks up a spec for another module.
+fn write_tuning_spec(functions: &[(&str, &ComputeGraph<'_>)], path: &Path) -> Result<Option<PathBuf>> {
+    let tuned = functions
+        .iter()
+        .flat_map(|(_, g)| g.constants())
+        .any(|c| c.data.row_tile().is_some_and(|tile| tapeout_hlo::band_is_tuned(c.data.dtype(), tile)));
+    if !tuned {
+        return match std::fs::remove_file(path) {
+            Ok(()) => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(Error::Write { path: path.to_path_buf(), source }),
+        };
+    }
+    let mut file = AtomicFile::create(path)?;
+    file.file()
+        .write_all(tapeout_hlo::cpu_tuning_spec().as_bytes())
+        .map_err(|source| Error::Write { path: path.to_path_buf(), source })?;
+    file.commit()?;
+    Ok(Some(path.to_path_buf()))
 }
 
 /// One key in two functions must be one value: the same tensor of the same weight file (or the same borrowed

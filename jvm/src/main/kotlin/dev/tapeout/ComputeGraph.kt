@@ -91,6 +91,8 @@ internal fun <T> TapeSnapshot.located(call: () -> T): T = try {
  * [keyCollisions] are the weights of every exported function that were given another weight's key.
  * [signature] is `<name>.signature.json` beside the module: read it with [ModuleSignature.read].
  * [warnings] are what the export has to say that is not an error (a checkpoint tensor the model never read, …).
+ * [tuningSpec] is `<name>.tuning.mlir` beside the module when it has band products IREE's CPU backend reads faster
+ * with it (`--iree-codegen-tuning-spec-path`; `IreeCompiler` and Gradle's `compileIree` pass it), else null.
  */
 data class ExportResult(
     val mlir: File,
@@ -106,6 +108,7 @@ data class ExportResult(
     val keyCollisions: List<KeyCollision> = emptyList(),
     val signature: File = File(mlir.parentFile, mlir.name.removeSuffix(".mlir") + ".signature.json"),
     val warnings: List<String> = emptyList(),
+    val tuningSpec: File? = null,
 )
 
 /**

@@ -53,5 +53,6 @@ internal fun exportResult(json: String): ExportResult {
     check(archives.isNotEmpty()) { "the native export reply names no archive" }
     return ExportResult(File(r.string("mlir")), archives.first(), r.long("mlir_bytes"), r.longs("archive_bytes").sum(),
         Math.toIntExact(r.long("externals")), r.long("pins"), r.long("copies"), archives, r.stringOrNull("index")?.let(::File),
-        r.strings("parameters_flags"), signature = File(r.string("signature")))
+        r.strings("parameters_flags"), signature = File(r.string("signature")),
+        tuningSpec = r.stringOrNull("tuning_spec")?.let(::File))
 }

@@ -14,6 +14,7 @@ import org.gradle.api.DefaultTask;
 import org.gradle.api.GradleException;
 import org.gradle.api.tasks.Input;
 import org.gradle.api.tasks.InputFile;
+import org.gradle.api.tasks.InputFiles;
 import org.gradle.api.tasks.Internal;
 import org.gradle.api.tasks.OutputFile;
 import org.gradle.api.tasks.TaskAction;
@@ -21,7 +22,8 @@ import org.gradle.api.tasks.TaskAction;
 /**
  * Compiles one exported model ({@code <outputDir>/<moduleName>.mlir}) with IREE's {@code iree-compile} into
  * {@code <outputDir>/<moduleName>.vmfb}, beside its archive, for the targets of {@code tapeout { iree { } }}-style
- * settings ({@code ireeTargets}, {@code ireeCpu}, {@code ireeCpuFeatures}, {@code ireeFlags}). The module, the
+ * settings ({@code ireeTargets}, {@code ireeCpu}, {@code ireeCpuFeatures}, {@code ireeFlags}), with the export's
+ * tuning spec for an llvm-cpu target ({@link #getTuningSpecFiles()}). The module, the spec, the
  * flags and the compiler's version are inputs: a second run is UP-TO-DATE, a change to any reruns it. The vmfb is
  * written to a temporary file and renamed into place, so a failed compile leaves the last good one.
  *
@@ -30,6 +32,7 @@ import org.gradle.api.tasks.TaskAction;
  * else the one on {@code PATH}.
  */
 public class CompileIreeTask extends DefaultTask {
+    private static final String TUNING_SPEC_FLAG = "--iree-codegen-tuning-spec-path";
     private ModelSpec spec;
     private ModelSpec parent;
     private String compilerVersion;
@@ -49,6 +52,17 @@ public class CompileIreeTask extends DefaultTask {
     /** The exported module. */
     @InputFile
     public File getModuleFile() { return new File(outputDir(), spec.getModuleName().get() + ".mlir"); }
+
+    /**
+     * The tuning spec the export wrote beside the module ({@code <moduleName>.tuning.mlir}, when the module has band
+     * products IREE's CPU backend reads faster with it): passed to an llvm-cpu compile as
+     * {@code --iree-codegen-tuning-spec-path} unless {@code ireeFlags} name a spec of their own. Empty when absent.
+     */
+    @InputFiles
+    public List<File> getTuningSpecFiles() {
+        File file = new File(outputDir(), spec.getModuleName().get() + ".tuning.mlir");
+        return file.isFile() ? java.util.Collections.singletonList(file) : java.util.Collections.<File>emptyList();
+    }
 
     /** The compiled module. */
     @OutputFile
@@ -127,8 +141,19 @@ public class CompileIreeTask extends DefaultTask {
             flags.add("--iree-llvmcpu-target-cpu=" + (cpu == null || cpu.isEmpty() ? "host" : cpu));
             if (features != null && !features.isEmpty()) flags.add("--iree-llvmcpu-target-cpu-features=" + features);
         }
-        if (parent != null) flags.addAll(parent.getIreeFlags());
-        flags.addAll(spec.getIreeFlags());
+        List<String> user = new ArrayList<>();
+        if (parent != null) user.addAll(parent.getIreeFlags());
+        user.addAll(spec.getIreeFlags());
+        boolean ownSpec = false;
+        for (String f : user) ownSpec |= f.startsWith(TUNING_SPEC_FLAG);
+        List<File> tuning = getTuningSpecFiles();
+        if (targets.contains("llvm-cpu") && !ownSpec && !tuning.isEmpty()) {
+            flags.add(TUNING_SPEC_FLAG + "=" + tuning.get(0).getPath());
+            // IREE 3.13 can deadlock loading a tuning spec while it configures executables on several threads
+            // (the spec's loader holds a lock across a parallel verification; docs/performance.md): one thread.
+            flags.add("--mlir-disable-threading");
+        }
+        flags.addAll(user);
         return flags;
     }
 

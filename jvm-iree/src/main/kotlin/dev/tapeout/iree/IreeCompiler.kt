@@ -18,6 +18,9 @@ class IreeTarget private constructor(
     /** A short name for messages. */
     val description: String,
 ) {
+    /** Whether this is the llvm-cpu backend (where tapeout's tuning spec applies). */
+    val isCpu: Boolean get() = "--iree-hal-local-target-device-backends=llvm-cpu" in flags
+
     override fun toString() = description
 
     companion object {
@@ -76,6 +79,11 @@ class IreeCompiler(
     /**
      * Compiles `mlir` (a StableHLO module tapeout exported) for `target` into `output` (default: beside it, `.vmfb`),
      * written to a temporary file and renamed into place. Returns `output`.
+     *
+     * For the llvm-cpu target, the tuning spec the export wrote beside the module (`<name>.tuning.mlir`, when it
+     * has band products IREE reads faster with it) is passed as `--iree-codegen-tuning-spec-path`, with
+     * `--mlir-disable-threading` (IREE 3.13 can deadlock loading a spec on several threads), unless `extraFlags`
+     * name a spec of their own (`--iree-codegen-tuning-spec-path=`, empty, for none).
      */
     @JvmOverloads
     fun compile(
@@ -86,7 +94,15 @@ class IreeCompiler(
     ): File {
         if (!mlir.isFile) throw IreeCompileException("no module at $mlir: export the model first", "")
         val tmp = File(output.path + ".tmp")
-        val cmd = listOf(executable.path, "--iree-input-type=stablehlo") + target.flags + extraFlags + listOf(mlir.path, "-o", tmp.path)
+        val spec = tuningSpecFor(mlir)
+        val tuning = if (spec != null && target.isCpu && extraFlags.none { it.startsWith(TUNING_SPEC_FLAG) }) {
+            // IREE 3.13 can deadlock loading a tuning spec while it configures executables on several threads
+            // (docs/performance.md): compiled on one thread when the spec is passed.
+            listOf("$TUNING_SPEC_FLAG=${spec.path}", "--mlir-disable-threading")
+        } else {
+            emptyList()
+        }
+        val cmd = listOf(executable.path, "--iree-input-type=stablehlo") + target.flags + tuning + extraFlags + listOf(mlir.path, "-o", tmp.path)
         try {
             run(cmd, "compiling $mlir for $target")
             Files.move(tmp.toPath(), output.toPath(), StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE)
@@ -127,6 +143,13 @@ class IreeCompiler(
     }
 
     companion object {
+        private const val TUNING_SPEC_FLAG = "--iree-codegen-tuning-spec-path"
+
+        /** The tuning spec tapeout's export writes beside `mlir` (`<name>.tuning.mlir`), if there is one. */
+        @JvmStatic
+        fun tuningSpecFor(mlir: File): File? =
+            File(mlir.absoluteFile.parentFile, mlir.name.removeSuffix(".mlir") + ".tuning.mlir").takeIf { it.isFile }
+
         /**
          * The iree-compile to use: system property `tapeout.iree.compile`, else `$TAPEOUT_IREE_COMPILE`, else
          * `.venv/bin/iree-compile` in `searchFrom` or any directory above it (the working directory by default),

@@ -272,6 +272,37 @@ class IreeServingTest {
     }
 
     @Test
+    fun `a bf16 linear's export writes a tuning spec that a CPU compile uses and that serves the same numbers`(@TempDir tmp: File) {
+        // 64 outputs of 16 inputs at one row: two row bands of 32, the form the spec tunes.
+        val bits = ShortArray(64 * 16) { (0x3F80 + (it % 9) - 4).toShort() }
+        val t = ExecutionTape()
+        t.output("y", t.linear(t.input("x", 1, 16), t.halfWeight("model.fc.weight", bits, dev.tapeout.DType.BF16, 64, 16)))
+        val r = t.toComputeGraph().export(tmp, "lin", MaterializationPolicy.ExternalAlways())
+        val spec = File(tmp, "lin.tuning.mlir")
+        assertEquals(spec, r.tuningSpec)
+        assertEquals(spec, IreeCompiler.tuningSpecFor(r.mlir))
+        val vmfb = compiler.compile(r.mlir, IreeTarget.cpu())
+        val x = FloatArray(16) { it * 0.25f - 2f }
+        IreeModule.load(device, vmfb, listOf(IreeParameters.archive(r.irpa))).use { m ->
+            val got = m.value(x, 1L, 16L).use { m.call("main", it)[0] }.use { it.toFloatArray() }
+            for (o in 0 until 64) {
+                var want = 0.0
+                for (i in 0 until 16) want += x[i] * java.lang.Float.intBitsToFloat(bits[o * 16 + i].toInt() shl 16)
+                assertTrue(abs(got[o] - want) < 1e-5 * (1 + abs(want)), "y[$o] = ${got[o]}, want $want")
+            }
+        }
+        // The spec is really passed: a broken one beside the module fails the CPU compile, not vmvx's; a spec named
+        // in the flags wins over it.
+        val good = spec.readText()
+        spec.writeText("this is not a tuning spec")
+        val e = assertThrows<IreeCompileException> { compiler.compile(r.mlir, IreeTarget.cpu()) }
+        assertTrue(e.diagnostics.contains("tuning"), e.diagnostics)
+        compiler.compile(r.mlir, IreeTarget.vmvx(), File(tmp, "lin.vmvx.vmfb"))
+        val own = File(tmp, "own.mlir").also { it.writeText(good) }
+        compiler.compile(r.mlir, IreeTarget.cpu(), extraFlags = listOf("--iree-codegen-tuning-spec-path=${own.path}", "--mlir-disable-threading"))
+    }
+
+    @Test
     fun `the compiler says what it refused`() {
         val e = assertThrows<IreeCompileException> { compiler.compile("module { func.func @f( }") }
         assertTrue(e.diagnostics.contains("error"), e.diagnostics)

@@ -1,0 +1,119 @@
+"""The CPU tuning spec tapeout writes beside a module whose weights are stored in row bands of 32 (bf16 or f16):
+`iree-compile --iree-codegen-tuning-spec-path=<name>.tuning.mlir` gives each one-row band product two bands per
+workgroup and per vector tile (docs/performance.md, "Two bands at a time"). It must change how the products are
+tiled, never what they compute: every result is checked against numpy's float64 product of the stored values, at
+band counts that do not divide by two (3, 5, 11 bands), reduction lengths that leave a tail (7, 161), one row
+(tuned) and three rows (not matched), with the spec and without it."""
+import json
+import re
+
+import numpy as np
+import pytest
+
+from harness import iree_tool, run, run_iree, signature
+
+BANDS = [2, 3, 5, 11]  # weights of 32 x BANDS rows
+KS = [7, 161]
+
+
+def write_safetensors(path, tensors):
+    header, blobs, at = {}, [], 0
+    for name, (dtype, a) in tensors.items():
+        blob = np.ascontiguousarray(a).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [at, at + len(blob)]}
+        blobs.append(blob)
+        at += len(blob)
+    h = json.dumps(header).encode()
+    h += b" " * ((-len(h)) % 8)
+    path.write_bytes(len(h).to_bytes(8, "little") + h + b"".join(blobs))
+
+
+def linears(tmp_path, dtype, seed):
+    """A graph of linears `x_<k>_<rows> @ W_<n>_<k>ᵀ` for every band count and K, at 1 and 3 rows; the weights in
+    a safetensors file as `dtype`. Returns (graph path, weights path, {result: f64 oracle}, {input: array})."""
+    rng = np.random.default_rng(seed)
+    f32 = lambda nm, shape: {"name": nm, "shape": shape, "dtype": "f32"}  # noqa: E731
+    tensors, nodes, outputs, stored, feeds, want = [], [], [], {}, {}, {}
+    for k in KS:
+        for rows in (1, 3):
+            tensors.append(f32(f"x_{k}_{rows}", [rows, k]))
+            feeds[f"x_{k}_{rows}"] = rng.standard_normal((rows, k)).astype(np.float32)
+        for b in BANDS:
+            n = 32 * b
+            w = rng.standard_normal((n, k)).astype(np.float32)
+            if dtype == "bf16":
+                bits = (w.view(np.uint32) >> 16).astype("<u2")
+                stored[f"w{n}_{k}"], dense = ("BF16", bits), (bits.astype(np.uint32) << 16).view(np.float32)
+            elif dtype == "f16":
+                stored[f"w{n}_{k}"], dense = ("F16", w.astype("<f2")), w.astype(np.float16).astype(np.float32)
+            else:
+                stored[f"w{n}_{k}"], dense = ("F32", w), w
+            tensors += [{"name": f"w{n}_{k}", "shape": [n, k], "dtype": dtype, "data": {"tensor": f"w{n}_{k}"}},
+                        f32(f"w{n}_{k}t", [k, n])]
+            nodes.append({"op": "transpose", "inputs": [f"w{n}_{k}"], "outputs": [f"w{n}_{k}t"]})
+            for rows in (1, 3):
+                y = f"y{n}_{k}_{rows}"
+                tensors.append(f32(y, [rows, n]))
+                nodes.append({"op": "matmul", "inputs": [f"x_{k}_{rows}", f"w{n}_{k}t"], "outputs": [y]})
+                outputs.append(y)
+                want[y] = feeds[f"x_{k}_{rows}"].astype(np.float64) @ dense.astype(np.float64).T
+    write_safetensors(tmp_path / "w.safetensors", stored)
+    (tmp_path / "g.json").write_text(json.dumps({"name": "bands", "tensors": tensors, "nodes": nodes,
+                                                 "outputs": outputs}))
+    return tmp_path / "g.json", tmp_path / "w.safetensors", want, feeds
+
+
+def compile_host(out, tmp_path, name, spec=None):
+    vmfb = tmp_path / f"{name}.vmfb"
+    configs = tmp_path / f"{name}.configs"
+    flags = [f"--iree-codegen-tuning-spec-path={spec}", "--mlir-disable-threading"] if spec else []
+    run(iree_tool("iree-compile"), out / "bands.mlir", "--iree-hal-target-device=local",
+        "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host",
+        f"--iree-hal-dump-executable-configurations-to={configs}", *flags, "-o", vmfb)
+    text = "".join(p.read_text() for p in sorted(configs.glob("*.mlir")))
+    return vmfb, text
+
+
+def check(tmp_path, out, vmfb, want, feeds, tag):
+    args, results = signature(out / "bands.mlir")
+    got = run_iree(tmp_path, vmfb, [out / "bands.irpa"], [feeds[a] for a in args], outputs=len(results), tag=tag)
+    wrong = []
+    for r, o in zip(results, got):
+        w = want[r]
+        scale = max(np.abs(w).max(), 1e-30)
+        err = np.abs(o.astype(np.float64) - w).max() / scale if o.shape == w.shape else f"shape {o.shape}"
+        if o.shape != w.shape or err > 1e-5:
+            wrong.append(f"{r}: {err}")
+    return wrong
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_the_tuning_spec_tiles_one_row_band_products_two_bands_at_a_time_and_keeps_every_value(dtype, tapeout, tmp_path):
+    g, w, want, feeds = linears(tmp_path, dtype, seed=len(dtype))
+    out = tmp_path / "out"
+    printed = run(tapeout, "export", g, "--weights", w, "-o", out, "--inline-below", "0").stdout
+    spec = out / "bands.tuning.mlir"
+    assert spec.is_file() and f"--iree-codegen-tuning-spec-path={spec}" in printed, printed
+    text = (out / "bands.mlir").read_text()
+    assert "tuning" not in text  # the module itself stays plain StableHLO
+    vmfb, configs = compile_host(out, tmp_path, "tuned", spec)
+    # Every one-row band product got the spec's tiles, and only those: the three-row ones keep IREE's own.
+    tuned = re.findall(r"distribution = \[2, 0, 32, 0\], vector_common_parallel = \[2, 1, 32, 0\]", configs)
+    assert len(tuned) == len(BANDS) * len(KS), configs[-3000:]
+    wrong = check(tmp_path, out, vmfb, want, feeds, "tuned")
+    assert not wrong, f"{dtype} with the spec: {wrong}"
+    plain, configs = compile_host(out, tmp_path, "plain")
+    assert "vector_common_parallel = [2, 1, 32, 0]" not in configs
+    assert not check(tmp_path, out, plain, want, feeds, "plain")
+
+
+def test_no_spec_for_weights_it_does_not_tune_and_a_stale_one_is_removed(tapeout, tmp_path):
+    """f32 bands (twice the bytes, measured no faster) get no spec; re-exporting a module that had one over the same
+    directory removes it, so a compile that looks for `<name>.tuning.mlir` never finds another module's."""
+    out = tmp_path / "out"
+    g, w, _, _ = linears(tmp_path, "bf16", seed=1)
+    run(tapeout, "export", g, "--weights", w, "-o", out, "--inline-below", "0")
+    assert (out / "bands.tuning.mlir").is_file()
+    g, w, _, _ = linears(tmp_path, "f32", seed=1)
+    printed = run(tapeout, "export", g, "--weights", w, "-o", out, "--inline-below", "0").stdout
+    assert not (out / "bands.tuning.mlir").exists() and "tuning" not in printed, printed
