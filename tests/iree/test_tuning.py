@@ -117,3 +117,71 @@ def test_no_spec_for_weights_it_does_not_tune_and_a_stale_one_is_removed(tapeout
     g, w, _, _ = linears(tmp_path, "f32", seed=1)
     printed = run(tapeout, "export", g, "--weights", w, "-o", out, "--inline-below", "0").stdout
     assert not (out / "bands.tuning.mlir").exists() and "tuning" not in printed, printed
+
+
+# i8 codes 256 columns per workgroup; i4 planes (rows padded to 64 only) 64.
+BLOCK_TILES = {"Q8_0": "distribution = [1, 0, 256, 0], vector_common_parallel = [1, 1, 64, 0], vector_reduction = [0, 0, 0, 32]",
+               "Q4_0": "distribution = [1, 0, 64, 0], vector_common_parallel = [1, 1, 64, 0], vector_reduction = [0, 0, 0, 32]"}
+
+
+@pytest.mark.parametrize("fmt", ["Q8_0", "Q4_0"])
+def test_the_tuning_spec_tiles_one_row_per_block_products_of_kept_codes_and_keeps_every_value(fmt, tapeout, tmp_path):
+    """Q8_0 / Q4_0 weights kept packed are contracted per 32-value block over `[Kb, 32, N]` codes; the spec gives
+    those one-row products vector tiles of 64 columns (256 per workgroup for i8) and the whole block as the
+    reduction tile. Rows of 5, 33 and 300
+    (a partial tile, padded Q4_0 planes), 2 and 3 blocks, one row (tuned) and three (not): every result against
+    PyPI gguf's dequantized weights in float64, with the spec and without it."""
+    from gguf import GGUFReader, GGUFWriter, GGMLQuantizationType as T
+    from gguf.quants import dequantize
+    from test_packed import random_blocks
+
+    rng = np.random.default_rng(7 + len(fmt))
+    path = tmp_path / "w.gguf"
+    w = GGUFWriter(str(path), "llama")
+    shapes = [(n, k) for n in (5, 33, 300) for k in (64, 96)]
+    for n, k in shapes:
+        w.add_tensor(f"w{n}_{k}", random_blocks(fmt, n, k, rng), raw_dtype=T[fmt])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    dense = {t.name: dequantize(t.data, t.tensor_type).astype(np.float64).reshape([int(d) for d in reversed(t.shape)])
+             for t in GGUFReader(str(path)).tensors}
+    f32 = lambda nm, shape: {"name": nm, "shape": shape, "dtype": "f32"}  # noqa: E731
+    tensors, nodes, outputs, feeds, want = [], [], [], {}, {}
+    for k in (64, 96):
+        for rows in (1, 3):
+            tensors.append(f32(f"x_{k}_{rows}", [rows, k]))
+            feeds[f"x_{k}_{rows}"] = rng.standard_normal((rows, k)).astype(np.float32)
+    for n, k in shapes:
+        tensors += [{"name": f"w{n}_{k}", "shape": [n, k], "dtype": "f32", "data": {"tensor": f"w{n}_{k}"}},
+                    f32(f"w{n}_{k}t", [k, n])]
+        nodes.append({"op": "transpose", "inputs": [f"w{n}_{k}"], "outputs": [f"w{n}_{k}t"]})
+        for rows in (1, 3):
+            y = f"y{n}_{k}_{rows}"
+            tensors.append(f32(y, [rows, n]))
+            nodes.append({"op": "matmul", "inputs": [f"x_{k}_{rows}", f"w{n}_{k}t"], "outputs": [y]})
+            outputs.append(y)
+            want[y] = feeds[f"x_{k}_{rows}"].astype(np.float64) @ dense[f"w{n}_{k}"].T
+    (tmp_path / "g.json").write_text(json.dumps({"name": "bands", "tensors": tensors, "nodes": nodes,
+                                                 "outputs": outputs}))
+    out = tmp_path / "out"
+    printed = run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", out, "--packed", "keep",
+                  "--inline-below", "0").stdout
+    spec = out / "bands.tuning.mlir"
+    assert spec.is_file() and "tuning-spec-path" in printed, printed
+    vmfb, _ = compile_host(out, tmp_path, "tuned", spec)
+    products = {}
+    for f in sorted((tmp_path / "tuned.configs").glob("*.mlir")):
+        text = f.read_text()
+        m = re.search(r"func\.func @\w*_batch_matmul_\d+x(\d+)x\d+x32_f32xi[48]xf32", text)
+        if m:
+            products.setdefault(m.group(1), []).append(BLOCK_TILES[fmt] in text)
+    # Every one-row per-block product got the spec's tiles; no three-row one did.
+    assert products.get("1") and all(products["1"]), products
+    assert products.get("3") and not any(products["3"]), products
+    wrong = check(tmp_path, out, vmfb, want, feeds, "tuned")
+    assert not wrong, f"{fmt} with the spec: {wrong}"
+    plain, configs = compile_host(out, tmp_path, "plain")
+    assert BLOCK_TILES[fmt] not in configs
+    assert not check(tmp_path, out, plain, want, feeds, "plain")

@@ -5,8 +5,8 @@
 //! bit-exact hex constants, and external parameters as
 //! `util.global private @k = #flow.parameter.named<"scope"::"key">`. Any tensor name or key is
 //! quoted and escaped so it stays valid MLIR. [`emit_pipelined`] writes the text on a second thread while
-//! the constants are converted. [`cpu_tuning_spec`] is the `iree-compile` tuning spec for the module's one-row band
-//! products on CPUs. This crate writes text only: archives are the pipeline's (`tapeout`).
+//! the constants are converted. [`cpu_tuning_spec`] is the `iree-compile` tuning spec for the module's one-row
+//! products over stored weights on CPUs. This crate writes text only: archives are the pipeline's (`tapeout`).
 #![deny(missing_docs)]
 
 mod emit;
@@ -18,4 +18,4 @@ mod tuning;
 pub use emit::{EmitOptions, ExternalParameter, INLINE_CEILING, MaterializationPolicy, Module, emit, emit_to};
 pub use error::{HloError, Result};
 pub use pipe::{emit_functions_pipelined, emit_pipelined};
-pub use tuning::{TUNED_BAND_ROWS, band_is_tuned, cpu_tuning_spec};
+pub use tuning::{TUNED_BAND_ROWS, band_is_tuned, blocks_are_tuned, cpu_tuning_spec};

@@ -184,14 +184,16 @@ pub fn export_functions(
     })
 }
 
-/// Writes the CPU tuning spec to `path` (atomically) when a constant of `functions` is stored in row bands the spec
-/// tunes, and returns its path; otherwise removes a spec an earlier export left there, so that a compile never
+/// Writes the CPU tuning spec to `path` (atomically) when a constant of `functions` is stored in a form the spec
+/// tunes (row bands of bf16 / f16, the codes of a Q8_0 / Q4_0 weight kept packed), and returns its path; otherwise removes a spec an earlier export left there, so that a compile never
 /// picks up a spec for another module.
 fn write_tuning_spec(functions: &[(&str, &ComputeGraph<'_>)], path: &Path) -> Result<Option<PathBuf>> {
-    let tuned = functions
-        .iter()
-        .flat_map(|(_, g)| g.constants())
-        .any(|c| c.data.row_tile().is_some_and(|tile| tapeout_hlo::band_is_tuned(c.data.dtype(), tile)));
+    let tuned = functions.iter().flat_map(|(_, g)| g.constants()).any(|c| match &c.data {
+        ConstantData::Plane { encoding, plane: tapeout_graph::Plane::Quants, .. } => {
+            tapeout_hlo::blocks_are_tuned(encoding)
+        }
+        data => data.row_tile().is_some_and(|tile| tapeout_hlo::band_is_tuned(data.dtype(), tile)),
+    });
     if !tuned {
         return match std::fs::remove_file(path) {
             Ok(()) => Ok(None),
