@@ -11,55 +11,57 @@ import numpy as np
 import pytest
 
 from harness import iree_tool, run, run_iree, signature
+from test_shape_sweep import write_safetensors
 
 BANDS = [2, 3, 5, 11]  # weights of 32 x BANDS rows
 KS = [7, 161]
 
 
-def write_safetensors(path, tensors):
-    header, blobs, at = {}, [], 0
-    for name, (dtype, a) in tensors.items():
-        blob = np.ascontiguousarray(a).tobytes()
-        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [at, at + len(blob)]}
-        blobs.append(blob)
-        at += len(blob)
-    h = json.dumps(header).encode()
-    h += b" " * ((-len(h)) % 8)
-    path.write_bytes(len(h).to_bytes(8, "little") + h + b"".join(blobs))
-
-
-def linears(tmp_path, dtype, seed):
-    """A graph of linears `x_<k>_<rows> @ W_<n>_<k>ᵀ` for every band count and K, at 1 and 3 rows; the weights in
-    a safetensors file as `dtype`. Returns (graph path, weights path, {result: f64 oracle}, {input: array})."""
-    rng = np.random.default_rng(seed)
+def linear_graph(tmp_path, weights, dense, rng):
+    """A graph of linears `x_<k>_<rows> @ W_<n>_<k>ᵀ` for each weight `w<n>_<k>` (its graph dtype in `weights`, its
+    float64 values in `dense`), at 1 and 3 rows, written to `tmp_path/g.json`. Returns ({input: array}, {result:
+    f64 oracle})."""
     f32 = lambda nm, shape: {"name": nm, "shape": shape, "dtype": "f32"}  # noqa: E731
-    tensors, nodes, outputs, stored, feeds, want = [], [], [], {}, {}, {}
-    for k in KS:
+    tensors, nodes, outputs, feeds, want = [], [], [], {}, {}
+    for k in sorted({k for _, k in weights}):
         for rows in (1, 3):
             tensors.append(f32(f"x_{k}_{rows}", [rows, k]))
             feeds[f"x_{k}_{rows}"] = rng.standard_normal((rows, k)).astype(np.float32)
-        for b in BANDS:
-            n = 32 * b
-            w = rng.standard_normal((n, k)).astype(np.float32)
-            if dtype == "bf16":
-                bits = (w.view(np.uint32) >> 16).astype("<u2")
-                stored[f"w{n}_{k}"], dense = ("BF16", bits), (bits.astype(np.uint32) << 16).view(np.float32)
-            elif dtype == "f16":
-                stored[f"w{n}_{k}"], dense = ("F16", w.astype("<f2")), w.astype(np.float16).astype(np.float32)
-            else:
-                stored[f"w{n}_{k}"], dense = ("F32", w), w
-            tensors += [{"name": f"w{n}_{k}", "shape": [n, k], "dtype": dtype, "data": {"tensor": f"w{n}_{k}"}},
-                        f32(f"w{n}_{k}t", [k, n])]
-            nodes.append({"op": "transpose", "inputs": [f"w{n}_{k}"], "outputs": [f"w{n}_{k}t"]})
-            for rows in (1, 3):
-                y = f"y{n}_{k}_{rows}"
-                tensors.append(f32(y, [rows, n]))
-                nodes.append({"op": "matmul", "inputs": [f"x_{k}_{rows}", f"w{n}_{k}t"], "outputs": [y]})
-                outputs.append(y)
-                want[y] = feeds[f"x_{k}_{rows}"].astype(np.float64) @ dense.astype(np.float64).T
-    write_safetensors(tmp_path / "w.safetensors", stored)
+    for (n, k), dtype in weights.items():
+        w = f"w{n}_{k}"
+        tensors += [{"name": w, "shape": [n, k], "dtype": dtype, "data": {"tensor": w}}, f32(f"{w}t", [k, n])]
+        nodes.append({"op": "transpose", "inputs": [w], "outputs": [f"{w}t"]})
+        for rows in (1, 3):
+            y = f"y{n}_{k}_{rows}"
+            tensors.append(f32(y, [rows, n]))
+            nodes.append({"op": "matmul", "inputs": [f"x_{k}_{rows}", f"{w}t"], "outputs": [y]})
+            outputs.append(y)
+            want[y] = feeds[f"x_{k}_{rows}"].astype(np.float64) @ dense[w].T
     (tmp_path / "g.json").write_text(json.dumps({"name": "bands", "tensors": tensors, "nodes": nodes,
                                                  "outputs": outputs}))
+    return feeds, want
+
+
+def linears(tmp_path, dtype, seed):
+    """Linears over weights of every band count and K in a safetensors file as `dtype`. Returns (graph path, weights
+    path, {result: f64 oracle}, {input: array})."""
+    rng = np.random.default_rng(seed)
+    stored, dense, weights = {}, {}, {}
+    for k in KS:
+        for b in BANDS:
+            n = 32 * b
+            w, name = rng.standard_normal((n, k)).astype(np.float32), f"w{32 * b}_{k}"
+            if dtype == "bf16":
+                bits = (w.view(np.uint32) >> 16).astype("<u2")
+                stored[name], dense[name] = ("BF16", bits), (bits.astype(np.uint32) << 16).view(np.float32)
+            elif dtype == "f16":
+                stored[name], dense[name] = ("F16", w.astype("<f2")), w.astype(np.float16).astype(np.float32)
+            else:
+                stored[name], dense[name] = ("F32", w), w
+            dense[name] = dense[name].astype(np.float64)
+            weights[(n, k)] = dtype
+    write_safetensors(tmp_path / "w.safetensors", stored)
+    feeds, want = linear_graph(tmp_path, weights, dense, rng)
     return tmp_path / "g.json", tmp_path / "w.safetensors", want, feeds
 
 
@@ -147,24 +149,7 @@ def test_the_tuning_spec_tiles_one_row_per_block_products_of_kept_codes_and_keep
     w.close()
     dense = {t.name: dequantize(t.data, t.tensor_type).astype(np.float64).reshape([int(d) for d in reversed(t.shape)])
              for t in GGUFReader(str(path)).tensors}
-    f32 = lambda nm, shape: {"name": nm, "shape": shape, "dtype": "f32"}  # noqa: E731
-    tensors, nodes, outputs, feeds, want = [], [], [], {}, {}
-    for k in (64, 96):
-        for rows in (1, 3):
-            tensors.append(f32(f"x_{k}_{rows}", [rows, k]))
-            feeds[f"x_{k}_{rows}"] = rng.standard_normal((rows, k)).astype(np.float32)
-    for n, k in shapes:
-        tensors += [{"name": f"w{n}_{k}", "shape": [n, k], "dtype": "f32", "data": {"tensor": f"w{n}_{k}"}},
-                    f32(f"w{n}_{k}t", [k, n])]
-        nodes.append({"op": "transpose", "inputs": [f"w{n}_{k}"], "outputs": [f"w{n}_{k}t"]})
-        for rows in (1, 3):
-            y = f"y{n}_{k}_{rows}"
-            tensors.append(f32(y, [rows, n]))
-            nodes.append({"op": "matmul", "inputs": [f"x_{k}_{rows}", f"w{n}_{k}t"], "outputs": [y]})
-            outputs.append(y)
-            want[y] = feeds[f"x_{k}_{rows}"].astype(np.float64) @ dense[f"w{n}_{k}"].T
-    (tmp_path / "g.json").write_text(json.dumps({"name": "bands", "tensors": tensors, "nodes": nodes,
-                                                 "outputs": outputs}))
+    feeds, want = linear_graph(tmp_path, {shape: "f32" for shape in shapes}, dense, rng)
     out = tmp_path / "out"
     printed = run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", out, "--packed", "keep",
                   "--inline-below", "0").stdout
