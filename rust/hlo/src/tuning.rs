@@ -7,14 +7,14 @@
 //!   band (`distribution = [1, 0, 32, 0]`, `vector_common_parallel = [1, 1, 32, 0]`); the spec gives it two bands
 //!   of each, so every loop reads two bands' runs at once. bf16 and f16 only: f32 bands (twice the bytes, already
 //!   near the read floor) were no faster.
-//! - **Per-block products of packed weights** (Q8_0 `i8` and Q4_0 `i4` codes kept packed, `[Kb, 32, N]`, contracted
-//!   per block, see `keep_packed`). IREE gives each workgroup 64 columns of one block row with a reduction tile of
-//!   16; the spec gives it vector tiles of 64 and the whole 32-value block as the reduction tile, and `i8` codes 256
-//!   columns per workgroup (`i4` planes keep 64: their rows are padded to 64 only, and IREE cannot compile a
-//!   partial tile of masked `i4` loads).
+//! - **Per-block products of Q8_0 weights kept packed** (`i8` codes `[Kb, 32, N]`, contracted per 32-value block,
+//!   see `keep_packed`). IREE gives each workgroup 64 columns of one block row with a reduction tile of 16; the
+//!   spec gives it 256 columns and the whole block as the reduction tile. Q4_0's `i4` planes are not matched: the
+//!   tiles that helped them (vector tiles of 64) exceed IREE's vector size limit on 16-byte-vector CPUs, and 256
+//!   columns cannot be compiled over their rows padded to 64 only (masked `i4` loads); what remains was within noise.
 //!
 //! Measured on an AVX-512 Xeon (docs/performance.md, "Two bands at a time"): the 156M Llama's decode step bf16
-//! 13.3 → 11.1 ms, Q8_0 kept packed about 1.4× and Q4_0 about 1.2× faster. It changes tiling only: each output
+//! 13.3 → 11.1 ms, Q8_0 kept packed about 1.35× faster. It changes tiling only: each output
 //! element is the same sum over the same values.
 //!
 //! The spec is an input of `iree-compile` (`--iree-codegen-tuning-spec-path=FILE`), not part of the module, which
@@ -32,11 +32,11 @@ pub fn band_is_tuned(dtype: DType, tile: u64) -> bool {
     tile == TUNED_BAND_ROWS && matches!(dtype, DType::BF16 | DType::F16)
 }
 
-/// Whether the per-block products of a weight kept packed in `encoding` are tuned by [`cpu_tuning_spec`] (the
-/// formats measured: Q8_0's `i8` codes and Q4_0's `i4` codes).
+/// Whether the per-block products of a weight kept packed in `encoding` are tuned by [`cpu_tuning_spec`] (Q8_0's
+/// `i8` codes only).
 #[must_use]
 pub fn blocks_are_tuned(encoding: &Encoding) -> bool {
-    matches!(encoding, Encoding::Q8_0 | Encoding::Q4_0)
+    matches!(encoding, Encoding::Q8_0)
 }
 
 /// One matcher of the spec: a one-row batched contraction of f32 rows with `rhs` values, with `fixed` (`n` or `k`)
@@ -55,32 +55,26 @@ fn matcher(name: &str, rhs: &str, fixed: &str, size: u64, lowering: &str) -> Str
 
 /// The tuning spec text (a transform-dialect module IREE 3.13 reads with `--iree-codegen-tuning-spec-path`) for
 /// the llvm-cpu backend: one-row products over bf16 / f16 bands of 32 rows get two bands per workgroup and per
-/// vector tile; one-row per-block products over `i8` / `i4` codes get vector tiles of 64 columns (256 per
-/// workgroup for `i8`) and the whole block as the reduction tile.
+/// vector tile; one-row per-block products over `i8` codes get 256 columns per workgroup and the whole block as the
+/// reduction tile.
 #[must_use]
 pub fn cpu_tuning_spec() -> String {
     let t = TUNED_BAND_ROWS;
     let band = format!(
         "cache_parallel = [2, 0, {t}, 0], distribution = [2, 0, {t}, 0], vector_common_parallel = [2, 1, {t}, 0], vector_reduction = [0, 0, 0, 16]"
     );
-    let block = |columns: u64| {
-        format!(
-            "cache_parallel = [1, 0, {columns}, 0], distribution = [1, 0, {columns}, 0], vector_common_parallel = [1, 1, 64, 0], vector_reduction = [0, 0, 0, 32]"
-        )
-    };
-    // i4 planes have their rows padded to a multiple of 64 only, and IREE 3.13 cannot compile the masked i4 loads
-    // of a partial 256-column tile ("failed to emulate bit width"): 64 columns for them.
-    let (block_i8, block_i4) = (block(256), block(64));
+    // Vector tiles of at most 4 KiB (`[2, 16, 32]` and `[32, 32]` f32 values): IREE 3.13 refuses vectors larger
+    // than 512 native vectors, 8 KiB on a 16-byte-vector CPU (`generic` x86-64, Arm NEON).
+    let block = "cache_parallel = [1, 0, 256, 0], distribution = [1, 0, 256, 0], vector_common_parallel = [1, 1, 32, 0], vector_reduction = [0, 0, 0, 32]";
     let matchers = [
         ("match_band_bf16", "bf16", "n", t, band.as_str()),
         ("match_band_f16", "f16", "n", t, band.as_str()),
-        ("match_blocks_i8", "i8", "k", 32, block_i8.as_str()),
-        ("match_blocks_i4", "i4", "k", 32, block_i4.as_str()),
+        ("match_blocks_i8", "i8", "k", 32, block),
     ];
     let mut s = String::from(
         "// tapeout's tuning spec for IREE's llvm-cpu backend (iree-compile --iree-codegen-tuning-spec-path=THIS_FILE\n\
          // --mlir-disable-threading). It tiles one-row products over weights stored in row bands of 32 (bf16, f16)\n\
-         // two bands at a time, and one-row per-block products over packed codes (i8, i4) a whole block at a time:\n\
+         // two bands at a time, and one-row per-block products over Q8_0 codes (i8) a whole block at a time:\n\
          // the same sums, read faster (docs/performance.md). Without it the module compiles and runs as before.\n\
          module attributes {iree_codegen.tuning_spec_with_default_entrypoint, transform.with_named_sequence} {\n\
          \x20 transform.named_sequence @apply_op_config(%op: !transform.any_op {transform.readonly}, %config: !transform.any_param {transform.readonly}) {\n\
@@ -114,16 +108,16 @@ mod tests {
     }
 
     #[test]
-    fn only_q8_0_and_q4_0_blocks_are_tuned() {
-        assert!(blocks_are_tuned(&Encoding::Q8_0) && blocks_are_tuned(&Encoding::Q4_0));
-        assert!(!blocks_are_tuned(&Encoding::Q4_1) && !blocks_are_tuned(&Encoding::Q4K));
+    fn only_q8_0_blocks_are_tuned() {
+        assert!(blocks_are_tuned(&Encoding::Q8_0));
+        assert!(!blocks_are_tuned(&Encoding::Q4_0) && !blocks_are_tuned(&Encoding::Q4K));
     }
 
     #[test]
     fn the_spec_has_one_matcher_per_tuned_form() {
         let s = cpu_tuning_spec();
-        assert_eq!(s.matches("transform.iree.match.contraction").count(), 4);
-        for rhs in ["bf16", "f16", "i8", "i4"] {
+        assert_eq!(s.matches("transform.iree.match.contraction").count(), 3);
+        for rhs in ["bf16", "f16", "i8"] {
             assert!(s.contains(&format!("rhs_type = {rhs},")), "{rhs}");
         }
         assert!(

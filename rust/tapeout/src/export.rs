@@ -185,7 +185,7 @@ pub fn export_functions(
 }
 
 /// Writes the CPU tuning spec to `path` (atomically) when a constant of `functions` is stored in a form the spec
-/// tunes (row bands of bf16 / f16, the codes of a Q8_0 / Q4_0 weight kept packed), and returns its path; otherwise removes a spec an earlier export left there, so that a compile never
+/// tunes (row bands of bf16 / f16, the codes of a Q8_0 weight kept packed), and returns its path; otherwise removes a spec an earlier export left there, so that a compile never
 /// picks up a spec for another module.
 fn write_tuning_spec(functions: &[(&str, &ComputeGraph<'_>)], path: &Path) -> Result<Option<PathBuf>> {
     let tuned = functions.iter().flat_map(|(_, g)| g.constants()).any(|c| match &c.data {
