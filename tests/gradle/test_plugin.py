@@ -499,12 +499,23 @@ def test_an_unset_kotlin_home_says_how_to_set_it_and_that_a_daemon_may_not_see_i
     assert "A Gradle daemon started before KOTLIN_HOME was exported may not see it: stop it (gradle --stop)" in text, text
 
 
+def load_compiled(out, name):
+    """`out/<name>.vmfb` loaded in IREE's Python runtime (local-sync) with `out/<name>.irpa` as scope `model`."""
+    import iree.runtime as rt
+    config = rt.Config("local-sync")
+    index = rt.ParameterIndex()
+    index.load(str(out / f"{name}.irpa"))
+    return rt.load_vm_modules(
+        rt.create_io_parameters_module(config.vm_instance, index.create_provider(scope="model")),
+        rt.create_hal_module(config.vm_instance, config.device),
+        rt.VmModule.copy_buffer(config.vm_instance, (out / f"{name}.vmfb").read_bytes()), config=config)[-1]
+
+
 def test_compile_iree_writes_a_vmfb_beside_the_archive_that_runs_and_is_up_to_date(built_jars, tmp_path, monkeypatch):
     """compileIree<Name> per model: a vmfb beside the archive that IREE's runtime runs with it (numbers against
     numpy), UP-TO-DATE on a second run, rerun when a flag changes; a bad target and a missing compiler are build
     errors that say what to set."""
     import numpy as np
-    import iree.runtime as rt
 
     block = """tapeout {
     packedConstants = 'DEQUANTIZE'
@@ -538,14 +549,7 @@ def test_compile_iree_writes_a_vmfb_beside_the_archive_that_runs_and_is_up_to_da
     x = np.arange(64, dtype=np.float32).reshape(2, 32) * 0.125
     w = (np.arange(32 * 4, dtype=np.float32) * 0.01).reshape(32, 4)
     q = np.tile(np.arange(32, dtype=np.float32) / 64.0, (4, 1))
-    config = rt.Config("local-sync")
-    index = rt.ParameterIndex()
-    index.load(str(out / "tiny.irpa"))
-    modules = rt.load_vm_modules(
-        rt.create_io_parameters_module(config.vm_instance, index.create_provider(scope="model")),
-        rt.create_hal_module(config.vm_instance, config.device),
-        rt.VmModule.copy_buffer(config.vm_instance, vmfb.read_bytes()), config=config)
-    got = np.asarray(modules[-1].main(x).to_host())
+    got = np.asarray(load_compiled(out, "tiny").main(x).to_host())
     np.testing.assert_allclose(got, x @ w + x @ q.T, rtol=1e-5)
 
     r = gradle(p, "compileIree")
@@ -588,7 +592,6 @@ def test_compile_iree_passes_the_exports_tuning_spec_to_a_cpu_compile_unless_the
     and compileIree passes it to iree-compile (the flag in the logged command); a spec named in ireeFlags wins; the
     vmfb runs with the archive and equals numpy."""
     import numpy as np
-    import iree.runtime as rt
 
     monkeypatch.setenv("TAPEOUT_IREE_COMPILE", str(ROOT / ".venv/bin/iree-compile"))
     block = "tapeout { model = 'demo.HalfLinear'; moduleName = 'lin'%s }"
@@ -600,17 +603,11 @@ def test_compile_iree_passes_the_exports_tuning_spec_to_a_cpu_compile_unless_the
     spec = out / "lin.tuning.mlir"
     assert spec.is_file(), sorted(out.iterdir())
     assert f"--iree-codegen-tuning-spec-path={spec}, --mlir-disable-threading" in r.stdout, r.stdout
-    config = rt.Config("local-sync")
-    index = rt.ParameterIndex()
-    index.load(str(out / "lin.irpa"))
-    modules = rt.load_vm_modules(
-        rt.create_io_parameters_module(config.vm_instance, index.create_provider(scope="model")),
-        rt.create_hal_module(config.vm_instance, config.device),
-        rt.VmModule.copy_buffer(config.vm_instance, (out / "lin.vmfb").read_bytes()), config=config)
+    module = load_compiled(out, "lin")
     x = np.linspace(-1, 1, 32, dtype=np.float32).reshape(1, 32)
     bits = (0x3F80 + np.arange(96 * 32) % 7).astype(np.uint32).reshape(96, 32)
     w = (bits << 16).view(np.float32)
-    np.testing.assert_allclose(np.asarray(modules[-1].main(x).to_host()), x @ w.T, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(module.main(x).to_host()), x @ w.T, rtol=1e-5, atol=1e-6)
 
     own = tmp_path / "own.mlir"
     own.write_text(spec.read_text())

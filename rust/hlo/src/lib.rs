@@ -18,4 +18,4 @@ mod tuning;
 pub use emit::{EmitOptions, ExternalParameter, INLINE_CEILING, MaterializationPolicy, Module, emit, emit_to};
 pub use error::{HloError, Result};
 pub use pipe::{emit_functions_pipelined, emit_pipelined};
-pub use tuning::{TUNED_BAND_ROWS, band_is_tuned, blocks_are_tuned, cpu_tuning_spec};
+pub use tuning::{band_is_tuned, blocks_are_tuned, cpu_tuning_spec};

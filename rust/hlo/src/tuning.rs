@@ -23,7 +23,7 @@
 use tapeout_graph::{DType, Encoding};
 
 /// The band width this spec matches (the emitter's widest row tile; the narrower ones are not measured).
-pub const TUNED_BAND_ROWS: u64 = 32;
+const TUNED_BAND_ROWS: u64 = 32;
 
 /// Whether a constant stored in row bands of `tile` rows as `dtype` has its one-row products tuned by
 /// [`cpu_tuning_spec`].

@@ -1,7 +1,6 @@
 //! Export in one pass: the module text, and every external constant streamed into the archive.
 
 use crate::metadata::{PlaneOf, TensorMetadata};
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -29,7 +28,8 @@ pub struct ExportSummary {
     /// arguments and results in order, with their names, dtypes and shapes.
     pub signature: PathBuf,
     /// The tuning spec beside it (`<dir>/<name>.tuning.mlir`, [`tapeout_hlo::cpu_tuning_spec`]) when the module has
-    /// band products it tunes: pass it to `iree-compile` for a CPU with `--iree-codegen-tuning-spec-path`.
+    /// products it tunes (bf16 / f16 row bands, Q8_0 codes kept packed): pass it to `iree-compile` for a CPU with
+    /// `--iree-codegen-tuning-spec-path` (and `--mlir-disable-threading`, docs/performance.md).
     pub tuning_spec: Option<PathBuf>,
     /// The parameter archive (`<dir>/<name>.irpa`), or the shards of a set and its index.
     pub archives: ArchiveFiles,
@@ -98,7 +98,7 @@ fn metadata(graph: &ComputeGraph<'_>, data: &ConstantData<'_>, tensor: tapeout_g
 /// Writes `<out_dir>/<name>.mlir`, `<out_dir>/<name>.signature.json` and `<out_dir>/<name>.irpa` for `graph`; with `max_archive_bytes`, the
 /// parameters go to as many archives as that limit needs (`<name>-0000k-of-0000n.irpa` plus
 /// `<name>.irpa.index.json`; no parameter is split, and one larger than the limit has a file of its own), and
-/// `<out_dir>/<name>.tuning.mlir` when the module has band products IREE's CPU backend reads faster with it.
+/// `<out_dir>/<name>.tuning.mlir` when the module has products IREE's CPU backend reads faster with it.
 ///
 /// External constants are streamed from their sources (borrowed f32, lazily widened or
 /// dequantized) through the archive writer: peak extra memory is one chunk. Every file is written
@@ -185,8 +185,8 @@ pub fn export_functions(
 }
 
 /// Writes the CPU tuning spec to `path` (atomically) when a constant of `functions` is stored in a form the spec
-/// tunes (row bands of bf16 / f16, the codes of a Q8_0 weight kept packed), and returns its path; otherwise removes a spec an earlier export left there, so that a compile never
-/// picks up a spec for another module.
+/// tunes (row bands of bf16 / f16, the codes of a Q8_0 weight kept packed), and returns its path. Otherwise removes
+/// a spec an earlier export left there, so that a compile never picks up a spec for another module.
 fn write_tuning_spec(functions: &[(&str, &ComputeGraph<'_>)], path: &Path) -> Result<Option<PathBuf>> {
     let tuned = functions.iter().flat_map(|(_, g)| g.constants()).any(|c| match &c.data {
         ConstantData::Plane { encoding, plane: tapeout_graph::Plane::Quants, .. } => {
@@ -201,11 +201,8 @@ fn write_tuning_spec(functions: &[(&str, &ComputeGraph<'_>)], path: &Path) -> Re
             Err(source) => Err(Error::Write { path: path.to_path_buf(), source }),
         };
     }
-    let mut file = AtomicFile::create(path)?;
-    file.file()
-        .write_all(tapeout_hlo::cpu_tuning_spec().as_bytes())
-        .map_err(|source| Error::Write { path: path.to_path_buf(), source })?;
-    file.commit()?;
+    let spec = tapeout_hlo::cpu_tuning_spec();
+    tapeout_irpa::write_atomically(path, |f| std::io::Write::write_all(f, spec.as_bytes()))?;
     Ok(Some(path.to_path_buf()))
 }
 
