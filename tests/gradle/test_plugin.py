@@ -570,17 +570,24 @@ def test_compile_iree_writes_a_vmfb_beside_the_archive_that_runs_and_is_up_to_da
     assert r.returncode != 0 and "ireeCompiler = '/nope/iree-compile'" in r.stdout + r.stderr, r.stdout + r.stderr
 
 
-HALF_LINEAR_MODEL = '''
+Q8_LINEAR_MODEL = '''
 package demo
 
 import dev.tapeout.*
 
-class HalfLinear : ModelProvider {
+class Q8Linear : ModelProvider {
     override fun buildTape(): ExecutionTape {
         val t = ExecutionTape()
         val x = t.input("x", longArrayOf(1, 32))
-        val w = t.halfWeight("model.fc.weight", ShortArray(96 * 32) { (0x3F80 + it % 7).toShort() }, DType.BF16, 96, 32)
-        t.output(t.linear(x, w))
+        // 96 rows of one Q8_0 block each: an f16 scale (0.5, 1, 0.25, 2), then 32 signed codes.
+        val scales = intArrayOf(0x3800, 0x3C00, 0x3400, 0x4000)
+        val bytes = ByteArray(96 * 34)
+        for (o in 0 until 96) {
+            bytes[o * 34] = (scales[o % 4] and 0xFF).toByte()
+            bytes[o * 34 + 1] = (scales[o % 4] shr 8).toByte()
+            for (i in 0 until 32) bytes[o * 34 + 2 + i] = ((o * 7 + i) % 17 - 8).toByte()
+        }
+        t.output(t.linear(x, t.packedWeight("model.fc.weight", bytes, "Q8_0", 96, 32)))
         return t
     }
 }
@@ -588,15 +595,15 @@ class HalfLinear : ModelProvider {
 
 
 def test_compile_iree_passes_the_exports_tuning_spec_to_a_cpu_compile_unless_the_user_names_one(built_jars, tmp_path, monkeypatch):
-    """A bf16 linear of 96 outputs at one row is stored in 3 row bands of 32: the export writes `<name>.tuning.mlir`
-    and compileIree passes it to iree-compile (the flag in the logged command); a spec named in ireeFlags wins; the
-    vmfb runs with the archive and equals numpy."""
+    """A Q8_0 linear of 96 outputs kept packed at one row: the export writes `<name>.tuning.mlir` and compileIree
+    passes it to iree-compile (the flag in the logged command); a spec named in ireeFlags wins; the vmfb runs with
+    the archive and equals numpy."""
     import numpy as np
 
     monkeypatch.setenv("TAPEOUT_IREE_COMPILE", str(ROOT / ".venv/bin/iree-compile"))
-    block = "tapeout { model = 'demo.HalfLinear'; moduleName = 'lin'%s }"
+    block = "tapeout { model = 'demo.Q8Linear'; moduleName = 'lin'; packedConstants = 'KEEP'%s }"
     p = project(tmp_path, block % "")
-    (p / "src/main/kotlin/demo/HalfLinear.kt").write_text(HALF_LINEAR_MODEL)
+    (p / "src/main/kotlin/demo/Q8Linear.kt").write_text(Q8_LINEAR_MODEL)
     r = gradle(p, "compileIree", "--info")
     assert r.returncode == 0, r.stdout + r.stderr
     out = p / "build/tapeout"
@@ -605,9 +612,9 @@ def test_compile_iree_passes_the_exports_tuning_spec_to_a_cpu_compile_unless_the
     assert f"--iree-codegen-tuning-spec-path={spec}, --mlir-disable-threading" in r.stdout, r.stdout
     module = load_compiled(out, "lin")
     x = np.linspace(-1, 1, 32, dtype=np.float32).reshape(1, 32)
-    bits = (0x3F80 + np.arange(96 * 32) % 7).astype(np.uint32).reshape(96, 32)
-    w = (bits << 16).view(np.float32)
-    np.testing.assert_allclose(np.asarray(module.main(x).to_host()), x @ w.T, rtol=1e-5, atol=1e-6)
+    o, i = np.arange(96)[:, None], np.arange(32)[None, :]
+    w = np.array([0.5, 1.0, 0.25, 2.0])[o % 4] * ((o * 7 + i) % 17 - 8)
+    np.testing.assert_allclose(np.asarray(module.main(x).to_host()), x.astype(np.float64) @ w.T, rtol=1e-5, atol=1e-5)
 
     own = tmp_path / "own.mlir"
     own.write_text(spec.read_text())

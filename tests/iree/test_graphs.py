@@ -220,7 +220,8 @@ def test_bf16_activations_compute_in_bf16_on_the_stored_weight(tapeout, tmp_path
     out = tmp_path / "out"
     run(tapeout, "export", tmp_path / "g.json", "--weights", tmp_path / "w.safetensors", "-o", out, "--inline-below", "0")
     text = (out / "bf16_linear.mlir").read_text()
-    assert f"tensor<{n_out // 8}x{n_in}x8xbf16>) -> tensor<{n_out // 8}x3x8xbf16>" in text, text
+    assert f": tensor<3x{n_in}xbf16>, tensor<{n_out // 8}x{n_in}x8xbf16>) outs(" in text, text
+    assert f"}} -> tensor<3x{n_out // 8}x8xbf16>" in text, text
     assert text.count("stablehlo.convert") == 2 and not transposes_of(text, "model.fc.weight"), text
     x = rng.standard_normal((3, n_in)).astype(np.float32)
     [y] = compile_and_run_iree(tmp_path, out / "bf16_linear.mlir", [out / "bf16_linear.irpa"], [x])

@@ -1,9 +1,10 @@
-"""The CPU tuning spec tapeout writes beside a module whose weights are stored in row bands of 32 (bf16 or f16):
-`iree-compile --iree-codegen-tuning-spec-path=<name>.tuning.mlir` gives each one-row band product two bands per
-workgroup and per vector tile (docs/performance.md, "Two bands at a time"). It must change how the products are
-tiled, never what they compute: every result is checked against numpy's float64 product of the stored values, at
-band counts that do not divide by two (3, 5, 11 bands), reduction lengths that leave a tail (7, 161), one row
-(tuned) and three rows (not matched), with the spec and without it."""
+"""The CPU tuning spec tapeout writes beside a module with Q8_0 weights kept packed
+(`iree-compile --iree-codegen-tuning-spec-path=<name>.tuning.mlir`: one-row per-block products a whole block at a
+time, docs/performance.md), and the products over weights in row bands, which need no spec since the emitter
+contracts the stored bands in one `linalg.generic`. Tiling must never change what is computed: every result is
+checked against numpy's float64 product of the stored values, at band counts that do not divide by two (3, 5, 11
+bands), reduction lengths that leave a tail (7, 161), one row, three rows and `?` rows (run with 5), for this CPU
+and for a generic one."""
 import json
 import re
 
@@ -17,26 +18,30 @@ BANDS = [2, 3, 5, 11]  # weights of 32 x BANDS rows
 KS = [7, 161]
 
 
-def linear_graph(tmp_path, weights, dense, rng):
+ROWS = {1: 1, 3: 3, "?": 5}  # rows in the graph: rows fed
+
+
+def linear_graph(tmp_path, weights, dense, rng, rows_set=(1, 3)):
     """A graph of linears `x_<k>_<rows> @ W_<n>_<k>ᵀ` for each weight `w<n>_<k>` (its graph dtype in `weights`, its
-    float64 values in `dense`), at 1 and 3 rows, written to `tmp_path/g.json`. Returns ({input: array}, {result:
-    f64 oracle})."""
+    float64 values in `dense`), at each of `rows_set` rows (`?` fed 5), written to `tmp_path/g.json`. Returns
+    ({input: array}, {result: f64 oracle})."""
     f32 = lambda nm, shape: {"name": nm, "shape": shape, "dtype": "f32"}  # noqa: E731
+    tag = lambda rows: "d" if rows == "?" else rows  # noqa: E731
     tensors, nodes, outputs, feeds, want = [], [], [], {}, {}
     for k in sorted({k for _, k in weights}):
-        for rows in (1, 3):
-            tensors.append(f32(f"x_{k}_{rows}", [rows, k]))
-            feeds[f"x_{k}_{rows}"] = rng.standard_normal((rows, k)).astype(np.float32)
+        for rows in rows_set:
+            tensors.append(f32(f"x_{k}_{tag(rows)}", [rows, k]))
+            feeds[f"x_{k}_{tag(rows)}"] = rng.standard_normal((ROWS[rows], k)).astype(np.float32)
     for (n, k), dtype in weights.items():
         w = f"w{n}_{k}"
         tensors += [{"name": w, "shape": [n, k], "dtype": dtype, "data": {"tensor": w}}, f32(f"{w}t", [k, n])]
         nodes.append({"op": "transpose", "inputs": [w], "outputs": [f"{w}t"]})
-        for rows in (1, 3):
-            y = f"y{n}_{k}_{rows}"
+        for rows in rows_set:
+            y, x = f"y{n}_{k}_{tag(rows)}", f"x_{k}_{tag(rows)}"
             tensors.append(f32(y, [rows, n]))
-            nodes.append({"op": "matmul", "inputs": [f"x_{k}_{rows}", f"{w}t"], "outputs": [y]})
+            nodes.append({"op": "matmul", "inputs": [x, f"{w}t"], "outputs": [y]})
             outputs.append(y)
-            want[y] = feeds[f"x_{k}_{rows}"].astype(np.float64) @ dense[w].T
+            want[y] = feeds[x].astype(np.float64) @ dense[w].T
     (tmp_path / "g.json").write_text(json.dumps({"name": "bands", "tensors": tensors, "nodes": nodes,
                                                  "outputs": outputs}))
     return feeds, want
@@ -61,7 +66,7 @@ def linears(tmp_path, dtype, seed):
             dense[name] = dense[name].astype(np.float64)
             weights[(n, k)] = dtype
     write_safetensors(tmp_path / "w.safetensors", stored)
-    feeds, want = linear_graph(tmp_path, weights, dense, rng)
+    feeds, want = linear_graph(tmp_path, weights, dense, rng, rows_set=(1, 3, "?"))
     return tmp_path / "g.json", tmp_path / "w.safetensors", want, feeds
 
 
@@ -89,37 +94,58 @@ def check(tmp_path, out, vmfb, want, feeds, tag):
     return wrong
 
 
-@pytest.mark.parametrize("dtype", ["bf16", "f16"])
-def test_the_tuning_spec_tiles_one_row_band_products_two_bands_at_a_time_and_keeps_every_value(dtype, tapeout, tmp_path):
+@pytest.mark.parametrize("dtype", ["bf16", "f16", "f32"])
+def test_band_products_are_one_contraction_over_the_stored_bands_need_no_spec_and_keep_every_value(dtype, tapeout, tmp_path):
+    """Weights in row bands of 32 (2, 3, 5, 11 bands; K 7 and 161) at 1, 3 and `?` rows: each product is one
+    `linalg.generic` reading the stored parameter (a 16-bit one widened inside it), no tuning spec is written, and
+    every value equals numpy's float64 product, compiled for this CPU and for a generic x86-64 one."""
     g, w, want, feeds = linears(tmp_path, dtype, seed=len(dtype))
     out = tmp_path / "out"
     printed = run(tapeout, "export", g, "--weights", w, "-o", out, "--inline-below", "0").stdout
-    spec = out / "bands.tuning.mlir"
-    assert spec.is_file() and f"--iree-codegen-tuning-spec-path={spec}" in printed, printed
+    assert not (out / "bands.tuning.mlir").exists() and "tuning-spec-path" not in printed, printed
     text = (out / "bands.mlir").read_text()
-    assert "tuning" not in text  # the module itself stays plain StableHLO
-    vmfb, configs = compile_host(out, tmp_path, "tuned", spec)
-    # Every one-row band product got the spec's tiles, and only those: the three-row ones keep IREE's own.
-    tuned = re.findall(r"distribution = \[2, 0, 32, 0\], vector_common_parallel = \[2, 1, 32, 0\]", configs)
-    assert len(tuned) == len(BANDS) * len(KS), configs[-3000:]
-    wrong = check(tmp_path, out, vmfb, want, feeds, "tuned")
-    assert not wrong, f"{dtype} with the spec: {wrong}"
-    plain, configs = compile_host(out, tmp_path, "plain")
-    assert "vector_common_parallel = [2, 1, 32, 0]" not in configs
-    assert not check(tmp_path, out, plain, want, feeds, "plain")
-    generic, configs = compile_host(out, tmp_path, "generic", spec, cpu="generic")
-    assert "vector_common_parallel = [2, 1, 32, 0]" in configs
-    assert not check(tmp_path, out, generic, want, feeds, "generic")
+    products = re.findall(r"linalg\.generic .* ins\(%\w+, (%v\d+) : tensor<(\?|\d+)x\d+xf32>, tensor<(\d+)x(\d+)x32x(\w+)>\)", text)
+    assert sorted((int(b), int(k), rows) for _, rows, b, k, _ in products) == sorted(
+        (b, k, rows) for b in BANDS for k in KS for rows in ("1", "3", "?")), products
+    assert {t for *_, t in products} == {dtype}
+    loads = dict(re.findall(r"(%v\d+) = util\.global\.load @(\S+) ", text))
+    assert all(v in loads for v, *_ in products), "each product reads the parameter as stored"
+    assert "stablehlo.dot_general" not in text and "broadcast_in_dim" not in text, text
+    for cpu in ("host", "generic"):
+        vmfb, _ = compile_host(out, tmp_path, cpu, cpu=cpu)
+        wrong = check(tmp_path, out, vmfb, want, feeds, cpu)
+        assert not wrong, f"{dtype} for {cpu}: {wrong}"
+
+
+def q8_gguf(tmp_path, fmt, shapes, rng):
+    """A GGUF of random `fmt` blocks, one weight `w<n>_<k>` per shape. Returns (path, {name: float64 values})."""
+    from gguf import GGUFReader, GGUFWriter, GGMLQuantizationType as T
+    from gguf.quants import dequantize
+    from test_packed import random_blocks
+
+    path = tmp_path / "w.gguf"
+    w = GGUFWriter(str(path), "llama")
+    for n, k in shapes:
+        w.add_tensor(f"w{n}_{k}", random_blocks(fmt, n, k, rng), raw_dtype=T[fmt])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    dense = {t.name: dequantize(t.data, t.tensor_type).astype(np.float64).reshape([int(d) for d in reversed(t.shape)])
+             for t in GGUFReader(str(path)).tensors}
+    return path, dense
 
 
 def test_no_spec_for_weights_it_does_not_tune_and_a_stale_one_is_removed(tapeout, tmp_path):
-    """f32 bands (twice the bytes, measured no faster) get no spec; re-exporting a module that had one over the same
-    directory removes it, so a compile that looks for `<name>.tuning.mlir` never finds another module's."""
+    """Only Q8_0 codes kept packed get a spec; re-exporting a module that had one over the same directory with bf16
+    bands (no spec) removes it, so a compile that looks for `<name>.tuning.mlir` never finds another module's."""
     out = tmp_path / "out"
-    g, w, _, _ = linears(tmp_path, "bf16", seed=1)
-    run(tapeout, "export", g, "--weights", w, "-o", out, "--inline-below", "0")
+    shapes = [(33, 64)]
+    path, dense = q8_gguf(tmp_path, "Q8_0", shapes, np.random.default_rng(3))
+    linear_graph(tmp_path, {shape: "f32" for shape in shapes}, dense, np.random.default_rng(4))
+    run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", out, "--packed", "keep", "--inline-below", "0")
     assert (out / "bands.tuning.mlir").is_file()
-    g, w, _, _ = linears(tmp_path, "f32", seed=1)
+    g, w, _, _ = linears(tmp_path, "bf16", seed=1)
     printed = run(tapeout, "export", g, "--weights", w, "-o", out, "--inline-below", "0").stdout
     assert not (out / "bands.tuning.mlir").exists() and "tuning-spec-path" not in printed, printed
 
@@ -134,22 +160,9 @@ def test_the_tuning_spec_tiles_one_row_per_block_products_of_kept_codes_and_keep
     matched, and a Q4_0 export writes no spec). Rows of 5, 33 and 300
     (a partial tile, padded Q4_0 planes), 2 and 3 blocks, one row (tuned) and three (not): every result against
     PyPI gguf's dequantized weights in float64, with the spec and without it."""
-    from gguf import GGUFReader, GGUFWriter, GGMLQuantizationType as T
-    from gguf.quants import dequantize
-    from test_packed import random_blocks
-
     rng = np.random.default_rng(7 + len(fmt))
-    path = tmp_path / "w.gguf"
-    w = GGUFWriter(str(path), "llama")
     shapes = [(n, k) for n in (5, 33, 300) for k in (64, 96)]
-    for n, k in shapes:
-        w.add_tensor(f"w{n}_{k}", random_blocks(fmt, n, k, rng), raw_dtype=T[fmt])
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    dense = {t.name: dequantize(t.data, t.tensor_type).astype(np.float64).reshape([int(d) for d in reversed(t.shape)])
-             for t in GGUFReader(str(path)).tensors}
+    path, dense = q8_gguf(tmp_path, fmt, shapes, rng)
     feeds, want = linear_graph(tmp_path, {shape: "f32" for shape in shapes}, dense, rng)
     out = tmp_path / "out"
     printed = run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", out, "--packed", "keep",

@@ -1,12 +1,15 @@
 //! StableHLO emission for tapeout graphs: module text, and the external parameters it refers to.
 //!
 //! [`emit`] lowers a [`tapeout_graph::ComputeGraph`] to textual MLIR that IREE 3.13 compiles:
-//! only the `stablehlo`, `func` and `util` dialects, real `stablehlo.reduce` for every reduction,
+//! `stablehlo`, `func` and `util` ops, with `tensor` reshapes of `?` dimensions, `arith` index constants and one
+//! `linalg.generic` per banded linear (below), real `stablehlo.reduce` for every reduction,
 //! bit-exact hex constants, and external parameters as
 //! `util.global private @k = #flow.parameter.named<"scope"::"key">`. Any tensor name or key is
 //! quoted and escaped so it stays valid MLIR. [`emit_pipelined`] writes the text on a second thread while
-//! the constants are converted. [`cpu_tuning_spec`] is the `iree-compile` tuning spec for the module's one-row
-//! products over stored weights on CPUs. This crate writes text only: archives are the pipeline's (`tapeout`).
+//! the constants are converted. A linear's weight stored in row bands is contracted as stored by one
+//! `linalg.generic` (no form of StableHLO's `dot_general` reads it without a broadcast or a copy in IREE 3.13).
+//! [`cpu_tuning_spec`] is the `iree-compile` tuning spec for the module's one-row products over Q8_0 codes on
+//! CPUs. This crate writes text only: archives are the pipeline's (`tapeout`).
 #![deny(missing_docs)]
 
 mod emit;
@@ -18,4 +21,4 @@ mod tuning;
 pub use emit::{EmitOptions, ExternalParameter, INLINE_CEILING, MaterializationPolicy, Module, emit, emit_to};
 pub use error::{HloError, Result};
 pub use pipe::{emit_functions_pipelined, emit_pipelined};
-pub use tuning::{band_is_tuned, blocks_are_tuned, cpu_tuning_spec};
+pub use tuning::{blocks_are_tuned, cpu_tuning_spec};

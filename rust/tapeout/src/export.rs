@@ -28,7 +28,7 @@ pub struct ExportSummary {
     /// arguments and results in order, with their names, dtypes and shapes.
     pub signature: PathBuf,
     /// The tuning spec beside it (`<dir>/<name>.tuning.mlir`, [`tapeout_hlo::cpu_tuning_spec`]) when the module has
-    /// products it tunes (bf16 / f16 row bands, Q8_0 codes kept packed): pass it to `iree-compile` for a CPU with
+    /// products it tunes (Q8_0 codes kept packed): pass it to `iree-compile` for a CPU with
     /// `--iree-codegen-tuning-spec-path` (and `--mlir-disable-threading`, docs/performance.md).
     pub tuning_spec: Option<PathBuf>,
     /// The parameter archive (`<dir>/<name>.irpa`), or the shards of a set and its index.
@@ -185,14 +185,14 @@ pub fn export_functions(
 }
 
 /// Writes the CPU tuning spec to `path` (atomically) when a constant of `functions` is stored in a form the spec
-/// tunes (row bands of bf16 / f16, the codes of a Q8_0 weight kept packed), and returns its path. Otherwise removes
+/// tunes (the codes of a Q8_0 weight kept packed), and returns its path. Otherwise removes
 /// a spec an earlier export left there, so that a compile never picks up a spec for another module.
 fn write_tuning_spec(functions: &[(&str, &ComputeGraph<'_>)], path: &Path) -> Result<Option<PathBuf>> {
     let tuned = functions.iter().flat_map(|(_, g)| g.constants()).any(|c| match &c.data {
         ConstantData::Plane { encoding, plane: tapeout_graph::Plane::Quants, .. } => {
             tapeout_hlo::blocks_are_tuned(encoding)
         }
-        data => data.row_tile().is_some_and(|tile| tapeout_hlo::band_is_tuned(data.dtype(), tile)),
+        _ => false,
     });
     if !tuned {
         return match std::fs::remove_file(path) {

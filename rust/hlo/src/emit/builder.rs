@@ -18,11 +18,6 @@ pub(crate) struct Val {
 /// The most parts [`Emitter::concat_tree`] concatenates in one op.
 const CONCAT_FAN_IN: usize = 16;
 
-/// The most bytes of one row a `?`-row banded product broadcasts at a time: its bands go in groups of
-/// `GROUP_ROW_BYTES / (K × 4)` (256 bands of a 1024-wide weight: the 156M Llama's LM head of 1000 bands in 4
-/// groups, 128 MiB each at 128 rows, where the whole broadcast was 524 MB).
-const GROUP_ROW_BYTES: u64 = 1 << 20;
-
 pub(crate) fn ty(shape: &Shape, dtype: DType) -> String {
     shape.mlir_type(dtype)
 }
@@ -138,9 +133,9 @@ pub(crate) struct Emitter<'g, 'a, 'w> {
     pub(crate) out: &'w mut dyn TextOut,
     pub(crate) next: usize,
     pub(crate) vals: HashMap<TensorId, Val>,
-    /// Weights stored in row bands (`[N / T, K, T]`), which only matmuls read ([`Emitter::banded_matmul`]): as
-    /// used (a 16-bit one widened) and as stored.
-    pub(crate) banded: HashMap<TensorId, (Val, Val)>,
+    /// Weights stored in row bands (`[N / T, K, T]`, as stored), which only matmuls read
+    /// ([`Emitter::banded_matmul`]).
+    pub(crate) banded: HashMap<TensorId, Val>,
     /// Tensors computed from a narrower element type by ops IREE 3.13 counts as a "bit extend" (a widening
     /// convert, then only arithmetic and reshaping): see [`Emitter::unfused`].
     pub(crate) widened: HashSet<TensorId>,
@@ -966,15 +961,18 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         Ok(self.assign(&format!("{rhs} : ({}, {}) -> {}", a.ty(), b.ty(), ty(out, a.dtype)), out.clone(), a.dtype))
     }
 
-    /// `a [L.., K] x W [K, N]` for a weight stored in row bands, `w` being `[N / T, K, T]`
-    /// ([`tapeout_graph::ConstantData::row_tile`]): the rows of `a` merged into one `M` (`?` in a prefill),
-    /// broadcast to each band (`[N / T, M, K]`), one batched contraction per band (`[N / T, M, T]`), the bands put
-    /// side by side (`[M, N]`) and the rows split back. IREE 3.13 compiles that contraction to a batched
-    /// matrix product that reads each band's `K x T` values as one contiguous run, and never copies the weight;
-    /// the plain `[K, N]` product reads a narrow strip of every row instead (measured: docs/performance.md).
-    pub(crate) fn banded_matmul(&mut self, a: &Val, w: &Val, stored: &Val, out: &Shape) -> Result<Val> {
-        let [Dim::Static(bands), Dim::Static(k), Dim::Static(t)] = w.shape.0[..] else {
-            return Err(self.err(format!("a weight in row bands is [N / T, K, T], not [{}]", w.shape)));
+    /// `a [L.., K] x W [K, N]` for a weight stored in row bands, `stored` being `[N / T, K, T]` as the archive
+    /// holds it ([`tapeout_graph::ConstantData::row_tile`]): the rows of `a` merged into one `M` (`?` in a
+    /// prefill), one contraction `[M, K] x [N / T, K, T] -> [M, N / T, T]` over the stored values (a 16-bit weight
+    /// widened element by element inside it), and the result read as `[M, N]`. Written as a `linalg.generic`
+    /// (iteration space band, row, column, k): StableHLO's `dot_general` has no form of it that IREE 3.13 keeps
+    /// (without a batch dimension it transposes the weight into a copy; with the bands as a batch dimension it
+    /// needs the rows broadcast to every band, a dispatch writing `bands x M x K` values). IREE compiles this one
+    /// into a single dispatch that reads each band's `K x T` values as one contiguous run and never copies the
+    /// weight (measured: docs/performance.md, "One contraction over the stored bands").
+    pub(crate) fn banded_matmul(&mut self, a: &Val, stored: &Val, compute: DType, out: &Shape) -> Result<Val> {
+        let [Dim::Static(bands), Dim::Static(k), Dim::Static(t)] = stored.shape.0[..] else {
+            return Err(self.err(format!("a weight in row bands is [N / T, K, T], not [{}]", stored.shape)));
         };
         let ra = a.rank();
         if ra == 0 || a.shape.0[ra - 1] != Dim::Static(k) {
@@ -988,83 +986,84 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         };
         let flat_shape = Shape(vec![m, Dim::Static(k)]);
         let flat = if a.shape == flat_shape { a.clone() } else { self.reshape(a, &flat_shape)? };
-        // With `?` rows the broadcast grows with the rows and the bands (`bands × M × K`: an LM head's 1000 bands of
-        // 1024 at 128 rows are 524 MB, a 128 K vocabulary's of 4096 at 512 rows 34 GB), so the bands go in groups of
-        // at most GROUP_ROW_BYTES per row, each group's broadcast after the previous group's product: one group's
-        // broadcast is live at a time. Measured on the 156M Llama (docs/performance.md): prefill's peak 866 -> 415
-        // MiB at 128 tokens, for 10-20 % more time there.
-        let row_bytes = k.saturating_mul(a.dtype.byte_width()).max(1);
-        let group = if m == Dim::Dynamic { (GROUP_ROW_BYTES / row_bytes).clamp(1, bands) } else { bands };
-        let per_band = if group == bands {
-            self.band_product(&flat, w, m, None)?
-        } else {
-            let mut parts: Vec<Val> = Vec::new();
-            let mut first = 0;
-            while first < bands {
-                let len = group.min(bands - first);
-                // The group's bands are sliced from the weight as stored, passed through a barrier with what this
-                // group waits for. A slice of the parameter itself is a constant expression, which IREE 3.13 hoists
-                // into the module's initializer as a copy (one dispatch writing every group, refused past 32
-                // bindings); a barrier on the widened (f32) weight makes IREE write that value whole.
-                let wait = parts.last().unwrap_or(&flat).clone();
-                let ordered = self.after(stored, &wait);
-                let wg = self.slice(&ordered, &[(first, first + len, 1), (0, k, 1), (0, t, 1)]);
-                let wg = if wg.dtype == w.dtype { wg } else { self.plain_convert(&wg, w.dtype) };
-                // The gate: a 1 that exists only after the previous group's product, multiplied into this group's
-                // broadcast (exact). A barrier on the `?`-row activation itself would hide its run-time extent from
-                // IREE 3.13 ("dynamic dimensions must have been resolved"); a scalar has none.
-                let gate = match parts.last() {
-                    Some(prev) => {
-                        let prev = prev.clone();
-                        let one = self.splat(1.0, &Shape(vec![]), flat.dtype);
-                        Some(self.after(&one, &prev))
-                    }
-                    None => None,
-                };
-                parts.push(self.band_product(&flat, &wg, m, gate.as_ref())?);
-                first += len;
-            }
-            self.concat_tree(parts, 0)?
-        };
-        let rows = self.transpose(&per_band, &[1, 0, 2]);
-        let merged = self.reshape(&rows, &Shape(vec![m, Dim::Static(bands * t)]))?;
+        let per_band = self.band_contraction(&flat, stored, compute)?;
+        let merged = self.reshape(&per_band, &Shape(vec![m, Dim::Static(bands * t)]))?;
         if merged.shape == *out { Ok(merged) } else { self.reshape(&merged, out) }
     }
 
-    /// `[M, K]` rows times a `[B, K, T]` band set: the rows broadcast to each band (times `gate`, a scalar 1 that
-    /// orders the broadcast after whatever produced it), one batched contraction, `[B, M, T]`.
-    fn band_product(&mut self, flat: &Val, w: &Val, m: Dim, gate: Option<&Val>) -> Result<Val> {
-        let [Dim::Static(bands), Dim::Static(k), Dim::Static(t)] = w.shape.0[..] else {
-            return Err(self.err(format!("a weight in row bands is [N / T, K, T], not [{}]", w.shape)));
+    fn band_types_err(&self, stored: &str, compute: &str) -> HloError {
+        self.err(format!(
+            "a {stored} weight stored in row bands multiplies {compute} rows, and the product reads the weight in the \
+             rows' type: give the rows the weight's type or a wider float type, or export with the weights laid out \
+             as held (`--layout as-held`)"
+        ))
+    }
+
+    /// `[M, K]` rows (of `compute` values) times a `[B, K, T]` band set as stored: `[M, B, T]`, each sum over `k`
+    /// in `compute` (the stored value widened to it first when narrower).
+    fn band_contraction(&mut self, flat: &Val, stored: &Val, compute: DType) -> Result<Val> {
+        let [Dim::Static(bands), Dim::Static(_), Dim::Static(t)] = stored.shape.0[..] else {
+            return Err(self.err(format!("a weight in row bands is [N / T, K, T], not [{}]", stored.shape)));
         };
-        let wide = Shape(vec![Dim::Static(bands), m, Dim::Static(k)]);
-        let spread = if m == Dim::Dynamic {
-            // The gate multiplies the rows (`M x K`), not their broadcast: IREE writes a broadcast 1 whole.
-            let src = match gate {
-                Some(gate) => {
-                    let parts = vec![self.dim_part(flat, 0)?, self.i32_part(k, 1, &flat.shape)?];
-                    let st = self.concat_parts(parts);
-                    let ones = self.dynamic_broadcast(gate, &[], &flat.shape, &st);
-                    self.binary_same("multiply", flat, &ones)
-                }
-                None => flat.clone(),
+        let (c, s) = (compute.mlir_name(), stored.dtype.mlir_name());
+        // The body's ops: the stored value made a `compute` value, then multiply-add.
+        let (widen, mul, add) = if compute.is_float() && stored.dtype.is_float() {
+            let widen = match stored.dtype.byte_width().cmp(&compute.byte_width()) {
+                std::cmp::Ordering::Less => Some("arith.extf"),
+                std::cmp::Ordering::Equal if stored.dtype == compute => None,
+                _ => return Err(self.band_types_err(s, c)),
             };
-            let parts = vec![self.i32_part(bands, 0, &wide)?, self.dim_part(flat, 0)?, self.i32_part(k, 2, &wide)?];
-            let st = self.concat_parts(parts);
-            self.dynamic_broadcast(&src, &[1, 2], &wide, &st)
+            (widen, "arith.mulf", "arith.addf")
+        } else if stored.dtype == compute && !compute.is_float() && compute != DType::Bool {
+            (None, "arith.muli", "arith.addi")
         } else {
-            self.broadcast_to(flat, &[1, 2], &wide, None)?
+            return Err(self.band_types_err(s, c));
         };
-        let banded = Shape(vec![Dim::Static(bands), m, Dim::Static(t)]);
-        let rhs = format!(
-            "stablehlo.dot_general {}, {}, batching_dims = [0] x [0], contracting_dims = [2] x [1] : ({}, {}) -> {}",
-            spread.name,
-            w.name,
-            spread.ty(),
-            w.ty(),
-            ty(&banded, flat.dtype)
+        let m = flat.shape.0[0];
+        let shape = Shape(vec![m, Dim::Static(bands), Dim::Static(t)]);
+        let out_ty = ty(&shape, compute);
+        let empty = match m {
+            Dim::Dynamic => {
+                let zero = self.fresh();
+                self.line(&format!("{zero} = arith.constant 0 : index"));
+                let rows = self.fresh();
+                self.line(&format!("{rows} = tensor.dim {}, {zero} : {}", flat.name, flat.ty()));
+                format!("tensor.empty({rows}) : {out_ty}")
+            }
+            Dim::Static(_) => format!("tensor.empty() : {out_ty}"),
+        };
+        let empty = self.assign(&empty, shape.clone(), compute);
+        let zero = self.fresh();
+        let zero_text = if compute.is_float() { "0.000000e+00" } else { "0" };
+        self.line(&format!("{zero} = arith.constant {zero_text} : {c}"));
+        let init = self.assign(
+            &format!("linalg.fill ins({zero} : {c}) outs({} : {out_ty}) -> {out_ty}", empty.name),
+            shape.clone(),
+            compute,
         );
-        Ok(self.assign(&rhs, banded, flat.dtype))
+        // Block arguments and body values are named from the emitter's counter: a region of a `linalg.generic`
+        // sees the names around it, so they must not repeat any.
+        let (x, w, acc) = (self.fresh(), self.fresh(), self.fresh());
+        let (wide, w_val) = match widen {
+            Some(op) => {
+                let v = self.fresh();
+                (format!("      {v} = {op} {w} : {s} to {c}\n"), v)
+            }
+            None => (String::new(), w.clone()),
+        };
+        let (p, sum) = (self.fresh(), self.fresh());
+        let rhs = format!(
+            "linalg.generic {{indexing_maps = [affine_map<(b, m, t, k) -> (m, k)>, affine_map<(b, m, t, k) -> (b, k, t)>, \
+             affine_map<(b, m, t, k) -> (m, b, t)>], iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"reduction\"]}} \
+             ins({}, {} : {}, {}) outs({} : {out_ty}) {{\n    ^bb0({x}: {c}, {w}: {s}, {acc}: {c}):\n{wide}      \
+             {p} = {mul} {x}, {w_val} : {c}\n      {sum} = {add} {acc}, {p} : {c}\n      linalg.yield {sum} : {c}\n    }} -> {out_ty}",
+            flat.name,
+            stored.name,
+            flat.ty(),
+            stored.ty(),
+            init.name,
+        );
+        Ok(self.assign(&rhs, shape, compute))
     }
 
     pub(crate) fn slice(&mut self, x: &Val, ranges: &[(u64, u64, u64)]) -> Val {

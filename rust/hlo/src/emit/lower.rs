@@ -62,8 +62,8 @@ impl<'g> Emitter<'g, '_, '_> {
         if widens(node.op, &ins, out.dtype, node.inputs.iter().any(|i| self.widened.contains(i))) {
             self.widened.insert(*id);
         }
-        let result = if let Some((_, (w, stored))) = &banded {
-            self.banded_matmul(&ins[0], w, stored, out.shape)?
+        let result = if let Some((_, stored)) = &banded {
+            self.banded_matmul(&ins[0], stored, ins[0].dtype, out.shape)?
         } else {
             match node.op {
                 OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div | OpKind::Pow | OpKind::Max | OpKind::Min => {

@@ -280,20 +280,21 @@ pub(crate) fn emit_functions_into(
                     Val { name, shape: shape.clone(), dtype: stored }
                 }
             };
-            // A 16-bit weight kept as stored is widened where it is used: IREE fuses the convert into the consumer.
-            let as_stored = v.clone();
-            let v = if stored == spec.dtype {
-                v
-            } else {
-                let rhs = format!("stablehlo.convert {} : ({t}) -> {}", v.name, ty(&shape, spec.dtype));
-                e.assign(&rhs, shape, spec.dtype)
-            };
             match c.data.row_tile() {
-                // Row bands `[N / T, K, T]`: only matmuls use it (`transpose_at_export`), each band by band.
+                // Row bands `[N / T, K, T]`: only matmuls use it (`transpose_at_export`), each reading the bands as
+                // stored (a 16-bit weight widened inside the contraction).
                 Some(_) => {
-                    e.banded.insert(c.tensor, (v, as_stored));
+                    e.banded.insert(c.tensor, v);
                 }
+                // A 16-bit weight kept as stored is widened where it is used: IREE fuses the convert into the
+                // consumer.
                 None => {
+                    let v = if stored == spec.dtype {
+                        v
+                    } else {
+                        let rhs = format!("stablehlo.convert {} : ({t}) -> {}", v.name, ty(&shape, spec.dtype));
+                        e.assign(&rhs, shape, spec.dtype)
+                    };
                     e.vals.insert(c.tensor, v);
                 }
             }

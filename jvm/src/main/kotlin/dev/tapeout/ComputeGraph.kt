@@ -91,8 +91,8 @@ internal fun <T> TapeSnapshot.located(call: () -> T): T = try {
  * [keyCollisions] are the weights of every exported function that were given another weight's key.
  * [signature] is `<name>.signature.json` beside the module: read it with [ModuleSignature.read].
  * [warnings] are what the export has to say that is not an error (a checkpoint tensor the model never read, …).
- * [tuningSpec] is `<name>.tuning.mlir` beside the module when it has band products IREE's CPU backend reads faster
- * with it (`--iree-codegen-tuning-spec-path`; `IreeCompiler` and Gradle's `compileIree` pass it), else null.
+ * [tuningSpec] is `<name>.tuning.mlir` beside the module when it has products IREE's CPU backend computes faster
+ * with it (a Q8_0 weight kept packed) (`--iree-codegen-tuning-spec-path`; `IreeCompiler` and Gradle's `compileIree` pass it), else null.
  */
 data class ExportResult(
     val mlir: File,

@@ -54,8 +54,8 @@ public class CompileIreeTask extends DefaultTask {
     public File getModuleFile() { return new File(outputDir(), spec.getModuleName().get() + ".mlir"); }
 
     /**
-     * The tuning spec the export wrote beside the module ({@code <moduleName>.tuning.mlir}, when the module has band
-     * products IREE's CPU backend reads faster with it): passed to an llvm-cpu compile as
+     * The tuning spec the export wrote beside the module ({@code <moduleName>.tuning.mlir}, when the module has
+     * products IREE's CPU backend computes faster with it: a Q8_0 weight kept packed): passed to an llvm-cpu compile as
      * {@code --iree-codegen-tuning-spec-path} unless {@code ireeFlags} name a spec of their own. Empty when absent.
      */
     @InputFiles

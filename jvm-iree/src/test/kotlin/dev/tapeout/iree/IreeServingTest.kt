@@ -2,6 +2,7 @@ package dev.tapeout.iree
 
 import dev.tapeout.ExecutionTape
 import dev.tapeout.MaterializationPolicy
+import dev.tapeout.PackedConstantHandling
 import dev.tapeout.toComputeGraph
 import org.junit.jupiter.api.AfterAll
 import org.junit.jupiter.api.Assertions.assertArrayEquals
@@ -272,32 +273,41 @@ class IreeServingTest {
     }
 
     @Test
-    fun `a bf16 linear's export writes a tuning spec that a CPU compile uses and that serves the same numbers`(@TempDir tmp: File) {
-        // 64 outputs of 16 inputs at one row: two row bands of 32, the form the spec tunes.
-        val bits = ShortArray(64 * 16) { (0x3F80 + (it % 9) - 4).toShort() }
+    fun `a Q8_0 linear kept packed writes a tuning spec that a CPU compile uses and that serves the same numbers`(@TempDir tmp: File) {
+        // 64 outputs of 32 inputs at one row, one Q8_0 block per row (an f16 scale of 0.5, 1, 0.25 or 2, then 32
+        // signed codes), kept packed: the per-block product the spec tunes.
+        val scales = intArrayOf(0x3800, 0x3C00, 0x3400, 0x4000)
+        val scale = doubleArrayOf(0.5, 1.0, 0.25, 2.0)
+        val code = { o: Int, i: Int -> (o * 7 + i) % 17 - 8 }
+        val bytes = ByteArray(64 * 34)
+        for (o in 0 until 64) {
+            bytes[o * 34] = (scales[o % 4] and 0xFF).toByte()
+            bytes[o * 34 + 1] = (scales[o % 4] shr 8).toByte()
+            for (i in 0 until 32) bytes[o * 34 + 2 + i] = code(o, i).toByte()
+        }
         val t = ExecutionTape()
-        t.output("y", t.linear(t.input("x", 1, 16), t.halfWeight("model.fc.weight", bits, dev.tapeout.DType.BF16, 64, 16)))
-        val r = t.toComputeGraph().export(tmp, "lin", MaterializationPolicy.ExternalAlways())
+        t.output("y", t.linear(t.input("x", 1, 32), t.packedWeight("model.fc.weight", bytes, "Q8_0", 64, 32)))
+        val r = t.toComputeGraph(packedConstants = PackedConstantHandling.KEEP).export(tmp, "lin", MaterializationPolicy.ExternalAlways())
         val spec = File(tmp, "lin.tuning.mlir")
         assertEquals(spec, r.tuningSpec)
         assertEquals(spec, IreeCompiler.tuningSpecFor(r.mlir))
         val vmfb = compiler.compile(r.mlir, IreeTarget.cpu())
-        val x = FloatArray(16) { it * 0.25f - 2f }
+        val x = FloatArray(32) { it * 0.125f - 2f }
         IreeModule.load(device, vmfb, listOf(IreeParameters.archive(r.irpa))).use { m ->
-            val got = m.value(x, 1L, 16L).use { m.call("main", it)[0] }.use { it.toFloatArray() }
+            val got = m.value(x, 1L, 32L).use { m.call("main", it)[0] }.use { it.toFloatArray() }
             for (o in 0 until 64) {
                 var want = 0.0
-                for (i in 0 until 16) want += x[i] * java.lang.Float.intBitsToFloat(bits[o * 16 + i].toInt() shl 16)
+                for (i in 0 until 32) want += x[i] * scale[o % 4] * code(o, i)
                 assertTrue(abs(got[o] - want) < 1e-5 * (1 + abs(want)), "y[$o] = ${got[o]}, want $want")
             }
         }
-        // The spec is really passed: a broken one beside the module fails the CPU compile, not vmvx's; a spec named
-        // in the flags wins over it.
+        // The spec is really passed: a broken one beside the module fails the CPU compile; flags naming no spec
+        // (`--iree-codegen-tuning-spec-path=`) or a spec of their own win over it.
         val good = spec.readText()
         spec.writeText("this is not a tuning spec")
         val e = assertThrows<IreeCompileException> { compiler.compile(r.mlir, IreeTarget.cpu()) }
         assertTrue(e.diagnostics.contains("tuning"), e.diagnostics)
-        compiler.compile(r.mlir, IreeTarget.vmvx(), File(tmp, "lin.vmvx.vmfb"))
+        compiler.compile(r.mlir, IreeTarget.cpu(), File(tmp, "lin.plain.vmfb"), listOf("--iree-codegen-tuning-spec-path="))
         val own = File(tmp, "own.mlir").also { it.writeText(good) }
         compiler.compile(r.mlir, IreeTarget.cpu(), extraFlags = listOf("--iree-codegen-tuning-spec-path=${own.path}", "--mlir-disable-threading"))
     }
