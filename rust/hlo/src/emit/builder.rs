@@ -263,8 +263,9 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     /// "bit extend" (an elementwise chain from a narrower element type without a `math` op: `convert(bf16 ->
     /// f32)`, `convert(i32 -> i64)`, a dequantization) into each consumer; cloned into a `concatenate` with `?`
     /// dimensions it is materialized on the stack at the `?` size, and iree-compile refuses the module
-    /// (`exceeded stack allocation limit`: a bf16 KV cache widened and concatenated with the new keys, i32
-    /// positions widened and concatenated with the past ones). A float `abs` (a `math` op) makes the chain an
+    /// (`exceeded stack allocation limit`: an f16 value widened and joined along a static axis with `?` rows; a
+    /// `?` axis, such as a KV cache's, is written as insertions, [`Emitter::concat_in_place`], which IREE does
+    /// not clone into). A float `abs` (a `math` op) makes the chain an
     /// ordinary dispatch: 16- and 32-bit floats take it on their bits with the sign bit put back (exact, NaN
     /// too); integers and f64 (which IREE demotes to f32, so its bits cannot be reinterpreted) subtract
     /// `min(|x as f32|, 0)`, a zero no folder can see. Bool values are returned as they are.
@@ -1074,8 +1075,9 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         self.assign(&rhs, shape, x.dtype)
     }
 
-    /// `stablehlo.concatenate` along `axis`; with a `?` extent there the result's is `?` (IREE 3.13 lowers it,
-    /// as HF's KV cache `cat(past, new)` needs).
+    /// The parts joined along `axis`: `stablehlo.concatenate` where the result's extent there is static; with a `?`
+    /// extent there (HF's KV cache `cat(past, new)`), each part inserted at its offset
+    /// ([`Emitter::concat_in_place`]).
     pub(crate) fn concat(&mut self, parts: &[Val], axis: usize) -> Result<Val> {
         let mut shape = parts[0].shape.clone();
         let mut total = Some(0u64);
@@ -1087,6 +1089,9 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
             };
         }
         shape.0[axis] = total.map_or(Dim::Dynamic, Dim::Static);
+        if total.is_none() {
+            return Ok(self.concat_in_place(parts, axis, shape));
+        }
         let rhs = format!(
             "stablehlo.concatenate {}, dim = {axis} : ({}) -> {}",
             list(parts.iter().map(|p| p.name.clone())),
@@ -1096,9 +1101,88 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         Ok(self.assign(&rhs, shape, parts[0].dtype))
     }
 
+    /// A concatenation whose extent along `axis` is `?` (`shape`, checked by [`Emitter::concat`]), written as
+    /// each part inserted into an empty result at its offset (`tensor.insert_slice`). IREE 3.13 lowers a
+    /// `stablehlo.concatenate` with a `?` extent into one dispatch that computes every element's source with
+    /// divisions and a branch: for HF's KV cache `cat(past, new)` at 1024 positions that was 15 of the 24 ms of
+    /// dispatch time of a 156M Llama's decode step (docs/performance.md, "A `?` concatenation as copies"). Each
+    /// insertion of a whole part becomes a copy of its bytes.
+    fn concat_in_place(&mut self, parts: &[Val], axis: usize, shape: Shape) -> Val {
+        let rank = shape.rank();
+        // Every part's extents as MLIR writes them in a slice: a number, or its `tensor.dim`.
+        let mut extents: Vec<Vec<String>> = Vec::with_capacity(parts.len());
+        for p in parts {
+            let mut e = Vec::with_capacity(rank);
+            for (i, d) in p.shape.0.iter().enumerate() {
+                e.push(match d {
+                    Dim::Static(n) => n.to_string(),
+                    Dim::Dynamic => self.dim_index(p, i),
+                });
+            }
+            extents.push(e);
+        }
+        // The result's `?` extents: the parts' sum along `axis`, the first part's elsewhere.
+        let mut offsets = Vec::with_capacity(parts.len());
+        let mut at = "0".to_owned();
+        for e in &extents {
+            offsets.push(at.clone());
+            at = if at == "0" {
+                e[axis].clone()
+            } else {
+                let (a, b) = (self.index_value(&at), self.index_value(&e[axis]));
+                let sum = self.fresh();
+                self.line(&format!("{sum} = arith.addi {a}, {b} : index"));
+                sum
+            };
+        }
+        let dynamic: Vec<String> = (0..rank)
+            .filter(|&i| shape.0[i] == Dim::Dynamic)
+            .map(|i| if i == axis { self.index_value(&at) } else { self.index_value(&extents[0][i]) })
+            .collect();
+        let out_ty = ty(&shape, parts[0].dtype);
+        let mut acc =
+            self.assign(&format!("tensor.empty({}) : {out_ty}", list(&dynamic)), shape.clone(), parts[0].dtype);
+        let ones = list(std::iter::repeat_n("1", rank));
+        for ((p, e), off) in parts.iter().zip(&extents).zip(&offsets) {
+            let at = list((0..rank).map(|i| if i == axis { off.clone() } else { "0".to_owned() }));
+            let rhs = format!(
+                "tensor.insert_slice {} into {}[{at}] [{}] [{ones}] : {} into {out_ty}",
+                p.name,
+                acc.name,
+                list(e),
+                p.ty()
+            );
+            acc = self.assign(&rhs, shape.clone(), parts[0].dtype);
+        }
+        acc
+    }
+
+    /// Dimension `i` of `x` as an `index` value (`tensor.dim`).
+    fn dim_index(&mut self, x: &Val, i: usize) -> String {
+        let idx = self.fresh();
+        self.line(&format!("{idx} = arith.constant {i} : index"));
+        let d = self.fresh();
+        self.line(&format!("{d} = tensor.dim {}, {idx} : {}", x.name, x.ty()));
+        d
+    }
+
+    /// An extent written as a number or an SSA name, as an `index` value.
+    fn index_value(&mut self, extent: &str) -> String {
+        if extent.starts_with('%') {
+            return extent.to_owned();
+        }
+        let c = self.fresh();
+        self.line(&format!("{c} = arith.constant {extent} : index"));
+        c
+    }
+
     /// [`Emitter::concat`] of any number of parts, at most [`CONCAT_FAN_IN`] at a time: IREE 3.13 may write a
     /// concatenation as one dispatch with a binding per part, and refuses one of more than 32 bindings at run time.
+    /// Parts with a `?` extent along `axis` are inserted one by one, with no limit, into one result.
     pub(crate) fn concat_tree(&mut self, mut parts: Vec<Val>, axis: usize) -> Result<Val> {
+        if parts.iter().any(|p| p.shape.0.get(axis) == Some(&Dim::Dynamic)) {
+            return self.concat(&parts, axis);
+        }
         while parts.len() > CONCAT_FAN_IN {
             let mut next = Vec::with_capacity(parts.len().div_ceil(CONCAT_FAN_IN));
             for chunk in parts.chunks(CONCAT_FAN_IN) {

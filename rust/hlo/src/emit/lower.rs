@@ -87,10 +87,14 @@ impl<'g> Emitter<'g, '_, '_> {
                 OpKind::Transpose => self.lower_transpose(&ins[0])?,
                 OpKind::Concat => {
                     let axis = self.axis("axis", self.attr_int("axis", 0)?, ins[0].rank())?;
+                    // A `?` extent along the axis is written as insertions ([`Emitter::concat_in_place`]), which
+                    // IREE does not clone a widening into; a `stablehlo.concatenate` with `?` extents elsewhere
+                    // needs its widened parts made dispatches of their own ([`Emitter::unfused`]).
+                    let inserted = out.shape.0.get(axis) == Some(&Dim::Dynamic);
                     let mut parts = Vec::with_capacity(ins.len());
                     for (v, id) in ins.iter().zip(&node.inputs) {
                         let cloned_by_iree =
-                            out.shape.is_dynamic() && v.shape.is_dynamic() && self.widened.contains(id);
+                            !inserted && out.shape.is_dynamic() && v.shape.is_dynamic() && self.widened.contains(id);
                         parts.push(if cloned_by_iree { self.unfused(v)? } else { v.clone() });
                     }
                     self.concat_tree(parts, axis)?
