@@ -12,8 +12,9 @@ import struct
 import numpy as np
 
 NP = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "bf16": np.float32, "i8": np.int8, "i16": np.int16,
-      "i32": np.int32, "i64": np.int64, "u8": np.uint8, "bool": np.bool_}
-ST = {"F32": "<f4", "F16": "<f2", "I32": "<i4", "I64": "<i8", "U8": "u1", "I8": "i1", "BOOL": "?", "BF16": "<u2"}
+      "i32": np.int32, "i64": np.int64, "u8": np.uint8, "u16": np.uint16, "u32": np.uint32, "u64": np.uint64, "bool": np.bool_}
+ST = {"F32": "<f4", "F64": "<f8", "F16": "<f2", "I16": "<i2", "I32": "<i4", "I64": "<i8", "U8": "u1", "U16": "<u2", "U32": "<u4",
+      "U64": "<u8", "I8": "i1", "BOOL": "?", "BF16": "<u2"}
 
 
 def read_safetensors(path):

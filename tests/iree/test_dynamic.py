@@ -208,6 +208,18 @@ CASES = {
     "linear_many_bands": ([t("x", [1, D, 8192]), t("w", [1056, 8192], weight=W1056), t("wt", [8192, 1056]),
                            t("y", [1, D, 1056])],
                           [n("transpose", ["w"], "wt"), n("matmul", ["x", "wt"], "y")], {"x": [1, "S", 8192]}),
+    # Unsigned integer weights as parameters: declared signless (IREE 3.13 refuses a `ui8` `util.global`) and read
+    # back as unsigned; in row bands (64 rows of 5) the contraction runs on the signless integers of the same bits
+    # (`arith` takes no `ui8`). Small values: the f64 reference does not wrap.
+    "linear_bands_u8": ([t("x", [D, 5], "u8"), t("w", [64, 5], "u8", weight=RNG.integers(0, 4, (64, 5)).astype(np.uint8)),
+                         t("wt", [5, 64], "u8"), t("y", [D, 64], "u8")],
+                        [n("transpose", ["w"], "wt"), n("matmul", ["x", "wt"], "y")], {"x": ["S", 5]}),
+    "linear_bands_u32": ([t("x", [D, 7], "u32"), t("w", [96, 7], "u32", weight=RNG.integers(0, 1000, (96, 7)).astype(np.uint32)),
+                          t("wt", [7, 96], "u32"), t("y", [D, 96], "u32")],
+                         [n("transpose", ["w"], "wt"), n("matmul", ["x", "wt"], "y")], {"x": ["S", 7]}),
+    # (Static rows: `get_dimension_size` of a `?` unsigned argument is refused by IREE 3.13, a gap of its own.)
+    "add_u16_parameter": ([t("x", [3, 5], "u16"), t("b", [5], "u16", weight=np.arange(5, dtype=np.uint16) * 1000),
+                           t("y", [3, 5], "u16")], [n("add", ["x", "b"], "y")], {"x": [3, 5]}),
     # 33 parts: the emitter joins at most 16 per `stablehlo.concatenate` (test_a_concat_of_many_parts_is_a_tree).
     "concat_33_parts": ([t(f"x{i}", [D, 1]) for i in range(33)] + [t("y", [D, 33])],
                         [n("concat", [f"x{i}" for i in range(33)], "y", axis=1)], {f"x{i}": ["S", 1] for i in range(33)}),

@@ -18,6 +18,18 @@ pub(crate) struct Val {
 /// The most parts [`Emitter::concat_tree`] concatenates in one op.
 const CONCAT_FAN_IN: usize = 16;
 
+/// The signless integer of an unsigned one's width (`ui8` -> `i8`), `None` for every other dtype. `arith` ops and
+/// IREE 3.13's `util.global` of a parameter take signless integers only; StableHLO ops take either.
+pub(crate) const fn signless(dtype: DType) -> Option<DType> {
+    match dtype {
+        DType::U8 => Some(DType::I8),
+        DType::U16 => Some(DType::I16),
+        DType::U32 => Some(DType::I32),
+        DType::U64 => Some(DType::I64),
+        _ => None,
+    }
+}
+
 pub(crate) fn ty(shape: &Shape, dtype: DType) -> String {
     shape.mlir_type(dtype)
 }
@@ -307,7 +319,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     }
 
     /// `stablehlo.bitcast_convert` of `x` to `dtype`, an element type of the same width: its bits, retyped.
-    fn bitcast(&mut self, x: &Val, dtype: DType) -> Val {
+    pub(crate) fn bitcast(&mut self, x: &Val, dtype: DType) -> Val {
         let rhs = format!("stablehlo.bitcast_convert {} : ({}) -> {}", x.name, x.ty(), ty(&x.shape, dtype));
         self.assign(&rhs, x.shape.clone(), dtype)
     }
@@ -1006,6 +1018,13 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         let [Dim::Static(bands), Dim::Static(_), Dim::Static(t)] = stored.shape.0[..] else {
             return Err(self.err(format!("a weight in row bands is [N / T, K, T], not [{}]", stored.shape)));
         };
+        // `arith` takes signless integers only: unsigned rows and bands are contracted as the signless integers of
+        // their bits (wrapping multiply-add gives the same bits) and the result read back as unsigned.
+        if let Some(bits) = signless(compute).filter(|_| stored.dtype == compute) {
+            let (rows, bands) = (self.bitcast(flat, bits), self.bitcast(stored, bits));
+            let product = self.band_contraction(&rows, &bands, bits)?;
+            return Ok(self.bitcast(&product, compute));
+        }
         let (c, s) = (compute.mlir_name(), stored.dtype.mlir_name());
         // The body's ops: the stored value made a `compute` value, then multiply-add.
         let (widen, mul, add) = if compute.is_float() && stored.dtype.is_float() {
@@ -1015,7 +1034,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
                 _ => return Err(self.band_types_err(s, c)),
             };
             (widen, "arith.mulf", "arith.addf")
-        } else if stored.dtype == compute && !compute.is_float() && compute != DType::Bool {
+        } else if stored.dtype == compute && matches!(compute, DType::I8 | DType::I16 | DType::I32 | DType::I64) {
             (None, "arith.muli", "arith.addi")
         } else {
             return Err(self.band_types_err(s, c));

@@ -13,7 +13,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::io::Write;
 
-use tapeout_graph::{ComputeGraph, ConstantData, Dim, Shape, TensorId};
+use tapeout_graph::{ComputeGraph, ConstantData, DType, Dim, Shape, TensorId};
 
 use crate::error::{HloError, Result};
 use crate::text::{push_hex, string_literal, symbol};
@@ -167,9 +167,10 @@ pub(crate) fn emit_functions_into(
             let spec = graph.spec(c.tensor);
             match is_external(&opts.policy, &c.data, &spec.shape) {
                 Some(scope) => {
-                    // The parameter has the dtype it is stored in (bf16 kept as bf16) and the shape (row bands of a
-                    // linear's weight); the program converts it.
-                    let t = ty(&stored_shape(&c.data, &spec.shape), c.data.dtype());
+                    // The parameter has the dtype it is stored in (bf16 kept as bf16; an unsigned integer as the
+                    // signless one of its width, which IREE 3.13 requires of a `util.global`) and the shape (row
+                    // bands of a linear's weight); the program converts it.
+                    let t = ty(&stored_shape(&c.data, &spec.shape), parameter_dtype(c.data.dtype()));
                     if let Some((sym, first_ty, first_fn)) = declared.get(&c.key) {
                         if *first_ty != t {
                             return Err(HloError::Unsupported {
@@ -263,7 +264,12 @@ pub(crate) fn emit_functions_into(
             let shape = stored_shape(&c.data, &spec.shape);
             let t = ty(&shape, stored);
             let v = match place {
-                Some(sym) => e.assign(&format!("util.global.load {sym} : {t}"), shape.clone(), stored),
+                Some(sym) => {
+                    let held = parameter_dtype(stored);
+                    let loaded =
+                        e.assign(&format!("util.global.load {sym} : {}", ty(&shape, held)), shape.clone(), held);
+                    if held == stored { loaded } else { e.bitcast(&loaded, stored) }
+                }
                 None => {
                     let name = e.fresh();
                     let _ = write!(e.body, "    {name} = stablehlo.constant dense<\"0x");
@@ -333,4 +339,10 @@ pub(crate) fn spill(text: &mut String, out: &mut dyn TextOut, force: bool) -> Re
         out.take(text).map_err(HloError::Output)?;
     }
     Ok(())
+}
+
+/// The element type a parameter's `util.global` is declared with: the stored one, or for an unsigned integer the
+/// signless one of its width (the same bytes), read back as unsigned after the load.
+fn parameter_dtype(stored: DType) -> DType {
+    builder::signless(stored).unwrap_or(stored)
 }
