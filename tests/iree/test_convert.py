@@ -155,7 +155,7 @@ def test_a_graph_takes_packed_weights_from_gguf_and_runs_in_iree(tapeout, gguf_f
     assert r.returncode == 1 and "Q8_0" in r.stderr and "pass --packed dequantize" in r.stderr, r.stderr
     run(tapeout, "export", tmp_path / "g.json", "--weights", gguf_file, "-o", tmp_path / "out", "--packed",
         "dequantize", "--inline-below", "0")
-    # Dequantized and written in row bands of 8 ([16 / 8, 64, 8]): the module contracts it band by band as stored.
+    # Dequantized and written in row bands of 8 ([16 / 8, 64, 8]): the module contracts it as stored (one linalg.generic).
     text = (tmp_path / "out/gguf_proj.mlir").read_text()
     assert not transposes_of(text, "blk.0.attn_q.weight") and "tensor<2x64x8xf32>" in text, text
     md = json.loads(entries(tmp_path / "out/gguf_proj.irpa")["blk.0.attn_q.weight"][1].decode()[len("TENSORv0:"):])

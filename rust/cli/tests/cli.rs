@@ -102,7 +102,7 @@ fn export_refuses_packed_weights_with_the_remedy_and_dequantizes_on_request() {
     assert!(md.contains("\"from\":\"Q8_0\"") && md.contains("\"transposed_from\":[16,64]"), "{md}");
     let text = std::fs::read_to_string(dir.path().join("out/mlp.mlir")).unwrap();
     // Used only transposed, by a matmul: dequantized and written in bands of 8 output rows, [out / 8, in, 8],
-    // contracted band by band as stored.
+    // contracted as stored by one `linalg.generic`.
     assert!(text.contains("#flow.parameter.named<\"model\"::\"model.fc1.weight\"> : tensor<2x64x8xf32>"), "{text}");
 }
 

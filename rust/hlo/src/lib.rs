@@ -1,8 +1,10 @@
 //! StableHLO emission for tapeout graphs: module text, and the external parameters it refers to.
 //!
 //! [`emit`] lowers a [`tapeout_graph::ComputeGraph`] to textual MLIR that IREE 3.13 compiles:
-//! `stablehlo`, `func` and `util` ops, with `tensor` reshapes of `?` dimensions, `arith` index constants and one
-//! `linalg.generic` per banded linear (below), real `stablehlo.reduce` for every reduction,
+//! `stablehlo`, `func` and `util` ops, with `tensor` reshapes and `tensor.dim` of `?` dimensions, `arith` index
+//! constants, one `linalg.generic` per banded linear (below; its accumulator a `tensor.empty` filled with
+//! `linalg.fill`), `tensor.insert_slice`s for a concatenation along a `?` axis, real `stablehlo.reduce` for every
+//! reduction,
 //! bit-exact hex constants, and external parameters as
 //! `util.global private @k = #flow.parameter.named<"scope"::"key">`. Any tensor name or key is
 //! quoted and escaped so it stays valid MLIR. [`emit_pipelined`] writes the text on a second thread while

@@ -20,13 +20,13 @@ use crate::trace::{Attr, Attrs, Op, TensorId};
 ///   the archive in RSS); stored transposed, 1.03×.
 ///
 /// A weight whose only uses are then the right operand of matmuls (a linear) is written in row bands of
-/// [`ROW_TILES`] (`[rows / tile, cols, tile]`, [`ConstantData::row_tile`]); the emitter contracts it band by band.
+/// [`ROW_TILES`] (`[rows / tile, cols, tile]`, [`ConstantData::row_tile`]); the emitter contracts it as stored, in one contraction over the bands.
 ///
 /// Constants whose values cannot be streamed transposed within the tile budget stay as held.
 /// Source rows per band of a linear's weight written in row bands ([`ConstantData::Transposed`]): 32 where they
 /// divide the rows, else the largest of 16 and 8 that does, else all rows (a plain transpose). Measured with IREE
 /// 3.13 on the llvm-cpu target (docs/performance.md, "Decode at the memory floor"): a decode step's
-/// matrix-vector product over `[rows / 32, cols, 32]` bf16 bands, written as a batched contraction, reads the
+/// matrix-vector product over `[rows / 32, cols, 32]` bf16 bands, one contraction over the stored bands, reads the
 /// weight at several times the rate of the same product over `[cols, rows]`, with no copy of the weight.
 pub(crate) const ROW_TILES: [u64; 3] = [32, 16, 8];
 

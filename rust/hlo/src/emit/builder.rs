@@ -708,10 +708,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
                 match shape.0[j] {
                     Dim::Static(n) => sizes.push(n.to_string()),
                     Dim::Dynamic => {
-                        let idx = self.fresh();
-                        self.line(&format!("{idx} = arith.constant {i} : index"));
-                        let d = self.fresh();
-                        self.line(&format!("{d} = tensor.dim {}, {idx} : {}", x.name, x.ty()));
+                        let d = self.dim_index(x, i);
                         let size = if statics > 1 {
                             let c = self.fresh();
                             self.line(&format!("{c} = arith.constant {statics} : index"));
@@ -999,12 +996,20 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         };
         let flat_shape = Shape(vec![m, Dim::Static(k)]);
         let flat = if a.shape == flat_shape { a.clone() } else { self.reshape(a, &flat_shape)? };
+        let n = bands.checked_mul(t).ok_or_else(|| self.err(format!("{bands} bands of {t} columns overflow u64")))?;
         let per_band = self.band_contraction(&flat, stored, compute)?;
-        let merged = self.reshape(&per_band, &Shape(vec![m, Dim::Static(bands * t)]))?;
+        let merged = self.reshape(&per_band, &Shape(vec![m, Dim::Static(n)]))?;
         if merged.shape == *out { Ok(merged) } else { self.reshape(&merged, out) }
     }
 
+    /// Why a banded product of `compute` rows and `stored` bands cannot be written, and what to do.
     fn band_types_err(&self, stored: &str, compute: &str) -> HloError {
+        if stored == compute {
+            return self.err(format!(
+                "a {stored} weight stored in row bands cannot be multiplied ({stored} has no multiply-add): export \
+                 with the weights laid out as held (`--layout as-held`)"
+            ));
+        }
         self.err(format!(
             "a {stored} weight stored in row bands multiplies {compute} rows, and the product reads the weight in the \
              rows' type: give the rows the weight's type or a wider float type, or export with the weights laid out \
@@ -1043,13 +1048,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         let shape = Shape(vec![m, Dim::Static(bands), Dim::Static(t)]);
         let out_ty = ty(&shape, compute);
         let empty = match m {
-            Dim::Dynamic => {
-                let zero = self.fresh();
-                self.line(&format!("{zero} = arith.constant 0 : index"));
-                let rows = self.fresh();
-                self.line(&format!("{rows} = tensor.dim {}, {zero} : {}", flat.name, flat.ty()));
-                format!("tensor.empty({rows}) : {out_ty}")
-            }
+            Dim::Dynamic => format!("tensor.empty({}) : {out_ty}", self.dim_index(flat, 0)),
             Dim::Static(_) => format!("tensor.empty() : {out_ty}"),
         };
         let empty = self.assign(&empty, shape.clone(), compute);
