@@ -217,9 +217,19 @@ CASES = {
     "linear_bands_u32": ([t("x", [D, 7], "u32"), t("w", [96, 7], "u32", weight=RNG.integers(0, 1000, (96, 7)).astype(np.uint32)),
                           t("wt", [7, 96], "u32"), t("y", [D, 96], "u32")],
                          [n("transpose", ["w"], "wt"), n("matmul", ["x", "wt"], "y")], {"x": ["S", 7]}),
-    # (Static rows: `get_dimension_size` of a `?` unsigned argument is refused by IREE 3.13, a gap of its own.)
-    "add_u16_parameter": ([t("x", [3, 5], "u16"), t("b", [5], "u16", weight=np.arange(5, dtype=np.uint16) * 1000),
-                           t("y", [3, 5], "u16")], [n("add", ["x", "b"], "y")], {"x": [3, 5]}),
+    # `?` unsigned tensors: IREE 3.13 cannot lower `get_dimension_size` / `tensor.dim` of one, so the emitter reads
+    # their extents from a signless bitcast (a broadcast of a parameter, a `?`-axis concatenation, a slice to the end,
+    # expand onto a `?` reference).
+    "add_u16_parameter": ([t("x", [D, 5], "u16"), t("b", [5], "u16", weight=np.arange(5, dtype=np.uint16) * 1000),
+                           t("y", [D, 5], "u16")], [n("add", ["x", "b"], "y")], {"x": ["S", 5]}),
+    "concat_u16_dynamic_axis": ([t("p", [2, D], "u16"), t("q", [2, 1], "u16"), t("y", [2, D], "u16")],
+                                [n("concat", ["p", "q"], "y", axis=1)], {"p": [2, "S"], "q": [2, 1]}),
+    "slice_u8_dynamic_to_end": ([t("x", [D, 6], "u8"), t("y", [D, 2], "u8")],
+                                [n("slice", ["x"], "y", start=[1, 1], limit=[-1, -1], stride=[2, 3])], {"x": ["S", 6]}),
+    "expand_u32_onto_dynamic": ([t("x", [1, 3], "u32"), t("like", [D, 3], "u32"), t("y", [D, 3], "u32")],
+                                [n("broadcast", ["x", "like"], "y")], {"x": [1, 3], "like": ["S", 3]}),
+    "reshape_u8_dynamic_merge": ([t("x", [D, 2, 3], "u8"), t("y", [D, 6], "u8")], [n("reshape", ["x"], "y")], {"x": ["S", 2, 3]}),
+    "reshape_u16_dynamic_split": ([t("x", [D, 6], "u16"), t("y", [D, 3, 2], "u16")], [n("reshape", ["x"], "y")], {"x": ["S", 6]}),
     # 33 parts: the emitter joins at most 16 per `stablehlo.concatenate` (test_a_concat_of_many_parts_is_a_tree).
     "concat_33_parts": ([t(f"x{i}", [D, 1]) for i in range(33)] + [t("y", [D, 33])],
                         [n("concat", [f"x{i}" for i in range(33)], "y", axis=1)], {f"x{i}": ["S", 1] for i in range(33)}),
@@ -227,7 +237,7 @@ CASES = {
 
 # Cases whose result size is not the input's `?` (a slice start, a concatenation), so the static control (every `?` made 4) does not type-check.
 DYNAMIC_ONLY = {"slice_dynamic_to_end", "gather_declared_less_specific", "add_dynamic_against_static", "concat_cache_dynamic_axis", "concat_two_dynamic",
-                "concat_three_dynamic_axis", "concat_int_dynamic_axis",
+                "concat_three_dynamic_axis", "concat_int_dynamic_axis", "concat_u16_dynamic_axis", "slice_u8_dynamic_to_end",
                 "concat_widened_cache_dynamic_axis", "concat_widened_int8", "concat_widened_positions_i64"}
 
 

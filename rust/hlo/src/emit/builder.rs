@@ -318,6 +318,16 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         Val { name: format!("{name}#0"), shape: a.shape.clone(), dtype: a.dtype }
     }
 
+    /// `x`, or the signless integers of its bits when its elements are unsigned and dimension `i` is `?`: the
+    /// value whose extent a `get_dimension_size` / `tensor.dim` reads. IREE 3.13 cannot lower either on a `?`
+    /// unsigned tensor ("failed to legalize operation 'tensor.dim'"); a bitcast has the same extents.
+    fn measurable(&mut self, x: &Val, i: usize) -> Val {
+        match (signless(x.dtype), x.shape.0.get(i)) {
+            (Some(bits), Some(Dim::Dynamic)) => self.bitcast(x, bits),
+            _ => x.clone(),
+        }
+    }
+
     /// `stablehlo.bitcast_convert` of `x` to `dtype`, an element type of the same width: its bits, retyped.
     pub(crate) fn bitcast(&mut self, x: &Val, dtype: DType) -> Val {
         let rhs = format!("stablehlo.bitcast_convert {} : ({}) -> {}", x.name, x.ty(), ty(&x.shape, dtype));
@@ -487,6 +497,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     /// `get_dimension_size` of dimension `i` of `x`, static or not (IREE folds a static one): the extent read
     /// from the operand itself, for ops whose result takes its shape from a reference tensor (`expand`, `arange`).
     pub(crate) fn runtime_dim(&mut self, x: &Val, i: usize) -> Val {
+        let x = &self.measurable(x, i);
         self.assign(
             &format!("stablehlo.get_dimension_size {}, dim = {i} : ({}) -> tensor<i32>", x.name, x.ty()),
             Shape::scalar(),
@@ -509,11 +520,14 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
                 })?;
                 Ok(self.splat(f64::from(n), &Shape::scalar(), DType::I32))
             }
-            Some(Dim::Dynamic) => Ok(self.assign(
-                &format!("stablehlo.get_dimension_size {}, dim = {i} : ({}) -> tensor<i32>", x.name, x.ty()),
-                Shape::scalar(),
-                DType::I32,
-            )),
+            Some(Dim::Dynamic) => {
+                let x = &self.measurable(x, i);
+                Ok(self.assign(
+                    &format!("stablehlo.get_dimension_size {}, dim = {i} : ({}) -> tensor<i32>", x.name, x.ty()),
+                    Shape::scalar(),
+                    DType::I32,
+                ))
+            }
             None => Err(self.err(format!("no dimension {i} in [{}]", x.shape))),
         }
     }
@@ -1108,6 +1122,12 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         }
         shape.0[axis] = total.map_or(Dim::Dynamic, Dim::Static);
         if total.is_none() {
+            // `tensor` ops take signless integers only in IREE 3.13: unsigned parts are joined as their bits.
+            if let Some(bits) = signless(parts[0].dtype) {
+                let signless: Vec<Val> = parts.iter().map(|p| self.bitcast(p, bits)).collect();
+                let joined = self.concat_in_place(&signless, axis, shape);
+                return Ok(self.bitcast(&joined, parts[0].dtype));
+            }
             return Ok(self.concat_in_place(parts, axis, shape));
         }
         let rhs = format!(
@@ -1177,6 +1197,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
 
     /// Dimension `i` of `x` as an `index` value (`tensor.dim`).
     fn dim_index(&mut self, x: &Val, i: usize) -> String {
+        let x = &self.measurable(x, i);
         let idx = self.fresh();
         self.line(&format!("{idx} = arith.constant {i} : index"));
         let d = self.fresh();
