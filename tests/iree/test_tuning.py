@@ -1,10 +1,9 @@
-"""The CPU tuning spec tapeout writes beside a module with Q8_0 weights kept packed
-(`iree-compile --iree-codegen-tuning-spec-path=<name>.tuning.mlir`: one-row per-block products a whole block at a
-time, docs/performance.md), and the products over weights in row bands, which need no spec since the emitter
-contracts the stored bands in one `linalg.generic`. Tiling must never change what is computed: every result is
-checked against numpy's float64 product of the stored values, at band counts that do not divide by two (3, 5, 11
-bands), reduction lengths that leave a tail (7, 161), one row, three rows and `?` rows (run with 5), for this CPU
-and for a generic one."""
+"""The CPU tuning spec tapeout writes beside a module with Q8_0 / Q4_0 weights kept packed or bf16 weights in row
+bands (`iree-compile --iree-codegen-tuning-spec-path=<name>.tuning.mlir`: one-row per-block products a whole block
+at a time, one-row band products four bands at a time, docs/performance.md). Tiling must never change what is
+computed: every result is checked against numpy's float64 product of the stored values, at band counts that do not
+divide by two (3, 5, 11 bands), reduction lengths that leave a tail (7, 161), one row, three rows and `?` rows (run
+with 5), for this CPU and for a generic one, with the spec and without it."""
 import json
 import re
 
@@ -94,15 +93,23 @@ def check(tmp_path, out, vmfb, want, feeds, tag):
     return wrong
 
 
+BAND_TILES = "vector_common_parallel = [4, 32, 0], vector_reduction = [0, 0, 8]"
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "f16", "f32"])
-def test_band_products_are_one_contraction_over_the_stored_bands_need_no_spec_and_keep_every_value(dtype, tapeout, tmp_path):
+def test_band_products_are_one_contraction_over_the_stored_bands_and_keep_every_value(dtype, tapeout, tmp_path):
     """Weights in row bands of 32 (2, 3, 5, 11 bands; K 7 and 161) at 1, 3 and `?` rows: each product is one
-    `linalg.generic` reading the stored parameter (a 16-bit one widened inside it), no tuning spec is written, and
-    every value equals numpy's float64 product, compiled for this CPU and for a generic x86-64 one."""
+    `linalg.generic` reading the stored parameter (a 16-bit one widened inside it); a bf16 export writes the tuning
+    spec, whose band tiles reach its one-row products only; f16 and f32 exports write none. Every value equals
+    numpy's float64 product, compiled for this CPU and for a generic x86-64 one (with the spec where written)."""
     g, w, want, feeds = linears(tmp_path, dtype, seed=len(dtype))
     out = tmp_path / "out"
     printed = run(tapeout, "export", g, "--weights", w, "-o", out, "--inline-below", "0").stdout
-    assert not (out / "bands.tuning.mlir").exists() and "tuning-spec-path" not in printed, printed
+    spec = out / "bands.tuning.mlir"
+    if dtype == "bf16":
+        assert spec.is_file() and "tuning-spec-path" in printed, printed
+    else:
+        assert not spec.exists() and "tuning-spec-path" not in printed, printed
     text = (out / "bands.mlir").read_text()
     products = re.findall(r"linalg\.generic .* ins\(%\w+, (%v\d+) : tensor<(\?|\d+)x\d+xf32>, tensor<(\d+)x(\d+)x32x(\w+)>\)", text)
     assert sorted((int(b), int(k), rows) for _, rows, b, k, _ in products) == sorted(
@@ -112,9 +119,25 @@ def test_band_products_are_one_contraction_over_the_stored_bands_need_no_spec_an
     assert all(v in loads for v, *_ in products), "each product reads the parameter as stored"
     assert "stablehlo.dot_general" not in text and "broadcast_in_dim" not in text, text
     for cpu in ("host", "generic"):
-        vmfb, _ = compile_host(out, tmp_path, cpu, cpu=cpu)
+        vmfb, configs = compile_host(out, tmp_path, cpu, spec if spec.exists() else None, cpu=cpu)
+        if dtype == "bf16":
+            # One-row products (IREE names them `matvec_like`) take the spec's tiles; the others keep IREE's.
+            tiles = {}
+            for f in sorted((tmp_path / f"{cpu}.configs").glob("*.mlir")):
+                part = f.read_text()
+                kind = "one row" if re.search(r"func\.func @\w*_matvec_like_\w*xbf16xf32", part) else "other"
+                if "xbf16>" in part and "linalg.generic" in part:
+                    tiles.setdefault(kind, []).append(BAND_TILES in part)
+            assert tiles.get("one row") and all(tiles["one row"]), tiles
+            assert tiles.get("other") and not any(tiles["other"]), tiles
+        else:
+            assert BAND_TILES not in configs
         wrong = check(tmp_path, out, vmfb, want, feeds, cpu)
         assert not wrong, f"{dtype} for {cpu}: {wrong}"
+    if dtype == "bf16":
+        plain, configs = compile_host(out, tmp_path, "plain")
+        assert BAND_TILES not in configs
+        assert not check(tmp_path, out, plain, want, feeds, "plain")
 
 
 def q8_gguf(tmp_path, fmt, shapes, rng):
@@ -137,15 +160,16 @@ def q8_gguf(tmp_path, fmt, shapes, rng):
 
 
 def test_no_spec_for_weights_it_does_not_tune_and_a_stale_one_is_removed(tapeout, tmp_path):
-    """Only Q8_0 codes kept packed get a spec; re-exporting a module that had one over the same directory with bf16
-    bands (no spec) removes it, so a compile that looks for `<name>.tuning.mlir` never finds another module's."""
+    """Only Q8_0 / Q4_0 codes kept packed and bf16 bands get a spec; re-exporting a module that had one over the
+    same directory with f16 bands (no spec) removes it, so a compile that looks for `<name>.tuning.mlir` never finds
+    another module's."""
     out = tmp_path / "out"
     shapes = [(33, 64)]
     path, dense = q8_gguf(tmp_path, "Q8_0", shapes, np.random.default_rng(3))
     linear_graph(tmp_path, {shape: "f32" for shape in shapes}, dense, np.random.default_rng(4))
     run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", out, "--packed", "keep", "--inline-below", "0")
     assert (out / "bands.tuning.mlir").is_file()
-    g, w, _, _ = linears(tmp_path, "bf16", seed=1)
+    g, w, _, _ = linears(tmp_path, "f16", seed=1)
     printed = run(tapeout, "export", g, "--weights", w, "-o", out, "--inline-below", "0").stdout
     assert not (out / "bands.tuning.mlir").exists() and "tuning-spec-path" not in printed, printed
 
@@ -155,33 +179,34 @@ BLOCK_TILES = "distribution = [1, 0, 256, 0], vector_common_parallel = [1, 1, 32
 
 @pytest.mark.parametrize("fmt", ["Q8_0", "Q4_0"])
 def test_the_tuning_spec_tiles_one_row_per_block_products_of_kept_codes_and_keeps_every_value(fmt, tapeout, tmp_path):
-    """Q8_0 weights kept packed are contracted per 32-value block over `[Kb, 32, N]` i8 codes; the spec gives those
-    one-row products 256 columns per workgroup and the whole block as the reduction tile (Q4_0's i4 planes are not
-    matched, and a Q4_0 export writes no spec). Rows of 5, 33 and 300
-    (a partial tile, padded Q4_0 planes), 2 and 3 blocks, one row (tuned) and three (not): every result against
-    PyPI gguf's dequantized weights in float64, with the spec and without it."""
+    """Q8_0 and Q4_0 weights kept packed are contracted per 32-value block over `[Kb, 32, N]` codes; the spec gives
+    those one-row products 256 columns per workgroup and the whole block as the reduction tile, for Q4_0's i4 planes
+    only where N (the rows, padded to 64) is a multiple of 256. Rows of 5, 33, 300 (a partial tile; Q4_0 planes
+    of 64, 64, 320) and 500 (Q4_0: 512), 2 and 3 blocks, one row (tuned) and three (not): every result against PyPI
+    gguf's dequantized weights in float64, with the spec and without it, for this CPU and a generic one."""
     rng = np.random.default_rng(7 + len(fmt))
-    shapes = [(n, k) for n in (5, 33, 300) for k in (64, 96)]
+    shapes = [(n, k) for n in (5, 33, 300, 500) for k in (64, 96)]
     path, dense = q8_gguf(tmp_path, fmt, shapes, rng)
     feeds, want = linear_graph(tmp_path, {shape: "f32" for shape in shapes}, dense, rng)
     out = tmp_path / "out"
     printed = run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", out, "--packed", "keep",
                   "--inline-below", "0").stdout
     spec = out / "bands.tuning.mlir"
-    if fmt == "Q4_0":
-        assert not spec.exists() and "tuning-spec-path" not in printed, printed
-        return
     assert spec.is_file() and "tuning-spec-path" in printed, printed
     vmfb, _ = compile_host(out, tmp_path, "tuned", spec)
     products = {}
     for f in sorted((tmp_path / "tuned.configs").glob("*.mlir")):
         text = f.read_text()
-        m = re.search(r"func\.func @\w*_batch_matmul_\d+x(\d+)x\d+x32_f32xi[48]xf32", text)
+        m = re.search(r"func\.func @\w*_batch_matmul_\d+x(\d+)x(\d+)x32_f32xi[48]xf32", text)
         if m:
-            products.setdefault(m.group(1), []).append(BLOCK_TILES in text)
-    # Every one-row per-block product got the spec's tiles; no three-row one did.
-    assert products.get("1") and all(products["1"]), products
-    assert products.get("3") and not any(products["3"]), products
+            products.setdefault((m.group(1), int(m.group(2))), []).append(BLOCK_TILES in text)
+    codes = {n for n, _ in shapes} if fmt == "Q8_0" else {-(-n // 64) * 64 for n, _ in shapes}
+    assert {n for _, n in products} == codes, products
+    # Every one-row per-block product the spec matches got its tiles; no three-row one did.
+    for (rows, n), tuned in products.items():
+        expect = rows == "1" and (fmt == "Q8_0" or n % 256 == 0)
+        assert all(t == expect for t in tuned), (fmt, rows, n, tuned)
+    assert any(all(t) for t in products.values()), products
     wrong = check(tmp_path, out, vmfb, want, feeds, "tuned")
     assert not wrong, f"{fmt} with the spec: {wrong}"
     plain, configs = compile_host(out, tmp_path, "plain")

@@ -10,8 +10,8 @@
 //! quoted and escaped so it stays valid MLIR. [`emit_pipelined`] writes the text on a second thread while
 //! the constants are converted. A linear's weight stored in row bands is contracted as stored by one
 //! `linalg.generic` (no form of StableHLO's `dot_general` reads it without a broadcast or a copy in IREE 3.13).
-//! [`cpu_tuning_spec`] is the `iree-compile` tuning spec for the module's one-row products over Q8_0 codes on
-//! CPUs. This crate writes text only: archives are the pipeline's (`tapeout`).
+//! [`cpu_tuning_spec`] is the `iree-compile` tuning spec for the module's one-row products over Q8_0 / Q4_0 codes
+//! and bf16 row bands on CPUs. This crate writes text only: archives are the pipeline's (`tapeout`).
 #![deny(missing_docs)]
 
 mod emit;
@@ -23,4 +23,4 @@ mod tuning;
 pub use emit::{EmitOptions, ExternalParameter, INLINE_CEILING, MaterializationPolicy, Module, emit, emit_to};
 pub use error::{HloError, Result};
 pub use pipe::{emit_functions_pipelined, emit_pipelined};
-pub use tuning::{blocks_are_tuned, cpu_tuning_spec};
+pub use tuning::{cpu_tuning_spec, is_tuned};

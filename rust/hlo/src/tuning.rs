@@ -1,35 +1,41 @@
-//! A tuning spec for IREE's CPU backend: how the emitter's per-block products over Q8_0 codes are tiled.
+//! A tuning spec for IREE's CPU backend: how the emitter's one-row products over weights kept packed (Q8_0 and
+//! Q4_0 codes) and over bf16 weights in row bands are tiled.
 //!
-//! A Q8_0 weight kept packed is contracted per 32-value block over its `i8` codes (`[Kb, 32, N]`, see
-//! `keep_packed`). For one row (a decode step) IREE 3.13 gives each workgroup 64 columns of one block row with a
-//! reduction tile of 16; the spec gives it 256 columns and the whole block as the reduction tile: decode about
-//! 1.35x faster on an AVX-512 Xeon (docs/performance.md, "Two bands at a time"). It changes tiling only: each output
-//! element is the same sum over the same values.
+//! - A Q8_0 or Q4_0 weight kept packed is contracted per 32-value block over its codes (`[Kb, 32, N]`, see
+//!   `keep_packed`). For one row (a decode step) IREE 3.13 gives each workgroup 64 columns of one block row with a
+//!   reduction tile of 16; the spec gives it 256 columns and the whole block as the reduction tile: Q8_0 decode
+//!   about 1.35x faster on an AVX-512 Xeon (docs/performance.md, "Two bands at a time"), Q4_0 decode 1.2-1.35x on
+//!   an AVX-512 EPYC (docs/performance.md, session 21). Q4_0's `i4` planes are matched only where `N` is a multiple
+//!   of 256: their rows are padded to 64 only, and 256 columns over a partial tile need masked `i4` loads IREE 3.13
+//!   cannot compile.
+//! - A bf16 weight in row bands (`[B, K, T]`) is contracted by one `linalg.generic` over the stored bands. For one
+//!   row IREE gives each workgroup 8 bands, in vector tiles of 8 bands × 32 columns with a reduction tile of 16; the
+//!   spec keeps the workgroup and takes vector tiles of 4 bands with a reduction tile of 8: a decode step about
+//!   1.15x faster on the AVX-512 EPYC (docs/performance.md, session 21). For `?` rows (a prefill) no tiles helped
+//!   both short and long prompts (docs/performance.md, "One contraction over the stored bands"); f16 and f32 bands
+//!   were not measured and are not matched.
 //!
-//! Not matched:
-//! - Q4_0's `i4` planes: the tiles that helped them (vector tiles of 64) exceed IREE's vector size limit on
-//!   16-byte-vector CPUs, and 256 columns cannot be compiled over their rows padded to 64 only (masked `i4` loads);
-//!   what remains was within noise.
-//! - Weights in row bands (bf16, f16, f32): since the emitter contracts the stored bands in one `linalg.generic`,
-//!   IREE's own tiles read them at about the memory's rate for one row. For `?` rows, the tiles that sped up a
-//!   prefill of 128 tokens (reduction tiles of 4 or 8) slowed a prefill of 8, and the ones that did not (a
-//!   reduction tile of 16) exceed the vector size limit above on 16-byte-vector CPUs (docs/performance.md, "One
-//!   contraction over the stored bands").
-//!
-//! The spec is an input of `iree-compile` (`--iree-codegen-tuning-spec-path=FILE`), not part of the module, which
-//! compiles and runs without it.
+//! Every vector tile is at most 4 KiB: IREE 3.13 refuses vectors larger than 512 native vectors, 8 KiB on a
+//! 16-byte-vector CPU (`generic` x86-64, Arm NEON), and a spec is written per export, not per CPU. It changes tiling
+//! only: each output element is the same sum over the same values. The spec is an input of `iree-compile`
+//! (`--iree-codegen-tuning-spec-path=FILE`), not part of the module, which compiles and runs without it.
 
-use tapeout_graph::Encoding;
+use tapeout_graph::{ConstantData, DType, Encoding, Plane};
 
-/// Whether the per-block products of a weight kept packed in `encoding` are tuned by [`cpu_tuning_spec`] (Q8_0's
-/// `i8` codes only).
+/// Whether a product over the constant `data` is tiled by [`cpu_tuning_spec`]: the codes of a Q8_0 or Q4_0 weight
+/// kept packed, or a bf16 weight stored in row bands.
 #[must_use]
-pub fn blocks_are_tuned(encoding: &Encoding) -> bool {
-    matches!(encoding, Encoding::Q8_0)
+pub fn is_tuned(data: &ConstantData<'_>) -> bool {
+    match data {
+        ConstantData::Plane { encoding, plane: Plane::Quants, .. } => {
+            matches!(encoding, Encoding::Q8_0 | Encoding::Q4_0)
+        }
+        _ => data.row_tile().is_some() && data.dtype() == DType::BF16,
+    }
 }
 
-/// One matcher of the spec: a contraction of f32 rows with `rhs` values whose indexing maps are `maps` (over four
-/// loops), passing `check` (transform ops on its dimensions), given `lowering` (an `#iree_cpu.lowering_config`'s
+/// One matcher of the spec: a contraction of f32 rows with `rhs` values whose indexing maps are `maps`, passing
+/// `check` (transform ops on its dimensions and operands), given `lowering` (an `#iree_cpu.lowering_config`'s
 /// fields).
 fn matcher(name: &str, rhs: &str, maps: &str, check: &str, lowering: &str) -> String {
     format!(
@@ -43,29 +49,46 @@ fn matcher(name: &str, rhs: &str, maps: &str, check: &str, lowering: &str) -> St
 }
 
 /// The tuning spec text (a transform-dialect module IREE 3.13 reads with `--iree-codegen-tuning-spec-path`) for
-/// the llvm-cpu backend: one-row per-block products over `i8` codes get 256 columns per workgroup and the whole
-/// block as the reduction tile.
+/// the llvm-cpu backend: one-row per-block products over `i8` codes (and `i4` codes of 256-column multiples) get
+/// 256 columns per workgroup and the whole block as the reduction tile; one-row products over bf16 bands get vector
+/// tiles of 4 bands and a reduction tile of 8.
 #[must_use]
 pub fn cpu_tuning_spec() -> String {
     // The per-block product: loops (block, row, column, k); one row, blocks of 32.
     let block_maps = "affine_map<(d0, d1, d2, d3) -> (d0, d1, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d3, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>";
     let block_check = "\x20   transform.iree.match.dims_equal %m, [1] : !transform.param<i64>\n\
                        \x20   transform.iree.match.dims_equal %k, [32] : !transform.param<i64>\n";
-    // Vector tiles of at most 4 KiB (`[32, 32]` f32 values): IREE 3.13 refuses vectors larger than 512 native
-    // vectors, 8 KiB on a 16-byte-vector CPU (`generic` x86-64, Arm NEON).
+    let i4_check = format!(
+        "{block_check}\
+         \x20   %codes = transform.get_operand %op[1] : (!transform.any_op) -> !transform.any_value\n\
+         \x20   transform.iree.match.dim_is_multiple_of %codes[2], 256 : !transform.any_value\n"
+    );
+    // Vector tiles of at most 4 KiB (`[32, 32]` f32 values).
     let block = "cache_parallel = [1, 0, 256, 0], distribution = [1, 0, 256, 0], vector_common_parallel = [1, 1, 32, 0], vector_reduction = [0, 0, 0, 32]";
-    let matchers = [("match_blocks_i8", "i8", block_maps, block_check, block)];
+    // The band product at one row, its unit row loop dropped by IREE: loops (band, column, k) over rows `[K]` and
+    // bands `[B, K, T]`; bands of 32 columns (the emitter's) or a multiple of it.
+    let band_maps = "affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d0, d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>";
+    let band_check = "\x20   %bands = transform.get_operand %op[1] : (!transform.any_op) -> !transform.any_value\n\
+                      \x20   transform.iree.match.dim_is_multiple_of %bands[2], 32 : !transform.any_value\n";
+    // `[4, 32]` f32 values over a reduction of 8: 4 KiB.
+    let band = "cache_parallel = [8, 32, 0], distribution = [8, 32, 0], vector_common_parallel = [4, 32, 0], vector_reduction = [0, 0, 8]";
+    let matchers = [
+        ("match_blocks_i8", "i8", block_maps, block_check.to_owned(), block),
+        ("match_blocks_i4", "i4", block_maps, i4_check, block),
+        ("match_bands_bf16", "bf16", band_maps, band_check.to_owned(), band),
+    ];
     let mut s = String::from(
         "// tapeout's tuning spec for IREE's llvm-cpu backend (iree-compile --iree-codegen-tuning-spec-path=THIS_FILE\n\
-         // --mlir-disable-threading). It tiles one-row per-block products over Q8_0 codes (i8) a whole block at a\n\
-         // time: the same sums, computed faster (docs/performance.md). Without it the module compiles and runs as well.\n\
+         // --mlir-disable-threading). It tiles one-row products over Q8_0 / Q4_0 codes a whole block at a time and\n\
+         // over bf16 row bands four bands at a time: the same sums, computed faster (docs/performance.md). Without it\n\
+         // the module compiles and runs as well.\n\
          module attributes {iree_codegen.tuning_spec_with_default_entrypoint, transform.with_named_sequence} {\n\
          \x20 transform.named_sequence @apply_op_config(%op: !transform.any_op {transform.readonly}, %config: !transform.any_param {transform.readonly}) {\n\
          \x20   transform.annotate %op \"compilation_info\" = %config : !transform.any_op, !transform.any_param\n\
          \x20   transform.yield\n\
          \x20 }\n",
     );
-    for (name, rhs, maps, check, lowering) in matchers {
+    for (name, rhs, maps, check, lowering) in &matchers {
         s.push_str(&matcher(name, rhs, maps, check, lowering));
     }
     let arms: Vec<String> = matchers.iter().map(|(name, ..)| format!("@{name} -> @apply_op_config")).collect();
@@ -83,20 +106,42 @@ pub fn cpu_tuning_spec() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tapeout_graph::Lent;
+
+    fn banded(dtype: DType, bytes: &[u8], tile: u64) -> ConstantData<'_> {
+        let of = Box::new(ConstantData::Raw { dtype, bytes: Lent::Slice(bytes) });
+        ConstantData::Transposed { of, rows: 64, cols: 2, tile }
+    }
+
+    fn codes(encoding: Encoding, plane: Plane, bytes: &[u8]) -> ConstantData<'_> {
+        ConstantData::Plane { encoding, bytes: Lent::Slice(bytes), dims: [64, 32], padded_rows: 64, plane }
+    }
 
     #[test]
-    fn only_q8_0_blocks_are_tuned() {
-        assert!(blocks_are_tuned(&Encoding::Q8_0));
-        assert!(!blocks_are_tuned(&Encoding::Q4_0) && !blocks_are_tuned(&Encoding::Q4K));
+    fn q8_0_and_q4_0_codes_and_bf16_bands_are_tuned_nothing_else() {
+        let bytes = [0u8; 256];
+        assert!(is_tuned(&codes(Encoding::Q8_0, Plane::Quants, &bytes)));
+        assert!(is_tuned(&codes(Encoding::Q4_0, Plane::Quants, &bytes)));
+        assert!(!is_tuned(&codes(Encoding::Q4K, Plane::Quants, &bytes)));
+        assert!(!is_tuned(&codes(Encoding::Q8_0, Plane::Scale, &bytes)));
+        assert!(is_tuned(&banded(DType::BF16, &bytes, 32)));
+        // f16 / f32 bands were not measured; a plain transpose (one band of every row) is not a band product.
+        assert!(!is_tuned(&banded(DType::F16, &bytes, 32)) && !is_tuned(&banded(DType::F32, &bytes, 32)));
+        assert!(!is_tuned(&banded(DType::BF16, &bytes, 64)));
+        assert!(!is_tuned(&ConstantData::Raw { dtype: DType::BF16, bytes: Lent::Slice(&bytes) }));
     }
 
     #[test]
     fn the_spec_has_one_matcher_per_tuned_form() {
         let s = cpu_tuning_spec();
-        assert_eq!(s.matches("transform.iree.match.contraction").count(), 1);
-        assert!(
-            s.contains("rhs_type = i8,") && s.contains("foreach_match in %v @match_blocks_i8 -> @apply_op_config :")
-        );
+        assert_eq!(s.matches("transform.iree.match.contraction").count(), 3);
+        for (name, rhs) in [("match_blocks_i8", "i8"), ("match_blocks_i4", "i4"), ("match_bands_bf16", "bf16")] {
+            assert!(s.contains(&format!("@{name}(%op")) && s.contains(&format!("@{name} -> @apply_op_config")));
+            assert!(s.contains(&format!("rhs_type = {rhs},")));
+        }
+        // Only the i4 matcher asks for 256-column multiples; only the band matcher for 32-column bands.
+        assert_eq!(s.matches("dim_is_multiple_of %codes[2], 256").count(), 1);
+        assert_eq!(s.matches("dim_is_multiple_of %bands[2], 32").count(), 1);
         assert_eq!(s.matches('{').count(), s.matches('}').count());
         assert_eq!(s.matches('(').count(), s.matches(')').count());
     }

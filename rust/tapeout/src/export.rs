@@ -185,15 +185,10 @@ pub fn export_functions(
 }
 
 /// Writes the CPU tuning spec to `path` (atomically) when a constant of `functions` is stored in a form the spec
-/// tunes (the codes of a Q8_0 weight kept packed), and returns its path. Otherwise removes
+/// tunes ([`tapeout_hlo::is_tuned`]: Q8_0 / Q4_0 codes kept packed, bf16 row bands), and returns its path. Otherwise removes
 /// a spec an earlier export left there, so that a compile never picks up a spec for another module.
 fn write_tuning_spec(functions: &[(&str, &ComputeGraph<'_>)], path: &Path) -> Result<Option<PathBuf>> {
-    let tuned = functions.iter().flat_map(|(_, g)| g.constants()).any(|c| match &c.data {
-        ConstantData::Plane { encoding, plane: tapeout_graph::Plane::Quants, .. } => {
-            tapeout_hlo::blocks_are_tuned(encoding)
-        }
-        _ => false,
-    });
+    let tuned = functions.iter().flat_map(|(_, g)| g.constants()).any(|c| tapeout_hlo::is_tuned(&c.data));
     if !tuned {
         return match std::fs::remove_file(path) {
             Ok(()) => Ok(None),
