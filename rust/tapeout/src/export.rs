@@ -28,8 +28,8 @@ pub struct ExportSummary {
     /// arguments and results in order, with their names, dtypes and shapes.
     pub signature: PathBuf,
     /// The tuning spec beside it (`<dir>/<name>.tuning.mlir`, [`tapeout_hlo::cpu_tuning_spec`]) when the module has
-    /// products it tunes (Q8_0 codes kept packed): pass it to `iree-compile` for a CPU with
-    /// `--iree-codegen-tuning-spec-path` (and `--mlir-disable-threading`, docs/performance.md).
+    /// products it tunes ([`tapeout_hlo::is_tuned`]: Q8_0 / Q4_0 codes kept packed, bf16 row bands): pass it to
+    /// `iree-compile` for a CPU with `--iree-codegen-tuning-spec-path` (and `--mlir-disable-threading`, docs/performance.md).
     pub tuning_spec: Option<PathBuf>,
     /// The parameter archive (`<dir>/<name>.irpa`), or the shards of a set and its index.
     pub archives: ArchiveFiles,
