@@ -228,6 +228,9 @@ CASES = {
                                 [n("slice", ["x"], "y", start=[1, 1], limit=[-1, -1], stride=[2, 3])], {"x": ["S", 6]}),
     "expand_u32_onto_dynamic": ([t("x", [1, 3], "u32"), t("like", [D, 3], "u32"), t("y", [D, 3], "u32")],
                                 [n("broadcast", ["x", "like"], "y")], {"x": [1, 3], "like": ["S", 3]}),
+    # A `?` against a static extent: the `?` operand cast to the static type (`tensor.cast`), unsigned.
+    "add_u16_dynamic_against_static": ([t("a", [D, 4], "u16"), t("b", [5, 4], "u16"), t("y", [5, 4], "u16")],
+                                       [n("add", ["a", "b"], "y")], {"a": [5, 4], "b": [5, 4]}),
     "reshape_u8_dynamic_merge": ([t("x", [D, 2, 3], "u8"), t("y", [D, 6], "u8")], [n("reshape", ["x"], "y")], {"x": ["S", 2, 3]}),
     "reshape_u16_dynamic_split": ([t("x", [D, 6], "u16"), t("y", [D, 3, 2], "u16")], [n("reshape", ["x"], "y")], {"x": ["S", 6]}),
     # 33 parts: the emitter joins at most 16 per `stablehlo.concatenate` (test_a_concat_of_many_parts_is_a_tree).
@@ -238,6 +241,7 @@ CASES = {
 # Cases whose result size is not the input's `?` (a slice start, a concatenation), so the static control (every `?` made 4) does not type-check.
 DYNAMIC_ONLY = {"slice_dynamic_to_end", "gather_declared_less_specific", "add_dynamic_against_static", "concat_cache_dynamic_axis", "concat_two_dynamic",
                 "concat_three_dynamic_axis", "concat_int_dynamic_axis", "concat_u16_dynamic_axis", "slice_u8_dynamic_to_end",
+                "add_u16_dynamic_against_static",
                 "concat_widened_cache_dynamic_axis", "concat_widened_int8", "concat_widened_positions_i64"}
 
 

@@ -185,8 +185,8 @@ pub fn export_functions(
 }
 
 /// Writes the CPU tuning spec to `path` (atomically) when a constant of `functions` is stored in a form the spec
-/// tunes ([`tapeout_hlo::is_tuned`]: Q8_0 / Q4_0 codes kept packed, bf16 row bands), and returns its path. Otherwise removes
-/// a spec an earlier export left there, so that a compile never picks up a spec for another module.
+/// tunes ([`tapeout_hlo::is_tuned`]: Q8_0 / Q4_0 codes kept packed, bf16 row bands), and returns its path.
+/// Otherwise removes a spec an earlier export left there, so that a compile never picks up a spec for another module.
 fn write_tuning_spec(functions: &[(&str, &ComputeGraph<'_>)], path: &Path) -> Result<Option<PathBuf>> {
     let tuned = functions.iter().flat_map(|(_, g)| g.constants()).any(|c| tapeout_hlo::is_tuned(&c.data));
     if !tuned {

@@ -328,6 +328,18 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         }
     }
 
+    /// `x` retyped to `shape`, the same extents more or less specific (`tensor.cast`); an unsigned `x` is cast as
+    /// the signless integers of its bits (IREE 3.13 cannot lower a `tensor.cast` of a ui16 tensor).
+    pub(crate) fn tensor_cast(&mut self, x: &Val, shape: &Shape) -> Val {
+        if let Some(bits) = signless(x.dtype) {
+            let signless = self.bitcast(x, bits);
+            let cast = self.tensor_cast(&signless, shape);
+            return self.bitcast(&cast, x.dtype);
+        }
+        let rhs = format!("tensor.cast {} : {} to {}", x.name, x.ty(), ty(shape, x.dtype));
+        self.assign(&rhs, shape.clone(), x.dtype)
+    }
+
     /// `stablehlo.bitcast_convert` of `x` to `dtype`, an element type of the same width: its bits, retyped.
     pub(crate) fn bitcast(&mut self, x: &Val, dtype: DType) -> Val {
         let rhs = format!("stablehlo.bitcast_convert {} : ({}) -> {}", x.name, x.ty(), ty(&x.shape, dtype));
@@ -639,8 +651,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
             if x.shape == *shape {
                 return x.clone();
             }
-            let rhs = format!("tensor.cast {} : {} to {}", x.name, x.ty(), ty(shape, x.dtype));
-            return self.assign(&rhs, shape.clone(), x.dtype);
+            return self.tensor_cast(x, shape);
         }
         let (mut expanding, mut same) = (Vec::new(), Vec::new());
         for (i, &d) in dims.iter().enumerate() {

@@ -139,12 +139,7 @@ impl<'g> Emitter<'g, '_, '_> {
         }
         // The declared type may be more (or less) specific than the computed one (`?` against a static size):
         // every later use reads the declared type, so cast to it.
-        let name = if result.shape == spec.shape {
-            result.name
-        } else {
-            let rhs = format!("tensor.cast {} : {} to {}", result.name, result.ty(), spec.mlir_type());
-            self.assign(&rhs, spec.shape.clone(), spec.dtype).name
-        };
+        let name = if result.shape == spec.shape { result.name } else { self.tensor_cast(&result, &spec.shape).name };
         self.vals.insert(*id, Val { name, shape: spec.shape.clone(), dtype: spec.dtype });
         Ok(())
     }
