@@ -1,5 +1,5 @@
-"""The CPU tuning spec tapeout writes beside a module with Q8_0 / Q4_0 weights kept packed or bf16 weights in row
-bands (`iree-compile --iree-codegen-tuning-spec-path=<name>.tuning.mlir`: one-row per-block products a whole block
+"""The CPU tuning spec tapeout writes beside a module with Q8_0 / Q4_0 weights kept packed or bf16 / f16 weights in
+row bands (`iree-compile --iree-codegen-tuning-spec-path=<name>.tuning.mlir`: one-row per-block products a whole block
 at a time, one-row band products four bands at a time, docs/performance.md). Tiling must never change what is
 computed: every result is checked against numpy's float64 product of the stored values, at band counts that do not
 divide by two (3, 5, 11 bands), reduction lengths that leave a tail (7, 161), one row, three rows and `?` rows (run
@@ -99,14 +99,15 @@ BAND_TILES = "vector_common_parallel = [4, 32, 0], vector_reduction = [0, 0, 8]"
 @pytest.mark.parametrize("dtype", ["bf16", "f16", "f32"])
 def test_band_products_are_one_contraction_over_the_stored_bands_and_keep_every_value(dtype, tapeout, tmp_path):
     """Weights in row bands of 32 (2, 3, 5, 11 bands; K 7 and 161) at 1, 3 and `?` rows: each product is one
-    `linalg.generic` reading the stored parameter (a 16-bit one widened inside it); a bf16 export writes the tuning
-    spec, whose band tiles reach its one-row products only; f16 and f32 exports write none. Every value equals
+    `linalg.generic` reading the stored parameter (a 16-bit one widened inside it); a bf16 or f16 export writes the
+    tuning spec, whose band tiles reach its one-row products only; an f32 export writes none. Every value equals
     numpy's float64 product, compiled for this CPU and for a generic x86-64 one (with the spec where written)."""
     g, w, want, feeds = linears(tmp_path, dtype, seed=len(dtype))
     out = tmp_path / "out"
     printed = run(tapeout, "export", g, "--weights", w, "-o", out, "--inline-below", "0").stdout
     spec = out / "bands.tuning.mlir"
-    if dtype == "bf16":
+    tuned = dtype in ("bf16", "f16")
+    if tuned:
         assert spec.is_file() and "tuning-spec-path" in printed, printed
     else:
         assert not spec.exists() and "tuning-spec-path" not in printed, printed
@@ -120,13 +121,13 @@ def test_band_products_are_one_contraction_over_the_stored_bands_and_keep_every_
     assert "stablehlo.dot_general" not in text and "broadcast_in_dim" not in text, text
     for cpu in ("host", "generic"):
         vmfb, configs = compile_host(out, tmp_path, cpu, spec if spec.exists() else None, cpu=cpu)
-        if dtype == "bf16":
+        if tuned:
             # One-row products (IREE names them `matvec_like`) take the spec's tiles; the others keep IREE's.
             tiles = {}
             for f in sorted((tmp_path / f"{cpu}.configs").glob("*.mlir")):
                 part = f.read_text()
-                kind = "one row" if re.search(r"func\.func @\w*_matvec_like_\w*xbf16xf32", part) else "other"
-                if "xbf16>" in part and "linalg.generic" in part:
+                kind = "one row" if re.search(rf"func\.func @\w*_matvec_like_\w*x{dtype}xf32", part) else "other"
+                if f"x{dtype}>" in part and "linalg.generic" in part:
                     tiles.setdefault(kind, []).append(BAND_TILES in part)
             assert tiles.get("one row") and all(tiles["one row"]), tiles
             assert tiles.get("other") and not any(tiles["other"]), tiles
@@ -134,7 +135,7 @@ def test_band_products_are_one_contraction_over_the_stored_bands_and_keep_every_
             assert BAND_TILES not in configs
         wrong = check(tmp_path, out, vmfb, want, feeds, cpu)
         assert not wrong, f"{dtype} for {cpu}: {wrong}"
-    if dtype == "bf16":
+    if tuned:
         plain, configs = compile_host(out, tmp_path, "plain")
         assert BAND_TILES not in configs
         assert not check(tmp_path, out, plain, want, feeds, "plain")
@@ -160,8 +161,8 @@ def q8_gguf(tmp_path, fmt, shapes, rng):
 
 
 def test_no_spec_for_weights_it_does_not_tune_and_a_stale_one_is_removed(tapeout, tmp_path):
-    """Only Q8_0 / Q4_0 codes kept packed and bf16 bands get a spec; re-exporting a module that had one over the
-    same directory with f16 bands (no spec) removes it, so a compile that looks for `<name>.tuning.mlir` never finds
+    """Only Q8_0 / Q4_0 codes kept packed and bf16 / f16 bands get a spec; re-exporting a module that had one over
+    the same directory with f32 bands (no spec) removes it, so a compile that looks for `<name>.tuning.mlir` never finds
     another module's."""
     out = tmp_path / "out"
     shapes = [(33, 64)]
@@ -169,7 +170,7 @@ def test_no_spec_for_weights_it_does_not_tune_and_a_stale_one_is_removed(tapeout
     linear_graph(tmp_path, {shape: "f32" for shape in shapes}, dense, np.random.default_rng(4))
     run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", out, "--packed", "keep", "--inline-below", "0")
     assert (out / "bands.tuning.mlir").is_file()
-    g, w, _, _ = linears(tmp_path, "f16", seed=1)
+    g, w, _, _ = linears(tmp_path, "f32", seed=1)
     printed = run(tapeout, "export", g, "--weights", w, "-o", out, "--inline-below", "0").stdout
     assert not (out / "bands.tuning.mlir").exists() and "tuning-spec-path" not in printed, printed
 

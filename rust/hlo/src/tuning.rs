@@ -1,5 +1,5 @@
 //! A tuning spec for IREE's CPU backend: how the emitter's one-row products over weights kept packed (Q8_0 and
-//! Q4_0 codes) and over bf16 weights in row bands are tiled.
+//! Q4_0 codes) and over bf16 or f16 weights in row bands are tiled.
 //!
 //! - A Q8_0 or Q4_0 weight kept packed is contracted per 32-value block over its codes (`[Kb, 32, N]`, see
 //!   `keep_packed`). For one row (a decode step) IREE 3.13 gives each workgroup 64 columns of one block row with a
@@ -8,12 +8,13 @@
 //!   an AVX-512 EPYC (docs/performance.md, session 21). Q4_0's `i4` planes are matched only where `N` is a multiple
 //!   of 256: their rows are padded to 64 only, and 256 columns over a partial tile need masked `i4` loads IREE 3.13
 //!   cannot compile.
-//! - A bf16 weight in row bands (`[B, K, T]`) is contracted by one `linalg.generic` over the stored bands. For one
-//!   row IREE gives each workgroup 8 bands, in vector tiles of 8 bands × 32 columns with a reduction tile of 16; the
-//!   spec keeps the workgroup and takes vector tiles of 4 bands with a reduction tile of 8: a decode step about
-//!   1.15x faster on the AVX-512 EPYC (docs/performance.md, session 21). For `?` rows (a prefill) no tiles helped
-//!   both short and long prompts (docs/performance.md, "One contraction over the stored bands"); f16 and f32 bands
-//!   were not measured and are not matched.
+//! - A bf16 or f16 weight in row bands (`[B, K, T]`) is contracted by one `linalg.generic` over the stored bands.
+//!   For one row IREE gives each workgroup 8 bands, in vector tiles of 8 bands × 32 columns with a reduction tile
+//!   of 16; the spec keeps the workgroup and takes vector tiles of 4 bands with a reduction tile of 8: a decode step
+//!   about 1.15x faster on the AVX-512 EPYC for bf16 (docs/performance.md, session 21) and 1.14x for f16 (session
+//!   22). For `?` rows (a prefill) no tiles helped both short and long prompts (docs/performance.md, "One
+//!   contraction over the stored bands"). f32 bands are not matched: on the same step the spec was within noise
+//!   (12.0 against 12.4 ms, faster in 3 of 6 rounds; session 22).
 //!
 //! Every vector tile is at most 4 KiB: IREE 3.13 refuses vectors larger than 512 native vectors, 8 KiB on a
 //! 16-byte-vector CPU (`generic` x86-64, Arm NEON), and a spec is written per export, not per CPU. It changes tiling
@@ -23,7 +24,7 @@
 use tapeout_graph::{ConstantData, DType, Encoding, Plane};
 
 /// Whether a product over the constant `data` is tiled by [`cpu_tuning_spec`]: the codes of a Q8_0 or Q4_0 weight
-/// kept packed, or a bf16 weight stored in row bands a multiple of 32 wide (the band matcher's; a weight of fewer
+/// kept packed, or a bf16 or f16 weight stored in row bands a multiple of 32 wide (the band matchers'; a weight of fewer
 /// rows is banded by 16 or 8). The spec's `i4` matcher cannot tell Q4_0's codes from those of other formats with
 /// `i4` codes in 32-value blocks (Q4_1, Q5_0, Q5_1, Q4_K, Q5_K): their one-row products take the same tiles when a
 /// spec is written for another weight (unmeasured; the values are the same).
@@ -33,7 +34,7 @@ pub fn is_tuned(data: &ConstantData<'_>) -> bool {
         ConstantData::Plane { encoding, plane: Plane::Quants, .. } => {
             matches!(encoding, Encoding::Q8_0 | Encoding::Q4_0)
         }
-        _ => data.row_tile().is_some_and(|t| t % 32 == 0) && data.dtype() == DType::BF16,
+        _ => data.row_tile().is_some_and(|t| t % 32 == 0) && matches!(data.dtype(), DType::BF16 | DType::F16),
     }
 }
 
@@ -53,7 +54,7 @@ fn matcher(name: &str, rhs: &str, maps: &str, check: &str, lowering: &str) -> St
 
 /// The tuning spec text (a transform-dialect module IREE 3.13 reads with `--iree-codegen-tuning-spec-path`) for
 /// the llvm-cpu backend: one-row per-block products over `i8` codes (and `i4` codes of 256-column multiples) get
-/// 256 columns per workgroup and the whole block as the reduction tile; one-row products over bf16 bands get vector
+/// 256 columns per workgroup and the whole block as the reduction tile; one-row products over bf16 or f16 bands get vector
 /// tiles of 4 bands and a reduction tile of 8.
 #[must_use]
 pub fn cpu_tuning_spec() -> String {
@@ -79,11 +80,12 @@ pub fn cpu_tuning_spec() -> String {
         ("match_blocks_i8", "i8", block_maps, block_check.to_owned(), block),
         ("match_blocks_i4", "i4", block_maps, i4_check, block),
         ("match_bands_bf16", "bf16", band_maps, band_check.to_owned(), band),
+        ("match_bands_f16", "f16", band_maps, band_check.to_owned(), band),
     ];
     let mut s = String::from(
         "// tapeout's tuning spec for IREE's llvm-cpu backend (iree-compile --iree-codegen-tuning-spec-path=THIS_FILE\n\
          // --mlir-disable-threading). It tiles one-row products over Q8_0 / Q4_0 codes a whole block at a time and\n\
-         // over bf16 row bands four bands at a time: the same sums, computed faster (docs/performance.md). Without it\n\
+         // over bf16 / f16 row bands four bands at a time: the same sums, computed faster (docs/performance.md). Without it\n\
          // the module compiles and runs as well.\n\
          module attributes {iree_codegen.tuning_spec_with_default_entrypoint, transform.with_named_sequence} {\n\
          \x20 transform.named_sequence @apply_op_config(%op: !transform.any_op {transform.readonly}, %config: !transform.any_param {transform.readonly}) {\n\
@@ -121,32 +123,39 @@ mod tests {
     }
 
     #[test]
-    fn q8_0_and_q4_0_codes_and_bf16_bands_are_tuned_nothing_else() {
+    fn q8_0_and_q4_0_codes_and_16_bit_bands_are_tuned_nothing_else() {
         let bytes = [0u8; 256];
         assert!(is_tuned(&codes(Encoding::Q8_0, Plane::Quants, &bytes)));
         assert!(is_tuned(&codes(Encoding::Q4_0, Plane::Quants, &bytes)));
         assert!(!is_tuned(&codes(Encoding::Q4K, Plane::Quants, &bytes)));
         assert!(!is_tuned(&codes(Encoding::Q8_0, Plane::Scale, &bytes)));
-        assert!(is_tuned(&banded(DType::BF16, &bytes, 32)));
-        // f16 / f32 bands were not measured; a plain transpose (one band of every row) is not a band product.
-        assert!(!is_tuned(&banded(DType::F16, &bytes, 32)) && !is_tuned(&banded(DType::F32, &bytes, 32)));
-        assert!(!is_tuned(&banded(DType::BF16, &bytes, 64)));
+        assert!(is_tuned(&banded(DType::BF16, &bytes, 32)) && is_tuned(&banded(DType::F16, &bytes, 32)));
+        // f32 bands are not matched; a plain transpose (one band of every row) is not a band product.
+        assert!(!is_tuned(&banded(DType::F32, &bytes, 32)));
+        assert!(!is_tuned(&banded(DType::BF16, &bytes, 64)) && !is_tuned(&banded(DType::F16, &bytes, 64)));
         // Bands of 16 or 8 (a weight whose rows 32 does not divide) are not matched by the spec.
         assert!(!is_tuned(&banded(DType::BF16, &bytes, 16)) && !is_tuned(&banded(DType::BF16, &bytes, 8)));
+        assert!(!is_tuned(&banded(DType::F16, &bytes, 16)));
         assert!(!is_tuned(&ConstantData::Raw { dtype: DType::BF16, bytes: Lent::Slice(&bytes) }));
     }
 
     #[test]
     fn the_spec_has_one_matcher_per_tuned_form() {
         let s = cpu_tuning_spec();
-        assert_eq!(s.matches("transform.iree.match.contraction").count(), 3);
-        for (name, rhs) in [("match_blocks_i8", "i8"), ("match_blocks_i4", "i4"), ("match_bands_bf16", "bf16")] {
+        assert_eq!(s.matches("transform.iree.match.contraction").count(), 4);
+        let forms = [
+            ("match_blocks_i8", "i8"),
+            ("match_blocks_i4", "i4"),
+            ("match_bands_bf16", "bf16"),
+            ("match_bands_f16", "f16"),
+        ];
+        for (name, rhs) in forms {
             assert!(s.contains(&format!("@{name}(%op")) && s.contains(&format!("@{name} -> @apply_op_config")));
             assert!(s.contains(&format!("rhs_type = {rhs},")));
         }
-        // Only the i4 matcher asks for 256-column multiples; only the band matcher for 32-column bands.
+        // Only the i4 matcher asks for 256-column multiples; only the band matchers for 32-column bands.
         assert_eq!(s.matches("dim_is_multiple_of %codes[2], 256").count(), 1);
-        assert_eq!(s.matches("dim_is_multiple_of %bands[2], 32").count(), 1);
+        assert_eq!(s.matches("dim_is_multiple_of %bands[2], 32").count(), 2);
         assert_eq!(s.matches('{').count(), s.matches('}').count());
         assert_eq!(s.matches('(').count(), s.matches(')').count());
     }

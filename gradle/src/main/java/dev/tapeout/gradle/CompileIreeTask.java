@@ -55,7 +55,7 @@ public class CompileIreeTask extends DefaultTask {
 
     /**
      * The tuning spec the export wrote beside the module ({@code <moduleName>.tuning.mlir}, when the module has
-     * products IREE's CPU backend computes faster with it: a Q8_0 / Q4_0 weight kept packed, a bf16 weight in
+     * products IREE's CPU backend computes faster with it: a Q8_0 / Q4_0 weight kept packed, a bf16 or f16 weight in
      * row bands): passed to an llvm-cpu compile as {@code --iree-codegen-tuning-spec-path} unless {@code ireeFlags}
      * name a spec of their own. Empty when absent.
      */
