@@ -175,15 +175,15 @@ def test_no_spec_for_weights_it_does_not_tune_and_a_stale_one_is_removed(tapeout
     assert not (out / "bands.tuning.mlir").exists() and "tuning-spec-path" not in printed, printed
 
 
-BLOCK_TILES = "distribution = [1, 0, 256, 0], vector_common_parallel = [1, 1, 32, 0], vector_reduction = [0, 0, 0, 32]"
+BLOCK_TILES = "distribution = [1, 0, 0, 0], vector_common_parallel = [1, 1, 32, 0], vector_reduction = [0, 0, 0, 32]"
 
 
 @pytest.mark.parametrize("fmt", ["Q8_0", "Q4_0"])
 def test_the_tuning_spec_tiles_one_row_per_block_products_of_kept_codes_and_keeps_every_value(fmt, tapeout, tmp_path):
     """Q8_0 and Q4_0 weights kept packed are contracted per 32-value block over `[Kb, 32, N]` codes; the spec gives
-    those one-row products 256 columns per workgroup and the whole block as the reduction tile, for Q4_0's i4 planes
-    only where N (the rows, padded to 64) is a multiple of 256. Rows of 5, 33, 300 (a partial tile; Q4_0 planes
-    of 64, 64, 320) and 500 (Q4_0: 512), 2 and 3 blocks, one row (tuned) and three (not): every result against PyPI
+    those one-row products a workgroup per block row (all N columns) and the whole block as the reduction tile. Rows
+    of 5, 33, 300 and 500 (a partial vector tile for Q8_0; Q4_0 planes of 64, 64, 320 and 512: 320 once needed masked
+    i4 loads IREE 3.13 cannot compile), 2 and 3 blocks, one row (tuned) and three (not): every result against PyPI
     gguf's dequantized weights in float64, with the spec and without it, for this CPU and a generic one."""
     rng = np.random.default_rng(7 + len(fmt))
     shapes = [(n, k) for n in (5, 33, 300, 500) for k in (64, 96)]
@@ -202,12 +202,11 @@ def test_the_tuning_spec_tiles_one_row_per_block_products_of_kept_codes_and_keep
         if m:
             products.setdefault((m.group(1), int(m.group(2))), []).append(BLOCK_TILES in text)
     codes = {n for n, _ in shapes} if fmt == "Q8_0" else {-(-n // 64) * 64 for n, _ in shapes}
-    assert {n for _, n in products} == codes, products
+    assert {n for _, n in products} == codes and {rows for rows, _ in products} == {"1", "3"}, products
     # Every one-row per-block product the spec matches got its tiles; no three-row one did.
     for (rows, n), tuned in products.items():
-        expect = rows == "1" and (fmt == "Q8_0" or n % 256 == 0)
+        expect = rows == "1"
         assert all(t == expect for t in tuned), (fmt, rows, n, tuned)
-    assert any(all(t) for t in products.values()), products
     wrong = check(tmp_path, out, vmfb, want, feeds, "tuned")
     assert not wrong, f"{fmt} with the spec: {wrong}"
     plain, configs = compile_host(out, tmp_path, "plain")

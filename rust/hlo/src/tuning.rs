@@ -3,11 +3,13 @@
 //!
 //! - A Q8_0 or Q4_0 weight kept packed is contracted per 32-value block over its codes (`[Kb, 32, N]`, see
 //!   `keep_packed`). For one row (a decode step) IREE 3.13 gives each workgroup 64 columns of one block row with a
-//!   reduction tile of 16; the spec gives it 256 columns and the whole block as the reduction tile: Q8_0 decode
-//!   about 1.35x faster on an AVX-512 Xeon (docs/performance.md, "Two bands at a time"), Q4_0 decode 1.2-1.35x on
-//!   an AVX-512 EPYC (docs/performance.md, session 21). Q4_0's `i4` planes are matched only where `N` is a multiple
-//!   of 256: their rows are padded to 64 only, and 256 columns over a partial tile need masked `i4` loads IREE 3.13
-//!   cannot compile.
+//!   reduction tile of 16; the spec gives it the whole block row (all `N` columns of one block: a contiguous
+//!   `[32, N]` run of codes, the distribution left untiled along `N`) and the whole block as the reduction tile.
+//!   Measured on the decode step of a 156M Llama on an AVX-512 EPYC (docs/performance.md, session 22): against 256
+//!   columns (sessions 18 and 21: itself about 1.35x over IREE's tiles for Q8_0 on a Xeon, 1.2-1.35x for Q4_0)
+//!   about 1.17x for Q8_0 and 1.2x for Q4_0; 1024 columns gained nothing, 2048 less than the whole row. With no
+//!   distribution tile along `N` there is no partial one either: 256-column tiles over a Q4_0 plane whose rows
+//!   (padded to 64) 256 does not divide needed masked `i4` loads IREE 3.13 cannot compile.
 //! - A bf16 or f16 weight in row bands (`[B, K, T]`) is contracted by one `linalg.generic` over the stored bands.
 //!   For one row IREE gives each workgroup 8 bands, in vector tiles of 8 bands × 32 columns with a reduction tile
 //!   of 16; the spec keeps the workgroup and takes vector tiles of 4 bands with a reduction tile of 8: a decode step
@@ -53,8 +55,8 @@ fn matcher(name: &str, rhs: &str, maps: &str, check: &str, lowering: &str) -> St
 }
 
 /// The tuning spec text (a transform-dialect module IREE 3.13 reads with `--iree-codegen-tuning-spec-path`) for
-/// the llvm-cpu backend: one-row per-block products over `i8` codes (and `i4` codes of 256-column multiples) get
-/// 256 columns per workgroup and the whole block as the reduction tile; one-row products over bf16 or f16 bands get vector
+/// the llvm-cpu backend: one-row per-block products over `i8` and `i4` codes get a workgroup per block row and the
+/// whole block as the reduction tile; one-row products over bf16 or f16 bands get vector
 /// tiles of 4 bands and a reduction tile of 8.
 #[must_use]
 pub fn cpu_tuning_spec() -> String {
@@ -62,13 +64,8 @@ pub fn cpu_tuning_spec() -> String {
     let block_maps = "affine_map<(d0, d1, d2, d3) -> (d0, d1, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d3, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>";
     let block_check = "\x20   transform.iree.match.dims_equal %m, [1] : !transform.param<i64>\n\
                        \x20   transform.iree.match.dims_equal %k, [32] : !transform.param<i64>\n";
-    let i4_check = format!(
-        "{block_check}\
-         \x20   %codes = transform.get_operand %op[1] : (!transform.any_op) -> !transform.any_value\n\
-         \x20   transform.iree.match.dim_is_multiple_of %codes[2], 256 : !transform.any_value\n"
-    );
-    // Vector tiles of at most 4 KiB (`[32, 32]` f32 values).
-    let block = "cache_parallel = [1, 0, 256, 0], distribution = [1, 0, 256, 0], vector_common_parallel = [1, 1, 32, 0], vector_reduction = [0, 0, 0, 32]";
+    // A workgroup per block row (`0`: `N` not tiled), vector tiles of at most 4 KiB (`[32, 32]` f32 values).
+    let block = "cache_parallel = [1, 0, 0, 0], distribution = [1, 0, 0, 0], vector_common_parallel = [1, 1, 32, 0], vector_reduction = [0, 0, 0, 32]";
     // The band product at one row, its unit row loop dropped by IREE: loops (band, column, k) over rows `[K]` and
     // bands `[B, K, T]`; bands of 32 columns (the emitter's) or a multiple of it.
     let band_maps = "affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d0, d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>";
@@ -78,7 +75,7 @@ pub fn cpu_tuning_spec() -> String {
     let band = "cache_parallel = [8, 32, 0], distribution = [8, 32, 0], vector_common_parallel = [4, 32, 0], vector_reduction = [0, 0, 8]";
     let matchers = [
         ("match_blocks_i8", "i8", block_maps, block_check.to_owned(), block),
-        ("match_blocks_i4", "i4", block_maps, i4_check, block),
+        ("match_blocks_i4", "i4", block_maps, block_check.to_owned(), block),
         ("match_bands_bf16", "bf16", band_maps, band_check.to_owned(), band),
         ("match_bands_f16", "f16", band_maps, band_check.to_owned(), band),
     ];
@@ -153,8 +150,10 @@ mod tests {
             assert!(s.contains(&format!("@{name}(%op")) && s.contains(&format!("@{name} -> @apply_op_config")));
             assert!(s.contains(&format!("rhs_type = {rhs},")));
         }
-        // Only the i4 matcher asks for 256-column multiples; only the band matchers for 32-column bands.
-        assert_eq!(s.matches("dim_is_multiple_of %codes[2], 256").count(), 1);
+        // The block matchers leave N untiled (a workgroup per block row); only the band matchers ask for 32-column
+        // bands.
+        assert_eq!(s.matches("distribution = [1, 0, 0, 0]").count(), 2);
+        assert!(!s.contains("%codes"));
         assert_eq!(s.matches("dim_is_multiple_of %bands[2], 32").count(), 2);
         assert_eq!(s.matches('{').count(), s.matches('}').count());
         assert_eq!(s.matches('(').count(), s.matches(')').count());
