@@ -26,10 +26,10 @@
 use tapeout_graph::{ConstantData, DType, Encoding, Plane};
 
 /// Whether a product over the constant `data` is tiled by [`cpu_tuning_spec`]: the codes of a Q8_0 or Q4_0 weight
-/// kept packed, or a bf16 or f16 weight stored in row bands a multiple of 32 wide (the band matchers'; a weight of fewer
-/// rows is banded by 16 or 8). The spec's `i4` matcher cannot tell Q4_0's codes from those of other formats with
-/// `i4` codes in 32-value blocks (Q4_1, Q5_0, Q5_1, Q4_K, Q5_K): their one-row products take the same tiles when a
-/// spec is written for another weight (unmeasured; the values are the same).
+/// kept packed, or a bf16 or f16 weight stored in row bands a multiple of 32 wide (the band matchers'; a weight of
+/// fewer rows is banded by 16 or 8). The spec's `i4` matcher cannot tell Q4_0's codes from those of other formats
+/// with `i4` codes in 32-value blocks (Q4_1, Q5_0, Q5_1, Q4_K, Q5_K): their one-row products take the same tiles when
+/// a spec is written for another weight (unmeasured; the values are the same).
 #[must_use]
 pub fn is_tuned(data: &ConstantData<'_>) -> bool {
     match data {
@@ -56,8 +56,8 @@ fn matcher(name: &str, rhs: &str, maps: &str, check: &str, lowering: &str) -> St
 
 /// The tuning spec text (a transform-dialect module IREE 3.13 reads with `--iree-codegen-tuning-spec-path`) for
 /// the llvm-cpu backend: one-row per-block products over `i8` and `i4` codes get a workgroup per block row and the
-/// whole block as the reduction tile; one-row products over bf16 or f16 bands get vector
-/// tiles of 4 bands and a reduction tile of 8.
+/// whole block as the reduction tile; one-row products over bf16 or f16 bands get vector tiles of 4 bands and a
+/// reduction tile of 8.
 #[must_use]
 pub fn cpu_tuning_spec() -> String {
     // The per-block product: loops (block, row, column, k); one row, blocks of 32.
