@@ -32,6 +32,9 @@ use crate::tensor::StreamError;
 /// AVX-512, for one). Rows padded to 64 fill whole bytes and divide into every tile measured, on a generic CPU and on
 /// AVX-512 (docs/graph-format.md, tests/iree/test_shape_sweep.py).
 pub const SUB_BYTE_ROWS: u64 = 64;
+// The CPU tuning spec (`tapeout_hlo::cpu_tuning_spec`) tiles one-row products over `i4` codes in vectors of 32 rows
+// with no distribution tile along the rows: a sub-byte plane must be a whole number of those vectors.
+const _: () = assert!(SUB_BYTE_ROWS % 32 == 0);
 
 /// One plane of a packed weight kept planar.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

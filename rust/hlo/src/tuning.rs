@@ -7,9 +7,11 @@
 //!   `[32, N]` run of codes, the distribution left untiled along `N`) and the whole block as the reduction tile.
 //!   Measured on the decode step of a 156M Llama on an AVX-512 EPYC (docs/performance.md, session 22): against 256
 //!   columns (sessions 18 and 21: itself about 1.35x over IREE's tiles for Q8_0 on a Xeon, 1.2-1.35x for Q4_0)
-//!   about 1.17x for Q8_0 and 1.2x for Q4_0; 1024 columns gained nothing, 2048 less than the whole row. With no
-//!   distribution tile along `N` there is no partial one either: 256-column tiles over a Q4_0 plane whose rows
-//!   (padded to 64) 256 does not divide needed masked `i4` loads IREE 3.13 cannot compile.
+//!   about 1.15x for Q8_0 and 1.2x for Q4_0; 1024 columns gained nothing, 2048 less than 4096 or the whole weight.
+//!   With no distribution tile along `N` there is no partial one either: 256-column tiles over a Q4_0 plane whose
+//!   rows (padded to 64) 256 does not divide needed masked `i4` loads IREE 3.13 cannot compile; the 32-column vector
+//!   tiles divide every `i4` plane (`SUB_BYTE_ROWS`). A product has `K / 32` workgroups (32 for a 1024-wide input),
+//!   measured with 2 threads only: a CPU with more cores than blocks leaves the rest idle in it.
 //! - A bf16 or f16 weight in row bands (`[B, K, T]`) is contracted by one `linalg.generic` over the stored bands.
 //!   For one row IREE gives each workgroup 8 bands, in vector tiles of 8 bands × 32 columns with a reduction tile
 //!   of 16; the spec keeps the workgroup and takes vector tiles of 4 bands with a reduction tile of 8: a decode step
@@ -82,8 +84,8 @@ pub fn cpu_tuning_spec() -> String {
     let mut s = String::from(
         "// tapeout's tuning spec for IREE's llvm-cpu backend (iree-compile --iree-codegen-tuning-spec-path=THIS_FILE\n\
          // --mlir-disable-threading). It tiles one-row products over Q8_0 / Q4_0 codes a whole block at a time and\n\
-         // over bf16 / f16 row bands four bands at a time: the same sums, computed faster (docs/performance.md). Without it\n\
-         // the module compiles and runs as well.\n\
+         // over bf16 / f16 row bands four bands at a time: the same sums, computed faster (docs/performance.md).\n\
+         // Without it the module compiles and runs as well.\n\
          module attributes {iree_codegen.tuning_spec_with_default_entrypoint, transform.with_named_sequence} {\n\
          \x20 transform.named_sequence @apply_op_config(%op: !transform.any_op {transform.readonly}, %config: !transform.any_param {transform.readonly}) {\n\
          \x20   transform.annotate %op \"compilation_info\" = %config : !transform.any_op, !transform.any_param\n\
@@ -155,6 +157,9 @@ mod tests {
         assert_eq!(s.matches("distribution = [1, 0, 0, 0]").count(), 2);
         assert!(!s.contains("%codes"));
         assert_eq!(s.matches("dim_is_multiple_of %bands[2], 32").count(), 2);
+        // Both band matchers carry the band tiles, both block matchers the block tiles.
+        assert_eq!(s.matches("vector_common_parallel = [4, 32, 0], vector_reduction = [0, 0, 8]").count(), 2);
+        assert_eq!(s.matches("vector_common_parallel = [1, 1, 32, 0], vector_reduction = [0, 0, 0, 32]").count(), 2);
         assert_eq!(s.matches('{').count(), s.matches('}').count());
         assert_eq!(s.matches('(').count(), s.matches(')').count());
     }

@@ -81,8 +81,8 @@ class IreeCompiler(
      * written to a temporary file and renamed into place. Returns `output`.
      *
      * For the llvm-cpu target, the tuning spec the export wrote beside the module (`<name>.tuning.mlir`, when it
-     * has products IREE computes faster with it: a Q8_0 / Q4_0 weight kept packed, a bf16 or f16 weight in row bands) is
-     * passed as `--iree-codegen-tuning-spec-path`, with
+     * has products IREE computes faster with it: a Q8_0 / Q4_0 weight kept packed, a bf16 or f16 weight in row
+     * bands) is passed as `--iree-codegen-tuning-spec-path`, with
      * `--mlir-disable-threading` (IREE 3.13 can deadlock loading a spec on several threads), unless `extraFlags`
      * name a spec of their own (`--iree-codegen-tuning-spec-path=`, empty, for none).
      */
