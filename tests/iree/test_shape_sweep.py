@@ -8,6 +8,7 @@ IREE 3.13 silently misreads an `i4`/`i2` tensor whose innermost rows do not fill
 this sweep is what keeps a shape-dependent error of that kind from hiding again. One module per format (all sizes,
 uses and batches as the results of one function) keeps the compile count small."""
 import json
+import re
 
 import iree.runtime as rt
 import numpy as np
@@ -45,12 +46,13 @@ def sweep_graph(name, k, weight, rows=ROWS, batches=BATCHES, uses=USES):
         tensors += [{**weight(n), "name": w, "shape": [n, k]}, f32(wt, [k, n])]
         nodes.append({"op": "transpose", "inputs": [w], "outputs": [wt]})
         for b, size in batches.items():
-            tensors += [{"name": f"ids{n}_{b}", "shape": [size], "dtype": "i32"},
-                        f32(f"linear_{n}_{b}", [size, n]), f32(f"gather_{n}_{b}", [size, k]),
-                        f32(f"tied_{n}_{b}", [size, n])]
-            nodes += [{"op": "matmul", "inputs": [f"x_{b}", wt], "outputs": [f"linear_{n}_{b}"]},
-                      {"op": "gather", "inputs": [w, f"ids{n}_{b}"], "outputs": [f"gather_{n}_{b}"]},
-                      {"op": "matmul", "inputs": [f"gather_{n}_{b}", wt], "outputs": [f"tied_{n}_{b}"]}]
+            tensors.append(f32(f"linear_{n}_{b}", [size, n]))
+            nodes.append({"op": "matmul", "inputs": [f"x_{b}", wt], "outputs": [f"linear_{n}_{b}"]})
+            if "gather" in uses or "tied" in uses:
+                tensors += [{"name": f"ids{n}_{b}", "shape": [size], "dtype": "i32"},
+                            f32(f"gather_{n}_{b}", [size, k]), f32(f"tied_{n}_{b}", [size, n])]
+                nodes += [{"op": "gather", "inputs": [w, f"ids{n}_{b}"], "outputs": [f"gather_{n}_{b}"]},
+                          {"op": "matmul", "inputs": [f"gather_{n}_{b}", wt], "outputs": [f"tied_{n}_{b}"]}]
             if "matmul" in uses:
                 tensors += [f32(f"m{n}_{b}", [size, n]), f32(f"matmul_{n}_{b}", [size, k])]
                 nodes.append({"op": "matmul", "inputs": [f"m{n}_{b}", w], "outputs": [f"matmul_{n}_{b}"]})
@@ -79,7 +81,9 @@ def feeds_and_oracle(k, dense, rng, rows=ROWS, batches=BATCHES, uses=USES):
             want[f"tied_{n}_{b}"] = w[ids] @ w.T
             want[f"matmul_{n}_{b}"] = m @ w
     want = {r: v for r, v in want.items() if r.split("_")[0] in uses}
-    feeds = {a: v for a, v in feeds.items() if not a.startswith("m") or "matmul" in uses}
+    gathers = "gather" in uses or "tied" in uses
+    feeds = {a: v for a, v in feeds.items()
+             if (not a.startswith("m") or "matmul" in uses) and (not a.startswith("ids") or gathers)}
     return feeds, want
 
 
@@ -152,6 +156,60 @@ def test_packed_weights_kept_packed_are_exact_at_every_row_count(fmt, uses, cpu,
     feeds, want = feeds_and_oracle(k, dense, rng, batches=batches, uses=names)
     count, wrong = run_sweep(tmp_path, out, "sweep", feeds, want, cpu=cpu)
     assert count == len(ROWS) * len(batches) * len(names)
+    assert not wrong, f"{fmt}: {len(wrong)} of {count} results wrong: {wrong}"
+
+
+BAND_ROWS = ROWS + [32, 64, 96, 160]
+
+
+@pytest.mark.parametrize("fmt", ["Q8_0", "Q4_0"])
+@pytest.mark.parametrize("cpu", ["generic", "host"])
+def test_codes_in_row_bands_are_exact_at_every_row_count(fmt, cpu, tapeout, tmp_path):
+    """With `--packed-codes row-bands`, Q8_0 and Q4_0 weights no use gathers from keep their codes in row bands of 32
+    (`[Np / 32, Kb, 32, 32]`, the
+    codes of 32 rows block by block): a linear layer at a static batch contracts them as stored, a dynamic batch
+    and a plain matmul dequantize them; Q8_0 weights whose rows 32 does not divide keep `[Kb, 32, N]`. Every result
+    against PyPI gguf's dequantizer, as in the sweep above, with the weights' row counts 32, 64, 96, 160 added."""
+    uses = ["linear", "matmul"]
+    rng = np.random.default_rng(7 + FORMATS.index(fmt))
+    k = 3 * cols_of(fmt)
+    path = tmp_path / "w.gguf"
+    w = GGUFWriter(str(path), "llama")
+    for n in BAND_ROWS:
+        w.add_tensor(f"w{n}", random_blocks(fmt, n, k, rng), raw_dtype=T[fmt])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    dense = {int(t.name[1:]): dequantize(t.data, t.tensor_type).astype(np.float64).reshape(
+        [int(d) for d in reversed(t.shape)]) for t in GGUFReader(str(path)).tensors}
+    g = sweep_graph("bands", k, lambda n: {"dtype": "f32", "data": {"tensor": f"w{n}"}}, rows=BAND_ROWS, uses=uses)
+    (tmp_path / "g.json").write_text(json.dumps(g))
+    out = tmp_path / "out"
+    run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", out, "--packed", "keep", "--inline-below", "1",
+        "--packed-codes", "row-bands")
+    idx = rt.ParameterIndex()
+    idx.load(str(out / "bands.irpa"))
+    entries = {key: json.loads(bytes(e.metadata).decode().removeprefix("TENSORv0:")) for key, e in idx.items()}
+    text = (out / "bands.mlir").read_text()
+    kb = k // 32
+    for n in BAND_ROWS:
+        padded = -(-n // 64) * 64 if fmt == "Q4_0" else n
+        banded = padded % 32 == 0
+        want = [padded // 32, kb, 32, 32] if banded else [kb, 32, padded]
+        assert entries[f"w{n}.qs"]["shape"] == want, (n, entries[f"w{n}.qs"])
+        code = "i8" if fmt == "Q8_0" else "i4"
+        stored = "x".join(map(str, want))
+        assert f'"w{n}.qs"> : tensor<{stored}x{code}>' in text, n
+    # The static batches' products read the stored bands; the dynamic batch's dequantization waits for its input
+    # with the codes as stored (a barrier on the view would make IREE copy the codes transposed before it).
+    assert text.count("affine_map<(b, m, p, t, k) -> (p, b, k, t)>") >= 2, "no product over the stored bands"
+    qs = re.search(r"(%v\d+) = util\.global\.load @w64\.qs ", text).group(1)
+    barrier = re.search(rf"(%v\d+):2 = stablehlo\.optimization_barrier {qs}, ", text)
+    assert barrier and re.search(rf"stablehlo\.transpose {barrier.group(1)}#0,", text), "the bands do not pass the barrier"
+    feeds, want = feeds_and_oracle(k, dense, rng, rows=BAND_ROWS, uses=uses)
+    count, wrong = run_sweep(tmp_path, out, "bands", feeds, want, cpu=cpu)
+    assert count == len(BAND_ROWS) * len(BATCHES) * len(uses)
     assert not wrong, f"{fmt}: {len(wrong)} of {count} results wrong: {wrong}"
 
 

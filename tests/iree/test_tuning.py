@@ -183,46 +183,61 @@ def test_no_spec_for_weights_it_does_not_tune_and_a_stale_one_is_removed(tapeout
 
 
 BLOCK_TILES = "distribution = [1, 0, 0, 0], vector_common_parallel = [1, 1, 32, 0], vector_reduction = [0, 0, 0, 32]"
+BAND_BLOCK_TILES = "distribution = [0, 1, 32, 0], vector_common_parallel = [1, 1, 32, 0], vector_reduction = [0, 0, 0, 32]"
+# The per-block products' dispatches: over `[Kb, 32, N]` codes (rows, N, blocks), and over codes in row bands at one
+# row (blocks, bands) and three (blocks, bands).
+PRODUCTS = [(r"batch_matmul_(\d+)x(\d+)x(\d+)x32", lambda m: (m[2], int(m[3]), int(m[1])), False),
+            (r"matvec_like_(\d+)x(\d+)x32x32", lambda m: ("1", 32 * int(m[2]), int(m[1])), True),
+            (r"matmul_like_(\d+)x3x(\d+)x32x32", lambda m: ("3", 32 * int(m[2]), int(m[1])), True)]
 
 
+@pytest.mark.parametrize("layout", ["block-rows", "row-bands"])
 @pytest.mark.parametrize("fmt", ["Q8_0", "Q4_0"])
-def test_the_tuning_spec_tiles_one_row_per_block_products_of_kept_codes_and_keeps_every_value(fmt, tapeout, tmp_path):
-    """Q8_0 and Q4_0 weights kept packed are contracted per 32-value block over `[Kb, 32, N]` codes; the spec gives
-    those one-row products a workgroup per block row (all N columns) and the whole block as the reduction tile. Rows
-    of 5, 33, 300 and 500 (a partial vector tile for Q8_0; Q4_0 planes of 64, 64, 320 and 512: 320 once needed masked
-    i4 loads IREE 3.13 cannot compile), 2 and 3 blocks, one row (tuned) and three (not): every result against PyPI
+def test_the_tuning_spec_tiles_one_row_per_block_products_of_kept_codes_and_keeps_every_value(fmt, layout, tapeout,
+                                                                                              tmp_path):
+    """Q8_0 and Q4_0 weights kept packed are contracted per 32-value block over `[Kb, 32, N]` codes, or with
+    `--packed-codes row-bands` over codes in row bands of 32 where the rows (Q4_0's padded to 64) are a multiple of
+    32; the spec gives one-row products
+    over bands a workgroup per band and over `[Kb, 32, N]` codes a workgroup per block row (all N columns), the
+    whole block as the reduction tile. Rows of 5, 33, 64, 300, 320 and 500 (Q8_0: bands at 64 and 320, a partial
+    vector tile at the rest; Q4_0 planes of 64, 64, 64, 320, 320 and 512, all in bands: 320 once needed masked i4
+    loads IREE 3.13 cannot compile), 2 and 3 blocks, one row (tuned) and three (not): every result against PyPI
     gguf's dequantized weights in float64, with the spec and without it, for this CPU and a generic one."""
     rng = np.random.default_rng(7 + len(fmt))
-    shapes = [(n, k) for n in (5, 33, 300, 500) for k in (64, 96)]
+    shapes = [(n, k) for n in (5, 33, 64, 300, 320, 500) for k in (64, 96)]
     path, dense = q8_gguf(tmp_path, fmt, shapes, rng)
     feeds, want = linear_graph(tmp_path, {shape: "f32" for shape in shapes}, dense, rng)
     out = tmp_path / "out"
     printed = run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", out, "--packed", "keep",
-                  "--inline-below", "0").stdout
+                  "--inline-below", "0", "--packed-codes", layout).stdout
     spec = out / "bands.tuning.mlir"
     assert spec.is_file() and "tuning-spec-path" in printed, printed
+    bands = layout == "row-bands"
     codes = {n for n, _ in shapes} if fmt == "Q8_0" else {-(-n // 64) * 64 for n, _ in shapes}
 
     def block_tiles(name):
-        """Every per-block product of the `name` compile: one per (rows, N, blocks), each one-row one with the spec's
-        tiles, no three-row one."""
+        """Every per-block product of the `name` compile: one per (rows, N, blocks), over bands exactly when they
+        were asked for and 32 divides N, each one-row one with the spec's tiles for its layout, no three-row one."""
         products = {}
         for f in sorted((tmp_path / f"{name}.configs").glob("*.mlir")):
             text = f.read_text()
-            m = re.search(r"func\.func @\w*_batch_matmul_(\d+)x(\d+)x(\d+)x32_f32xi[48]xf32", text)
-            if m:
-                products.setdefault((m.group(2), int(m.group(3)), int(m.group(1))), []).append(BLOCK_TILES in text)
+            for pattern, key, banded in PRODUCTS:
+                m = re.search(rf"func\.func @\w*_{pattern}_f32xi[48]xf32", text)
+                if m:
+                    tiles = BAND_BLOCK_TILES if banded else BLOCK_TILES
+                    products.setdefault(key(m), []).append((banded, tiles in text))
         expected = {(rows, n, k // 32) for rows in ("1", "3") for n in codes for k in {k for _, k in shapes}}
         assert set(products) == expected, (name, sorted(products))
-        for (rows, n, kb), tuned in products.items():
-            assert all(t == (rows == "1") for t in tuned), (fmt, name, rows, n, kb, tuned)
+        for (rows, n, kb), seen in products.items():
+            assert all(t == (rows == "1") and b == (bands and n % 32 == 0) for b, t in seen), (fmt, layout, name, rows,
+                                                                                                n, kb, seen)
 
     vmfb, _ = compile_host(out, tmp_path, "tuned", spec)
     block_tiles("tuned")
     wrong = check(tmp_path, out, vmfb, want, feeds, "tuned")
     assert not wrong, f"{fmt} with the spec: {wrong}"
     plain, configs = compile_host(out, tmp_path, "plain")
-    assert BLOCK_TILES not in configs
+    assert BLOCK_TILES not in configs and BAND_BLOCK_TILES not in configs
     assert not check(tmp_path, out, plain, want, feeds, "plain")
     # A CPU with 16-byte vectors (IREE refuses vectors over 512 of its native ones) compiles it with the spec too.
     generic, configs = compile_host(out, tmp_path, "generic", spec, cpu="generic")

@@ -12,7 +12,7 @@ use std::time::Instant;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 use tapeout::ArchiveSet;
 use tapeout::graph::io::FileAccess;
-use tapeout::graph::{HalfConstantHandling, PackedConstantHandling, WeightLayout};
+use tapeout::graph::{HalfConstantHandling, PackedCodesLayout, PackedConstantHandling, WeightLayout};
 use tapeout::hlo::MaterializationPolicy;
 use tapeout::irpa::{self, ArchiveWriter, FileRegionSource, IrpaError, Payload, Progress};
 use tapeout::{GraphFileExport, Remedy};
@@ -95,6 +95,11 @@ enum Command {
         /// default), or exactly as held.
         #[arg(long, value_enum, default_value = "for-use")]
         layout: LayoutArg,
+        /// With --packed keep and the layout for use: the codes of Q8_0 / Q4_0 weights in block rows (the default)
+        /// or in row bands of 32 rows (a weight no use gathers rows of): the same numbers; which decodes faster
+        /// depends on the CPU (docs/performance.md).
+        #[arg(long, value_enum, default_value = "block-rows")]
+        packed_codes: PackedCodesArg,
         /// Let the graph's data entries read files outside its own directory tree (absolute paths, `..`,
         /// symlinks out). Only for graphs you trust: their bytes end up in the archive or module.
         #[arg(long)]
@@ -165,6 +170,15 @@ enum LayoutArg {
     AsHeld,
 }
 
+/// `--packed-codes` values.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum PackedCodesArg {
+    /// `[Kb, 32, N]` (default).
+    BlockRows,
+    /// `[N / 32, Kb, 32, 32]`.
+    RowBands,
+}
+
 /// `--packed` values.
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum PackedArg {
@@ -231,7 +245,16 @@ fn main() -> ExitCode {
             allow_files_outside_graph_dir,
             max_archive_bytes,
             layout,
-        } => {
+            packed_codes,
+        } => 'export: {
+            let bands = matches!(packed_codes, PackedCodesArg::RowBands);
+            if bands && (!matches!(packed, PackedArg::Keep) || matches!(layout, LayoutArg::AsHeld)) {
+                break 'export Err(Failure(
+                    "--packed-codes row-bands lays out the codes of weights kept packed, in the layout chosen for \
+                     their use: pass it with --packed keep and without --layout as-held"
+                        .to_owned(),
+                ));
+            }
             let policy = if inline_all {
                 MaterializationPolicy::InlineAlways
             } else {
@@ -252,6 +275,10 @@ fn main() -> ExitCode {
                 LayoutArg::ForUse => WeightLayout::ChosenForUse,
                 LayoutArg::AsHeld => WeightLayout::AsHeld,
             };
+            let packed_codes = match packed_codes {
+                PackedCodesArg::BlockRows => PackedCodesLayout::BlockRows,
+                PackedCodesArg::RowBands => PackedCodesLayout::RowBands,
+            };
             let opts = GraphFileExport {
                 weights: weights.as_deref(),
                 packed,
@@ -260,6 +287,7 @@ fn main() -> ExitCode {
                 module_name: name,
                 file_access,
                 layout,
+                packed_codes,
                 max_archive_bytes,
             };
             export(&graph, &opts, &output)

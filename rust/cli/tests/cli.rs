@@ -104,6 +104,22 @@ fn export_refuses_packed_weights_with_the_remedy_and_dequantizes_on_request() {
     // Used only transposed, by a matmul: dequantized and written in bands of 8 output rows, [out / 8, in, 8],
     // contracted as stored by one `linalg.generic`.
     assert!(text.contains("#flow.parameter.named<\"model\"::\"model.fc1.weight\"> : tensor<2x64x8xf32>"), "{text}");
+
+    // Codes in row bands only mean something for weights kept packed in the layout chosen for use: asked for
+    // otherwise, a usage error that says what to pass, and nothing written.
+    for extra in [
+        &["--packed-codes", "row-bands"][..],
+        &["--packed", "keep", "--layout", "as-held", "--packed-codes", "row-bands"],
+    ] {
+        let mut a = vec!["export".to_owned(), json.display().to_string(), "--weights".into(), st.display().to_string()];
+        a.extend(["-o", "bands"].into_iter().chain(extra.iter().copied()).map(str::to_owned));
+        let o = run(a);
+        assert_eq!(o.status.code(), Some(1), "{extra:?}");
+        assert!(stderr(&o).contains("pass it with --packed keep and without --layout as-held"), "{}", stderr(&o));
+        assert!(!dir.path().join("bands").exists(), "{extra:?}");
+    }
+    let o = run(args(&["--packed", "keep", "--packed-codes", "row-bands"]));
+    assert!(o.status.success(), "{}", stderr(&o));
 }
 
 #[test]

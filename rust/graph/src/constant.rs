@@ -81,6 +81,11 @@ pub enum ConstantData<'a> {
         padded_rows: u64,
         /// Which plane.
         plane: crate::planar::Plane,
+        /// Rows per band when the plane is written in row bands (the codes of a Q8_0 or Q4_0 weight no use gathers):
+        /// stored `[padded_rows / band, Kb, B, band]` instead of `[Kb, B, padded_rows]`, so that a decode step's
+        /// product reads each band's codes as one contiguous run ([`ConstantData::row_tile`]). `None`: as the
+        /// plane table of docs/graph-format.md says.
+        band: Option<u64>,
     },
     /// Values of another dtype written as stored (little-endian bytes).
     Raw {
@@ -180,9 +185,10 @@ impl ConstantData<'_> {
             ConstantData::Transposed { of, rows, cols, tile } => {
                 format!("transposed {rows}x{cols}/{tile} {}", of.identity())
             }
-            ConstantData::Plane { encoding, bytes, plane, .. } => {
-                format!("plane {encoding} {} {}", plane.suffix(), bytes.identity())
-            }
+            ConstantData::Plane { encoding, bytes, plane, band, .. } => match band {
+                Some(t) => format!("plane {encoding} {} bands {t} {}", plane.suffix(), bytes.identity()),
+                None => format!("plane {encoding} {} {}", plane.suffix(), bytes.identity()),
+            },
             ConstantData::Raw { dtype, bytes } => format!("raw {dtype} {}", bytes.identity()),
         }
     }
@@ -214,22 +220,26 @@ impl ConstantData<'_> {
     }
 
     /// The source rows per band of a constant written in row bands ([`ConstantData::Transposed`] with `tile` less
-    /// than `rows`): its stored shape is then `[rows / tile, cols, tile]`, not the `[cols, rows]` the program
+    /// than `rows`, or a [`ConstantData::Plane`] with a `band`): its stored shape is then `[rows / tile, cols,
+    /// tile]` (a plane's codes: `[rows / tile, Kb, B, tile]`), not the `[cols, rows]` (`[Kb, B, rows]`) the program
     /// contracts. `None` for every other constant (stored in the shape of its tensor).
     #[must_use]
     pub fn row_tile(&self) -> Option<u64> {
         match self {
             ConstantData::Transposed { rows, tile, .. } if tile < rows => Some(*tile),
+            ConstantData::Plane { band, .. } => *band,
             _ => None,
         }
     }
 
-    /// The shape this constant is stored in, given its tensor's static `[cols, rows]` shape `dims`: `dims`
-    /// itself, or `[rows / tile, cols, tile]` for one written in row bands ([`ConstantData::row_tile`]).
+    /// The shape this constant is stored in, given its tensor's static shape `dims` (`[cols, rows]`; a plane's
+    /// codes `[Kb, B, rows]`): `dims` itself, or `[rows / tile, cols, tile]` (`[rows / tile, Kb, B, tile]`) for one
+    /// written in row bands ([`ConstantData::row_tile`]).
     #[must_use]
     pub fn stored_dims(&self, dims: &[u64]) -> Vec<u64> {
-        match (self, self.row_tile()) {
-            (ConstantData::Transposed { rows, cols, .. }, Some(tile)) => vec![rows / tile, *cols, tile],
+        match (self, self.row_tile(), dims) {
+            (ConstantData::Transposed { rows, cols, .. }, Some(tile), _) => vec![rows / tile, *cols, tile],
+            (ConstantData::Plane { .. }, Some(tile), &[kb, b, rows]) if tile > 0 => vec![rows / tile, kb, b, tile],
             _ => dims.to_vec(),
         }
     }
@@ -300,8 +310,11 @@ impl ConstantData<'_> {
                 Some(held) => transpose::stream_tiled(&held, *rows, *cols, *tile, out),
                 None => Err(transpose::cannot_transpose(*rows, *cols)),
             },
-            ConstantData::Plane { encoding, bytes, dims, padded_rows, plane } => {
+            ConstantData::Plane { encoding, bytes, dims, padded_rows, plane, band: None } => {
                 transpose::stream_plane(encoding, bytes, *dims, *padded_rows, *plane, out)
+            }
+            ConstantData::Plane { encoding, bytes, dims, padded_rows, plane, band: Some(tile) } => {
+                transpose::stream_plane_bands(encoding, bytes, *dims, *padded_rows, *plane, *tile, out)
             }
             ConstantData::Widen { from, bytes, layout: HalfLayout::RowMajor, .. } => {
                 let mut buf = buffer(bytes.len() / 2);

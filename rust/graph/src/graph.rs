@@ -54,6 +54,22 @@ pub enum WeightLayout {
     AsHeld,
 }
 
+/// How the codes of a Q8_0 or Q4_0 weight kept packed ([`PackedConstantHandling::Keep`]) are laid out, when the
+/// export chooses layouts ([`WeightLayout::ChosenForUse`]). The values and every result are the same; what differs
+/// is which access IREE 3.13's CPU code streams faster, and that depends on the CPU (docs/performance.md, "Codes in
+/// row bands, built").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PackedCodesLayout {
+    /// `[Kb, 32, N]`: a decode step's product gives a workgroup each block row (the default). On an Intel Xeon
+    /// (AVX-512) it is the faster of the two: 1.11x on a stack of one-row Q8_0 products.
+    #[default]
+    BlockRows,
+    /// Row bands of 32 rows, `[N / 32, Kb, 32, 32]`, for a weight no use gathers rows of and whose rows 32 divides
+    /// (Q4_0's padded to 64): a decode step's product gives a workgroup each band. On an AMD EPYC (AVX-512) a whole
+    /// Q8_0 decode step was 1.13x faster so; on the Xeon above 0.9x.
+    RowBands,
+}
+
 /// Options of [`finalize`].
 #[derive(Debug, Clone, Default)]
 pub struct ExtractOptions {
@@ -65,6 +81,9 @@ pub struct ExtractOptions {
     pub half: HalfConstantHandling,
     /// Weights written in the layout their use wants (default) or as held.
     pub layout: WeightLayout,
+    /// With the layout chosen for use: the codes of Q8_0 and Q4_0 weights kept packed in block rows (default) or
+    /// in row bands.
+    pub packed_codes: PackedCodesLayout,
 }
 
 /// A key that had to be changed because another constant already had it.
@@ -502,7 +521,8 @@ pub fn finalize<'a>(trace: &Trace<'a>, opts: &ExtractOptions) -> Result<ComputeG
         Program { specs, inputs, constants, nodes, outputs: trace.outputs().to_vec(), next_index: ops.len() };
     // The rewrites, each verified: what they produce passes the checks the recorded graph passed.
     if opts.packed == PackedConstantHandling::Keep {
-        program = pass::keep_packed(program)?;
+        let bands = opts.layout == WeightLayout::ChosenForUse && opts.packed_codes == PackedCodesLayout::RowBands;
+        program = pass::keep_packed(program, bands)?;
         verify(&program, "keep_packed")?;
     }
     if opts.layout == WeightLayout::ChosenForUse {

@@ -30,8 +30,8 @@ pub use constant::{ByteSink, CHUNK_VALUES, ConstantData, MAX_LEND_BYTES, PASSTHR
 pub use dtype::DType;
 pub use error::{GraphError, Result};
 pub use graph::{
-    ComputeGraph, Constant, ExtractOptions, HalfConstantHandling, KeyCollision, PackedConstantHandling, WeightLayout,
-    finalize,
+    ComputeGraph, Constant, ExtractOptions, HalfConstantHandling, KeyCollision, PackedCodesLayout,
+    PackedConstantHandling, WeightLayout, finalize,
 };
 pub use ops::OpKind;
 pub use packed::{BlockOrder, DecodeError, Encoding, dequantize};

@@ -21,6 +21,10 @@
 //! `offset·A − dmin·mins`, plus `bias·A` with a `qh` plane; none for Q8_0, Q4_0), `W[n, kb·B + l] =
 //! A·(qs + 16·qh) + C`: the program contracts `x` with `qs` (and `qh`) per sub-block, scales by `A`, and adds
 //! `C · Σ x` per sub-block.
+//!
+//! Q8_0's and Q4_0's `qs` may instead be stored in row bands of 32, `[Np / 32, Kb, B, 32]`
+//! ([`ConstantData::Plane`](crate::ConstantData::Plane)'s `band`, chosen by the `keep_packed` rewrite): the program
+//! names the same `[Kb, B, Np]` values.
 
 use crate::dtype::DType;
 use crate::packed::{BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, Encoding};

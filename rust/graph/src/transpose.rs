@@ -358,6 +358,85 @@ pub(crate) fn stream_plane(
     packer.finish()
 }
 
+/// Streams plane `plane` of the packed `[rows, cols]` weight `bytes` in row bands of `tile` rows: for each band of
+/// `tile` source rows (the last ones, and any past `rows` up to `padded_rows`, zero), its values laid out
+/// `[units, values per block, tile]` (for the codes of 32-value blocks `[Kb, 32, tile]`), so that the whole plane
+/// is `[padded_rows / tile, units, values per block, tile]`: the layout in which one decode step's product reads
+/// each band's codes as one contiguous run (`docs/performance.md`). Each band's source rows are read in one copy
+/// (at most `tile` rows of blocks); i4 codes are packed two per byte, low nibble first, as in [`stream_plane`].
+pub(crate) fn stream_plane_bands(
+    encoding: &Encoding,
+    bytes: &Lent<'_, u8>,
+    [rows, cols]: [u64; 2],
+    padded_rows: u64,
+    plane: Plane,
+    tile: u64,
+    out: &mut dyn ByteSink,
+) -> Result<(), StreamError> {
+    let Some(split) = Split::of(encoding) else {
+        return Err(StreamError::Decode(format!("encoding {encoding} cannot be split into planes")));
+    };
+    if split.padded_rows(rows) != Some(padded_rows) || tile == 0 || padded_rows % tile != 0 {
+        return Err(StreamError::Decode(format!(
+            "a {encoding} plane of {rows} rows (padded to {padded_rows}) cannot be written in bands of {tile} rows"
+        )));
+    }
+    let units = (cols % split.block_values == 0)
+        .then(|| cols / split.block_values)
+        .filter(|&units| units > 0)
+        .filter(|units| rows.checked_mul(*units).and_then(|n| n.checked_mul(split.block_bytes)) == Some(bytes.len()));
+    let Some(units) = units else {
+        return Err(StreamError::Decode(format!(
+            "{} bytes are not [{rows}, {cols}] in {encoding} blocks of {} values",
+            bytes.len(),
+            split.block_values
+        )));
+    };
+    // One band's source is `tile` rows of blocks, its output as many values: both bounded by the weight's own
+    // size, which the lender holds.
+    let (values, width) = (split.values_per_block(plane), split.tile_width(plane));
+    let row_bytes = units * split.block_bytes;
+    let (t, ow) = (host(tile)?, host(width)?);
+    let row_values = host(units * values)?;
+    let mut source = vec![0u8; host(tile * row_bytes)?];
+    // `[tile, units · values]` values of `ow` bytes, row by row, then written transposed.
+    let mut decoded = vec![0u8; t * row_values * ow];
+    let mut band = vec![0u8; t * row_values * ow];
+    let (block_bytes, per_block, row_len) = (host(split.block_bytes)?, host(values)? * ow, host(row_bytes)?);
+    let mut write = |sink: &mut dyn ByteSink| -> Result<(), StreamError> {
+        let mut r0 = 0u64;
+        while r0 < padded_rows {
+            let real = rows.saturating_sub(r0).min(tile);
+            decoded.fill(0);
+            if real > 0 {
+                let src = &mut source[..host(real * row_bytes)?];
+                bytes.copy_runs(r0 * row_bytes, real * row_bytes, real * row_bytes, src)?;
+                for (row, dst) in src.chunks_exact(row_len).zip(decoded.chunks_exact_mut(row_values * ow)) {
+                    for (block, to) in row.chunks_exact(block_bytes).zip(dst.chunks_exact_mut(per_block)) {
+                        split_block(encoding, plane, block, to)?;
+                    }
+                }
+            }
+            // `[tile, V]` to `[V, tile]`, `ow` bytes per value.
+            for v in 0..row_values {
+                for r in 0..t {
+                    let (from, to) = ((r * row_values + v) * ow, (v * t + r) * ow);
+                    band[to..to + ow].copy_from_slice(&decoded[from..from + ow]);
+                }
+            }
+            sink.put(&band)?;
+            r0 += tile;
+        }
+        Ok(())
+    };
+    let Some(bits) = split.dtype(plane).sub_byte_bits() else {
+        return write(out);
+    };
+    let mut packer = SubByte::new(out, bits)?;
+    write(&mut packer)?;
+    packer.finish()
+}
+
 /// Appends `pad` zero bytes after every `row` bytes written through it (nothing when `pad` is 0).
 struct RowPad<'o> {
     out: &'o mut dyn ByteSink,
@@ -553,6 +632,69 @@ mod tests {
             {
                 let err = stream_plane(&Encoding::Q4_0, &lent, [rows, 64], wrong, plane, &mut Vec::new());
                 assert!(matches!(err, Err(StreamError::Decode(_))), "{wrong} rows for {rows}: {err:?}");
+            }
+        }
+    }
+
+    /// Codes in row bands, against GGML's layouts read here directly: element `[p, kb, j, t]` is the code of
+    /// `W[p·32 + t, kb·32 + j]` (zero past the rows), Q4_0's packed two per byte across the plane; a band count
+    /// that does not divide the padded rows is refused.
+    #[test]
+    fn code_planes_in_row_bands_hold_each_band_block_by_block() {
+        let cols = 96u64;
+        for (encoding, block_bytes, row_multiple) in [(Encoding::Q4_0, 18u64, 64u64), (Encoding::Q8_0, 34, 1)] {
+            for rows in [1u64, 5, 31, 32, 33, 64, 96, 130] {
+                let padded = rows.div_ceil(row_multiple) * row_multiple;
+                if padded % 32 != 0 {
+                    let err = stream_plane_bands(
+                        &encoding,
+                        &Lent::Slice(&vec![0u8; usize::try_from(rows * 3 * block_bytes).unwrap()]),
+                        [rows, cols],
+                        padded,
+                        Plane::Quants,
+                        32,
+                        &mut Vec::new(),
+                    );
+                    assert!(matches!(err, Err(StreamError::Decode(_))), "{encoding} {rows} rows: {err:?}");
+                    continue;
+                }
+                let blocks: Vec<u8> =
+                    (0..rows * (cols / 32) * block_bytes).map(|i| ((i * 37 + 11) % 256).to_le_bytes()[0]).collect();
+                let code = |r: u64, c: u64| -> i32 {
+                    let at = |o: u64| blocks[usize::try_from((r * (cols / 32) + c / 32) * block_bytes + o).unwrap()];
+                    if encoding == Encoding::Q8_0 {
+                        i32::from(i8::from_le_bytes([at(2 + c % 32)]))
+                    } else {
+                        let byte = at(2 + c % 16);
+                        i32::from(if c % 32 < 16 { byte & 15 } else { byte >> 4 }) - 8
+                    }
+                };
+                let want: Vec<i32> = (0..padded / 32)
+                    .flat_map(|p| (0..cols).flat_map(move |c| (0..32).map(move |t| (p * 32 + t, c))))
+                    .map(|(r, c)| if r < rows { code(r, c) } else { 0 })
+                    .collect();
+                let mut got = Vec::new();
+                stream_plane_bands(&encoding, &Lent::Slice(&blocks), [rows, cols], padded, Plane::Quants, 32, &mut got)
+                    .unwrap();
+                let got: Vec<i32> = if encoding == Encoding::Q8_0 {
+                    got.iter().map(|&b| i32::from(i8::from_le_bytes([b]))).collect()
+                } else {
+                    got.iter()
+                        .flat_map(|b| [b & 15, b >> 4])
+                        .map(|n| i32::from(n) - if n >= 8 { 16 } else { 0 })
+                        .collect()
+                };
+                assert_eq!(got, want, "{encoding}, {rows} rows");
+                let wrong = stream_plane_bands(
+                    &encoding,
+                    &Lent::Slice(&blocks),
+                    [rows, cols],
+                    padded,
+                    Plane::Quants,
+                    padded + 32,
+                    &mut Vec::new(),
+                );
+                assert!(matches!(wrong, Err(StreamError::Decode(_))), "{encoding} {rows}: {wrong:?}");
             }
         }
     }

@@ -1,8 +1,15 @@
 //! A tuning spec for IREE's CPU backend: how the emitter's one-row products over weights kept packed (Q8_0 and
 //! Q4_0 codes) and over bf16 or f16 weights in row bands are tiled.
 //!
-//! - A Q8_0 or Q4_0 weight kept packed is contracted per 32-value block over its codes (`[Kb, 32, N]`, see
-//!   `keep_packed`). For one row (a decode step) IREE 3.13 gives each workgroup 64 columns of one block row with a
+//! - A Q8_0 or Q4_0 weight kept packed with its codes in row bands of 32 (`--packed-codes row-bands`:
+//!   `[N / 32, Kb, 32, 32]`) is contracted per 32-value block by one `linalg.generic` over the stored bands. For one
+//!   row IREE 3.13 gives each workgroup 8 bands of 4 blocks with a reduction tile of 16; the spec gives it one band
+//!   with every block of it (a contiguous `[Kb, 32, 32]` run of codes) and the whole block as the reduction tile.
+//!   On an AMD EPYC a Q8_0 decode step so was 1.13-1.14x faster than over `[Kb, 32, N]` codes with the block-row
+//!   tiles below; on an Intel Xeon 0.9x, where IREE's own tiles for the bands and four other tilings were no
+//!   faster (docs/performance.md, "Codes in row bands, built").
+//! - Otherwise (the default) a Q8_0 or Q4_0 weight kept packed is contracted per 32-value block over its codes
+//!   (`[Kb, 32, N]`, see `keep_packed`). For one row (a decode step) IREE 3.13 gives each workgroup 64 columns of one block row with a
 //!   reduction tile of 16; the spec gives it the whole block row (all `N` columns of one block: a contiguous
 //!   `[32, N]` run of codes, the distribution left untiled along `N`) and the whole block as the reduction tile.
 //!   Measured on the decode step of a 156M Llama on an AVX-512 EPYC (docs/performance.md, session 22): against 256
@@ -75,7 +82,16 @@ pub fn cpu_tuning_spec() -> String {
                       \x20   transform.iree.match.dim_is_multiple_of %bands[2], 32 : !transform.any_value\n";
     // `[4, 32]` f32 values over a reduction of 8: 4 KiB.
     let band = "cache_parallel = [8, 32, 0], distribution = [8, 32, 0], vector_common_parallel = [4, 32, 0], vector_reduction = [0, 0, 8]";
+    // The per-block product over codes in row bands at one row, its unit row loop dropped by IREE: loops (block,
+    // band, column, k) over rows `[Kb, 32]` and codes `[Np / 32, Kb, 32, 32]`.
+    let block_band_maps = "affine_map<(d0, d1, d2, d3) -> (d0, d3)>, affine_map<(d0, d1, d2, d3) -> (d1, d0, d3, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>";
+    let block_band_check = "\x20   transform.iree.match.dims_equal %k, [32] : !transform.param<i64>\n";
+    // A workgroup per band (`0`: every block of it), the band's 32 columns in one vector tile, the block's 32
+    // values as the reduction tile: `[32]` f32 values, 128 bytes.
+    let block_band = "cache_parallel = [0, 1, 32, 0], distribution = [0, 1, 32, 0], vector_common_parallel = [1, 1, 32, 0], vector_reduction = [0, 0, 0, 32]";
     let matchers = [
+        ("match_block_bands_i8", "i8", block_band_maps, block_band_check.to_owned(), block_band),
+        ("match_block_bands_i4", "i4", block_band_maps, block_band_check.to_owned(), block_band),
         ("match_blocks_i8", "i8", block_maps, block_check.to_owned(), block),
         ("match_blocks_i4", "i4", block_maps, block_check.to_owned(), block),
         ("match_bands_bf16", "bf16", band_maps, band_check.to_owned(), band),
@@ -118,7 +134,7 @@ mod tests {
     }
 
     fn codes(encoding: Encoding, plane: Plane, bytes: &[u8]) -> ConstantData<'_> {
-        ConstantData::Plane { encoding, bytes: Lent::Slice(bytes), dims: [64, 32], padded_rows: 64, plane }
+        ConstantData::Plane { encoding, bytes: Lent::Slice(bytes), dims: [64, 32], padded_rows: 64, plane, band: None }
     }
 
     #[test]
@@ -128,6 +144,15 @@ mod tests {
         assert!(is_tuned(&codes(Encoding::Q4_0, Plane::Quants, &bytes)));
         assert!(!is_tuned(&codes(Encoding::Q4K, Plane::Quants, &bytes)));
         assert!(!is_tuned(&codes(Encoding::Q8_0, Plane::Scale, &bytes)));
+        let in_bands = ConstantData::Plane {
+            encoding: Encoding::Q4_0,
+            bytes: Lent::Slice(&bytes),
+            dims: [64, 32],
+            padded_rows: 64,
+            plane: Plane::Quants,
+            band: Some(32),
+        };
+        assert!(is_tuned(&in_bands), "codes in row bands");
         assert!(is_tuned(&banded(DType::BF16, &bytes, 32)) && is_tuned(&banded(DType::F16, &bytes, 32)));
         // f32 bands are not matched; a plain transpose (one band of every row) is not a band product.
         assert!(!is_tuned(&banded(DType::F32, &bytes, 32)));
@@ -141,8 +166,10 @@ mod tests {
     #[test]
     fn the_spec_has_one_matcher_per_tuned_form() {
         let s = cpu_tuning_spec();
-        assert_eq!(s.matches("transform.iree.match.contraction").count(), 4);
+        assert_eq!(s.matches("transform.iree.match.contraction").count(), 6);
         let forms = [
+            ("match_block_bands_i8", "i8"),
+            ("match_block_bands_i4", "i4"),
             ("match_blocks_i8", "i8"),
             ("match_blocks_i4", "i4"),
             ("match_bands_bf16", "bf16"),
@@ -152,14 +179,15 @@ mod tests {
             assert!(s.contains(&format!("@{name}(%op")) && s.contains(&format!("@{name} -> @apply_op_config")));
             assert!(s.contains(&format!("rhs_type = {rhs},")));
         }
-        // The block matchers leave N untiled (a workgroup per block row); only the band matchers ask for 32-column
-        // bands.
+        // The block matchers leave N untiled (a workgroup per block row), the matchers of codes in bands give a
+        // workgroup a band of 32 columns with every block of it; only the band matchers check 32-column bands.
         assert_eq!(s.matches("distribution = [1, 0, 0, 0]").count(), 2);
+        assert_eq!(s.matches("distribution = [0, 1, 32, 0]").count(), 2);
         assert!(!s.contains("%codes"));
         assert_eq!(s.matches("dim_is_multiple_of %bands[2], 32").count(), 2);
-        // Both band matchers carry the band tiles, both block matchers the block tiles.
+        // Both band matchers carry the band tiles, the four block matchers the block tiles.
         assert_eq!(s.matches("vector_common_parallel = [4, 32, 0], vector_reduction = [0, 0, 8]").count(), 2);
-        assert_eq!(s.matches("vector_common_parallel = [1, 1, 32, 0], vector_reduction = [0, 0, 0, 32]").count(), 2);
+        assert_eq!(s.matches("vector_common_parallel = [1, 1, 32, 0], vector_reduction = [0, 0, 0, 32]").count(), 4);
         assert_eq!(s.matches('{').count(), s.matches('}').count());
         assert_eq!(s.matches('(').count(), s.matches(')').count());
     }

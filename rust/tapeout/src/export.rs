@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use tapeout_graph::io::{FileAccess, GraphFile, WeightSet};
 use tapeout_graph::{
-    ComputeGraph, ConstantData, ExtractOptions, HalfConstantHandling, KeyCollision, PackedConstantHandling, Trace,
-    WeightLayout,
+    ComputeGraph, ConstantData, ExtractOptions, HalfConstantHandling, KeyCollision, PackedCodesLayout,
+    PackedConstantHandling, Trace, WeightLayout,
 };
 use tapeout_hlo::{EmitOptions, HloError, MaterializationPolicy};
 use tapeout_irpa::{ArchiveWriter, AtomicFile, FileRegionSource, Progress};
@@ -260,6 +260,9 @@ pub struct GraphFileExport<'p> {
     pub file_access: FileAccess,
     /// Where the weights go: in the layout chosen for their use (default) or as held.
     pub layout: WeightLayout,
+    /// With the layout chosen for use: the codes of Q8_0 / Q4_0 weights kept packed in block rows (default) or
+    /// in row bands ([`PackedCodesLayout`]).
+    pub packed_codes: PackedCodesLayout,
     /// Split the parameters over archives of at most this many bytes each (`None`: one archive).
     pub max_archive_bytes: Option<u64>,
 }
@@ -286,6 +289,7 @@ pub fn export_graph_file(
             packed: opts.packed,
             half: opts.half,
             layout: opts.layout,
+            packed_codes: opts.packed_codes,
         };
         let graph = finalize(&trace, &extract).map_err(|e| {
             if names.len() > 1 { Error::InFunction { function: names[f].to_owned(), source: Box::new(e) } } else { e }

@@ -18,6 +18,12 @@
 //! The planes hold `Np ≥ N` rows ([`Split::padded_rows`]); every value computed on them is `Np` wide and sliced to
 //! `N` where it leaves the rewrite.
 //!
+//! With `bands` (the export chooses layouts), the codes of a Q8_0 or Q4_0 weight that no use gathers rows of, whose
+//! `Np` [`PLANE_BAND_ROWS`] divides, are stored in row bands ([`ConstantData::Plane`]'s `band`): the program still
+//! names them `[Kb, B, Np]`, and the emitter contracts the per-block products over the stored bands and reads every
+//! other use through a view of them. The decision depends on the weight alone, never on which uses one function
+//! has, so that the functions of one module (a prefill and a decode step) declare each parameter alike.
+//!
 //! Every op the rewrite inserts has a fresh index and stands for the recorded node it replaces (the matmul, the
 //! gather), or, for the values derived from the planes before any use, for the weight's first use
 //! ([`Op::origin`]): a message about it names what the user recorded.
@@ -29,6 +35,7 @@ use crate::constant::{Constant, ConstantData};
 use crate::dtype::DType;
 use crate::error::{GraphError, Result};
 use crate::ops::OpKind;
+use crate::packed::Encoding;
 use crate::planar::{Plane, Split};
 use crate::shape::{Dim, Shape};
 use crate::tensor::{Lent, TensorSpec};
@@ -50,6 +57,11 @@ fn scalar_bytes(v: i32) -> Option<&'static [u8; 4]> {
         _ => None,
     }
 }
+
+/// Rows per band of the codes of a Q8_0 or Q4_0 weight stored in row bands ([`ConstantData::Plane`]'s `band`):
+/// a decode step's product reads `[Kb, 32, 32]` codes per band, contiguous, which IREE 3.13 gives one workgroup
+/// each under the tuning spec (`tapeout_hlo::cpu_tuning_spec`; docs/performance.md, "Codes in row bands, built").
+const PLANE_BAND_ROWS: u64 = 32;
 
 /// The largest extent the rewrite writes into an `i64` attribute (slice limits, reshaped dims).
 const MAX_DIM: u64 = i64::MAX.unsigned_abs();
@@ -351,7 +363,7 @@ fn slice_to(dims: &[u64]) -> Attrs {
 /// # Errors
 /// [`GraphError::CannotKeepPacked`] for a weight that cannot be kept packed in its shape;
 /// [`GraphError::PassBroke`] when a format's split asks for a scalar the rewrite has no constant for.
-pub(crate) fn keep_packed<'a>(program: Program<'a>) -> Result<Program<'a>> {
+pub(crate) fn keep_packed<'a>(program: Program<'a>, bands: bool) -> Result<Program<'a>> {
     let Program { mut specs, inputs, mut constants, mut nodes, outputs, next_index } = program;
     let specs = &mut specs;
     let uses = uses(&nodes);
@@ -397,6 +409,16 @@ pub(crate) fn keep_packed<'a>(program: Program<'a>) -> Result<Program<'a>> {
         let mut b = Builder { specs, ops: Vec::new(), shared: Vec::new(), sharing: false, origin: first_use, fresh };
         let name = spec.name.clone();
 
+        // Q8_0's and Q4_0's codes in row bands, when the export chooses layouts and no use gathers rows of the
+        // weight (an embedding reads the codes by rows: `[Kb, B, Np]` keeps each row's codes in place for it).
+        let gathered = uses.get(&c.tensor).is_some_and(|u| u.iter().any(|&i| gathers_rows_of(&nodes[i], c.tensor)));
+        let band = (bands
+            && matches!(encoding, Encoding::Q8_0 | Encoding::Q4_0)
+            && kb > 0
+            && np % PLANE_BAND_ROWS == 0
+            && !gathered)
+            .then_some(PLANE_BAND_ROWS);
+
         // The planes, as constants of their own.
         let mut plane_ids = HashMap::new();
         for p in split.planes(encoding) {
@@ -414,6 +436,7 @@ pub(crate) fn keep_packed<'a>(program: Program<'a>) -> Result<Program<'a>> {
                 dims: [n, k],
                 padded_rows: np,
                 plane: p,
+                band: band.filter(|_| p == Plane::Quants),
             };
             planes_out.push(Constant { tensor: t, key: format!("{}.{}", c.key, p.suffix()), data });
         }
@@ -773,7 +796,6 @@ fn gather_use(b: &mut Builder<'_>, pl: &mut Planes, ids: TensorId, id_dims: &[Di
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packed::Encoding;
 
     #[test]
     fn every_scalar_a_split_asks_for_has_a_constant() {

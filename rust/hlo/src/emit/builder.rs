@@ -1006,6 +1006,9 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     /// into a single dispatch that reads each band's `K x T` values as one contiguous run and never copies the
     /// weight (measured: docs/performance.md, "One contraction over the stored bands").
     pub(crate) fn banded_matmul(&mut self, a: &Val, stored: &Val, compute: DType, out: &Shape) -> Result<Val> {
+        if stored.rank() == 4 {
+            return self.banded_block_matmul(a, stored, compute, out);
+        }
         let [Dim::Static(bands), Dim::Static(k), Dim::Static(t)] = stored.shape.0[..] else {
             return Err(self.err(format!("a weight in row bands is [N / T, K, T], not [{}]", stored.shape)));
         };
@@ -1025,6 +1028,73 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         let per_band = self.band_contraction(&flat, stored, compute)?;
         let merged = self.reshape(&per_band, &Shape(vec![m, Dim::Static(n)]))?;
         if merged.shape == *out { Ok(merged) } else { self.reshape(&merged, out) }
+    }
+
+    /// The per-block product of a weight kept packed whose codes are stored in row bands (`[Np / T, Kb, B, T]`,
+    /// [`tapeout_graph::ConstantData::row_tile`]): `a [Kb, M, B]` (the rows' values block by block) times the codes
+    /// as `[Kb, B, Np]`, giving `[Kb, M, Np]`, one `linalg.generic` over the stored codes (iteration space block,
+    /// row, band, column, k; each code converted to `compute` inside it). Each band's `Kb x B x T` codes are one
+    /// contiguous run: the tuning spec gives one-row products a workgroup per band (`crate::cpu_tuning_spec`;
+    /// faster than the block-row layout on some CPUs, slower on others: docs/performance.md, "Codes in row bands,
+    /// built").
+    fn banded_block_matmul(&mut self, a: &Val, stored: &Val, compute: DType, out: &Shape) -> Result<Val> {
+        let [Dim::Static(bands), Dim::Static(kb), Dim::Static(b), Dim::Static(t)] = stored.shape.0[..] else {
+            return Err(self.err(format!("codes in row bands are [Np / T, Kb, B, T], not [{}]", stored.shape)));
+        };
+        let [Dim::Static(akb), m, Dim::Static(ab)] = a.shape.0[..] else {
+            return Err(self.err(format!("a per-block product's rows are [Kb, M, B], not [{}]", a.shape)));
+        };
+        if (akb, ab) != (kb, b) {
+            return Err(self.err(format!("rows [{}] times codes of [{kb}, {b}] per band", a.shape)));
+        }
+        let n = bands.checked_mul(t).ok_or_else(|| self.err(format!("{bands} bands of {t} rows overflow u64")))?;
+        let (c, s) = (compute.mlir_name(), stored.dtype.mlir_name());
+        let widen = match (compute.is_float(), stored.dtype) {
+            (true, DType::I4 | DType::I8 | DType::I16 | DType::I32) => "arith.sitofp",
+            _ => return Err(self.band_types_err(s, c)),
+        };
+        let shape = Shape(vec![Dim::Static(kb), m, Dim::Static(bands), Dim::Static(t)]);
+        let out_ty = ty(&shape, compute);
+        let empty = match m {
+            Dim::Dynamic => format!("tensor.empty({}) : {out_ty}", self.dim_index(a, 1)),
+            Dim::Static(_) => format!("tensor.empty() : {out_ty}"),
+        };
+        let empty = self.assign(&empty, shape.clone(), compute);
+        let zero = self.fresh();
+        self.line(&format!("{zero} = arith.constant 0.000000e+00 : {c}"));
+        let init = self.assign(
+            &format!("linalg.fill ins({zero} : {c}) outs({} : {out_ty}) -> {out_ty}", empty.name),
+            shape.clone(),
+            compute,
+        );
+        // Block arguments and body values are named from the emitter's counter (see `band_contraction`).
+        let (x, w, acc, wide, p, sum) =
+            (self.fresh(), self.fresh(), self.fresh(), self.fresh(), self.fresh(), self.fresh());
+        let rhs = format!(
+            "linalg.generic {{indexing_maps = [affine_map<(b, m, p, t, k) -> (b, m, k)>, affine_map<(b, m, p, t, k) -> (p, b, k, t)>, \
+             affine_map<(b, m, p, t, k) -> (b, m, p, t)>], iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"parallel\", \"reduction\"]}} \
+             ins({}, {} : {}, {}) outs({} : {out_ty}) {{\n    ^bb0({x}: {c}, {w}: {s}, {acc}: {c}):\n      {wide} = {widen} {w} : {s} to {c}\n      \
+             {p} = arith.mulf {x}, {wide} : {c}\n      {sum} = arith.addf {acc}, {p} : {c}\n      linalg.yield {sum} : {c}\n    }} -> {out_ty}",
+            a.name,
+            stored.name,
+            a.ty(),
+            stored.ty(),
+            init.name,
+        );
+        let per_band = self.assign(&rhs, shape, compute);
+        let merged = self.reshape(&per_band, &Shape(vec![Dim::Static(kb), m, Dim::Static(n)]))?;
+        if merged.shape == *out { Ok(merged) } else { self.reshape(&merged, out) }
+    }
+
+    /// Codes stored in row bands (`[Np / T, Kb, B, T]`) read as the `[Kb, B, Np]` the program names them by: a
+    /// transpose and a reshape, which IREE folds into the dispatch that reads them.
+    pub(crate) fn band_view(&mut self, stored: &Val) -> Result<Val> {
+        let [Dim::Static(bands), Dim::Static(kb), Dim::Static(b), Dim::Static(t)] = stored.shape.0[..] else {
+            return Err(self.err(format!("codes in row bands are [Np / T, Kb, B, T], not [{}]", stored.shape)));
+        };
+        let rows = bands.checked_mul(t).ok_or_else(|| self.err(format!("{bands} bands of {t} rows overflow u64")))?;
+        let moved = self.transpose(stored, &[1, 2, 0, 3]);
+        self.reshape(&moved, &Shape::of(&[kb, b, rows]))
     }
 
     /// Why a banded product of `compute` rows and `stored` bands cannot be written, and what to do.

@@ -59,6 +59,13 @@ impl<'g> Emitter<'g, '_, '_> {
             Some((a, _)) => vec![self.val(a)?],
             None => node.inputs.iter().map(|&i| self.val(i)).collect::<Result<_>>()?,
         };
+        // Codes in row bands converted to floats (a per-block product's right side): its matmuls read the bands as
+        // stored and convert each code inside the contraction.
+        if let (OpKind::Convert, [codes], true) = (node.op, node.inputs.as_slice(), out.dtype.is_float()) {
+            if let Some(stored) = self.banded.get(codes).cloned() {
+                self.banded.insert(*id, stored);
+            }
+        }
         if widens(node.op, &ins, out.dtype, node.inputs.iter().any(|i| self.widened.contains(i))) {
             self.widened.insert(*id);
         }
@@ -81,7 +88,15 @@ impl<'g> Emitter<'g, '_, '_> {
                 | OpKind::Sigmoid => self.elementwise_unary(node.op, &ins[0]),
                 OpKind::Relu | OpKind::Silu | OpKind::Gelu => self.activation(node.op, &ins[0])?,
                 OpKind::Convert => self.convert_to(&ins[0], out.dtype)?,
-                OpKind::After => self.after(&ins[0], &ins[1]),
+                // Codes in row bands pass the barrier as stored and are read as `[Kb, B, Np]` after it: IREE then
+                // folds the view into the dispatch after the barrier instead of copying the codes before it.
+                OpKind::After => match self.banded.get(&node.inputs[0]).cloned() {
+                    Some(stored) if stored.rank() == 4 => {
+                        let ordered = self.after(&stored, &ins[1]);
+                        self.band_view(&ordered)?
+                    }
+                    _ => self.after(&ins[0], &ins[1]),
+                },
                 OpKind::Broadcast => self.lower_broadcast(&ins[0], ins.get(1), &out)?,
                 OpKind::Reshape => self.reshape(&ins[0], out.shape)?,
                 OpKind::Transpose => self.lower_transpose(&ins[0])?,

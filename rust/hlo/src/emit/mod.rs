@@ -287,6 +287,22 @@ pub(crate) fn emit_functions_into(
                 }
             };
             match c.data.row_tile() {
+                // The codes of a weight kept packed in row bands `[Np / T, Kb, B, T]`: its per-block products read
+                // them as stored (converted inside the contraction, [`Emitter::banded_matmul`]); any other use (a
+                // prefill's dequantization) reads them as the `[Kb, B, Np]` the program names, which IREE folds
+                // into the reading dispatch (and drops when nothing reads it).
+                Some(_) if matches!(c.data, ConstantData::Plane { .. }) => {
+                    let view = e.band_view(&v).map_err(|err| match err {
+                        HloError::Unsupported { detail, .. } => in_function(HloError::Unsupported {
+                            node: format!("parameter '{}'", c.key),
+                            op: "module",
+                            detail,
+                        }),
+                        other => in_function(other),
+                    })?;
+                    e.vals.insert(c.tensor, view);
+                    e.banded.insert(c.tensor, v);
+                }
                 // Row bands `[N / T, K, T]`: only matmuls use it (`transpose_at_export`), each reading the bands as
                 // stored (a 16-bit weight widened inside the contraction).
                 Some(_) => {
