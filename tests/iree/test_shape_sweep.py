@@ -87,6 +87,20 @@ def feeds_and_oracle(k, dense, rng, rows=ROWS, batches=BATCHES, uses=USES):
     return feeds, want
 
 
+def sweep_gguf(path, fmt, rows, k, rng):
+    """A GGUF file at `path` of random `fmt` weights `w<n>` [n, k], one per row count `n` of `rows`; returns their
+    values as PyPI gguf dequantizes them (float64), by `n`."""
+    w = GGUFWriter(str(path), "llama")
+    for n in rows:
+        w.add_tensor(f"w{n}", random_blocks(fmt, n, k, rng), raw_dtype=T[fmt])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return {int(t.name[1:]): dequantize(t.data, t.tensor_type).astype(np.float64).reshape(
+        [int(d) for d in reversed(t.shape)]) for t in GGUFReader(str(path)).tensors}
+
+
 def run_sweep(tmp_path, out, name, feeds, want, cpu="generic"):
     """Compiles `out/<name>.mlir`, runs `main` in IREE's Python runtime with the archive, and checks every result."""
     args, results = signature(out / f"{name}.mlir")
@@ -121,15 +135,7 @@ def test_packed_weights_kept_packed_are_exact_at_every_row_count(fmt, uses, cpu,
     rng = np.random.default_rng(ROWS[-1] + FORMATS.index(fmt))
     k = cols_of(fmt)
     path = tmp_path / "w.gguf"
-    w = GGUFWriter(str(path), "llama")
-    for n in ROWS:
-        w.add_tensor(f"w{n}", random_blocks(fmt, n, k, rng), raw_dtype=T[fmt])
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    dense = {int(t.name[1:]): dequantize(t.data, t.tensor_type).astype(np.float64).reshape(
-        [int(d) for d in reversed(t.shape)]) for t in GGUFReader(str(path)).tensors}
+    dense = sweep_gguf(path, fmt, ROWS, k, rng)
     g = sweep_graph("sweep", k, lambda n: {"dtype": "f32", "data": {"tensor": f"w{n}"}}, batches=batches, uses=names)
     (tmp_path / "g.json").write_text(json.dumps(g))
     out = tmp_path / "out"
@@ -174,15 +180,7 @@ def test_codes_in_row_bands_are_exact_at_every_row_count(fmt, cpu, tapeout, tmp_
     rng = np.random.default_rng(7 + FORMATS.index(fmt))
     k = 3 * cols_of(fmt)
     path = tmp_path / "w.gguf"
-    w = GGUFWriter(str(path), "llama")
-    for n in BAND_ROWS:
-        w.add_tensor(f"w{n}", random_blocks(fmt, n, k, rng), raw_dtype=T[fmt])
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    dense = {int(t.name[1:]): dequantize(t.data, t.tensor_type).astype(np.float64).reshape(
-        [int(d) for d in reversed(t.shape)]) for t in GGUFReader(str(path)).tensors}
+    dense = sweep_gguf(path, fmt, BAND_ROWS, k, rng)
     g = sweep_graph("bands", k, lambda n: {"dtype": "f32", "data": {"tensor": f"w{n}"}}, rows=BAND_ROWS, uses=uses)
     (tmp_path / "g.json").write_text(json.dumps(g))
     out = tmp_path / "out"
