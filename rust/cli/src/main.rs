@@ -96,8 +96,8 @@ enum Command {
         #[arg(long, value_enum, default_value = "for-use")]
         layout: LayoutArg,
         /// With --packed keep and the layout for use: the codes of Q8_0 / Q4_0 weights in block rows (the default)
-        /// or in row bands of 32 rows (a weight no use gathers rows of): the same numbers; which decodes faster
-        /// depends on the CPU (docs/performance.md).
+        /// or in row bands of 32 rows (a weight no use gathers rows of, its rows a multiple of 32; Q4_0's are
+        /// padded to 64): the same numbers; which decodes faster depends on the CPU (docs/performance.md).
         #[arg(long, value_enum, default_value = "block-rows")]
         packed_codes: PackedCodesArg,
         /// Let the graph's data entries read files outside its own directory tree (absolute paths, `..`,

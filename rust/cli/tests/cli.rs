@@ -118,8 +118,54 @@ fn export_refuses_packed_weights_with_the_remedy_and_dequantizes_on_request() {
         assert!(stderr(&o).contains("pass it with --packed keep and without --layout as-held"), "{}", stderr(&o));
         assert!(!dir.path().join("bands").exists(), "{extra:?}");
     }
-    let o = run(args(&["--packed", "keep", "--packed-codes", "row-bands"]));
+}
+
+/// A safetensors file at `path` holding one U8 tensor `q` of `bytes`.
+fn u8_safetensors(path: &Path, bytes: &[u8]) {
+    let header = format!(r#"{{"q":{{"dtype":"U8","shape":[{n}],"data_offsets":[0,{n}]}}}}"#, n = bytes.len());
+    let mut h = header.into_bytes();
+    h.resize(h.len().next_multiple_of(8), b' ');
+    let mut file = (h.len() as u64).to_le_bytes().to_vec();
+    file.extend(h);
+    file.extend(bytes);
+    std::fs::write(path, file).unwrap();
+}
+
+#[test]
+fn codes_in_row_bands_reach_the_archive_and_a_weight_gathered_elsewhere_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    // Q8_0 W [64, 32]: 64 blocks (scale 1.0, then 32 codes), two bands of 32 rows.
+    let block: Vec<u8> = [0x00, 0x3C].into_iter().chain((0..32u8).map(|i| i.wrapping_mul(7))).collect();
+    u8_safetensors(&dir.path().join("w.safetensors"), &block.repeat(64));
+    let w =
+        r#"{"name": "w", "shape": [64, 32], "dtype": "f32", "path": "w", "data": {"tensor": "q", "encoding": "Q8_0"}}"#;
+    let head = r#"{"name": "head", "tensors": [{"name": "x", "shape": [1, 32], "dtype": "f32"},
+        {"name": "wt", "shape": [32, 64], "dtype": "f32"}, {"name": "y", "shape": [1, 64], "dtype": "f32"}],
+        "nodes": [{"op": "transpose", "inputs": ["w"], "outputs": ["wt"]},
+                  {"op": "matmul", "inputs": ["x", "wt"], "outputs": ["y"]}], "outputs": ["y"]}"#;
+    let embed = r#"{"name": "embed", "tensors": [{"name": "ids", "shape": [2], "dtype": "i32"},
+        {"name": "e", "shape": [2, 32], "dtype": "f32"}],
+        "nodes": [{"op": "gather", "inputs": ["w", "ids"], "outputs": ["e"]}], "outputs": ["e"]}"#;
+    let export = |functions: &[&str], out: &str| {
+        let g = format!(r#"{{"name": "lm", "tensors": [{w}], "functions": [{}]}}"#, functions.join(", "));
+        std::fs::write(dir.path().join("g.json"), g).unwrap();
+        let args =
+            ["export", "g.json", "--weights", "w.safetensors", "-o", out, "--packed", "keep", "--inline-below", "0"];
+        tapeout(&[&args[..], &["--packed-codes", "row-bands"]].concat(), dir.path())
+    };
+    let o = export(&[head], "one");
     assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(dir.path().join("one/lm.mlir")).unwrap();
+    assert!(text.contains(r#"#flow.parameter.named<"model"::"w.qs"> : tensor<2x1x32x32xi8>"#), "{text}");
+    let a = tapeout::irpa::Archive::open(dir.path().join("one/lm.irpa")).unwrap();
+    let md = std::str::from_utf8(a.get("w.qs").unwrap().metadata).unwrap();
+    assert!(md.contains(r#""shape":[2,1,32,32]"#), "{md}");
+    // One function multiplies the weight, the other gathers its rows: the two layouts cannot share one key.
+    let o = export(&[head, embed], "two");
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(e.contains("'w.qs' are in row bands in function 'head' and in block rows in function 'embed'"), "{e}");
+    assert!(!dir.path().join("two/lm.mlir").exists());
 }
 
 #[test]

@@ -84,7 +84,8 @@ pub enum ConstantData<'a> {
         /// Rows per band when the plane is written in row bands (the codes of a Q8_0 or Q4_0 weight no use gathers):
         /// stored `[padded_rows / band, Kb, B, band]` instead of `[Kb, B, padded_rows]`, so that a decode step's
         /// product reads each band's codes as one contiguous run ([`ConstantData::row_tile`]). `None`: as the
-        /// plane table of docs/graph-format.md says.
+        /// plane table of docs/graph-format.md says. Only the codes ([`Plane::Quants`](crate::Plane::Quants)) are
+        /// banded, and `band` divides `padded_rows`; the writer refuses anything else.
         band: Option<u64>,
     },
     /// Values of another dtype written as stored (little-endian bytes).
@@ -239,7 +240,9 @@ impl ConstantData<'_> {
     pub fn stored_dims(&self, dims: &[u64]) -> Vec<u64> {
         match (self, self.row_tile(), dims) {
             (ConstantData::Transposed { rows, cols, .. }, Some(tile), _) => vec![rows / tile, *cols, tile],
-            (ConstantData::Plane { .. }, Some(tile), &[kb, b, rows]) if tile > 0 => vec![rows / tile, kb, b, tile],
+            (ConstantData::Plane { .. }, Some(tile), &[kb, b, rows]) if tile > 0 && rows % tile == 0 => {
+                vec![rows / tile, kb, b, tile]
+            }
             _ => dims.to_vec(),
         }
     }

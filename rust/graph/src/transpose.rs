@@ -298,6 +298,31 @@ fn tiles<T: Copy + Default>(
     Ok(())
 }
 
+/// The split of `encoding`, or the error of streaming planes of an encoding that has none.
+fn split_of_plane(encoding: &Encoding) -> Result<Split, StreamError> {
+    Split::of(encoding).ok_or_else(|| StreamError::Decode(format!("encoding {encoding} cannot be split into planes")))
+}
+
+/// The blocks per row of `bytes` when they are `[rows, cols]` (`rows > 0`) in whole blocks of `split`'s, else the
+/// error saying they are not.
+fn whole_block_units(
+    encoding: &Encoding,
+    split: &Split,
+    bytes: &Lent<'_, u8>,
+    [rows, cols]: [u64; 2],
+) -> Result<u64, StreamError> {
+    (rows > 0 && cols % split.block_values == 0)
+        .then(|| cols / split.block_values)
+        .filter(|units| rows.checked_mul(*units).and_then(|n| n.checked_mul(split.block_bytes)) == Some(bytes.len()))
+        .ok_or_else(|| {
+            StreamError::Decode(format!(
+                "{} bytes are not [{rows}, {cols}] in {encoding} blocks of {} values",
+                bytes.len(),
+                split.block_values
+            ))
+        })
+}
+
 /// Streams plane `plane` of the packed `[rows, cols]` weight `bytes` (row-major blocks along `cols`), laid out for
 /// the program: `[cols / sub, sub, padded_rows]` for the codes, `[blocks or sub-blocks, padded_rows]` for the rest.
 /// i4 codes are packed two per byte, low nibble first, across the whole plane. Every output row (one value column
@@ -311,28 +336,17 @@ pub(crate) fn stream_plane(
     plane: Plane,
     out: &mut dyn ByteSink,
 ) -> Result<(), StreamError> {
-    let Some(split) = Split::of(encoding) else {
-        return Err(StreamError::Decode(format!("encoding {encoding} cannot be split into planes")));
-    };
+    let split = split_of_plane(encoding)?;
     if split.padded_rows(rows) != Some(padded_rows) {
         return Err(StreamError::Decode(format!(
             "a {encoding} plane of {rows} rows is written with its rows padded to a multiple of {}, not {padded_rows}",
             split.row_multiple()
         )));
     }
-    let geometry = (cols % split.block_values == 0)
-        .then(|| cols / split.block_values)
-        .filter(|units| rows.checked_mul(*units).and_then(|n| n.checked_mul(split.block_bytes)) == Some(bytes.len()))
-        .and_then(|units| {
-            let (values, width) = (split.values_per_block(plane), split.tile_width(plane));
-            Plan::new(rows, units, values, split.block_bytes, width, split.block_bytes)
-        });
-    let Some(plan) = geometry else {
-        return Err(StreamError::Decode(format!(
-            "{} bytes are not [{rows}, {cols}] in {encoding} blocks of {} values",
-            bytes.len(),
-            split.block_values
-        )));
+    let units = whole_block_units(encoding, &split, bytes, [rows, cols])?;
+    let (values, width) = (split.values_per_block(plane), split.tile_width(plane));
+    let Some(plan) = Plan::new(rows, units, values, split.block_bytes, width, split.block_bytes) else {
+        return Err(StreamError::Decode(format!("a {encoding} plane of [{rows}, {cols}] cannot be tiled")));
     };
     let (block_bytes, ow) = (host(split.block_bytes)?, host(plan.ow)?);
     let mut buf = vec![0u8; host(plan.unit_values * plan.ow)?];
@@ -363,7 +377,8 @@ pub(crate) fn stream_plane(
 /// `[units, values per block, tile]` (for the codes of 32-value blocks `[Kb, 32, tile]`), so that the whole plane
 /// is `[padded_rows / tile, units, values per block, tile]`: the layout in which one decode step's product reads
 /// each band's codes as one contiguous run (`docs/performance.md`). Each band's source rows are read in one copy
-/// (at most `tile` rows of blocks); i4 codes are packed two per byte, low nibble first, as in [`stream_plane`].
+/// (at most `tile` rows of blocks); i4 codes are packed two per byte, low nibble first, as in [`stream_plane`]. Only
+/// the codes ([`Plane::Quants`]) are written in bands.
 pub(crate) fn stream_plane_bands(
     encoding: &Encoding,
     bytes: &Lent<'_, u8>,
@@ -373,35 +388,31 @@ pub(crate) fn stream_plane_bands(
     tile: u64,
     out: &mut dyn ByteSink,
 ) -> Result<(), StreamError> {
-    let Some(split) = Split::of(encoding) else {
-        return Err(StreamError::Decode(format!("encoding {encoding} cannot be split into planes")));
-    };
+    let split = split_of_plane(encoding)?;
+    if plane != Plane::Quants {
+        return Err(StreamError::Decode(format!("the {encoding} '{}' plane is not written in bands", plane.suffix())));
+    }
     if split.padded_rows(rows) != Some(padded_rows) || tile == 0 || padded_rows % tile != 0 {
         return Err(StreamError::Decode(format!(
             "a {encoding} plane of {rows} rows (padded to {padded_rows}) cannot be written in bands of {tile} rows"
         )));
     }
-    let units = (cols % split.block_values == 0)
-        .then(|| cols / split.block_values)
-        .filter(|&units| units > 0)
-        .filter(|units| rows.checked_mul(*units).and_then(|n| n.checked_mul(split.block_bytes)) == Some(bytes.len()));
-    let Some(units) = units else {
-        return Err(StreamError::Decode(format!(
-            "{} bytes are not [{rows}, {cols}] in {encoding} blocks of {} values",
-            bytes.len(),
-            split.block_values
-        )));
-    };
-    // One band's source is `tile` rows of blocks, its output as many values: both bounded by the weight's own
-    // size, which the lender holds.
+    let units = whole_block_units(encoding, &split, bytes, [rows, cols])?;
+    if units == 0 {
+        return Err(StreamError::Decode(format!("a {encoding} plane of [{rows}, {cols}] has no blocks to band")));
+    }
+    // The source read at once is at most `min(rows, tile)` rows of blocks (within the bytes the lender holds); a
+    // band's output is `tile` rows of values, which the plane writes anyway (its rows are padded to bands).
     let (values, width) = (split.values_per_block(plane), split.tile_width(plane));
+    let too_big = || StreamError::Decode(format!("a band of {tile} rows of [{rows}, {cols}] {encoding} overflows"));
     let row_bytes = units * split.block_bytes;
     let (t, ow) = (host(tile)?, host(width)?);
-    let row_values = host(units * values)?;
-    let mut source = vec![0u8; host(tile * row_bytes)?];
+    let row_values = host(units.checked_mul(values).ok_or_else(too_big)?)?;
+    let band_len = t.checked_mul(row_values).and_then(|n| n.checked_mul(ow)).ok_or_else(too_big)?;
+    let mut source = vec![0u8; host(rows.min(tile) * row_bytes)?];
     // `[tile, units · values]` values of `ow` bytes, row by row, then written transposed.
-    let mut decoded = vec![0u8; t * row_values * ow];
-    let mut band = vec![0u8; t * row_values * ow];
+    let mut decoded = vec![0u8; band_len];
+    let mut band = vec![0u8; band_len];
     let (block_bytes, per_block, row_len) = (host(split.block_bytes)?, host(values)? * ow, host(row_bytes)?);
     let mut write = |sink: &mut dyn ByteSink| -> Result<(), StreamError> {
         let mut r0 = 0u64;
@@ -695,7 +706,22 @@ mod tests {
                     &mut Vec::new(),
                 );
                 assert!(matches!(wrong, Err(StreamError::Decode(_))), "{encoding} {rows}: {wrong:?}");
+                // Only the codes are banded.
+                let scale = stream_plane_bands(
+                    &encoding,
+                    &Lent::Slice(&blocks),
+                    [rows, cols],
+                    padded,
+                    Plane::Scale,
+                    32,
+                    &mut Vec::new(),
+                );
+                assert!(matches!(scale, Err(StreamError::Decode(_))), "{encoding} {rows}: {scale:?}");
             }
+            // A weight of no rows has nothing to band: refused, whatever its width, before any allocation.
+            let none =
+                stream_plane_bands(&encoding, &Lent::Slice(&[]), [0, 1 << 40], 0, Plane::Quants, 32, &mut Vec::new());
+            assert!(matches!(none, Err(StreamError::Decode(_))), "{encoding}: {none:?}");
         }
     }
 

@@ -5,13 +5,14 @@
 //!   `[N / 32, Kb, 32, 32]`) is contracted per 32-value block by one `linalg.generic` over the stored bands. For one
 //!   row IREE 3.13 gives each workgroup 8 bands of 4 blocks with a reduction tile of 16; the spec gives it one band
 //!   with every block of it (a contiguous `[Kb, 32, 32]` run of codes) and the whole block as the reduction tile.
-//!   On an AMD EPYC a Q8_0 decode step so was 1.13-1.14x faster than over `[Kb, 32, N]` codes with the block-row
-//!   tiles below; on an Intel Xeon 0.9x, where IREE's own tiles for the bands and four other tilings were no
-//!   faster (docs/performance.md, "Codes in row bands, built").
+//!   On an AMD EPYC a whole Q8_0 decode step so was 1.13-1.14x faster than over `[Kb, 32, N]` codes with the
+//!   block-row tiles below; on an Intel Xeon stacks of one-row Q8_0 products were 0.9x, and IREE's own tiles for
+//!   the bands and three other tilings no faster (docs/performance.md, "Codes in row bands, built").
 //! - Otherwise (the default) a Q8_0 or Q4_0 weight kept packed is contracted per 32-value block over its codes
-//!   (`[Kb, 32, N]`, see `keep_packed`). For one row (a decode step) IREE 3.13 gives each workgroup 64 columns of one block row with a
-//!   reduction tile of 16; the spec gives it the whole block row (all `N` columns of one block: a contiguous
-//!   `[32, N]` run of codes, the distribution left untiled along `N`) and the whole block as the reduction tile.
+//!   (`[Kb, 32, N]`, see `keep_packed`). For one row (a decode step) IREE 3.13 gives each workgroup 64 columns of
+//!   one block row with a reduction tile of 16; the spec gives it the whole block row (all `N` columns of one
+//!   block: a contiguous `[32, N]` run of codes, the distribution left untiled along `N`) and the whole block as
+//!   the reduction tile.
 //!   Measured on the decode step of a 156M Llama on an AVX-512 EPYC (docs/performance.md, session 22): against 256
 //!   columns (sessions 18 and 21: itself about 1.35x over IREE's tiles for Q8_0 on a Xeon, 1.2-1.35x for Q4_0)
 //!   about 1.15x for Q8_0 and 1.2x for Q4_0; 1024 columns gained nothing, 2048 less than 4096 or the whole weight.
@@ -64,8 +65,8 @@ fn matcher(name: &str, rhs: &str, maps: &str, check: &str, lowering: &str) -> St
 }
 
 /// The tuning spec text (a transform-dialect module IREE 3.13 reads with `--iree-codegen-tuning-spec-path`) for
-/// the llvm-cpu backend: one-row per-block products over `i8` and `i4` codes get a workgroup per block row and the
-/// whole block as the reduction tile; one-row products over bf16 or f16 bands get vector tiles of 4 bands and a
+/// the llvm-cpu backend: one-row per-block products over `i8` and `i4` codes get a workgroup per block row (codes
+/// in row bands: per band) and the whole block as the reduction tile; one-row products over bf16 or f16 bands get vector tiles of 4 bands and a
 /// reduction tile of 8.
 #[must_use]
 pub fn cpu_tuning_spec() -> String {

@@ -204,13 +204,24 @@ fn write_tuning_spec(functions: &[(&str, &ComputeGraph<'_>)], path: &Path) -> Re
 /// One key in two functions must be one value: the same tensor of the same weight file (or the same borrowed
 /// memory), stored the same way.
 fn check_shared_keys(functions: &[(&str, &ComputeGraph<'_>)]) -> Result<()> {
-    let mut first: std::collections::HashMap<&str, (&str, String)> = std::collections::HashMap::new();
+    // key -> (first function, identity, whether it is codes in row bands)
+    let mut first: std::collections::HashMap<&str, (&str, String, bool)> = std::collections::HashMap::new();
     for (name, graph) in functions {
         for c in graph.constants() {
             let spec = graph.spec(c.tensor);
             let identity = format!("{} {} {}", spec.shape, c.data.dtype(), c.data.identity());
+            let bands = matches!(c.data, ConstantData::Plane { band: Some(_), .. });
             match first.get(c.key.as_str()) {
-                Some((other, id)) if *id != identity => {
+                Some((other, _, other_bands)) if *other_bands != bands => {
+                    let (with, without) = if bands { (name, other) } else { (other, name) };
+                    return Err(Error::Functions(format!(
+                        "the codes '{}' are in row bands in function '{with}' and in block rows in function \
+                         '{without}', which gathers rows of the weight; keep the codes in block rows (the default \
+                         packed-codes layout) for a weight that one function gathers and another multiplies",
+                        c.key
+                    )));
+                }
+                Some((other, id, _)) if *id != identity => {
                     return Err(Error::Functions(format!(
                         "parameter '{}' is one value in function '{other}' and another in function '{name}'; a key \
                          shared by functions must name the same weight (the same array or checkpoint tensor)",
@@ -219,7 +230,7 @@ fn check_shared_keys(functions: &[(&str, &ComputeGraph<'_>)]) -> Result<()> {
                 }
                 Some(_) => {}
                 None => {
-                    first.insert(c.key.as_str(), (name, identity));
+                    first.insert(c.key.as_str(), (name, identity, bands));
                 }
             }
         }

@@ -145,8 +145,9 @@ pub(crate) struct Emitter<'g, 'a, 'w> {
     pub(crate) out: &'w mut dyn TextOut,
     pub(crate) next: usize,
     pub(crate) vals: HashMap<TensorId, Val>,
-    /// Weights stored in row bands (`[N / T, K, T]`, as stored), which only matmuls read
-    /// ([`Emitter::banded_matmul`]).
+    /// Values stored in row bands, as stored, which matmuls read ([`Emitter::banded_matmul`]): a linear's weight
+    /// (`[N / T, K, T]`, no other value), and the codes of a weight kept packed (`[Np / T, Kb, B, T]`) and their
+    /// float conversions, which every other use reads through their `[Kb, B, Np]` view in `vals`.
     pub(crate) banded: HashMap<TensorId, Val>,
     /// Tensors computed from a narrower element type by ops IREE 3.13 counts as a "bit extend" (a widening
     /// convert, then only arithmetic and reshaping): see [`Emitter::unfused`].
@@ -1055,18 +1056,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         };
         let shape = Shape(vec![Dim::Static(kb), m, Dim::Static(bands), Dim::Static(t)]);
         let out_ty = ty(&shape, compute);
-        let empty = match m {
-            Dim::Dynamic => format!("tensor.empty({}) : {out_ty}", self.dim_index(a, 1)),
-            Dim::Static(_) => format!("tensor.empty() : {out_ty}"),
-        };
-        let empty = self.assign(&empty, shape.clone(), compute);
-        let zero = self.fresh();
-        self.line(&format!("{zero} = arith.constant 0.000000e+00 : {c}"));
-        let init = self.assign(
-            &format!("linalg.fill ins({zero} : {c}) outs({} : {out_ty}) -> {out_ty}", empty.name),
-            shape.clone(),
-            compute,
-        );
+        let init = self.zeros(&shape, compute, (a, 1));
         // Block arguments and body values are named from the emitter's counter (see `band_contraction`).
         let (x, w, acc, wide, p, sum) =
             (self.fresh(), self.fresh(), self.fresh(), self.fresh(), self.fresh(), self.fresh());
@@ -1095,6 +1085,26 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         let rows = bands.checked_mul(t).ok_or_else(|| self.err(format!("{bands} bands of {t} rows overflow u64")))?;
         let moved = self.transpose(stored, &[1, 2, 0, 3]);
         self.reshape(&moved, &Shape::of(&[kb, b, rows]))
+    }
+
+    /// A `shape` tensor of `compute` zeros (`tensor.empty` then `linalg.fill`), the accumulator of a
+    /// `linalg.generic` contraction; its one `?` extent, if any, is dimension `dim` of `like`.
+    fn zeros(&mut self, shape: &Shape, compute: DType, (like, dim): (&Val, usize)) -> Val {
+        let (c, out_ty) = (compute.mlir_name(), ty(shape, compute));
+        let empty = if shape.is_dynamic() {
+            format!("tensor.empty({}) : {out_ty}", self.dim_index(like, dim))
+        } else {
+            format!("tensor.empty() : {out_ty}")
+        };
+        let empty = self.assign(&empty, shape.clone(), compute);
+        let zero = self.fresh();
+        let zero_text = if compute.is_float() { "0.000000e+00" } else { "0" };
+        self.line(&format!("{zero} = arith.constant {zero_text} : {c}"));
+        self.assign(
+            &format!("linalg.fill ins({zero} : {c}) outs({} : {out_ty}) -> {out_ty}", empty.name),
+            shape.clone(),
+            compute,
+        )
     }
 
     /// Why a banded product of `compute` rows and `stored` bands cannot be written, and what to do.
@@ -1142,19 +1152,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         let m = flat.shape.0[0];
         let shape = Shape(vec![m, Dim::Static(bands), Dim::Static(t)]);
         let out_ty = ty(&shape, compute);
-        let empty = match m {
-            Dim::Dynamic => format!("tensor.empty({}) : {out_ty}", self.dim_index(flat, 0)),
-            Dim::Static(_) => format!("tensor.empty() : {out_ty}"),
-        };
-        let empty = self.assign(&empty, shape.clone(), compute);
-        let zero = self.fresh();
-        let zero_text = if compute.is_float() { "0.000000e+00" } else { "0" };
-        self.line(&format!("{zero} = arith.constant {zero_text} : {c}"));
-        let init = self.assign(
-            &format!("linalg.fill ins({zero} : {c}) outs({} : {out_ty}) -> {out_ty}", empty.name),
-            shape.clone(),
-            compute,
-        );
+        let init = self.zeros(&shape, compute, (flat, 0));
         // Block arguments and body values are named from the emitter's counter: a region of a `linalg.generic`
         // sees the names around it, so they must not repeat any.
         let (x, w, acc) = (self.fresh(), self.fresh(), self.fresh());
