@@ -1052,7 +1052,13 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         let (c, s) = (compute.mlir_name(), stored.dtype.mlir_name());
         let widen = match (compute.is_float(), stored.dtype) {
             (true, DType::I4 | DType::I8 | DType::I16 | DType::I32) => "arith.sitofp",
-            _ => return Err(self.band_types_err(s, c)),
+            _ => {
+                return Err(self.err(format!(
+                    "the per-block product of {c} rows with {s} codes stored in row bands: only signed integer codes \
+                     and float rows are contracted there; export the codes in block rows (`--packed-codes \
+                     block-rows`, the default)"
+                )));
+            }
         };
         let shape = Shape(vec![Dim::Static(kb), m, Dim::Static(bands), Dim::Static(t)]);
         let out_ty = ty(&shape, compute);
