@@ -338,6 +338,29 @@ def dynamic_batch():
     g.save([r, g.op("sigmoid", [y], ["?", 3])])
 
 
+def row_count_ops():
+    """The ops that pick a product's form by a `?` row count without a branch (`--packed keep` writes them for a
+    prefill's linear of a Q8_0 weight), at 5 rows: padded to 8; gated open and shut (a contraction over a `K` of 0 is
+    zeros); placed (5 <= 8) and not placed (5 > 3)."""
+    g = G("row_count_ops", 28)
+    x = g.input("x", ["?", 4])
+    w = g.weight("w", g.rand(6, 4), path="model.w")
+    w2 = g.weight("w2", g.rand(4, 3), path="model.w2")
+    p8 = g.op("pad_rows", [x], [8, 4], rows=8)
+    open_rows = g.op("gate_rows", [w, x], ["?", 4], rows=8, few=True, axis=0)
+    xk = g.op("gate_rows", [x, x], ["?", "?"], rows=8, few=False, axis=1)
+    wk = g.op("gate_rows", [w2, x], ["?", 3], rows=8, few=False, axis=0)
+    none = g.op("matmul", [xk, wk], ["?", 3])
+    small = g.op("matmul", [p8, w2], [8, 3])
+    placed = g.op("place_rows", [small, none], ["?", 3], rows=8)
+    p3 = g.op("pad_rows", [x], [3, 4], rows=3)
+    small3 = g.op("matmul", [p3, w2], [3, 3])
+    kept = g.op("place_rows", [small3, none], ["?", 3], rows=3)
+    g.test["policy"] = "external_all"
+    g.test["dynamic"] = {"x": [5, 4]}
+    g.save([p8, open_rows, none, placed, kept, p3])
+
+
 def dynamic_unit_dims():
     """A `?` batch against a weight of one column ([K, 1]) and one row ([1, N]): the two matmuls IREE 3.13 rejects
     as `dot_general`s (it folds their unit dimension into a dynamic reshape), lowered otherwise."""
@@ -472,7 +495,7 @@ def argmax_dynamic_slices():
 ALL = [elementwise_binary, elementwise_unary, activations, convert_cast, shape_ops, gather_embedding, matmul_batched,
        conv2d, pooling, reductions, normalization, attention, rope, iota_select_compare_clamp, special_constants,
        integer_constants, external_policy, threshold_policy, tied_weights, odd_names, dynamic_batch, dynamic_unit_dims,
-       mlp, small_cnn, transformer, half_weights, argmax_dynamic_slices]
+       mlp, small_cnn, transformer, half_weights, argmax_dynamic_slices, row_count_ops]
 
 if __name__ == "__main__":
     for make in ALL:

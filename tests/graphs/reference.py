@@ -235,6 +235,30 @@ def dynamic_update_slice(a, at, spec):
     return x
 
 
+def pad_rows(a, at, spec):
+    x = np.asarray(a[0])
+    flat, rows = x.reshape(-1, x.shape[-1]), at["rows"]
+    out = np.zeros((rows, x.shape[-1]), x.dtype)
+    n = min(flat.shape[0], rows)
+    out[:n] = flat[:n]
+    return out
+
+
+def gate_rows(a, at, spec):
+    t, like = np.asarray(a[0]), np.asarray(a[1])
+    few = int(np.prod(like.shape[:-1])) <= at["rows"]
+    return t if few == at.get("few", True) else t.take(range(0), axis=at.get("axis", 0))
+
+
+def place_rows(a, at, spec):
+    small, base = np.asarray(a[0]), np.asarray(a[1])
+    flat = base.reshape(-1, base.shape[-1]).copy()
+    p, n = flat.shape
+    if p <= at["rows"] and small.shape[1] >= n:
+        flat[:] = small[:p, :n]
+    return flat.reshape(base.shape)
+
+
 CMP = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal, "GT": np.greater, "GE": np.greater_equal}
 
 OPS = {
@@ -287,4 +311,7 @@ OPS = {
     "dynamic_slice": dynamic_slice,
     "dynamic_update_slice": dynamic_update_slice,
     "argmax": lambda a, at, s: np.argmax(a[0], axis=at.get("axis", -1)),
+    "pad_rows": pad_rows,
+    "gate_rows": gate_rows,
+    "place_rows": place_rows,
 }

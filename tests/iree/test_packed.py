@@ -234,8 +234,9 @@ def test_a_linear_with_dynamic_rows_dequantizes_after_its_input(fmt, rows, tapeo
     rows (an LM head past the 16 MiB of f32 dequantized at a time: two parts, the second part's rows from 16384
     on, padded). The weight is dequantized for that product from planes ordered after `x` (an
     `optimization_barrier`: IREE then holds one f32 weight at a time, not every weight from the call's start),
-    each later part after the previous part's product, and the result equals `x @ dequantize(W)ᵀ` by PyPI gguf
-    at 1 and 6 rows, from one compiled module."""
+    each later part after the previous part's product; up to 8 rows the per-block product of the rows padded to 8
+    is taken instead (`gate_rows` leaves the other form without work). The result equals `x @ dequantize(W)ᵀ` by
+    PyPI gguf at 1, 6, 8 (the padded form), 9 and 13 rows (the dequantized one), from one compiled module."""
     cols = 256
     rng = np.random.default_rng(37)
     path = tmp_path / "w.gguf"
@@ -258,7 +259,14 @@ def test_a_linear_with_dynamic_rows_dequantizes_after_its_input(fmt, rows, tapeo
     barrier = re.search(rf"(%v\d+):2 = stablehlo\.optimization_barrier {qs}, (%v\d+) ", text)
     assert barrier, f"the codes are not ordered after the product's input:\n{text}"
     assert re.search(rf"{barrier.group(2)} = stablehlo\.multiply %arg0, ", text), f"not after silu(x):\n{text}"
-    assert re.search(rf"stablehlo\.(convert|slice) {barrier.group(1)}#0 ", text), f"the codes bypass the barrier:\n{text}"
+    assert re.search(rf"(stablehlo\.(convert|slice)|tensor\.extract_slice) {barrier.group(1)}#0[ \[]", text), \
+        f"the codes bypass the barrier:\n{text}"
+    # Whole-byte codes (Q8_0): both forms, each with its planes gated by the row count (the padded per-block one
+    # reads the codes directly: it runs only for 8 rows or fewer, when the dequantization has no work). Sub-byte
+    # codes keep the dequantized form alone (IREE cannot gate their packed axis).
+    padded = re.search(rf"tensor\.extract_slice {qs}\[0, 0, 0\] \[\d+, \d+, %v\d+\]", text)
+    gated = text.count("arith.cmpi ule") >= 2 and "arith.cmpi ugt" in text
+    assert bool(padded) == gated == (fmt == "Q8_0"), text
     barriers = re.findall(rf"(%v\d+):2 = stablehlo\.optimization_barrier {qs}, (%v\d+) ", text)
     if rows > 16384:
         # Two parts: the second waits for the first part's product (a dot_general), and the two are concatenated.
@@ -271,7 +279,7 @@ def test_a_linear_with_dynamic_rows_dequantizes_after_its_input(fmt, rows, tapeo
     else:
         assert len(barriers) == 1, barriers
     vmfb = compile_iree(tmp_path, out / "lin.mlir")
-    for n in (1, 6):
+    for n in (1, 6, 8, 9, 13):
         x = rng.standard_normal((1, n, cols)).astype(np.float32)
         (y,) = run_iree(tmp_path, vmfb, [out / "lin.irpa"], [x], tag=str(n))
         h = x.astype(np.float64) / (1 + np.exp(-x.astype(np.float64)))

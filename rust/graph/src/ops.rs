@@ -153,6 +153,10 @@ op_table! {
     DynamicUpdateSlice = "dynamic_update_slice": AtLeast(3), Exactly(1), Own;
     /// `e^x`.
     Exp = "exp": Exactly(1), Exactly(1), ElementwiseUnary;
+    /// `t`, or its first 0 entries along `axis`, by `like`'s row count (the product of its leading dimensions):
+    /// `t` whole when "at most `rows` rows" is `few`, else empty along `axis` (its result `?` there). A product of `?`
+    /// rows computes two forms each of whose operands is gated so, and only the one for the actual rows has work.
+    GateRows = "gate_rows": Exactly(2), Exactly(1), Own;
     /// Rows of a table by index along `axis`.
     Gather = "gather": Exactly(2), Exactly(1), Own;
     /// GELU (tanh approximation).
@@ -176,6 +180,12 @@ op_table! {
     Mul = "mul": Exactly(2), Exactly(1), ElementwiseBinary;
     /// `-x`.
     Neg = "neg": Exactly(1), Exactly(1), ElementwiseUnary;
+    /// `x [L.., K]` as `[rows, K]`: its leading dimensions merged into one, the first `rows` of those kept and zero
+    /// rows after them up to `rows` (a static shape for a product of `?` rows).
+    PadRows = "pad_rows": Exactly(1), Exactly(1), SameDType;
+    /// `base [L.., N]` with its `P` rows (the product of its leading dimensions) replaced by `small [rows, C]`'s first
+    /// `P` rows and `N` columns when `P` is at most `rows` and `C` at least `N`; `base` unchanged otherwise.
+    PlaceRows = "place_rows": Exactly(2), Exactly(1), Own;
     /// `a ^ b`, broadcast.
     Pow = "pow": Exactly(2), Exactly(1), ElementwiseBinary;
     /// Maximum over `axes`.
@@ -351,6 +361,9 @@ pub(crate) fn check_types(op: OpKind, attrs: &Attrs, ins: &[Spec<'_>], outs: &[S
             }
             expect_shape(s, rs, "the first operand's shape is")
         }
+        OpKind::GateRows => gate_rows(&a, ins, outs[0]),
+        OpKind::PadRows => pad_rows(&a, ins[0], outs[0]),
+        OpKind::PlaceRows => place_rows(&a, ins, outs[0]),
         OpKind::DynamicSlice => dynamic_slice(&a, ins, outs[0]),
         OpKind::DynamicUpdateSlice => dynamic_update_slice(ins, outs[0]),
         OpKind::Gather => gather(&a, ins, outs[0]),
@@ -944,6 +957,62 @@ fn select(ins: &[Spec<'_>], (rs, rd): Spec<'_>) -> Result<(), String> {
         return Err(format!("the two choices ({dx}, {dy}) and the result ({rd}) must share one dtype"));
     }
     expect_shape(&broadcast_many(&[p, x, y])?, rs, "the operands broadcast to")
+}
+
+/// The `rows` attribute of the row-count ops ([`OpKind::PadRows`], [`OpKind::GateRows`], [`OpKind::PlaceRows`]):
+/// required, at least 1.
+fn rows_attr(a: &AttrView<'_>) -> Result<u64, String> {
+    if !a.0.contains_key("rows") {
+        return Err(AttrView::bad("rows", "is required"));
+    }
+    u64::try_from(a.int("rows", 0)?).ok().filter(|&r| r >= 1).ok_or_else(|| AttrView::bad("rows", "must be at least 1"))
+}
+
+fn pad_rows(a: &AttrView<'_>, (x, _): Spec<'_>, (r, _): Spec<'_>) -> Result<(), String> {
+    let rows = rows_attr(a)?;
+    let Some(k) = x.0.last().filter(|_| x.rank() >= 2) else {
+        return Err(format!("pad_rows takes [L.., K] (rank >= 2), not [{x}]"));
+    };
+    if *r != Shape(vec![Dim::Static(rows), *k]) {
+        return Err(format!("padding [{x}] to {rows} rows gives [{rows}, {k}], but the node declares [{r}]"));
+    }
+    Ok(())
+}
+
+fn gate_rows(a: &AttrView<'_>, ins: &[Spec<'_>], out: Spec<'_>) -> Result<(), String> {
+    rows_attr(a)?;
+    a.bool("few", true)?;
+    let ((t, _), (like, _)) = (ins[0], ins[1]);
+    if like.rank() < 2 {
+        return Err(format!("like [{like}] must be [L.., K] (rank >= 2): its rows are its leading dimensions"));
+    }
+    let axis = a.axis("axis", a.int("axis", 0)?, t.rank())?;
+    same_dtype(ins[0], out)?;
+    let mut want = t.clone();
+    want.0[axis] = Dim::Dynamic;
+    if *out.0 != want {
+        return Err(format!("gating [{t}] along axis {axis} gives [{want}], but the node declares [{}]", out.0));
+    }
+    Ok(())
+}
+
+fn place_rows(a: &AttrView<'_>, ins: &[Spec<'_>], out: Spec<'_>) -> Result<(), String> {
+    let rows = rows_attr(a)?;
+    let ((small, sd), (base, bd)) = (ins[0], ins[1]);
+    if sd != bd {
+        return Err(format!("small ({sd}) and base ({bd}) must have one dtype"));
+    }
+    same_dtype(ins[1], out)?;
+    if small.rank() != 2 || small.0[0] != Dim::Static(rows) {
+        return Err(format!("small must be [{rows}, C] (rows, columns), not [{small}]"));
+    }
+    if base.rank() < 2 {
+        return Err(format!("base [{base}] must be [L.., N] (rank >= 2)"));
+    }
+    if out.0 != base {
+        return Err(format!("the result is base's shape [{base}], but the node declares [{}]", out.0));
+    }
+    Ok(())
 }
 
 fn slice(a: &AttrView<'_>, x: Spec<'_>, out: Spec<'_>) -> Result<(), String> {

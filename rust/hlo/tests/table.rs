@@ -14,6 +14,10 @@ struct Case {
     ins: Vec<(Vec<u64>, DType)>,
     attrs: Attrs,
     out: (Vec<u64>, DType),
+    /// Result dimensions that are `?` (the extent a `gate_rows` picks at run time).
+    out_dynamic: Vec<usize>,
+    /// Operand dimensions that are `?` (input, dimension): a row count read at run time.
+    in_dynamic: Vec<(usize, usize)>,
 }
 
 fn ints(v: &[i64]) -> Attr {
@@ -26,7 +30,13 @@ fn case(op: OpKind, n: usize) -> Case {
     use DType::{Bool, F32, I32};
     let f = |d: &[u64]| (d.to_vec(), F32);
     let attrs = |kv: &[(&str, Attr)]| -> Attrs { kv.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect() };
-    let c = |ins: Vec<(Vec<u64>, DType)>, attrs: Attrs, out: (Vec<u64>, DType)| Case { ins, attrs, out };
+    let c = |ins: Vec<(Vec<u64>, DType)>, attrs: Attrs, out: (Vec<u64>, DType)| Case {
+        ins,
+        attrs,
+        out,
+        out_dynamic: vec![],
+        in_dynamic: vec![],
+    };
     match op {
         OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div | OpKind::Pow | OpKind::Max | OpKind::Min => {
             c(vec![f(&[2, 3]), f(&[3])], Attrs::new(), f(&[2, 3]))
@@ -81,6 +91,17 @@ fn case(op: OpKind, n: usize) -> Case {
             let ins = [vec![f(&vec![4; rank]), f(&vec![2; rank])], vec![(vec![], I32); rank]].concat();
             c(ins, Attrs::new(), f(&vec![4; rank]))
         }
+        OpKind::GateRows => Case {
+            out_dynamic: vec![1],
+            in_dynamic: vec![(1, 0)],
+            ..c(
+                vec![f(&[5, 4]), f(&[3, 2])],
+                attrs(&[("rows", Attr::Int(2)), ("few", Attr::Bool(true)), ("axis", Attr::Int(1))]),
+                f(&[5, 4]),
+            )
+        },
+        OpKind::PadRows => c(vec![f(&[3, 4])], attrs(&[("rows", Attr::Int(2))]), f(&[2, 4])),
+        OpKind::PlaceRows => c(vec![f(&[2, 4]), f(&[3, 4])], attrs(&[("rows", Attr::Int(2))]), f(&[3, 4])),
         OpKind::Gather => c(vec![f(&[5, 3]), (vec![2], I32)], Attrs::new(), f(&[2, 3])),
         OpKind::Iota if n == 1 => c(vec![f(&[4, 5])], attrs(&[("axis", Attr::Int(1))]), (vec![5], I32)),
         OpKind::Iota => c(vec![], attrs(&[("dim", Attr::Int(1))]), (vec![2, 3], I32)),
@@ -130,8 +151,23 @@ fn refused(arity: Arity) -> usize {
 fn lower(op: OpKind, c: &Case) -> Result<String, String> {
     let mut t = Trace::new();
     let spec = |name: String, (dims, dtype): &(Vec<u64>, DType)| TensorSpec::new(name, Shape::of(dims), *dtype);
-    let ins: Vec<_> = c.ins.iter().enumerate().map(|(i, s)| t.add_placeholder(spec(format!("x{i}"), s))).collect();
-    let y = t.add_placeholder(spec("y".into(), &c.out));
+    let ins: Vec<_> = c
+        .ins
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let mut x = spec(format!("x{i}"), s);
+            for &(_, d) in c.in_dynamic.iter().filter(|(j, _)| *j == i) {
+                x.shape.0[d] = tapeout_graph::Dim::Dynamic;
+            }
+            t.add_placeholder(x)
+        })
+        .collect();
+    let mut out = spec("y".into(), &c.out);
+    for &d in &c.out_dynamic {
+        out.shape.0[d] = tapeout_graph::Dim::Dynamic;
+    }
+    let y = t.add_placeholder(out);
     t.record(op, c.attrs.clone(), &ins, &[y]);
     t.set_outputs(&[y]);
     let g = finalize(&t, &ExtractOptions::default()).map_err(|e| format!("finalize: {e}"))?;

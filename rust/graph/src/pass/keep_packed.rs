@@ -258,71 +258,104 @@ impl Planes {
     fn dequantized_t(&mut self, b: &mut Builder<'_>, out: TensorId) {
         let codes = self.whole_codes(b);
         let name = self.name.clone();
-        self.scaled_t(b, codes, &name, (0, self.np), out);
+        self.scaled_t(b, codes, &name, (0, self.np), None, out);
     }
 
     /// Rows `start .. start + len` of the planes (a multiple of the rows they are padded to) dequantized for one use
     /// only, from planes read after `wait` is computed ([`OpKind::After`]), as `Wᵀ [K, rows]` into `out` (padding
     /// rows sliced off). Its ops are not shared: IREE holds this f32 copy from `wait` to its use, instead of from
-    /// the call's start (where every such weight would be live at once).
+    /// the call's start (where every such weight would be live at once). With `gate` (`x`, the product's rows),
+    /// every plane is read through a [`OpKind::GateRows`] that empties its blocks when `x` has at most
+    /// [`FEW_ROWS`] rows (the per-block product is taken then): `out` is `[K or 0, rows]`.
     fn dequantized_t_after(
         &mut self,
         b: &mut Builder<'_>,
         wait: TensorId,
         label: &str,
         rows: (u64, u64),
+        gate: Option<TensorId>,
         out: TensorId,
     ) {
         let (first, len) = rows;
         let (all, dims) = ([self.kb, self.b, self.np], [self.kb, self.b, len]);
+        let shape = blocks_shape(&dims, gate.is_some());
         let ordered = |b: &mut Builder<'_>, plane: TensorId, suffix: &str| {
             let dtype = b.specs[plane.index()].dtype;
             let p = b.op(OpKind::After, Attrs::new(), &[plane, wait], format!("{label}.{suffix}"), &all, dtype);
-            if len == all[2] {
+            let p = if len == all[2] {
                 p
             } else {
                 let at = slice_range(&[0, 0, first], &dims);
                 b.op(OpKind::Slice, at, &[p], format!("{label}.{suffix}_rows"), &dims, dtype)
+            };
+            match gate {
+                Some(x) => gated(b, p, x, false, 0, format!("{label}.{suffix}_g")),
+                None => p,
             }
         };
         let q = ordered(b, self.quants, "qs");
-        let mut codes = b.op(OpKind::Convert, Attrs::new(), &[q], format!("{label}.qs_f32"), &dims, DType::F32);
+        let f32_op = |b: &mut Builder<'_>, op: OpKind, ins: &[TensorId], name: String| {
+            b.op_shaped(op, Attrs::new(), ins, name, shape.clone(), DType::F32)
+        };
+        let mut codes = f32_op(b, OpKind::Convert, &[q], format!("{label}.qs_f32"));
         if let Some((h, sixteen)) = self.high {
             let hq = ordered(b, h, "qh");
-            let hf = b.op(OpKind::Convert, Attrs::new(), &[hq], format!("{label}.qh_f32"), &dims, DType::F32);
-            let h16 = b.op(OpKind::Mul, Attrs::new(), &[hf, sixteen], format!("{label}.qh16"), &dims, DType::F32);
-            codes = b.op(OpKind::Add, Attrs::new(), &[codes, h16], format!("{label}.codes"), &dims, DType::F32);
+            let hf = f32_op(b, OpKind::Convert, &[hq], format!("{label}.qh_f32"));
+            let h16 = f32_op(b, OpKind::Mul, &[hf, sixteen], format!("{label}.qh16"));
+            codes = f32_op(b, OpKind::Add, &[codes, h16], format!("{label}.codes"));
         }
-        self.scaled_t(b, codes, label, rows, out);
+        self.scaled_t(b, codes, label, rows, gate, out);
     }
 
     /// `Wᵀ [K, real rows]` into `out` from the codes of plane rows `start .. start + len` as f32 `[Kb, B, len]`:
-    /// scaled, offset, reshaped, and the padding rows among them sliced off.
-    fn scaled_t(&mut self, b: &mut Builder<'_>, codes: TensorId, label: &str, rows: (u64, u64), out: TensorId) {
+    /// scaled, offset, reshaped, and the padding rows among them sliced off. With `gate`, the codes are `[Kb or
+    /// 0, B, len]` ([`Planes::dequantized_t_after`]) and `A` and `C` are gated alike.
+    fn scaled_t(
+        &mut self,
+        b: &mut Builder<'_>,
+        codes: TensorId,
+        label: &str,
+        rows: (u64, u64),
+        gate: Option<TensorId>,
+        out: TensorId,
+    ) {
         let (first, len) = rows;
         let dims = [self.kb, self.b, len];
         let (whole, kb) = (len == self.np, self.kb);
         let part = |b: &mut Builder<'_>, t: TensorId, suffix: &str| {
-            if whole {
+            let t = if whole {
                 t
             } else {
                 let at = slice_range(&[0, 0, first], &[kb, 1, len]);
                 b.op(OpKind::Slice, at, &[t], format!("{label}.{suffix}"), &[kb, 1, len], DType::F32)
+            };
+            match gate {
+                Some(x) => gated(b, t, x, false, 0, format!("{label}.{suffix}_g")),
+                None => t,
             }
         };
+        let shape = blocks_shape(&dims, gate.is_some());
         let a = self.scale_3d(b);
         let a = part(b, a, "a_rows");
-        let mut v = b.op(OpKind::Mul, Attrs::new(), &[codes, a], format!("{label}.wa"), &dims, DType::F32);
+        let mut v =
+            b.op_shaped(OpKind::Mul, Attrs::new(), &[codes, a], format!("{label}.wa"), shape.clone(), DType::F32);
         if let Some(c) = self.offset_3d(b) {
             let c = part(b, c, "c_rows");
-            v = b.op(OpKind::Add, Attrs::new(), &[v, c], format!("{label}.wc"), &dims, DType::F32);
+            v = b.op_shaped(OpKind::Add, Attrs::new(), &[v, c], format!("{label}.wc"), shape, DType::F32);
         }
         let real = len.min(self.n.saturating_sub(first));
         if real == len {
             b.op_into(OpKind::Reshape, Attrs::new(), &[v], out);
         } else {
-            let padded = b.op(OpKind::Reshape, Attrs::new(), &[v], format!("{label}.tp"), &[self.k, len], DType::F32);
-            b.op_into(OpKind::Slice, slice_to(&[self.k, real]), &[padded], out);
+            let padded_shape = blocks_shape(&[self.k, len], gate.is_some());
+            let padded =
+                b.op_shaped(OpKind::Reshape, Attrs::new(), &[v], format!("{label}.tp"), padded_shape, DType::F32);
+            let mut at = slice_to(&[self.k, real]);
+            // A gated `K` is `?`: its slice runs to the end.
+            if let (Some(_), Some(Attr::Ints(limit))) = (gate, at.get_mut("limit")) {
+                limit[0] = -1;
+            }
+            b.op_into(OpKind::Slice, at, &[padded], out);
         }
     }
 
@@ -647,17 +680,129 @@ fn linear_of(
     Some(Linear::PerBlock(xd))
 }
 
-/// `y = x @ Wᵀ` for `x` with `?` rows ([`Linear::Dynamic`]): the weight dequantized part by part
-/// ([`Planes::row_chunks`]), each part after the previous part's product (the first after `x`), and the parts'
-/// products concatenated along the last axis.
+/// The row count up to which a `?`-row product of a kept weight takes the per-block product of its rows padded to
+/// that many. Measured on a 1024 -> 2816 Q8_0 linear (docs/performance.md, "A few rows of a kept weight"): the
+/// static per-block product at 8 rows is 3-4x faster than the dequantized weight's product; at 16 rows 2x, level
+/// from 24 on, where its partials (`4·Kb·rows·N` bytes) reach the dequantized weight's `4·K·N`.
+const FEW_ROWS: u32 = 8;
+
+/// `Shape` of `dims`, with the first dimension `?` when `gated` (a plane's blocks read through a [`OpKind::GateRows`]).
+fn blocks_shape(dims: &[u64], gated: bool) -> Shape {
+    let mut s = Shape::of(dims);
+    if gated {
+        s.0[0] = Dim::Dynamic;
+    }
+    s
+}
+
+/// `t` through a [`OpKind::GateRows`] on `x`'s rows along `axis`: whole when "at most [`FEW_ROWS`] rows" is `few`.
+fn gated(b: &mut Builder<'_>, t: TensorId, x: TensorId, few: bool, axis: u8, name: String) -> TensorId {
+    let spec = &b.specs[t.index()];
+    let (mut shape, dtype) = (spec.shape.clone(), spec.dtype);
+    shape.0[usize::from(axis)] = Dim::Dynamic;
+    let mut attrs = rows_attrs();
+    attrs.insert("few".into(), Attr::Bool(few));
+    attrs.insert("axis".into(), Attr::Int(i64::from(axis)));
+    b.op_shaped(OpKind::GateRows, attrs, &[t, x], name, shape, dtype)
+}
+
+fn rows_attrs() -> Attrs {
+    let mut a = Attrs::new();
+    a.insert("rows".into(), Attr::Int(i64::from(FEW_ROWS)));
+    a
+}
+
+/// `y = x @ Wᵀ` for `x` with `?` rows ([`Linear::Dynamic`]). When `x` has one `?` dimension, the codes are whole
+/// bytes (Q8_0) and the per-block partials of [`FEW_ROWS`] rows take at most [`DEQUANTIZED_BYTES`]: both the per-block product of `x` padded to
+/// [`FEW_ROWS`] rows ([`few_rows_product`]) and the dequantized weight's product ([`dequantized_product`]), each
+/// reading the planes through a [`OpKind::GateRows`] that leaves the one not wanted for `x`'s rows without work;
+/// the first's rows placed into the second's ([`OpKind::PlaceRows`]). No branch: IREE 3.13 would end its stream
+/// execution at each `scf.if` (docs/performance.md). Otherwise the dequantized weight's product alone.
 fn dynamic_linear_use(b: &mut Builder<'_>, pl: &mut Planes, m: &Op) {
-    let (x, y, n) = (m.inputs[0], m.outputs[0], pl.n);
+    let (x, y) = (m.inputs[0], m.outputs[0]);
+    let x_shape = &b.specs[x.index()].shape;
+    let one_dynamic = x_shape.0.iter().filter(|d| **d == Dim::Dynamic).count() == 1;
+    let partials =
+        pl.kb.checked_mul(u64::from(FEW_ROWS)).and_then(|v| v.checked_mul(pl.np)).and_then(|v| v.checked_mul(4));
+    // Gating a sub-byte plane's rows (its packed axis) makes IREE 3.13 emit masked `i4` loads it cannot emulate
+    // ("failed to emulate bit width"): formats with such planes (Q4_0, the K-quants, Q5's high bits) keep the
+    // dequantized weight's product alone.
+    let byte_planes =
+        std::iter::once(pl.quants).chain(pl.high.map(|(h, _)| h)).all(|p| !b.specs[p.index()].dtype.is_sub_byte());
+    if !one_dynamic || !byte_planes || partials.is_none_or(|p| p > DEQUANTIZED_BYTES) {
+        dequantized_product(b, pl, m, y, None);
+        return;
+    }
     let label = b.specs[y.index()].name.clone();
+    let y_shape = b.specs[y.index()].shape.clone();
+    let many = b.tensor_shaped(format!("{label}.many"), y_shape, DType::F32);
+    dequantized_product(b, pl, m, many, Some(x));
+    let small = few_rows_product(b, pl, x, &label);
+    b.op_into(OpKind::PlaceRows, rows_attrs(), &[small, many], y);
+}
+
+/// `x @ Wᵀ` per block for `x` padded to [`FEW_ROWS`] rows ([`OpKind::PadRows`]), as `[FEW_ROWS, Np or 0]`: every
+/// plane read through a [`OpKind::GateRows`] that empties its rows unless `x` has at most [`FEW_ROWS`] rows.
+fn few_rows_product(b: &mut Builder<'_>, pl: &mut Planes, x: TensorId, label: &str) -> TensorId {
+    let (kb, bs, r) = (pl.kb, pl.b, u64::from(FEW_ROWS));
+    let xp = b.op(OpKind::PadRows, rows_attrs(), &[x], format!("{label}.x{r}"), &[r, pl.k], DType::F32);
+    let xb = b.op(OpKind::Reshape, Attrs::new(), &[xp], format!("{label}.x{r}b"), &[r, kb, bs], DType::F32);
+    let xt =
+        b.op(OpKind::Transpose, ints("perm", [1, 0, 2]), &[xb], format!("{label}.x{r}t"), &[kb, r, bs], DType::F32);
+    let cols = |d: &[u64]| {
+        let mut s = Shape::of(d);
+        if let Some(last) = s.0.last_mut() {
+            *last = Dim::Dynamic;
+        }
+        s
+    };
+    let f32_op = |b: &mut Builder<'_>, op: OpKind, attrs: Attrs, ins: &[TensorId], name: String, d: &[u64]| {
+        b.op_shaped(op, attrs, ins, name, cols(d), DType::F32)
+    };
+    let products = |b: &mut Builder<'_>, plane: TensorId, suffix: &str| {
+        let g = gated(b, plane, x, true, 2, format!("{label}.{suffix}{r}"));
+        let f = f32_op(b, OpKind::Convert, Attrs::new(), &[g], format!("{label}.{suffix}{r}_f32"), &[kb, bs, 1]);
+        f32_op(b, OpKind::Matmul, Attrs::new(), &[xt, f], format!("{label}.{suffix}{r}_s"), &[kb, r, 1])
+    };
+    let mut s = products(b, pl.quants, "qs");
+    if let Some((h, sixteen)) = pl.high {
+        let sh = products(b, h, "qh");
+        let sh16 = f32_op(b, OpKind::Mul, Attrs::new(), &[sh, sixteen], format!("{label}.qh{r}_16"), &[kb, r, 1]);
+        s = f32_op(b, OpKind::Add, Attrs::new(), &[s, sh16], format!("{label}.q{r}_s"), &[kb, r, 1]);
+    }
+    let a3 = pl.scale_3d(b);
+    let a = gated(b, a3, x, true, 2, format!("{label}.a{r}"));
+    let sa = f32_op(b, OpKind::Mul, Attrs::new(), &[s, a], format!("{label}.sa{r}"), &[kb, r, 1]);
+    let mut out = f32_op(b, OpKind::ReduceSum, ints("axes", [0]), &[sa], format!("{label}.y{r}"), &[r, 1]);
+    if let Some(c) = pl.offset {
+        let c = gated(b, c, x, true, 1, format!("{label}.c{r}"));
+        let xs = b.op(OpKind::ReduceSum, ints("axes", [2]), &[xt], format!("{label}.x{r}s"), &[kb, r], DType::F32);
+        let xst = b.op(OpKind::Transpose, ints("perm", [1, 0]), &[xs], format!("{label}.x{r}st"), &[r, kb], DType::F32);
+        let y1 = f32_op(b, OpKind::Matmul, Attrs::new(), &[xst, c], format!("{label}.y{r}c"), &[r, 1]);
+        out = f32_op(b, OpKind::Add, Attrs::new(), &[out, y1], format!("{label}.y{r}o"), &[r, 1]);
+    }
+    out
+}
+
+/// `y = x @ Wᵀ` for `x` with `?` rows into `y`: the weight dequantized part by part ([`Planes::row_chunks`]), each
+/// part after the previous part's product (the first after `x`), and the parts' products concatenated along the
+/// last axis. With `gate` (`x`), the planes and `x`'s `K` are read through a [`OpKind::GateRows`] that empties
+/// them when `x` has at most [`FEW_ROWS`] rows: the product is then zeros, computed from nothing.
+fn dequantized_product(b: &mut Builder<'_>, pl: &mut Planes, m: &Op, y: TensorId, gate: Option<TensorId>) {
+    let (x, n) = (m.inputs[0], pl.n);
+    let label = b.specs[y.index()].name.clone();
+    // `x`'s `K` gated as the planes' blocks are.
+    let last = u8::try_from(b.specs[x.index()].shape.rank().saturating_sub(1)).ok();
+    let (gate, xk) = match (gate, last) {
+        (Some(g), Some(last)) => (Some(g), gated(b, x, g, false, last, format!("{label}.xk"))),
+        _ => (None, x),
+    };
     let chunks = pl.row_chunks();
+    let wt_shape = |k: u64, rows: u64| blocks_shape(&[k, rows], gate.is_some());
     if let [rows] = chunks.as_slice() {
-        let wt = b.tensor(format!("{label}.wt"), &[pl.k, n], DType::F32);
-        pl.dequantized_t_after(b, x, &label, *rows, wt);
-        b.op_into(OpKind::Matmul, m.attrs.clone(), &[x, wt], y);
+        let wt = b.tensor_shaped(format!("{label}.wt"), wt_shape(pl.k, n), DType::F32);
+        pl.dequantized_t_after(b, x, &label, *rows, gate, wt);
+        b.op_into(OpKind::Matmul, m.attrs.clone(), &[xk, wt], y);
         return;
     }
     let y_shape = b.specs[y.index()].shape.clone();
@@ -671,10 +816,10 @@ fn dynamic_linear_use(b: &mut Builder<'_>, pl: &mut Planes, m: &Op) {
     for (i, &(first, len)) in chunks.iter().enumerate() {
         let real = len.min(n.saturating_sub(first));
         let part = format!("{label}.{i}");
-        let wt = b.tensor(format!("{part}.wt"), &[pl.k, real], DType::F32);
-        pl.dequantized_t_after(b, wait, &part, (first, len), wt);
+        let wt = b.tensor_shaped(format!("{part}.wt"), wt_shape(pl.k, real), DType::F32);
+        pl.dequantized_t_after(b, wait, &part, (first, len), gate, wt);
         let yi = f32_rows(b, part, real);
-        wait = b.op_into(OpKind::Matmul, m.attrs.clone(), &[x, wt], yi);
+        wait = b.op_into(OpKind::Matmul, m.attrs.clone(), &[xk, wt], yi);
         parts.push(wait);
     }
     // The emitter joins at most 16 parts per `stablehlo.concatenate` (`Emitter::concat_tree`): a 128 K vocabulary

@@ -78,7 +78,9 @@ fn squeeze_groups(shape: &Shape) -> Option<(Vec<Vec<usize>>, Shape)> {
 fn group_dims(few: &[Dim], many: &[Dim]) -> Option<Vec<Vec<usize>>> {
     let mut groups = Vec::with_capacity(few.len());
     let mut j = 0;
-    for d in few {
+    let statics =
+        |dims: &[Dim]| dims.iter().try_fold(1u64, |p, d| if let Dim::Static(n) = d { p.checked_mul(*n) } else { None });
+    for (i, d) in few.iter().enumerate() {
         let mut g = Vec::new();
         match d {
             Dim::Static(n) => {
@@ -95,14 +97,27 @@ fn group_dims(few: &[Dim], many: &[Dim]) -> Option<Vec<Vec<usize>>> {
                     return None;
                 }
             }
-            Dim::Dynamic => loop {
-                let m = many.get(j)?;
-                g.push(j);
-                j += 1;
-                if *m == Dim::Dynamic {
-                    break;
+            Dim::Dynamic => {
+                loop {
+                    let m = many.get(j)?;
+                    g.push(j);
+                    j += 1;
+                    if *m == Dim::Dynamic {
+                        break;
+                    }
                 }
-            },
+                // Static dims after the `?` merge into it while the rest of `many` holds more than the rest of
+                // `few` (both static): `[?, 32, N]` into `[?, N]`.
+                if let Some(rest) = statics(&few[i + 1..]) {
+                    while let (Some(Dim::Static(_)), Some(more)) = (many.get(j), statics(&many[j..])) {
+                        if more <= rest {
+                            break;
+                        }
+                        g.push(j);
+                        j += 1;
+                    }
+                }
+            }
         }
         groups.push(g);
     }
@@ -801,6 +816,43 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
                 );
                 self.assign(&rhs, out, x.dtype)
             }
+            // With `?` dims after the leading one (a per-block product of a prefill's few rows, its columns gated
+            // by `gate_rows`): the same contraction with ones, written as a `linalg.generic` over the trailing dims
+            // merged into one (IREE 3.13 rejects that `dot_general`'s `?` result; its `reduce` over the leading
+            // axis is about 5x slower: docs/performance.md, "A few rows of a kept weight").
+            Some(&Dim::Static(r))
+                if r >= 2
+                    && x.rank() >= 2
+                    && x.dtype == DType::F32
+                    && x.shape.0[1..].iter().filter(|d| **d == Dim::Dynamic).count() == 1 =>
+            {
+                let rest = Shape(x.shape.0[1..].to_vec());
+                let j = if rest.is_dynamic() {
+                    Dim::Dynamic
+                } else {
+                    Dim::Static(rest.0.iter().map(|d| if let Dim::Static(n) = d { *n } else { 1 }).product())
+                };
+                let flat_shape = Shape(vec![Dim::Static(r), j]);
+                let flat = self.reshape_grouped(x, &flat_shape, &[vec![0], (1..x.rank()).collect()]);
+                let ones = self.splat(1.0, &Shape(vec![Dim::Static(r)]), x.dtype);
+                let sum_shape = Shape(vec![j]);
+                let init = self.zeros(&sum_shape, x.dtype, (&flat, 1));
+                let out_ty = ty(&sum_shape, x.dtype);
+                let (o, v, acc, p, total) = (self.fresh(), self.fresh(), self.fresh(), self.fresh(), self.fresh());
+                let rhs = format!(
+                    "linalg.generic {{indexing_maps = [affine_map<(j, b) -> (b)>, affine_map<(j, b) -> (b, j)>, \
+                     affine_map<(j, b) -> (j)>], iterator_types = [\"parallel\", \"reduction\"]}} ins({}, {} : {}, {}) \
+                     outs({} : {out_ty}) {{\n    ^bb0({o}: f32, {v}: f32, {acc}: f32):\n      {p} = arith.mulf {o}, {v} : \
+                     f32\n      {total} = arith.addf {acc}, {p} : f32\n      linalg.yield {total} : f32\n    }} -> {out_ty}",
+                    ones.name,
+                    flat.name,
+                    ones.ty(),
+                    flat.ty(),
+                    init.name,
+                );
+                let sum = self.assign(&rhs, sum_shape, x.dtype);
+                if rest.rank() == 1 { sum } else { self.reshape_grouped(&sum, &rest, &[(0..rest.rank()).collect()]) }
+            }
             _ => self.reduce(x, &[0], "add"),
         }
     }
@@ -1095,7 +1147,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
 
     /// A `shape` tensor of `compute` zeros (`tensor.empty` then `linalg.fill`), the accumulator of a
     /// `linalg.generic` contraction; its one `?` extent, if any, is dimension `dim` of `like`.
-    fn zeros(&mut self, shape: &Shape, compute: DType, (like, dim): (&Val, usize)) -> Val {
+    pub(crate) fn zeros(&mut self, shape: &Shape, compute: DType, (like, dim): (&Val, usize)) -> Val {
         let (c, out_ty) = (compute.mlir_name(), ty(shape, compute));
         let empty = if shape.is_dynamic() {
             format!("tensor.empty({}) : {out_ty}", self.dim_index(like, dim))
@@ -1281,7 +1333,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     }
 
     /// Dimension `i` of `x` as an `index` value (`tensor.dim`).
-    fn dim_index(&mut self, x: &Val, i: usize) -> String {
+    pub(crate) fn dim_index(&mut self, x: &Val, i: usize) -> String {
         let x = &self.measurable(x, i);
         let idx = self.fresh();
         self.line(&format!("{idx} = arith.constant {i} : index"));

@@ -115,6 +115,9 @@ impl<'g> Emitter<'g, '_, '_> {
                     self.concat_tree(parts, axis)?
                 }
                 OpKind::Slice => self.lower_slice(&ins[0])?,
+                OpKind::PadRows => self.pad_rows(&ins[0], out.shape)?,
+                OpKind::GateRows => self.gate_rows(&ins[0], &ins[1], out.shape)?,
+                OpKind::PlaceRows => self.place_rows(&ins[0], &ins[1], out.shape)?,
                 OpKind::Gather => self.gather(&ins[0], &ins[1], &out)?,
                 OpKind::Matmul => self.matmul(&ins[0], &ins[1], out.shape)?,
                 OpKind::Conv2d => self.conv2d(&ins, out.shape)?,

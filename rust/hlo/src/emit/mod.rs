@@ -8,6 +8,7 @@ mod builder;
 mod constants;
 mod lower;
 mod nn;
+mod rows;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
