@@ -11,7 +11,9 @@
 //! - `matmul(x, transpose(W))` with `?` dimensions in `x` (a prefill's rows, where the per-block partials would
 //!   grow with the rows): the whole weight dequantized for that use alone, from planes passed through an
 //!   [`OpKind::After`] barrier with `x`, so that IREE computes it just before the product, not with every other
-//!   weight's at the call's start;
+//!   weight's at the call's start; for whole-byte codes (Q8_0) also the per-block product of `x` padded to
+//!   `FEW_ROWS` rows, each form reading its planes through an [`OpKind::GateRows`] that gives the one not wanted
+//!   for `x`'s actual rows nothing to do (`dynamic_linear_use`);
 //! - any other use (including `W` or `transpose(W)` as a graph output): the whole weight dequantized from its
 //!   planes in the program, once.
 //!
