@@ -715,8 +715,9 @@ fn rows_attrs() -> Attrs {
 }
 
 /// `y = x @ Wᵀ` for `x` with `?` rows ([`Linear::Dynamic`]). When `x` has one `?` dimension, the codes are whole
-/// bytes (Q8_0) and the per-block partials of [`FEW_ROWS`] rows take at most [`DEQUANTIZED_BYTES`]: both the per-block product of `x` padded to
-/// [`FEW_ROWS`] rows ([`few_rows_product`]) and the dequantized weight's product ([`dequantized_product`]), each
+/// bytes (Q8_0) and the per-block partials of [`FEW_ROWS`] rows take at most [`DEQUANTIZED_BYTES`]: both the
+/// per-block product of `x` padded to [`FEW_ROWS`] rows ([`few_rows_product`]) and the dequantized weight's product
+/// ([`dequantized_product`]), each
 /// reading the planes through a [`OpKind::GateRows`] that leaves the one not wanted for `x`'s rows without work;
 /// the first's rows placed into the second's ([`OpKind::PlaceRows`]). No branch: IREE 3.13 would end its stream
 /// execution at each `scf.if` (docs/performance.md). Otherwise the dequantized weight's product alone.

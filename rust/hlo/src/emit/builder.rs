@@ -75,7 +75,7 @@ fn squeeze_groups(shape: &Shape) -> Option<(Vec<Vec<usize>>, Shape)> {
 /// The dimensions of `many` grouped under each dimension of `few` for a reshape that splits (or, read the
 /// other way, merges) whole dimensions: consecutive groups whose static sizes multiply to the `few` size, a `?`
 /// of `few` owning exactly one `?` of `many`. Trailing 1s join the last group. `None` when no such grouping exists.
-fn group_dims(few: &[Dim], many: &[Dim]) -> Option<Vec<Vec<usize>>> {
+fn group_dims(few: &[Dim], many: &[Dim], collapsing: bool) -> Option<Vec<Vec<usize>>> {
     let mut groups = Vec::with_capacity(few.len());
     let mut j = 0;
     let statics =
@@ -106,9 +106,10 @@ fn group_dims(few: &[Dim], many: &[Dim]) -> Option<Vec<Vec<usize>>> {
                         break;
                     }
                 }
-                // Static dims after the `?` merge into it while the rest of `many` holds more than the rest of
-                // `few` (both static): `[?, 32, N]` into `[?, N]`.
-                if let Some(rest) = statics(&few[i + 1..]) {
+                // Collapsing, static dims after the `?` merge into it while the rest of `many` holds more than the
+                // rest of `few` (both static): `[?, 32, N]` into `[?, N]`. Not when expanding: `[?, N]` into
+                // `[?, 32, N]` would split a `?` by 32 at run time, which no size check guards.
+                if let Some(rest) = statics(&few[i + 1..]).filter(|_| collapsing) {
                     while let (Some(Dim::Static(_)), Some(more)) = (many.get(j), statics(&many[j..])) {
                         if more <= rest {
                             break;
@@ -726,7 +727,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         };
         let expand = shape.0.len() >= x.shape.0.len();
         let (few, many) = if expand { (&x.shape.0, &shape.0) } else { (&shape.0, &x.shape.0) };
-        let groups = group_dims(few, many).ok_or_else(unsupported)?;
+        let groups = group_dims(few, many, !expand).ok_or_else(unsupported)?;
         Ok(self.reshape_grouped(x, shape, &groups))
     }
 
@@ -824,7 +825,8 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
                 if r >= 2
                     && x.rank() >= 2
                     && x.dtype == DType::F32
-                    && x.shape.0[1..].iter().filter(|d| **d == Dim::Dynamic).count() == 1 =>
+                    && x.shape.0[1..].iter().filter(|d| **d == Dim::Dynamic).count() == 1
+                    && !x.shape.0[1..].contains(&Dim::Static(0)) =>
             {
                 let rest = Shape(x.shape.0[1..].to_vec());
                 let j = if rest.is_dynamic() {
@@ -1570,6 +1572,22 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dynamic_dim_absorbs_the_statics_after_it_only_when_collapsing() {
+        let (d, s) = (Dim::Dynamic, Dim::Static);
+        // `[?, 32, 4]` into `[?, 4]`: the `?` takes the 32.
+        assert_eq!(group_dims(&[d, s(4)], &[d, s(32), s(4)], true), Some(vec![vec![0, 1], vec![2]]));
+        // `[?, 4]` into `[?, 32, 4]` would split the `?` by 32 unchecked: refused, as before.
+        assert_eq!(group_dims(&[d, s(4)], &[d, s(32), s(4)], false), None);
+        assert_eq!(group_dims(&[d], &[d, s(32)], false), None);
+        // Reshapes that matched before group as before, either way.
+        for collapsing in [true, false] {
+            assert_eq!(group_dims(&[d, s(6)], &[d, s(2), s(3)], collapsing), Some(vec![vec![0], vec![1, 2]]));
+            assert_eq!(group_dims(&[d, s(5)], &[d, s(1), s(5)], collapsing), Some(vec![vec![0], vec![1, 2]]));
+            assert_eq!(group_dims(&[d], &[d, s(1)], collapsing), Some(vec![vec![0, 1]]));
+        }
+    }
 
     #[test]
     fn scalar_literals_are_exact_bit_patterns() {

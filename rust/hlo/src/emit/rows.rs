@@ -49,15 +49,7 @@ impl Emitter<'_, '_, '_> {
             Some(other) => return Err(self.err(format!("attribute 'few' must be a bool, got {other:?}"))),
         };
         let axis = self.axis("axis", self.attr_int("axis", 0)?, t.rank())?;
-        let Some(&Dim::Static(k)) = like.shape.0.last() else {
-            return Err(self.err(format!("gate_rows reads the rows of [{}]: its last dim must be static", like.shape)));
-        };
-        let flat = self.rows_of(like, k)?;
-        let count = self.row_count(&flat);
-        let limit = self.index_const(rows);
-        let open = self.fresh();
-        let pred = if few { "ule" } else { "ugt" };
-        self.line(&format!("{open} = arith.cmpi {pred}, {count}, {limit} : index"));
+        let (_, _, open) = self.rows_against(like, rows, if few { "ule" } else { "ugt" })?;
         let whole = self.extent(t, axis);
         let zero = self.index_const(0);
         let extent = self.fresh();
@@ -81,14 +73,10 @@ impl Emitter<'_, '_, '_> {
     /// at least its columns.
     pub(crate) fn place_rows(&mut self, small: &Val, base: &Val, out: &Shape) -> Result<Val> {
         let rows = self.rows_attr()?;
+        let (flat, count, few) = self.rows_against(base, rows, "ule")?;
         let Some(&Dim::Static(n)) = base.shape.0.last() else {
             return Err(self.err(format!("place_rows into [{}]: its last dim must be static", base.shape)));
         };
-        let flat = self.rows_of(base, n)?;
-        let count = self.row_count(&flat);
-        let limit = self.index_const(rows);
-        let few = self.fresh();
-        self.line(&format!("{few} = arith.cmpi ule, {count}, {limit} : index"));
         let cols = self.extent(small, 1);
         let want = self.index_const(n);
         let wide = self.fresh();
@@ -118,6 +106,23 @@ impl Emitter<'_, '_, '_> {
         if placed.shape == *out { Ok(placed) } else { self.reshape(&placed, out) }
     }
 
+    /// `x [L.., K]` as `[P, K]`, P as an `index` value, and `P <pred> rows` (an `arith.cmpi` predicate) as an
+    /// `i1` value.
+    fn rows_against(&mut self, x: &Val, rows: u64, pred: &str) -> Result<(Val, String, String)> {
+        let Some(&Dim::Static(k)) = x.shape.0.last() else {
+            return Err(self.err(format!(
+                "the row count of [{}] is read with its last dim static: give the tensor a static last dim",
+                x.shape
+            )));
+        };
+        let flat = self.rows_of(x, k)?;
+        let count = self.row_count(&flat);
+        let limit = self.index_const(rows);
+        let flag = self.fresh();
+        self.line(&format!("{flag} = arith.cmpi {pred}, {count}, {limit} : index"));
+        Ok((flat, count, flag))
+    }
+
     fn rows_attr(&self) -> Result<u64> {
         u64::try_from(self.attr_int("rows", 0)?)
             .ok()
@@ -131,7 +136,8 @@ impl Emitter<'_, '_, '_> {
         let p = if lead.contains(&Dim::Dynamic) {
             Dim::Dynamic
         } else {
-            Dim::Static(lead.iter().map(|d| if let Dim::Static(n) = d { *n } else { 1 }).product())
+            let p = lead.iter().try_fold(1u64, |p, d| if let Dim::Static(n) = d { p.checked_mul(*n) } else { Some(p) });
+            Dim::Static(p.ok_or_else(|| self.err(format!("the rows of [{}] overflow u64", x.shape)))?)
         };
         let flat = Shape(vec![p, Dim::Static(k)]);
         if x.shape == flat { Ok(x.clone()) } else { self.reshape(x, &flat) }
