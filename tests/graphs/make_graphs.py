@@ -361,6 +361,26 @@ def row_count_ops():
     g.save([p8, open_rows, none, placed, kept, p3])
 
 
+def grouped_columns():
+    """`matmul` with the right side's columns in two dimensions (`[B.., M, K] x [B.., K, N, T]`, the few-rows
+    product of 4-bit codes gated in groups of columns), unbatched and batched, with `?` rows (`M`) and with a
+    `?` group count (`N`, gated open by 5 rows <= 8): IREE 3.13 rejects the unbatched `dot_general` with a `?` `N`."""
+    g = G("grouped_columns", 29)
+    x = g.input("x", ["?", 4])
+    w = g.weight("w", g.rand(4, 2, 3), path="model.w")
+    v = g.weight("v", g.rand(2, 4, 2, 3), path="model.v")
+    a = g.weight("a", g.rand(2, 3, 4), path="model.a")
+    rows = g.op("matmul", [x, w], ["?", 2, 3])
+    p8 = g.op("pad_rows", [x], [8, 4], rows=8)
+    wg = g.op("gate_rows", [w, x], [4, "?", 3], rows=8, few=True, axis=1)
+    groups = g.op("matmul", [p8, wg], [8, "?", 3])
+    vg = g.op("gate_rows", [v, x], [2, 4, "?", 3], rows=8, few=True, axis=2)
+    batched = g.op("matmul", [a, vg], [2, 3, "?", 3])
+    g.test["policy"] = "external_all"
+    g.test["dynamic"] = {"x": [5, 4]}
+    g.save([rows, groups, batched])
+
+
 def dynamic_unit_dims():
     """A `?` batch against a weight of one column ([K, 1]) and one row ([1, N]): the two matmuls IREE 3.13 rejects
     as `dot_general`s (it folds their unit dimension into a dynamic reshape), lowered otherwise."""
@@ -495,7 +515,8 @@ def argmax_dynamic_slices():
 ALL = [elementwise_binary, elementwise_unary, activations, convert_cast, shape_ops, gather_embedding, matmul_batched,
        conv2d, pooling, reductions, normalization, attention, rope, iota_select_compare_clamp, special_constants,
        integer_constants, external_policy, threshold_policy, tied_weights, odd_names, dynamic_batch, dynamic_unit_dims,
-       mlp, small_cnn, transformer, half_weights, argmax_dynamic_slices, row_count_ops]
+       mlp, small_cnn, transformer, half_weights, argmax_dynamic_slices, row_count_ops,
+       grouped_columns]
 
 if __name__ == "__main__":
     for make in ALL:

@@ -291,7 +291,8 @@ OPS = {
     "slice": lambda a, at, s: a[0][tuple(slice(b, None if e == -1 else e, st) for b, e, st in
                                          zip(at["start"], at["limit"], at.get("stride", [1] * len(at["start"]))))],
     "gather": lambda a, at, s: np.take(a[0], a[1], axis=at.get("axis", 0)),
-    "matmul": lambda a, at, s: f64(a[0]) @ f64(a[1]),
+    "matmul": lambda a, at, s: (np.einsum("...mk,...knt->...mnt", f64(a[0]), f64(a[1])) if a[1].ndim == a[0].ndim + 1
+                                else f64(a[0]) @ f64(a[1])),
     "conv2d": conv2d,
     "max_pool2d": lambda a, at, s: pool(a, at, s, "max"),
     "avg_pool2d": lambda a, at, s: pool(a, at, s, "avg"),

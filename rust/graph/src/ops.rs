@@ -277,14 +277,23 @@ pub fn matmul(a: &Shape, b: &Shape) -> Result<Shape, String> {
         let k_ok = ad[ra - 1] == bd[rb - 2];
         (k_ok && shapes_agree(&Shape(ad[..ra - 2].to_vec()), &Shape(bd[..rb - 2].to_vec())))
             .then(|| Shape(ad[..ra - 1].iter().copied().chain([bd[rb - 1]]).collect()))
+    } else if rb == ra + 1 && ra >= 2 {
+        // `[B.., M, K] x [B.., K, N, T]`: the right side's columns in two dimensions (a weight's codes gated in
+        // groups of `T` columns, `keep_packed`).
+        let k_ok = ad[ra - 1] == bd[ra - 2];
+        (k_ok && shapes_agree(&Shape(ad[..ra - 2].to_vec()), &Shape(bd[..ra - 2].to_vec())))
+            .then(|| Shape(ad[..ra - 1].iter().chain(&bd[ra - 1..]).copied().collect()))
     } else {
         None
     };
     match want {
         Some(w) => Ok(w),
-        None if ra == rb || rb == 2 => Err(format!("[{a}] x [{b}]: the contracted (or batch) dimensions differ")),
+        None if ra == rb || rb == 2 || rb == ra + 1 => {
+            Err(format!("[{a}] x [{b}]: the contracted (or batch) dimensions differ"))
+        }
         None => Err(format!(
-            "matmul of ranks {ra} and {rb}: supported are [.., K] x [K, N] and equal-rank batched [B.., M, K] x [B.., K, N]"
+            "matmul of ranks {ra} and {rb}: supported are [.., K] x [K, N], equal-rank batched [B.., M, K] x [B.., K, N] \
+             and [B.., M, K] x [B.., K, N, T]"
         )),
     }
 }
@@ -1145,6 +1154,21 @@ mod tests {
         assert_eq!(broadcast(&s(&[2, 3]), &s(&[4])), None);
         let dynamic = Shape(vec![Dim::Dynamic, Dim::Static(3)]);
         assert_eq!(broadcast(&dynamic, &s(&[3])), Some(dynamic.clone()));
+    }
+
+    #[test]
+    fn matmul_takes_the_right_sides_columns_in_two_dimensions() {
+        let s = |d: &[u64]| Shape::of(d);
+        assert_eq!(matmul(&s(&[8, 4]), &s(&[4, 2, 3])), Ok(s(&[8, 2, 3])));
+        assert_eq!(matmul(&s(&[5, 8, 4]), &s(&[5, 4, 2, 3])), Ok(s(&[5, 8, 2, 3])));
+        let gated = Shape(vec![Dim::Static(5), Dim::Static(4), Dim::Dynamic, Dim::Static(64)]);
+        let want = Shape(vec![Dim::Static(5), Dim::Static(8), Dim::Dynamic, Dim::Static(64)]);
+        assert_eq!(matmul(&s(&[5, 8, 4]), &gated), Ok(want));
+        // The contracted or batch dims differ; a vector times [K, N, T] is not a form.
+        assert!(matmul(&s(&[8, 4]), &s(&[3, 2, 3])).unwrap_err().contains("differ"));
+        assert!(matmul(&s(&[5, 8, 4]), &s(&[6, 4, 2, 3])).unwrap_err().contains("differ"));
+        assert!(matmul(&s(&[4]), &s(&[4, 2])).is_ok());
+        assert!(matmul(&s(&[4]), &s(&[4, 2, 3])).unwrap_err().contains("[B.., M, K] x [B.., K, N, T]"));
     }
 
     #[test]

@@ -1043,12 +1043,61 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
                 ra - 1,
                 rb - 2
             )
+        } else if rb == ra + 1 && ra == 2 {
+            return self.grouped_columns_product(a, b, out);
+        } else if rb == ra + 1 && ra >= 3 {
+            // `[B.., M, K] x [B.., K, N, T]`: the right side's columns in two dimensions.
+            let batch = list(0..ra - 2);
+            format!(
+                "stablehlo.dot_general {}, {}, batching_dims = [{batch}] x [{batch}], contracting_dims = [{}] x [{}]",
+                a.name,
+                b.name,
+                ra - 1,
+                ra - 2
+            )
         } else {
             return Err(self.err(format!(
-                "matmul of ranks {ra} and {rb}: supported are [.., K] x [K, N] and equal-rank batched [B.., M, K] x [B.., K, N]"
+                "matmul of ranks {ra} and {rb}: supported are [.., K] x [K, N], equal-rank batched [B.., M, K] x \
+                 [B.., K, N] and [B.., M, K] x [B.., K, N, T]"
             )));
         };
         Ok(self.assign(&format!("{rhs} : ({}, {}) -> {}", a.ty(), b.ty(), ty(out, a.dtype)), out.clone(), a.dtype))
+    }
+
+    /// `a [M, K] x b [K, N, T]` (the right side's columns in two dimensions) as a `linalg.generic` over (row,
+    /// column group, column, k): IREE 3.13 folds that `dot_general` into a `stablehlo.dynamic_reshape` of `b` it
+    /// rejects when `N` is `?` (the offset term of a few-rows product over codes gated in groups, `keep_packed`).
+    fn grouped_columns_product(&mut self, a: &Val, b: &Val, out: &Shape) -> Result<Val> {
+        let dynamic: Vec<usize> = (0..out.rank()).filter(|&i| out.0[i] == Dim::Dynamic).collect();
+        let like = match dynamic.as_slice() {
+            [] | [0] => (a, 0),
+            [i] => (b, *i),
+            _ => {
+                return Err(self.err(format!(
+                    "[{}] x [{}] with more than one `?` in the result [{out}]: give all but one of them a size",
+                    a.shape, b.shape
+                )));
+            }
+        };
+        let c = a.dtype.mlir_name();
+        if !a.dtype.is_float() {
+            return Err(self.err(format!("[{}] x [{}] of {c}: only float values are multiplied so", a.shape, b.shape)));
+        }
+        let init = self.zeros(out, a.dtype, like);
+        let out_ty = ty(out, a.dtype);
+        let (x, w, acc, p, sum) = (self.fresh(), self.fresh(), self.fresh(), self.fresh(), self.fresh());
+        let rhs = format!(
+            "linalg.generic {{indexing_maps = [affine_map<(m, n, t, k) -> (m, k)>, affine_map<(m, n, t, k) -> (k, n, t)>, \
+             affine_map<(m, n, t, k) -> (m, n, t)>], iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"reduction\"]}} \
+             ins({}, {} : {}, {}) outs({} : {out_ty}) {{\n    ^bb0({x}: {c}, {w}: {c}, {acc}: {c}):\n      \
+             {p} = arith.mulf {x}, {w} : {c}\n      {sum} = arith.addf {acc}, {p} : {c}\n      linalg.yield {sum} : {c}\n    }} -> {out_ty}",
+            a.name,
+            b.name,
+            a.ty(),
+            b.ty(),
+            init.name,
+        );
+        Ok(self.assign(&rhs, out.clone(), a.dtype))
     }
 
     /// `a [L.., K] x W [K, N]` for a weight stored in row bands, `stored` being `[N / T, K, T]` as the archive
