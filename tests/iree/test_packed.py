@@ -227,10 +227,11 @@ def test_a_gather_with_dynamic_ids_from_an_odd_row_table(fmt, tapeout, tmp_path)
                                    err_msg=f"{fmt}, {ids.shape[1]} ids")
 
 
-@pytest.mark.parametrize("rows", [5, 16389])
+@pytest.mark.parametrize("rows", [5, 320, 16389])
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_a_linear_with_dynamic_rows_dequantizes_after_its_input(fmt, rows, tapeout, tmp_path):
-    """A prefill's linear: `x [1, ?, K] @ Wᵀ` with a kept weight of 5 rows (its i4 planes padded), and of 16389
+    """A prefill's linear: `x [1, ?, K] @ Wᵀ` with a kept weight of 5 rows (its i4 planes padded), of 320 (sub-byte
+    codes gated in groups of 64 rows), and of 16389
     rows (an LM head past the 16 MiB of f32 dequantized at a time: two parts, the second part's rows from 16384
     on, padded). The weight is dequantized for that product from planes ordered after `x` (an
     `optimization_barrier`: IREE then holds one f32 weight at a time, not every weight from the call's start),
@@ -261,12 +262,24 @@ def test_a_linear_with_dynamic_rows_dequantizes_after_its_input(fmt, rows, tapeo
     assert re.search(rf"{barrier.group(2)} = stablehlo\.multiply %arg0, ", text), f"not after silu(x):\n{text}"
     assert re.search(rf"(stablehlo\.(convert|slice)|tensor\.extract_slice) {barrier.group(1)}#0[ \[]", text), \
         f"the codes bypass the barrier:\n{text}"
-    # Whole-byte codes (Q8_0): both forms, each with its planes gated by the row count (the padded per-block one
-    # reads the codes directly: it runs only for 8 rows or fewer, when the dequantization has no work). Sub-byte
-    # codes keep the dequantized form alone (IREE cannot gate their packed axis).
-    padded = re.search(rf"tensor\.extract_slice {qs}\[0, 0, 0\] \[\d+, \d+, %v\d+\]", text)
+    # Both forms, each with its planes gated by the row count (the padded per-block one reads the codes directly:
+    # it runs only for 8 rows or fewer, when the dequantization has no work): whole-byte codes (Q8_0) gated along
+    # their rows, sub-byte codes in groups of 64 rows (`[Kb, B, Np / 64, 64]`: IREE cannot gate their packed axis
+    # to any other extent), so only when their padded rows `Np` are a multiple of 64. Otherwise the dequantized
+    # form alone.
+    plane = re.search(r"@w\.qs = .* : tensor<(\d+)x(\d+)x(\d+)x(i\d+)>", text)
+    np_rows, code_type = int(plane.group(3)), plane.group(4)
+    direct = re.search(rf"tensor\.extract_slice {qs}\[0, 0, 0\] \[\d+, \d+, %v\d+\]", text)
+    groups = re.search(rf"(%v\d+) = stablehlo\.reshape {qs} : \(tensor<[^>]*>\) -> tensor<\d+x\d+x(\d+)x64x", text)
+    grouped = groups and re.search(rf"tensor\.extract_slice {groups.group(1)}\[0, 0, 0, 0\] \[\d+, \d+, %v\d+, 64\]",
+                                   text)
     gated = text.count("arith.cmpi ule") >= 2 and "arith.cmpi ugt" in text
-    assert bool(padded) == gated == (fmt == "Q8_0"), text
+    whole_bytes = code_type == "i8"
+    assert bool(direct) == (gated and whole_bytes), text
+    assert bool(grouped) == (gated and not whole_bytes), text
+    # The 5- and 6-bit formats' high bits (i2 / i1 planes) cannot be gated so: the dequantized form alone.
+    high_bits = "@w.qh = " in text
+    assert gated == (not high_bits and (whole_bytes or np_rows % 64 == 0)), (fmt, rows, np_rows, text)
     barriers = re.findall(rf"(%v\d+):2 = stablehlo\.optimization_barrier {qs}, (%v\d+) ", text)
     if rows > 16384:
         # Two parts: the second waits for the first part's product (a dot_general), and the two are concatenated.

@@ -1,5 +1,5 @@
 //! A tuning spec for IREE's CPU backend: how the emitter's one-row products over weights kept packed (Q8_0 and
-//! Q4_0 codes) and over bf16 or f16 weights in row bands are tiled.
+//! Q4_0 codes), a prefill's few rows over 4-bit codes and one row over bf16 or f16 weights in row bands are tiled.
 //!
 //! - A Q8_0 or Q4_0 weight kept packed with its codes in row bands of 32 (`--packed-codes row-bands`:
 //!   `[N / 32, Kb, 32, 32]`) is contracted per 32-value block by one `linalg.generic` over the stored bands. For one
@@ -27,6 +27,12 @@
 //!   22). For `?` rows (a prefill) no tiles helped both short and long prompts (docs/performance.md, "One
 //!   contraction over the stored bands"). f32 bands are not matched: on the same step the spec was within noise
 //!   (12.0 against 12.4 ms, faster in 3 of 6 rounds; session 22).
+//!
+//! - A prefill's product of at most 8 rows over Q4_0 / Q4_1 / Q4_K codes gated in groups of 64 columns
+//!   (`keep_packed`'s few-rows form: rows `[8, Kb, 32]`, codes `[Kb, 32, ?, 64]`). IREE 3.13 gives it vector tiles
+//!   of one row, converting every code once per row; the spec takes the 8 rows at once, as IREE does for the static
+//!   product, over 4 groups per workgroup: one 1024 -> 2816 Q4_0 linear at 1-8 rows 0.5-0.8 ms against 1.1-1.6
+//!   with IREE's tiles and 1.6-2.5 for the dequantized weight's product (docs/performance.md, session 25).
 //!
 //! Every vector tile is at most 4 KiB: IREE 3.13 refuses vectors larger than 512 native vectors, 8 KiB on a
 //! 16-byte-vector CPU (`generic` x86-64, Arm NEON), and a spec is written per export, not per CPU. It changes tiling
@@ -66,7 +72,8 @@ fn matcher(name: &str, rhs: &str, maps: &str, check: &str, lowering: &str) -> St
 
 /// The tuning spec text (a transform-dialect module IREE 3.13 reads with `--iree-codegen-tuning-spec-path`) for
 /// the llvm-cpu backend: one-row per-block products over `i8` and `i4` codes get a workgroup per block row (codes
-/// in row bands: per band) and the whole block as the reduction tile; one-row products over bf16 or f16 bands get vector tiles of 4 bands and a
+/// in row bands: per band) and the whole block as the reduction tile; 8-row products over `i4` codes gated in groups
+/// get vector tiles of the 8 rows; one-row products over bf16 or f16 bands get vector tiles of 4 bands and a
 /// reduction tile of 8.
 #[must_use]
 pub fn cpu_tuning_spec() -> String {
@@ -90,7 +97,18 @@ pub fn cpu_tuning_spec() -> String {
     // A workgroup per band (`0`: every block of it), the band's 32 columns in one vector tile, the block's 32
     // values as the reduction tile: `[32]` f32 values, 128 bytes.
     let block_band = "cache_parallel = [0, 1, 32, 0], distribution = [0, 1, 32, 0], vector_common_parallel = [1, 1, 32, 0], vector_reduction = [0, 0, 0, 32]";
+    // The per-block product of a prefill's few rows over sub-byte codes gated in groups of columns (`keep_packed`'s
+    // few-rows form): loops (block, row, group, column, k) over rows `[8, Kb, 32]` (their transpose folded in by
+    // IREE) and codes `[Kb, 32, ?, T]`. IREE 3.13 gives it vector tiles of one row by 8 groups, unpacking each code
+    // once per row; the spec takes the 8 rows at once (the static product's tiles) over 4 groups of 64 per
+    // workgroup: one 1024 -> 2816 Q4_0 linear at 1-8 rows 0.5-0.8 ms against 1.1-1.6 (docs/performance.md).
+    let few_maps = "affine_map<(d0, d1, d2, d3, d4) -> (d1, d0, d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d4, d2, d3)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3)>";
+    let few_check = "\x20   transform.iree.match.dims_equal %m, [8] : !transform.param<i64>\n\
+                     \x20   transform.iree.match.dims_equal %k, [32] : !transform.param<i64>\n";
+    // `[8, 32]` f32 values over a reduction of 16: 1 KiB.
+    let few = "cache_parallel = [1, 8, 4, 64, 0], distribution = [1, 8, 4, 64, 0], vector_common_parallel = [1, 8, 1, 32, 0], vector_reduction = [0, 0, 0, 0, 16]";
     let matchers = [
+        ("match_few_rows_i4", "i4", few_maps, few_check.to_owned(), few),
         ("match_block_bands_i8", "i8", block_band_maps, block_band_check.to_owned(), block_band),
         ("match_block_bands_i4", "i4", block_band_maps, block_band_check.to_owned(), block_band),
         ("match_blocks_i8", "i8", block_maps, block_check.to_owned(), block),
@@ -100,8 +118,9 @@ pub fn cpu_tuning_spec() -> String {
     ];
     let mut s = String::from(
         "// tapeout's tuning spec for IREE's llvm-cpu backend (iree-compile --iree-codegen-tuning-spec-path=THIS_FILE\n\
-         // --mlir-disable-threading). It tiles one-row products over Q8_0 / Q4_0 codes a whole block at a time and\n\
-         // over bf16 / f16 row bands four bands at a time: the same sums, computed faster (docs/performance.md).\n\
+         // --mlir-disable-threading). It tiles one-row products over Q8_0 / Q4_0 codes a whole block at a time,\n\
+         // a prefill's few rows over 4-bit codes 8 rows at a time and over bf16 / f16 row bands four bands at a\n\
+         // time: the same sums, computed faster (docs/performance.md).\n\
          // Without it the module compiles and runs as well.\n\
          module attributes {iree_codegen.tuning_spec_with_default_entrypoint, transform.with_named_sequence} {\n\
          \x20 transform.named_sequence @apply_op_config(%op: !transform.any_op {transform.readonly}, %config: !transform.any_param {transform.readonly}) {\n\
@@ -167,8 +186,9 @@ mod tests {
     #[test]
     fn the_spec_has_one_matcher_per_tuned_form() {
         let s = cpu_tuning_spec();
-        assert_eq!(s.matches("transform.iree.match.contraction").count(), 6);
+        assert_eq!(s.matches("transform.iree.match.contraction").count(), 7);
         let forms = [
+            ("match_few_rows_i4", "i4"),
             ("match_block_bands_i8", "i8"),
             ("match_block_bands_i4", "i4"),
             ("match_blocks_i8", "i8"),
@@ -189,6 +209,12 @@ mod tests {
         // Both band matchers carry the band tiles, the four block matchers the block tiles.
         assert_eq!(s.matches("vector_common_parallel = [4, 32, 0], vector_reduction = [0, 0, 8]").count(), 2);
         assert_eq!(s.matches("vector_common_parallel = [1, 1, 32, 0], vector_reduction = [0, 0, 0, 32]").count(), 4);
+        // The few-rows product over codes gated in groups: 8 rows at once, 5 loops (block, row, group, column, k).
+        assert_eq!(s.matches("dims_equal %m, [8]").count(), 1);
+        assert_eq!(
+            s.matches("vector_common_parallel = [1, 8, 1, 32, 0], vector_reduction = [0, 0, 0, 0, 16]").count(),
+            1
+        );
         assert_eq!(s.matches('{').count(), s.matches('}').count());
         assert_eq!(s.matches('(').count(), s.matches(')').count());
     }

@@ -11,9 +11,10 @@
 //! - `matmul(x, transpose(W))` with `?` dimensions in `x` (a prefill's rows, where the per-block partials would
 //!   grow with the rows): the whole weight dequantized for that use alone, from planes passed through an
 //!   [`OpKind::After`] barrier with `x`, so that IREE computes it just before the product, not with every other
-//!   weight's at the call's start; for whole-byte codes (Q8_0) also the per-block product of `x` padded to
-//!   `FEW_ROWS` rows, each form reading its planes through an [`OpKind::GateRows`] that gives the one not wanted
-//!   for `x`'s actual rows nothing to do (`dynamic_linear_use`);
+//!   weight's at the call's start; for Q8_0 and 4-bit codes (Q4_0, Q4_1, Q4_K; their rows a multiple of 64) also
+//!   the per-block product of `x` padded to `FEW_ROWS` rows, each form reading its planes through an
+//!   [`OpKind::GateRows`] that gives the one not wanted for `x`'s actual rows nothing to do, 4-bit planes in groups
+//!   of 64 rows (`dynamic_linear_use`);
 //! - any other use (including `W` or `transpose(W)` as a graph output): the whole weight dequantized from its
 //!   planes in the program, once.
 //!
@@ -714,25 +715,31 @@ fn rows_attrs() -> Attrs {
     a
 }
 
-/// `y = x @ Wᵀ` for `x` with `?` rows ([`Linear::Dynamic`]). When `x` has one `?` dimension, the codes are whole
-/// bytes (Q8_0) and the per-block partials of [`FEW_ROWS`] rows take at most [`DEQUANTIZED_BYTES`]: both the
-/// per-block product of `x` padded to [`FEW_ROWS`] rows ([`few_rows_product`]) and the dequantized weight's product
-/// ([`dequantized_product`]), each
+/// The columns per group in which a few-rows product reads sub-byte planes ([`few_rows_product`]).
+const GROUP_COLUMNS: u64 = 64;
+
+/// `y = x @ Wᵀ` for `x` with `?` rows ([`Linear::Dynamic`]). When `x` has one `?` dimension and the per-block
+/// partials of [`FEW_ROWS`] rows take at most [`DEQUANTIZED_BYTES`]: both the per-block product of `x` padded to
+/// [`FEW_ROWS`] rows ([`few_rows_product`]) and the dequantized weight's product ([`dequantized_product`]), each
 /// reading the planes through a [`OpKind::GateRows`] that leaves the one not wanted for `x`'s rows without work;
 /// the first's rows placed into the second's ([`OpKind::PlaceRows`]). No branch: IREE 3.13 would end its stream
-/// execution at each `scf.if` (docs/performance.md). Otherwise the dequantized weight's product alone.
+/// execution at each `scf.if` (docs/performance.md). Sub-byte codes are gated in groups of [`GROUP_COLUMNS`]
+/// columns, so they need rows a multiple of it; formats with high bits (Q5_x, Q6_K) are not gated. Otherwise the
+/// dequantized weight's product alone.
 fn dynamic_linear_use(b: &mut Builder<'_>, pl: &mut Planes, m: &Op) {
     let (x, y) = (m.inputs[0], m.outputs[0]);
     let x_shape = &b.specs[x.index()].shape;
     let one_dynamic = x_shape.0.iter().filter(|d| **d == Dim::Dynamic).count() == 1;
     let partials =
         pl.kb.checked_mul(u64::from(FEW_ROWS)).and_then(|v| v.checked_mul(pl.np)).and_then(|v| v.checked_mul(4));
-    // Gating a sub-byte plane's rows (its packed axis) makes IREE 3.13 emit masked `i4` loads it cannot emulate
-    // ("failed to emulate bit width"): formats with such planes (Q4_0, the K-quants, Q5's high bits) keep the
-    // dequantized weight's product alone.
-    let byte_planes =
-        std::iter::once(pl.quants).chain(pl.high.map(|(h, _)| h)).all(|p| !b.specs[p.index()].dtype.is_sub_byte());
-    if !one_dynamic || !byte_planes || partials.is_none_or(|p| p > DEQUANTIZED_BYTES) {
+    // Gating a sub-byte plane's rows (its packed axis) to a `?` extent makes IREE 3.13 emit masked loads it cannot
+    // emulate ("failed to emulate bit width"): `i4` codes (Q4_0, Q4_1, Q4_K) are read as `[.., Np / 64, 64]` and
+    // gated along their groups, which needs `Np` a multiple of 64. The `i2` / `i1` high bits of 5- and 6-bit codes
+    // still give masked loads so (their products' vector tiles are 4 wide): those formats keep the dequantized form.
+    let sub_byte = b.specs[pl.quants.index()].dtype.is_sub_byte();
+    let group = sub_byte.then_some(GROUP_COLUMNS);
+    let grouped = pl.high.is_none() && group.is_none_or(|t| pl.np % t == 0);
+    if !one_dynamic || !grouped || partials.is_none_or(|p| p > DEQUANTIZED_BYTES) {
         dequantized_product(b, pl, m, y, None);
         return;
     }
@@ -740,30 +747,49 @@ fn dynamic_linear_use(b: &mut Builder<'_>, pl: &mut Planes, m: &Op) {
     let y_shape = b.specs[y.index()].shape.clone();
     let many = b.tensor_shaped(format!("{label}.many"), y_shape, DType::F32);
     dequantized_product(b, pl, m, many, Some(x));
-    let small = few_rows_product(b, pl, x, &label);
+    let small = few_rows_product(b, pl, x, &label, group);
     b.op_into(OpKind::PlaceRows, rows_attrs(), &[small, many], y);
 }
 
 /// `x @ Wᵀ` per block for `x` padded to [`FEW_ROWS`] rows ([`OpKind::PadRows`]), as `[FEW_ROWS, Np or 0]`: every
-/// plane read through a [`OpKind::GateRows`] that empties its rows unless `x` has at most [`FEW_ROWS`] rows.
-fn few_rows_product(b: &mut Builder<'_>, pl: &mut Planes, x: TensorId, label: &str) -> TensorId {
-    let (kb, bs, r) = (pl.kb, pl.b, u64::from(FEW_ROWS));
+/// plane read through a [`OpKind::GateRows`] that empties its rows unless `x` has at most [`FEW_ROWS`] rows. With
+/// `group` (`T`), each plane `[.., Np]` is read as `[.., Np / T, T]` and gated along its groups, every value
+/// computed on it is `[.., ?, T]` (the products `[Kb, FEW_ROWS, ?, T]`: IREE keeps the codes' groups whole) and the
+/// sum over blocks is read as `[FEW_ROWS, ?]` at the end.
+fn few_rows_product(b: &mut Builder<'_>, pl: &mut Planes, x: TensorId, label: &str, group: Option<u64>) -> TensorId {
+    let (kb, bs, np, r) = (pl.kb, pl.b, pl.np, u64::from(FEW_ROWS));
     let xp = b.op(OpKind::PadRows, rows_attrs(), &[x], format!("{label}.x{r}"), &[r, pl.k], DType::F32);
     let xb = b.op(OpKind::Reshape, Attrs::new(), &[xp], format!("{label}.x{r}b"), &[r, kb, bs], DType::F32);
     let xt =
         b.op(OpKind::Transpose, ints("perm", [1, 0, 2]), &[xb], format!("{label}.x{r}t"), &[kb, r, bs], DType::F32);
+    // The dims of a value whose last dim stands for the gated columns: `[.., ?]`, or `[.., ?, T]` in groups.
     let cols = |d: &[u64]| {
         let mut s = Shape::of(d);
         if let Some(last) = s.0.last_mut() {
             *last = Dim::Dynamic;
         }
+        s.0.extend(group.map(Dim::Static));
         s
+    };
+    // A plane `[.., Np]` (columns along `axis`, its last), gated.
+    let gate_plane = |b: &mut Builder<'_>, plane: TensorId, axis: u8, name: String| {
+        let plane = match group {
+            Some(t) => {
+                let spec = &b.specs[plane.index()];
+                let (mut shape, dtype) = (spec.shape.clone(), spec.dtype);
+                shape.0.pop();
+                shape.0.extend([Dim::Static(np / t), Dim::Static(t)]);
+                b.op_shaped(OpKind::Reshape, Attrs::new(), &[plane], format!("{name}g"), shape, dtype)
+            }
+            None => plane,
+        };
+        gated(b, plane, x, true, axis, name)
     };
     let f32_op = |b: &mut Builder<'_>, op: OpKind, attrs: Attrs, ins: &[TensorId], name: String, d: &[u64]| {
         b.op_shaped(op, attrs, ins, name, cols(d), DType::F32)
     };
     let products = |b: &mut Builder<'_>, plane: TensorId, suffix: &str| {
-        let g = gated(b, plane, x, true, 2, format!("{label}.{suffix}{r}"));
+        let g = gate_plane(b, plane, 2, format!("{label}.{suffix}{r}"));
         let f = f32_op(b, OpKind::Convert, Attrs::new(), &[g], format!("{label}.{suffix}{r}_f32"), &[kb, bs, 1]);
         f32_op(b, OpKind::Matmul, Attrs::new(), &[xt, f], format!("{label}.{suffix}{r}_s"), &[kb, r, 1])
     };
@@ -774,15 +800,19 @@ fn few_rows_product(b: &mut Builder<'_>, pl: &mut Planes, x: TensorId, label: &s
         s = f32_op(b, OpKind::Add, Attrs::new(), &[s, sh16], format!("{label}.q{r}_s"), &[kb, r, 1]);
     }
     let a3 = pl.scale_3d(b);
-    let a = gated(b, a3, x, true, 2, format!("{label}.a{r}"));
+    let a = gate_plane(b, a3, 2, format!("{label}.a{r}"));
     let sa = f32_op(b, OpKind::Mul, Attrs::new(), &[s, a], format!("{label}.sa{r}"), &[kb, r, 1]);
     let mut out = f32_op(b, OpKind::ReduceSum, ints("axes", [0]), &[sa], format!("{label}.y{r}"), &[r, 1]);
     if let Some(c) = pl.offset {
-        let c = gated(b, c, x, true, 1, format!("{label}.c{r}"));
+        let c = gate_plane(b, c, 1, format!("{label}.c{r}"));
         let xs = b.op(OpKind::ReduceSum, ints("axes", [2]), &[xt], format!("{label}.x{r}s"), &[kb, r], DType::F32);
         let xst = b.op(OpKind::Transpose, ints("perm", [1, 0]), &[xs], format!("{label}.x{r}st"), &[r, kb], DType::F32);
         let y1 = f32_op(b, OpKind::Matmul, Attrs::new(), &[xst, c], format!("{label}.y{r}c"), &[r, 1]);
         out = f32_op(b, OpKind::Add, Attrs::new(), &[out, y1], format!("{label}.y{r}o"), &[r, 1]);
+    }
+    if group.is_some() {
+        let flat = Shape(vec![Dim::Static(r), Dim::Dynamic]);
+        out = b.op_shaped(OpKind::Reshape, Attrs::new(), &[out], format!("{label}.y{r}f"), flat, DType::F32);
     }
     out
 }
