@@ -227,13 +227,12 @@ def test_a_gather_with_dynamic_ids_from_an_odd_row_table(fmt, tapeout, tmp_path)
                                    err_msg=f"{fmt}, {ids.shape[1]} ids")
 
 
-@pytest.mark.parametrize("rows", [5, 320, 16389])
+@pytest.mark.parametrize("rows", [5, 16389])
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_a_linear_with_dynamic_rows_dequantizes_after_its_input(fmt, rows, tapeout, tmp_path):
-    """A prefill's linear: `x [1, ?, K] @ Wᵀ` with a kept weight of 5 rows (its i4 planes padded), of 320 (sub-byte
-    codes gated in groups of 64 rows), and of 16389
-    rows (an LM head past the 16 MiB of f32 dequantized at a time: two parts, the second part's rows from 16384
-    on, padded). The weight is dequantized for that product from planes ordered after `x` (an
+    """A prefill's linear: `x [1, ?, K] @ Wᵀ` with a kept weight of 5 rows (its sub-byte planes padded to 64 rows),
+    and of 16389 rows (an LM head past the 16 MiB of f32 dequantized at a time: two parts, the second part's rows
+    from 16384 on, padded). The weight is dequantized for that product from planes ordered after `x` (an
     `optimization_barrier`: IREE then holds one f32 weight at a time, not every weight from the call's start),
     each later part after the previous part's product; up to 8 rows the per-block product of the rows padded to 8
     is taken instead (`gate_rows` leaves the other form without work). The result equals `x @ dequantize(W)ᵀ` by
@@ -265,8 +264,8 @@ def test_a_linear_with_dynamic_rows_dequantizes_after_its_input(fmt, rows, tapeo
     # Both forms, each with its planes gated by the row count (the padded per-block one reads the codes directly:
     # it runs only for 8 rows or fewer, when the dequantization has no work): whole-byte codes (Q8_0) gated along
     # their rows, sub-byte codes in groups of 64 rows (`[Kb, B, Np / 64, 64]`: IREE cannot gate their packed axis
-    # to any other extent), so only when their padded rows `Np` are a multiple of 64. Otherwise the dequantized
-    # form alone.
+    # to any other extent; their planes are padded to a multiple of 64 rows). Otherwise the dequantized form
+    # alone.
     plane = re.search(r"@w\.qs = .* : tensor<(\d+)x(\d+)x(\d+)x(i\d+)>", text)
     np_rows, code_type = int(plane.group(3)), plane.group(4)
     direct = re.search(rf"tensor\.extract_slice {qs}\[0, 0, 0\] \[\d+, \d+, %v\d+\]", text)

@@ -734,8 +734,9 @@ fn dynamic_linear_use(b: &mut Builder<'_>, pl: &mut Planes, m: &Op) {
         pl.kb.checked_mul(u64::from(FEW_ROWS)).and_then(|v| v.checked_mul(pl.np)).and_then(|v| v.checked_mul(4));
     // Gating a sub-byte plane's rows (its packed axis) to a `?` extent makes IREE 3.13 emit masked loads it cannot
     // emulate ("failed to emulate bit width"): `i4` codes (Q4_0, Q4_1, Q4_K) are read as `[.., Np / 64, 64]` and
-    // gated along their groups, which needs `Np` a multiple of 64. The `i2` / `i1` high bits of 5- and 6-bit codes
-    // still give masked loads so (their products' vector tiles are 4 wide): those formats keep the dequantized form.
+    // gated along their groups, which needs `Np` a multiple of 64 (always so today: sub-byte planes hold rows
+    // padded to 64, `Split::padded_rows`). The `i2` / `i1` high bits of 5- and 6-bit codes still give masked loads
+    // so (their products' vector tiles are 4 wide): those formats keep the dequantized form.
     let sub_byte = b.specs[pl.quants.index()].dtype.is_sub_byte();
     let group = sub_byte.then_some(GROUP_COLUMNS);
     let grouped = pl.high.is_none() && group.is_none_or(|t| pl.np % t == 0);
