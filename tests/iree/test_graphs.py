@@ -94,6 +94,20 @@ def test_graph_compiles_runs_and_matches_numpy(name, tapeout, tmp_path):
         assert_matches(got, want, f"{name} output {i} ({graph.doc['outputs'][i]})")
 
 
+@pytest.mark.parametrize("name", ["row_count_ops", "grouped_columns"])
+@pytest.mark.parametrize("rows", [0, 1, 3, 4, 8, 9, 16])
+def test_row_count_ops_on_every_side_of_their_thresholds(name, rows, tapeout, tmp_path):
+    """The ops that pick a form by a `?` row count (`pad_rows`, `gate_rows`, `place_rows` at 8 and 3 rows) and the
+    grouped product they gate, at row counts on both sides of each threshold and on it: a gate open or shut, a
+    contraction over a `K` or `N` of 0, rows placed or not."""
+    test = json.loads((GRAPHS_DIR / f"{name}.test.json").read_text())
+    graph = reference.Graph(GRAPHS_DIR / f"{name}.json", GRAPHS_DIR / f"{name}.safetensors")
+    feeds = make_inputs(graph, {**test, "dynamic": {"x": [rows, 4]}}, np.random.default_rng(rows))
+    graph, feeds, outs, _ = compile_and_run(tapeout, name, tmp_path, feeds=feeds)
+    for i, (got, want) in enumerate(zip(outs, graph.evaluate(feeds))):
+        assert_matches(got, want, f"{name} at {rows} rows, output {i} ({graph.doc['outputs'][i]})")
+
+
 def test_negative_control_catches_a_perturbed_weight(tapeout, tmp_path):
     graph, feeds, outs, _ = compile_and_run(tapeout, "transformer", tmp_path)
     key = "l1.down"
