@@ -362,20 +362,21 @@ def row_count_ops():
 
 
 def grouped_columns():
-    """`matmul` with the right side's columns in two dimensions (`[B.., M, K] x [B.., K, N, T]`, the few-rows
-    product of 4-bit codes gated in groups of columns), unbatched and batched, with `?` rows (`M`) and with a
-    `?` group count (`N`, gated open by 5 rows <= 8): IREE 3.13 rejects the unbatched `dot_general` with a `?` `N`."""
+    """`matmul` with the right side's columns in two dimensions (`grouped`: `[B.., M, K] x [B.., K, N, T]`, the
+    few-rows product of 4-bit codes gated in groups of columns), unbatched and batched, with `?` rows (`M`) and
+    with a `?` group count (`N`, gated open by 5 rows <= 8): IREE 3.13 rejects the unbatched `dot_general` with a
+    `?` `N`."""
     g = G("grouped_columns", 29)
     x = g.input("x", ["?", 4])
     w = g.weight("w", g.rand(4, 2, 3), path="model.w")
     v = g.weight("v", g.rand(2, 4, 2, 3), path="model.v")
     a = g.weight("a", g.rand(2, 3, 4), path="model.a")
-    rows = g.op("matmul", [x, w], ["?", 2, 3])
+    rows = g.op("matmul", [x, w], ["?", 2, 3], grouped=True)
     p8 = g.op("pad_rows", [x], [8, 4], rows=8)
     wg = g.op("gate_rows", [w, x], [4, "?", 3], rows=8, few=True, axis=1)
-    groups = g.op("matmul", [p8, wg], [8, "?", 3])
+    groups = g.op("matmul", [p8, wg], [8, "?", 3], grouped=True)
     vg = g.op("gate_rows", [v, x], [2, 4, "?", 3], rows=8, few=True, axis=2)
-    batched = g.op("matmul", [a, vg], [2, 3, "?", 3])
+    batched = g.op("matmul", [a, vg], [2, 3, "?", 3], grouped=True)
     g.test["policy"] = "external_all"
     g.test["dynamic"] = {"x": [5, 4]}
     g.save([rows, groups, batched])

@@ -227,6 +227,39 @@ def test_a_gather_with_dynamic_ids_from_an_odd_row_table(fmt, tapeout, tmp_path)
                                    err_msg=f"{fmt}, {ids.shape[1]} ids")
 
 
+@pytest.mark.parametrize("fmt", ["Q8_0", "Q4_0"])
+def test_a_linear_of_rows_with_a_dim_after_the_dynamic_one(fmt, tapeout, tmp_path):
+    """`x [?, 2, K]`: the few-rows form would place its `[8, N]` rows into `y` viewed as `[?, N]`, which needs the
+    `?` split by 2 (refused by the emitter): the dequantized form alone, exported and right at 1, 3 and 5 pairs
+    of rows. `x [2, ?, K]` (nothing between the `?` and `K`) keeps both forms, right at 1, 4 and 5 rows per batch."""
+    cols, rows = 64, 128
+    rng = np.random.default_rng(41)
+    path = tmp_path / "w.gguf"
+    dense = one_tensor_gguf(path, "t", fmt, rows, cols, rng)
+    for shape, sizes, few in ((["?", 2], [(1, 2), (3, 2), (5, 2)], False), ([2, "?"], [(2, 1), (2, 4), (2, 5)], True)):
+        d = tmp_path / str(few)
+        d.mkdir()
+        g = {"name": "lin", "tensors": [
+            {"name": "x", "shape": [*shape, cols], "dtype": "f32"},
+            {"name": "w", "shape": [rows, cols], "dtype": "f32", "data": {"tensor": "t"}},
+            {"name": "wt", "shape": [cols, rows], "dtype": "f32"},
+            {"name": "y", "shape": [*shape, rows], "dtype": "f32"}],
+            "nodes": [{"op": "transpose", "inputs": ["w"], "outputs": ["wt"]},
+                      {"op": "matmul", "inputs": ["x", "wt"], "outputs": ["y"]}], "outputs": ["y"]}
+        (d / "g.json").write_text(json.dumps(g))
+        out = d / "out"
+        run(tapeout, "export", d / "g.json", "--weights", path, "-o", out, "--packed", "keep", "--inline-below", "0")
+        text = (out / "lin.mlir").read_text()
+        assert ("arith.cmpi ule" in text) == few, (shape, text)
+        vmfb = compile_iree(d, out / "lin.mlir")
+        for size in sizes:
+            x = rng.standard_normal((*size, cols)).astype(np.float32)
+            (y,) = run_iree(d, vmfb, [out / "lin.irpa"], [x], tag="x".join(map(str, size)))
+            want = x.astype(np.float64) @ dense.T
+            np.testing.assert_allclose(y.astype(np.float64), want, rtol=1e-5, atol=1e-5 * np.abs(want).max(),
+                                       err_msg=f"{fmt}, x {size}")
+
+
 @pytest.mark.parametrize("rows", [5, 16389])
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_a_linear_with_dynamic_rows_dequantizes_after_its_input(fmt, rows, tapeout, tmp_path):

@@ -243,3 +243,31 @@ def test_the_tuning_spec_tiles_one_row_per_block_products_of_kept_codes_and_keep
     generic, configs = compile_host(out, tmp_path, "generic", spec, cpu="generic")
     block_tiles("generic")
     assert not check(tmp_path, out, generic, want, feeds, "generic")
+
+
+FEW_ROWS_TILES = ("distribution = [1, 8, 4, 64, 0], vector_common_parallel = [1, 8, 1, 32, 0], "
+                  "vector_reduction = [0, 0, 0, 0, 4]")
+
+
+def test_the_tuning_spec_tiles_a_prefills_few_rows_over_4_bit_codes_on_every_cpu(tapeout, tmp_path):
+    """A `?`-row linear of a Q4_0 weight kept packed takes, up to 8 rows, the per-block product of its rows padded to
+    8 over codes gated in groups of 64 (`[Kb, 32, ?, 64]`); the spec gives that product the 8 rows at once in vector
+    tiles small enough for a CPU with 16-byte vectors (it once made 16 KiB ones only AVX-512 took). Compiled for this
+    CPU and a generic one with the spec, the tiles in exactly one dispatch per weight, every result against PyPI
+    gguf's dequantized weights in float64 at 1, 5, 8 (that product), 9 and 16 rows (the dequantized weight's)."""
+    rng = np.random.default_rng(11)
+    shapes = [(64, 256), (320, 64)]
+    path, dense = q8_gguf(tmp_path, "Q4_0", shapes, rng)
+    linear_graph(tmp_path, {shape: "f32" for shape in shapes}, dense, rng, rows_set=("?",))
+    out = tmp_path / "out"
+    run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", out, "--packed", "keep", "--inline-below", "0")
+    spec = out / "bands.tuning.mlir"
+    assert spec.is_file()
+    for cpu in ("host", "generic"):
+        vmfb, configs = compile_host(out, tmp_path, cpu, spec, cpu=cpu)
+        assert configs.count(FEW_ROWS_TILES) == len(shapes), (cpu, configs.count(FEW_ROWS_TILES))
+        for rows in (1, 5, 8, 9, 16):
+            feeds = {f"x_{k}_d": rng.standard_normal((rows, k)).astype(np.float32) for k in {k for _, k in shapes}}
+            want = {f"y{n}_{k}_d": feeds[f"x_{k}_d"].astype(np.float64) @ dense[f"w{n}_{k}"].T for n, k in shapes}
+            wrong = check(tmp_path, out, vmfb, want, feeds, f"{cpu}{rows}")
+            assert not wrong, (cpu, rows, wrong)

@@ -261,8 +261,9 @@ pub fn broadcast(a: &Shape, b: &Shape) -> Option<Shape> {
     Some(Shape(out))
 }
 
-/// The result shape of `a @ b`: `[.., K] x [K, N]` (a `?` K of `a` matches any K), or the equal-rank batched
-/// `[B.., M, K] x [B.., K, N]`. Describes why when the shapes do not multiply.
+/// The result shape of `a @ b`: `[.., K] x [K, N]` (a `?` K of `a` matches any K), the equal-rank batched
+/// `[B.., M, K] x [B.., K, N]`, or `[B.., M, K] x [B.., K, N, T]` (the right side's columns in two dims, which a
+/// node asks for with `grouped = true`). Describes why when the shapes do not multiply.
 ///
 /// # Errors
 /// When the contracted or batch dimensions differ, or the ranks are neither form.
@@ -288,7 +289,7 @@ pub fn matmul(a: &Shape, b: &Shape) -> Result<Shape, String> {
     };
     match want {
         Some(w) => Ok(w),
-        None if ra == rb || rb == 2 || rb == ra + 1 => {
+        None if ra == rb || rb == 2 || (rb == ra + 1 && ra >= 2) => {
             Err(format!("[{a}] x [{b}]: the contracted (or batch) dimensions differ"))
         }
         None => Err(format!(
@@ -379,7 +380,23 @@ pub(crate) fn check_types(op: OpKind, attrs: &Attrs, ins: &[Spec<'_>], outs: &[S
         OpKind::Iota => iota(&a, ins, outs[0]),
         OpKind::ReduceMax | OpKind::ReduceMean | OpKind::ReduceSum => reduce(&a, ins[0], outs[0]),
         OpKind::Matmul => {
+            let grouped = a.bool("grouped", false)?;
             let ((a, _), (b, _), (r, _)) = (ins[0], ins[1], outs[0]);
+            // `[B.., M, K] x [B.., K, N, T]` only when asked for: NumPy would broadcast those ranks instead.
+            let two_dim_columns = a.rank() >= 2 && b.rank() == a.rank() + 1;
+            if grouped != two_dim_columns {
+                return Err(if two_dim_columns {
+                    format!(
+                        "[{a}] x [{b}]: a right side of one more dim is read as [B.., K, N, T] (its columns in two \
+                         dims) only with the attribute grouped = true; NumPy's broadcasting of those ranks is not \
+                         supported: broadcast the left side to the right side's batch dims"
+                    )
+                } else {
+                    format!(
+                        "[{a}] x [{b}]: grouped = true needs [B.., M, K] x [B.., K, N, T] (a right side of one more dim)"
+                    )
+                });
+            }
             let want = matmul(a, b)?;
             if shapes_agree(&want, r) {
                 Ok(())
@@ -1169,6 +1186,16 @@ mod tests {
         assert!(matmul(&s(&[5, 8, 4]), &s(&[6, 4, 2, 3])).unwrap_err().contains("differ"));
         assert!(matmul(&s(&[4]), &s(&[4, 2])).is_ok());
         assert!(matmul(&s(&[4]), &s(&[4, 2, 3])).unwrap_err().contains("[B.., M, K] x [B.., K, N, T]"));
+        // A node reads those ranks so only with `grouped` (NumPy would broadcast [4, 4] x [4, 4, 6] instead), and
+        // `grouped` with any other ranks is refused; a vector times a matrix needs no attribute.
+        let grouped = [("grouped", Attr::Bool(true))];
+        let f = DType::F32;
+        let err = check(OpKind::Matmul, &[], &[(&[4, 4], f), (&[4, 4, 6], f)], (&[4, 4, 6], f)).unwrap_err();
+        assert!(err.contains("grouped = true") && err.contains("broadcast"), "{err}");
+        assert!(check(OpKind::Matmul, &grouped, &[(&[4, 4], f), (&[4, 4, 6], f)], (&[4, 4, 6], f)).is_ok());
+        let err = check(OpKind::Matmul, &grouped, &[(&[2, 4], f), (&[4, 6], f)], (&[2, 6], f)).unwrap_err();
+        assert!(err.contains("needs [B.., M, K] x [B.., K, N, T]"), "{err}");
+        assert!(check(OpKind::Matmul, &[], &[(&[4], f), (&[4, 6], f)], (&[6], f)).is_ok());
     }
 
     #[test]

@@ -31,8 +31,10 @@
 //! - A prefill's product of at most 8 rows over Q4_0 / Q4_1 / Q4_K codes gated in groups of 64 columns
 //!   (`keep_packed`'s few-rows form: rows `[8, Kb, 32]`, codes `[Kb, 32, ?, 64]`). IREE 3.13 gives it vector tiles
 //!   of one row, converting every code once per row; the spec takes the 8 rows at once, as IREE does for the static
-//!   product, over 4 groups per workgroup: one 1024 -> 2816 Q4_0 linear at 1-8 rows 0.5-0.8 ms against 1.1-1.6
-//!   with IREE's tiles and 1.6-2.5 for the dequantized weight's product (docs/performance.md, session 25).
+//!   product, over 4 groups per workgroup: one 1024 -> 2816 Q4_0 linear at 1-8 rows 0.44-0.49 ms against 1.1-1.6
+//!   with IREE's tiles and 1.6-2.5 for the dequantized weight's product (docs/performance.md, session 25). The
+//!   spec is written for a module holding Q8_0 or Q4_0 codes ([`is_tuned`]): Q4_1 and Q4_K weights take these tiles
+//!   only beside such a weight.
 //!
 //! Every vector tile is at most 4 KiB: IREE 3.13 refuses vectors larger than 512 native vectors, 8 KiB on a
 //! 16-byte-vector CPU (`generic` x86-64, Arm NEON), and a spec is written per export, not per CPU. It changes tiling
@@ -44,8 +46,8 @@ use tapeout_graph::{ConstantData, DType, Encoding, Plane};
 /// Whether a product over the constant `data` is tiled by [`cpu_tuning_spec`]: the codes of a Q8_0 or Q4_0 weight
 /// kept packed, or a bf16 or f16 weight stored in row bands a multiple of 32 wide (the band matchers'; a weight of
 /// fewer rows is banded by 16 or 8). The spec's `i4` matcher cannot tell Q4_0's codes from those of other formats
-/// with `i4` codes in 32-value blocks (Q4_1, Q5_0, Q5_1, Q4_K, Q5_K): their one-row products take the same tiles when
-/// a spec is written for another weight (unmeasured; the values are the same).
+/// with `i4` codes in 32-value blocks (Q4_1, Q5_0, Q5_1, Q4_K, Q5_K): their one-row products (and Q4_1's and Q4_K's
+/// few-row ones) take the same tiles when a spec is written for another weight (unmeasured; the values are the same).
 #[must_use]
 pub fn is_tuned(data: &ConstantData<'_>) -> bool {
     match data {
@@ -101,12 +103,13 @@ pub fn cpu_tuning_spec() -> String {
     // few-rows form): loops (block, row, group, column, k) over rows `[8, Kb, 32]` (their transpose folded in by
     // IREE) and codes `[Kb, 32, ?, T]`. IREE 3.13 gives it vector tiles of one row by 8 groups, unpacking each code
     // once per row; the spec takes the 8 rows at once (the static product's tiles) over 4 groups of 64 per
-    // workgroup: one 1024 -> 2816 Q4_0 linear at 1-8 rows 0.5-0.8 ms against 1.1-1.6 (docs/performance.md).
+    // workgroup, a reduction tile of 4 (16 is faster on AVX-512 but makes 16 KiB vectors an AVX2 or generic CPU
+    // refuses): one 1024 -> 2816 Q4_0 linear at 1-8 rows 0.44-0.49 ms against 1.1-1.6 (docs/performance.md).
     let few_maps = "affine_map<(d0, d1, d2, d3, d4) -> (d1, d0, d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d4, d2, d3)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3)>";
     let few_check = "\x20   transform.iree.match.dims_equal %m, [8] : !transform.param<i64>\n\
                      \x20   transform.iree.match.dims_equal %k, [32] : !transform.param<i64>\n";
-    // `[8, 32]` f32 values over a reduction of 16: 1 KiB.
-    let few = "cache_parallel = [1, 8, 4, 64, 0], distribution = [1, 8, 4, 64, 0], vector_common_parallel = [1, 8, 1, 32, 0], vector_reduction = [0, 0, 0, 0, 16]";
+    // `[8, 32]` f32 values over a reduction of 4: 4 KiB.
+    let few = "cache_parallel = [1, 8, 4, 64, 0], distribution = [1, 8, 4, 64, 0], vector_common_parallel = [1, 8, 1, 32, 0], vector_reduction = [0, 0, 0, 0, 4]";
     let matchers = [
         ("match_few_rows_i4", "i4", few_maps, few_check.to_owned(), few),
         ("match_block_bands_i8", "i8", block_band_maps, block_band_check.to_owned(), block_band),
@@ -212,7 +215,7 @@ mod tests {
         // The few-rows product over codes gated in groups: 8 rows at once, 5 loops (block, row, group, column, k).
         assert_eq!(s.matches("dims_equal %m, [8]").count(), 1);
         assert_eq!(
-            s.matches("vector_common_parallel = [1, 8, 1, 32, 0], vector_reduction = [0, 0, 0, 0, 16]").count(),
+            s.matches("vector_common_parallel = [1, 8, 1, 32, 0], vector_reduction = [0, 0, 0, 0, 4]").count(),
             1
         );
         assert_eq!(s.matches('{').count(), s.matches('}').count());

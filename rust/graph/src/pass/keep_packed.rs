@@ -729,7 +729,11 @@ const GROUP_COLUMNS: u64 = 64;
 fn dynamic_linear_use(b: &mut Builder<'_>, pl: &mut Planes, m: &Op) {
     let (x, y) = (m.inputs[0], m.outputs[0]);
     let x_shape = &b.specs[x.index()].shape;
-    let one_dynamic = x_shape.0.iter().filter(|d| **d == Dim::Dynamic).count() == 1;
+    // One `?` in `x`, and no dim between it and `K` but 1s: the padded product's `[8, N]` rows are placed into `y`
+    // viewed as `[?, N]`, which a `[?, 2, K]` `x` would need the `?` split for (the emitter refuses that).
+    let lead = &x_shape.0[..x_shape.rank().saturating_sub(1)];
+    let one_dynamic = lead.iter().filter(|d| **d == Dim::Dynamic).count() == 1
+        && lead.iter().skip_while(|d| **d != Dim::Dynamic).skip(1).all(|d| *d == Dim::Static(1));
     let partials =
         pl.kb.checked_mul(u64::from(FEW_ROWS)).and_then(|v| v.checked_mul(pl.np)).and_then(|v| v.checked_mul(4));
     // Gating a sub-byte plane's rows (its packed axis) to a `?` extent makes IREE 3.13 emit masked loads it cannot
@@ -789,10 +793,18 @@ fn few_rows_product(b: &mut Builder<'_>, pl: &mut Planes, x: TensorId, label: &s
     let f32_op = |b: &mut Builder<'_>, op: OpKind, attrs: Attrs, ins: &[TensorId], name: String, d: &[u64]| {
         b.op_shaped(op, attrs, ins, name, cols(d), DType::F32)
     };
+    // A product over grouped planes has its right side's columns in two dims (`matmul`'s `grouped`).
+    let grouped_attrs = || {
+        let mut a = Attrs::new();
+        if group.is_some() {
+            a.insert("grouped".into(), Attr::Bool(true));
+        }
+        a
+    };
     let products = |b: &mut Builder<'_>, plane: TensorId, suffix: &str| {
         let g = gate_plane(b, plane, 2, format!("{label}.{suffix}{r}"));
         let f = f32_op(b, OpKind::Convert, Attrs::new(), &[g], format!("{label}.{suffix}{r}_f32"), &[kb, bs, 1]);
-        f32_op(b, OpKind::Matmul, Attrs::new(), &[xt, f], format!("{label}.{suffix}{r}_s"), &[kb, r, 1])
+        f32_op(b, OpKind::Matmul, grouped_attrs(), &[xt, f], format!("{label}.{suffix}{r}_s"), &[kb, r, 1])
     };
     let mut s = products(b, pl.quants, "qs");
     if let Some((h, sixteen)) = pl.high {
@@ -808,7 +820,7 @@ fn few_rows_product(b: &mut Builder<'_>, pl: &mut Planes, x: TensorId, label: &s
         let c = gate_plane(b, c, 1, format!("{label}.c{r}"));
         let xs = b.op(OpKind::ReduceSum, ints("axes", [2]), &[xt], format!("{label}.x{r}s"), &[kb, r], DType::F32);
         let xst = b.op(OpKind::Transpose, ints("perm", [1, 0]), &[xs], format!("{label}.x{r}st"), &[r, kb], DType::F32);
-        let y1 = f32_op(b, OpKind::Matmul, Attrs::new(), &[xst, c], format!("{label}.y{r}c"), &[r, 1]);
+        let y1 = f32_op(b, OpKind::Matmul, grouped_attrs(), &[xst, c], format!("{label}.y{r}c"), &[r, 1]);
         out = f32_op(b, OpKind::Add, Attrs::new(), &[out, y1], format!("{label}.y{r}o"), &[r, 1]);
     }
     if group.is_some() {
