@@ -741,9 +741,10 @@ fn dynamic_linear_use(b: &mut Builder<'_>, pl: &mut Planes, m: &Op) {
     // gated along their groups, which needs `Np` a multiple of 64 (always so today: sub-byte planes hold rows
     // padded to 64, `Split::padded_rows`). The `i2` / `i1` high bits of 5- and 6-bit codes still give masked loads
     // so (their products' vector tiles are 4 wide): those formats keep the dequantized form.
-    let sub_byte = b.specs[pl.quants.index()].dtype.is_sub_byte();
-    let group = sub_byte.then_some(GROUP_COLUMNS);
-    let grouped = pl.high.is_none() && group.is_none_or(|t| pl.np % t == 0);
+    let codes = b.specs[pl.quants.index()].dtype;
+    let group = codes.is_sub_byte().then_some(GROUP_COLUMNS);
+    let grouped =
+        pl.high.is_none() && (!codes.is_sub_byte() || codes == DType::I4) && group.is_none_or(|t| pl.np % t == 0);
     if !one_dynamic || !grouped || partials.is_none_or(|p| p > DEQUANTIZED_BYTES) {
         dequantized_product(b, pl, m, y, None);
         return;
