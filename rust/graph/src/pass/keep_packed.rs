@@ -761,7 +761,7 @@ fn dynamic_linear_use(b: &mut Builder<'_>, pl: &mut Planes, m: &Op) {
 /// plane read through a [`OpKind::GateRows`] that empties its rows unless `x` has at most [`FEW_ROWS`] rows. With
 /// `group` (`T`), each plane `[.., Np]` is read as `[.., Np / T, T]` and gated along its groups, every value
 /// computed on it is `[.., ?, T]` (the products `[Kb, FEW_ROWS, ?, T]`: IREE keeps the codes' groups whole) and the
-/// sum over blocks is read as `[FEW_ROWS, ?]` at the end.
+/// sum over blocks is read as `[FEW_ROWS, ?]` at the end. Codes without high bits only (Q8_0, the 4-bit formats).
 fn few_rows_product(b: &mut Builder<'_>, pl: &mut Planes, x: TensorId, label: &str, group: Option<u64>) -> TensorId {
     let (kb, bs, np, r) = (pl.kb, pl.b, pl.np, u64::from(FEW_ROWS));
     let xp = b.op(OpKind::PadRows, rows_attrs(), &[x], format!("{label}.x{r}"), &[r, pl.k], DType::F32);
@@ -807,12 +807,8 @@ fn few_rows_product(b: &mut Builder<'_>, pl: &mut Planes, x: TensorId, label: &s
         let f = f32_op(b, OpKind::Convert, Attrs::new(), &[g], format!("{label}.{suffix}{r}_f32"), &[kb, bs, 1]);
         f32_op(b, OpKind::Matmul, grouped_attrs(), &[xt, f], format!("{label}.{suffix}{r}_s"), &[kb, r, 1])
     };
-    let mut s = products(b, pl.quants, "qs");
-    if let Some((h, sixteen)) = pl.high {
-        let sh = products(b, h, "qh");
-        let sh16 = f32_op(b, OpKind::Mul, Attrs::new(), &[sh, sixteen], format!("{label}.qh{r}_16"), &[kb, r, 1]);
-        s = f32_op(b, OpKind::Add, Attrs::new(), &[s, sh16], format!("{label}.q{r}_s"), &[kb, r, 1]);
-    }
+    // No high-bit plane: `dynamic_linear_use` keeps 5- and 6-bit codes out of this form.
+    let s = products(b, pl.quants, "qs");
     let a3 = pl.scale_3d(b);
     let a = gate_plane(b, a3, 2, format!("{label}.a{r}"));
     let sa = f32_op(b, OpKind::Mul, Attrs::new(), &[s, a], format!("{label}.sa{r}"), &[kb, r, 1]);

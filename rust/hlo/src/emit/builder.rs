@@ -1034,19 +1034,11 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         }
         let rhs = if rb == 2 && ra >= 1 {
             format!("stablehlo.dot_general {}, {}, contracting_dims = [{}] x [0]", a.name, b.name, ra - 1)
-        } else if ra == rb && ra >= 3 {
-            let batch = list(0..ra - 2);
-            format!(
-                "stablehlo.dot_general {}, {}, batching_dims = [{batch}] x [{batch}], contracting_dims = [{}] x [{}]",
-                a.name,
-                b.name,
-                ra - 1,
-                rb - 2
-            )
         } else if rb == ra + 1 && ra == 2 {
             return self.grouped_columns_product(a, b, out);
-        } else if rb == ra + 1 && ra >= 3 {
-            // `[B.., M, K] x [B.., K, N, T]`: the right side's columns in two dimensions.
+        } else if ra >= 3 && (rb == ra || rb == ra + 1) {
+            // `[B.., M, K] x [B.., K, N]`, or `[B.., K, N, T]` (the right side's columns in two dims): `K` follows
+            // the batch dims on the right either way.
             let batch = list(0..ra - 2);
             format!(
                 "stablehlo.dot_general {}, {}, batching_dims = [{batch}] x [{batch}], contracting_dims = [{}] x [{}]",
