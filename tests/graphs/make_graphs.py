@@ -382,6 +382,28 @@ def grouped_columns():
     g.save([rows, groups, batched])
 
 
+def banded_rows():
+    """`matmul` of rows with a weight in row bands (`banded`: `[.., K] x [N / T, K, T]`, a kept weight dequantized for
+    a prefill), of a stored band set, of bands computed from a `[K, N]` weight (reshape, transpose: what
+    `--packed keep` writes) and of HF's `[1, ?, K]` rows, and gated to a `K` of 0 at up to 8 rows (zeros)."""
+    g = G("banded_rows", 30)
+    x = g.input("x", ["?", 4])
+    w = g.weight("w", g.rand(3, 4, 2), path="model.w")
+    v = g.weight("v", g.rand(4, 6), path="model.v")
+    stored = g.op("matmul", [x, w], ["?", 6], banded=True)
+    split = g.op("reshape", [v], [4, 3, 2])
+    bands = g.op("transpose", [split], [3, 4, 2], perm=[1, 0, 2])
+    computed = g.op("matmul", [x, bands], ["?", 6], banded=True)
+    x1 = g.op("reshape", [x], [1, "?", 4])
+    hf = g.op("matmul", [x1, bands], [1, "?", 6], banded=True)
+    xk = g.op("gate_rows", [x, x], ["?", "?"], rows=8, few=False, axis=1)
+    wk = g.op("gate_rows", [bands, x], [3, "?", 2], rows=8, few=False, axis=1)
+    gated = g.op("matmul", [xk, wk], ["?", 6], banded=True)
+    g.test["policy"] = "external_all"
+    g.test["dynamic"] = {"x": [5, 4]}
+    g.save([stored, computed, hf, gated])
+
+
 def dynamic_unit_dims():
     """A `?` batch against a weight of one column ([K, 1]) and one row ([1, N]): the two matmuls IREE 3.13 rejects
     as `dot_general`s (it folds their unit dimension into a dynamic reshape), lowered otherwise."""
@@ -517,7 +539,7 @@ ALL = [elementwise_binary, elementwise_unary, activations, convert_cast, shape_o
        conv2d, pooling, reductions, normalization, attention, rope, iota_select_compare_clamp, special_constants,
        integer_constants, external_policy, threshold_policy, tied_weights, odd_names, dynamic_batch, dynamic_unit_dims,
        mlp, small_cnn, transformer, half_weights, argmax_dynamic_slices, row_count_ops,
-       grouped_columns]
+       grouped_columns, banded_rows]
 
 if __name__ == "__main__":
     for make in ALL:

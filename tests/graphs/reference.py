@@ -244,6 +244,13 @@ def pad_rows(a, at, spec):
     return out
 
 
+def banded(a):
+    """`x [.., K]` times a weight in row bands `[N / T, K, T]`: column `n` of the `[K, N]` weight is band `n // T`,
+    column `n % T`."""
+    w = f64(a[1])
+    return f64(a[0]) @ w.transpose(1, 0, 2).reshape(w.shape[1], w.shape[0] * w.shape[2])
+
+
 def gate_rows(a, at, spec):
     t, like = np.asarray(a[0]), np.asarray(a[1])
     few = int(np.prod(like.shape[:-1])) <= at["rows"]
@@ -291,7 +298,8 @@ OPS = {
     "slice": lambda a, at, s: a[0][tuple(slice(b, None if e == -1 else e, st) for b, e, st in
                                          zip(at["start"], at["limit"], at.get("stride", [1] * len(at["start"]))))],
     "gather": lambda a, at, s: np.take(a[0], a[1], axis=at.get("axis", 0)),
-    "matmul": lambda a, at, s: (np.einsum("...mk,...knt->...mnt", f64(a[0]), f64(a[1])) if a[1].ndim == a[0].ndim + 1
+    "matmul": lambda a, at, s: (banded(a) if at.get("banded") else
+                                np.einsum("...mk,...knt->...mnt", f64(a[0]), f64(a[1])) if a[1].ndim == a[0].ndim + 1
                                 else f64(a[0]) @ f64(a[1])),
     "conv2d": conv2d,
     "max_pool2d": lambda a, at, s: pool(a, at, s, "max"),

@@ -94,7 +94,7 @@ def test_graph_compiles_runs_and_matches_numpy(name, tapeout, tmp_path):
         assert_matches(got, want, f"{name} output {i} ({graph.doc['outputs'][i]})")
 
 
-@pytest.mark.parametrize("name", ["row_count_ops", "grouped_columns"])
+@pytest.mark.parametrize("name", ["row_count_ops", "grouped_columns", "banded_rows"])
 @pytest.mark.parametrize("rows", [0, 1, 3, 4, 8, 9, 16])
 def test_row_count_ops_on_every_side_of_their_thresholds(name, rows, tapeout, tmp_path):
     """The ops that pick a form by a `?` row count (`pad_rows`, `gate_rows`, `place_rows` at 8 and 3 rows) and the

@@ -261,6 +261,29 @@ pub fn broadcast(a: &Shape, b: &Shape) -> Option<Shape> {
     Some(Shape(out))
 }
 
+/// The result shape of `a` times a weight in row bands (`matmul` with `banded = true`): `[.., K] x [N / T, K, T]
+/// -> [.., N]`, the weight's `[K, N]` values being band `n / T`, column `n % T` (NumPy: `a @
+/// b.transpose(1, 0, 2).reshape(K, N)`). `K` is static on both sides or `?` on both (a product gated to no work,
+/// `keep_packed`). Describes why when the shapes do not multiply.
+///
+/// # Errors
+/// When `b` is not of rank 3, `a` has no dims, or the `K`s differ.
+pub fn banded_matmul(a: &Shape, b: &Shape) -> Result<Shape, String> {
+    let ([.., ka], [bands, kb, t]) = (a.0.as_slice(), b.0.as_slice()) else {
+        return Err(format!("[{a}] x bands [{b}]: a banded matmul is [.., K] x [N / T, K, T]"));
+    };
+    if ka != kb {
+        return Err(format!("[{a}] x bands [{b}]: the contracted dimensions differ"));
+    }
+    let n = match (bands, t) {
+        (Dim::Static(p), Dim::Static(q)) => {
+            Dim::Static(p.checked_mul(*q).ok_or_else(|| format!("bands [{b}]: {p} x {q} columns overflow u64"))?)
+        }
+        _ => Dim::Dynamic,
+    };
+    Ok(Shape(a.0[..a.rank() - 1].iter().copied().chain([n]).collect()))
+}
+
 /// The result shape of `a @ b`: `[.., K] x [K, N]` (a `?` K of `a` matches any K), the equal-rank batched
 /// `[B.., M, K] x [B.., K, N]`, or `[B.., M, K] x [B.., K, N, T]` (the right side's columns in two dims, which a
 /// node asks for with `grouped = true`). Describes why when the shapes do not multiply.
@@ -380,8 +403,19 @@ pub(crate) fn check_types(op: OpKind, attrs: &Attrs, ins: &[Spec<'_>], outs: &[S
         OpKind::Iota => iota(&a, ins, outs[0]),
         OpKind::ReduceMax | OpKind::ReduceMean | OpKind::ReduceSum => reduce(&a, ins[0], outs[0]),
         OpKind::Matmul => {
-            let grouped = a.bool("grouped", false)?;
+            let (grouped, banded) = (a.bool("grouped", false)?, a.bool("banded", false)?);
             let ((a, _), (b, _), (r, _)) = (ins[0], ins[1], outs[0]);
+            if banded {
+                if grouped {
+                    return Err("a matmul is banded or grouped, not both".into());
+                }
+                let want = banded_matmul(a, b)?;
+                return if shapes_agree(&want, r) {
+                    Ok(())
+                } else {
+                    Err(format!("[{a}] x bands [{b}] gives [{want}], but the node declares [{r}]"))
+                };
+            }
             // `[B.., M, K] x [B.., K, N, T]` only when asked for: NumPy would broadcast those ranks instead.
             let two_dim_columns = a.rank() >= 2 && b.rank() == a.rank() + 1;
             if grouped != two_dim_columns {
@@ -1171,6 +1205,29 @@ mod tests {
         assert_eq!(broadcast(&s(&[2, 3]), &s(&[4])), None);
         let dynamic = Shape(vec![Dim::Dynamic, Dim::Static(3)]);
         assert_eq!(broadcast(&dynamic, &s(&[3])), Some(dynamic.clone()));
+    }
+
+    #[test]
+    fn a_banded_matmul_reads_the_right_side_as_n_over_t_bands() {
+        let s = |d: &[u64]| Shape::of(d);
+        assert_eq!(banded_matmul(&s(&[8, 4]), &s(&[3, 4, 2])), Ok(s(&[8, 6])));
+        assert_eq!(banded_matmul(&s(&[1, 8, 4]), &s(&[3, 4, 2])), Ok(s(&[1, 8, 6])));
+        assert_eq!(banded_matmul(&s(&[4]), &s(&[3, 4, 2])), Ok(s(&[6])));
+        // A `K` gated to no work is `?` on both sides; a `?` on one side only is refused, as are other ranks.
+        let gated_x = Shape(vec![Dim::Dynamic, Dim::Dynamic]);
+        let gated_w = Shape(vec![Dim::Static(3), Dim::Dynamic, Dim::Static(2)]);
+        assert_eq!(banded_matmul(&gated_x, &gated_w), Ok(Shape(vec![Dim::Dynamic, Dim::Static(6)])));
+        assert!(banded_matmul(&s(&[8, 4]), &gated_w).unwrap_err().contains("differ"));
+        assert!(banded_matmul(&s(&[8, 4]), &s(&[4, 6])).unwrap_err().contains("[N / T, K, T]"));
+        assert!(banded_matmul(&s(&[]), &s(&[3, 4, 2])).unwrap_err().contains("[N / T, K, T]"));
+        let f = DType::F32;
+        let banded = [("banded", Attr::Bool(true))];
+        assert!(check(OpKind::Matmul, &banded, &[(&[8, 4], f), (&[3, 4, 2], f)], (&[8, 6], f)).is_ok());
+        let err = check(OpKind::Matmul, &banded, &[(&[8, 4], f), (&[3, 4, 2], f)], (&[8, 3, 2], f)).unwrap_err();
+        assert!(err.contains("gives [8x6]"), "{err}");
+        let both = [("banded", Attr::Bool(true)), ("grouped", Attr::Bool(true))];
+        let err = check(OpKind::Matmul, &both, &[(&[8, 4], f), (&[3, 4, 2], f)], (&[8, 6], f)).unwrap_err();
+        assert!(err.contains("not both"), "{err}");
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //! - `matmul(x, transpose(W))` with `?` dimensions in `x` (a prefill's rows, where the per-block partials would
 //!   grow with the rows): the whole weight dequantized for that use alone, from planes passed through an
 //!   [`OpKind::After`] barrier with `x`, so that IREE computes it just before the product, not with every other
-//!   weight's at the call's start; for Q8_0 and 4-bit codes (Q4_0, Q4_1, Q4_K; their rows a multiple of 64) also
+//!   weight's at the call's start; written in row bands of 32 (`[N / 32, K, 32]`, a `banded` matmul) when `x`'s
+//!   rows merge into one `?` and the rows dequantized at a time are a multiple of 32; for Q8_0 and 4-bit codes (Q4_0, Q4_1, Q4_K; their rows a multiple of 64) also
 //!   the per-block product of `x` padded to `FEW_ROWS` rows, each form reading its planes through an
 //!   [`OpKind::GateRows`] that gives the one not wanted for `x`'s actual rows nothing to do, 4-bit planes in groups
 //!   of 64 rows (`dynamic_linear_use`);
@@ -154,12 +155,16 @@ impl Builder<'_> {
 }
 
 /// An attribute of integers: axes, permutations, or extents the rewrite has checked are at most [`MAX_DIM`].
-#[allow(clippy::expect_used, reason = "an internal invariant: every extent is checked against MAX_DIM first")]
 fn ints(name: &str, v: impl IntoIterator<Item = u64>) -> Attrs {
-    let as_i64 = |d: u64| i64::try_from(d).expect("keep_packed checks that every extent it writes fits i64");
     let mut a = Attrs::new();
     a.insert(name.into(), Attr::Ints(v.into_iter().map(as_i64).collect()));
     a
+}
+
+/// An extent the rewrite has checked is at most [`MAX_DIM`], as the `i64` attributes hold.
+#[allow(clippy::expect_used, reason = "an internal invariant: every extent is checked against MAX_DIM first")]
+fn as_i64(d: u64) -> i64 {
+    i64::try_from(d).expect("keep_packed checks that every extent it writes fits i64")
 }
 
 fn axis(a: i64) -> Attrs {
@@ -265,23 +270,28 @@ impl Planes {
     }
 
     /// Rows `start .. start + len` of the planes (a multiple of the rows they are padded to) dequantized for one use
-    /// only, from planes read after `wait` is computed ([`OpKind::After`]), as `Wᵀ [K, rows]` into `out` (padding
-    /// rows sliced off). Its ops are not shared: IREE holds this f32 copy from `wait` to its use, instead of from
-    /// the call's start (where every such weight would be live at once). With `gate` (`x`, the product's rows),
-    /// every plane is read through a [`OpKind::GateRows`] that empties its blocks when `x` has at most
-    /// [`FEW_ROWS`] rows (the per-block product is taken then): `out` is `[K or 0, rows]`.
-    fn dequantized_t_after(
+    /// only, from planes read after `wait` is computed ([`OpKind::After`]). Its ops are not shared: IREE holds this
+    /// f32 copy from `wait` to its use, instead of from the call's start (where every such weight would be live at
+    /// once). With `gate` (`x`, the product's rows), every plane is read through a [`OpKind::GateRows`] that empties
+    /// its blocks when `x` has at most [`FEW_ROWS`] rows (the per-block product is taken then): its `K` is `?`.
+    ///
+    /// With `bands`, when [`BAND_COLUMNS`] divides `len`, the part is written in row bands (every plane transposed to
+    /// `[len / T, Kb, B, T]` before the arithmetic, so IREE writes the bands in the dequantizing dispatch itself)
+    /// for a `banded` matmul: IREE 3.13's f32 product over a `[K, N]` weight whose rows are 4 KiB apart (`N` =
+    /// 1024) runs at half the speed of the same product over bands (docs/performance.md, "A prefill's dequantized
+    /// weight in row bands"). Otherwise `Wᵀ [K, rows]` (padding rows sliced off).
+    fn dequantized_after(
         &mut self,
         b: &mut Builder<'_>,
         wait: TensorId,
         label: &str,
         rows: (u64, u64),
         gate: Option<TensorId>,
-        out: TensorId,
-    ) {
+        bands: bool,
+    ) -> Dequantized {
         let (first, len) = rows;
         let (all, dims) = ([self.kb, self.b, self.np], [self.kb, self.b, len]);
-        let shape = blocks_shape(&dims, gate.is_some());
+        let bands = bands && len % BAND_COLUMNS == 0;
         let ordered = |b: &mut Builder<'_>, plane: TensorId, suffix: &str| {
             let dtype = b.specs[plane.index()].dtype;
             let p = b.op(OpKind::After, Attrs::new(), &[plane, wait], format!("{label}.{suffix}"), &all, dtype);
@@ -291,10 +301,17 @@ impl Planes {
                 let at = slice_range(&[0, 0, first], &dims);
                 b.op(OpKind::Slice, at, &[p], format!("{label}.{suffix}_rows"), &dims, dtype)
             };
-            match gate {
+            let p = match gate {
                 Some(x) => gated(b, p, x, false, 0, format!("{label}.{suffix}_g")),
                 None => p,
-            }
+            };
+            if bands { in_bands(b, p, len, format!("{label}.{suffix}_bands")) } else { p }
+        };
+        let shape = if bands {
+            let (kb, t) = (if gate.is_some() { Dim::Dynamic } else { Dim::Static(self.kb) }, Dim::Static(BAND_COLUMNS));
+            Shape(vec![Dim::Static(len / BAND_COLUMNS), kb, Dim::Static(self.b), t])
+        } else {
+            blocks_shape(&dims, gate.is_some())
         };
         let q = ordered(b, self.quants, "qs");
         let f32_op = |b: &mut Builder<'_>, op: OpKind, ins: &[TensorId], name: String| {
@@ -307,12 +324,47 @@ impl Planes {
             let h16 = f32_op(b, OpKind::Mul, &[hf, sixteen], format!("{label}.qh16"));
             codes = f32_op(b, OpKind::Add, &[codes, h16], format!("{label}.codes"));
         }
-        self.scaled_t(b, codes, label, rows, gate, out);
+        if !bands {
+            let wt_shape = blocks_shape(&[self.k, len.min(self.n.saturating_sub(first))], gate.is_some());
+            let wt = b.tensor_shaped(format!("{label}.wt"), wt_shape, DType::F32);
+            self.scaled_t(b, codes, label, rows, gate, wt);
+            return Dequantized::Transposed(wt);
+        }
+        let (kb, np) = (self.kb, self.np);
+        let part = |b: &mut Builder<'_>, t: TensorId, suffix: &str| {
+            let t = ordered_part(b, t, (label, suffix), (kb, np), rows, gate);
+            in_bands(b, t, len, format!("{label}.{suffix}_bands"))
+        };
+        let v = self.scaled(b, codes, label, &shape, part);
+        let k = if gate.is_some() { Dim::Dynamic } else { Dim::Static(self.k) };
+        let banded = Shape(vec![Dim::Static(len / BAND_COLUMNS), k, Dim::Static(BAND_COLUMNS)]);
+        Dequantized::Bands(b.op_shaped(OpKind::Reshape, Attrs::new(), &[v], format!("{label}.wb"), banded, DType::F32))
+    }
+
+    /// The codes (f32, of `shape`) times `A`, plus `C` when the format has one, each read through `part` (the
+    /// plane rows a use takes, gated, in its layout).
+    fn scaled(
+        &mut self,
+        b: &mut Builder<'_>,
+        codes: TensorId,
+        label: &str,
+        shape: &Shape,
+        part: impl Fn(&mut Builder<'_>, TensorId, &str) -> TensorId,
+    ) -> TensorId {
+        let a = self.scale_3d(b);
+        let a = part(b, a, "a_rows");
+        let mut v =
+            b.op_shaped(OpKind::Mul, Attrs::new(), &[codes, a], format!("{label}.wa"), shape.clone(), DType::F32);
+        if let Some(c) = self.offset_3d(b) {
+            let c = part(b, c, "c_rows");
+            v = b.op_shaped(OpKind::Add, Attrs::new(), &[v, c], format!("{label}.wc"), shape.clone(), DType::F32);
+        }
+        v
     }
 
     /// `Wᵀ [K, real rows]` into `out` from the codes of plane rows `start .. start + len` as f32 `[Kb, B, len]`:
     /// scaled, offset, reshaped, and the padding rows among them sliced off. With `gate`, the codes are `[Kb or
-    /// 0, B, len]` ([`Planes::dequantized_t_after`]) and `A` and `C` are gated alike.
+    /// 0, B, len]` ([`Planes::dequantized_after`]) and `A` and `C` are gated alike.
     fn scaled_t(
         &mut self,
         b: &mut Builder<'_>,
@@ -323,29 +375,11 @@ impl Planes {
         out: TensorId,
     ) {
         let (first, len) = rows;
-        let dims = [self.kb, self.b, len];
-        let (whole, kb) = (len == self.np, self.kb);
-        let part = |b: &mut Builder<'_>, t: TensorId, suffix: &str| {
-            let t = if whole {
-                t
-            } else {
-                let at = slice_range(&[0, 0, first], &[kb, 1, len]);
-                b.op(OpKind::Slice, at, &[t], format!("{label}.{suffix}"), &[kb, 1, len], DType::F32)
-            };
-            match gate {
-                Some(x) => gated(b, t, x, false, 0, format!("{label}.{suffix}_g")),
-                None => t,
-            }
-        };
-        let shape = blocks_shape(&dims, gate.is_some());
-        let a = self.scale_3d(b);
-        let a = part(b, a, "a_rows");
-        let mut v =
-            b.op_shaped(OpKind::Mul, Attrs::new(), &[codes, a], format!("{label}.wa"), shape.clone(), DType::F32);
-        if let Some(c) = self.offset_3d(b) {
-            let c = part(b, c, "c_rows");
-            v = b.op_shaped(OpKind::Add, Attrs::new(), &[v, c], format!("{label}.wc"), shape, DType::F32);
-        }
+        let (kb, np) = (self.kb, self.np);
+        let shape = blocks_shape(&[kb, self.b, len], gate.is_some());
+        let part =
+            |b: &mut Builder<'_>, t: TensorId, suffix: &str| ordered_part(b, t, (label, suffix), (kb, np), rows, gate);
+        let v = self.scaled(b, codes, label, &shape, part);
         let real = len.min(self.n.saturating_sub(first));
         if real == len {
             b.op_into(OpKind::Reshape, Attrs::new(), &[v], out);
@@ -376,6 +410,53 @@ impl Planes {
         }
         chunks
     }
+}
+
+/// A part of a weight dequantized for one `?`-row product ([`Planes::dequantized_after`]).
+enum Dequantized {
+    /// `Wᵀ [K, rows]`, padding rows sliced off: a plain `matmul` reads it.
+    Transposed(TensorId),
+    /// `[len / BAND_COLUMNS, K, BAND_COLUMNS]`, the part's plane rows (padding included) in row bands: a `banded`
+    /// `matmul` reads it, and its result is sliced to the real rows.
+    Bands(TensorId),
+}
+
+/// The columns of one row band of a weight dequantized for a `?`-row product: the width of the stored bf16 bands,
+/// whose contraction IREE 3.13 compiles well (docs/performance.md, "One contraction over the stored bands").
+const BAND_COLUMNS: u64 = 32;
+
+/// Plane `t` (`[Kb, 1, Np]`: `A` or `C`) as the rows `first .. first + len` a use reads (sliced unless that is all
+/// `np` of them), through a [`OpKind::GateRows`] on `gate`'s rows when there is one.
+fn ordered_part(
+    b: &mut Builder<'_>,
+    t: TensorId,
+    (label, suffix): (&str, &str),
+    (kb, np): (u64, u64),
+    (first, len): (u64, u64),
+    gate: Option<TensorId>,
+) -> TensorId {
+    let t = if len == np {
+        t
+    } else {
+        let at = slice_range(&[0, 0, first], &[kb, 1, len]);
+        b.op(OpKind::Slice, at, &[t], format!("{label}.{suffix}"), &[kb, 1, len], DType::F32)
+    };
+    match gate {
+        Some(x) => gated(b, t, x, false, 0, format!("{label}.{suffix}_g")),
+        None => t,
+    }
+}
+
+/// `t [D0, D1, len]` (a plane's `len` rows last, a multiple of [`BAND_COLUMNS`]) in row bands of that many:
+/// `[len / T, D0, D1, T]`, a reshape and a transpose.
+fn in_bands(b: &mut Builder<'_>, t: TensorId, len: u64, name: String) -> TensorId {
+    let spec = &b.specs[t.index()];
+    let (lead, dtype) = (spec.shape.0[..2].to_vec(), spec.dtype);
+    let (bands, cols) = (Dim::Static(len / BAND_COLUMNS), Dim::Static(BAND_COLUMNS));
+    let split = Shape(vec![lead[0], lead[1], bands, cols]);
+    let split = b.op_shaped(OpKind::Reshape, Attrs::new(), &[t], format!("{name}4"), split, dtype);
+    let moved = Shape(vec![bands, lead[0], lead[1], cols]);
+    b.op_shaped(OpKind::Transpose, ints("perm", [2, 0, 1, 3]), &[split], name, moved, dtype)
 }
 
 /// The most f32 bytes of one weight a `?`-row product dequantizes at a time (an LM head's 131 MB is dequantized in
@@ -840,34 +921,64 @@ fn dequantized_product(b: &mut Builder<'_>, pl: &mut Planes, m: &Op, y: TensorId
         (Some(g), Some(last)) => (Some(g), gated(b, x, g, false, last, format!("{label}.xk"))),
         _ => (None, x),
     };
+    // Bands when `x`'s rows merge into one `?` and split back (`[?, K]`, HF's `[1, ?, K]`): the banded product
+    // reads `x` as `[M, K]`, and a `?` cannot be split back into `[?, 2]`.
+    let x_shape = &b.specs[x.index()].shape;
+    let lead = &x_shape.0[..x_shape.rank().saturating_sub(1)];
+    let bands = lead.iter().filter(|d| **d == Dim::Dynamic).count() == 1
+        && lead.iter().all(|d| matches!(d, Dim::Dynamic | Dim::Static(1)));
     let chunks = pl.row_chunks();
-    let wt_shape = |k: u64, rows: u64| blocks_shape(&[k, rows], gate.is_some());
-    if let [rows] = chunks.as_slice() {
-        let wt = b.tensor_shaped(format!("{label}.wt"), wt_shape(pl.k, n), DType::F32);
-        pl.dequantized_t_after(b, x, &label, *rows, gate, wt);
-        b.op_into(OpKind::Matmul, m.attrs.clone(), &[xk, wt], y);
-        return;
-    }
     let y_shape = b.specs[y.index()].shape.clone();
     let last = y_shape.rank().saturating_sub(1);
-    let (mut wait, mut parts) = (x, Vec::with_capacity(chunks.len()));
     let f32_rows = |b: &mut Builder<'_>, name: String, rows: u64| {
         let mut shape = y_shape.clone();
         shape.0[last] = Dim::Static(rows);
         b.tensor_shaped(name, shape, DType::F32)
     };
+    // The product of `x` with one dequantized part, into `out` (of the part's real rows).
+    let product = |b: &mut Builder<'_>, part: Dequantized, (len, real): (u64, u64), name: &str, out: TensorId| {
+        match part {
+            Dequantized::Transposed(wt) => b.op_into(OpKind::Matmul, m.attrs.clone(), &[xk, wt], out),
+            Dequantized::Bands(w) if real == len => b.op_into(OpKind::Matmul, banded(), &[xk, w], out),
+            Dequantized::Bands(w) => {
+                let padded = f32_rows(b, format!("{name}.padded"), len);
+                b.op_into(OpKind::Matmul, banded(), &[xk, w], padded);
+                // The real rows of the last dim; every other dim whole (a `?` one to its end, limit -1).
+                let limit = y_shape.0.iter().enumerate().map(|(i, d)| match d {
+                    _ if i == last => as_i64(real),
+                    Dim::Static(v) => as_i64(*v),
+                    Dim::Dynamic => -1,
+                });
+                let (mut at, limit) = (ints("start", vec![0; y_shape.rank()]), limit.collect());
+                at.insert("limit".into(), Attr::Ints(limit));
+                b.op_into(OpKind::Slice, at, &[padded], out)
+            }
+        }
+    };
+    if let [rows] = chunks.as_slice() {
+        let part = pl.dequantized_after(b, x, &label, *rows, gate, bands);
+        product(b, part, (rows.1, n), &label, y);
+        return;
+    }
+    let (mut wait, mut parts) = (x, Vec::with_capacity(chunks.len()));
     for (i, &(first, len)) in chunks.iter().enumerate() {
         let real = len.min(n.saturating_sub(first));
-        let part = format!("{label}.{i}");
-        let wt = b.tensor_shaped(format!("{part}.wt"), wt_shape(pl.k, real), DType::F32);
-        pl.dequantized_t_after(b, wait, &part, (first, len), gate, wt);
-        let yi = f32_rows(b, part, real);
-        wait = b.op_into(OpKind::Matmul, m.attrs.clone(), &[xk, wt], yi);
+        let name = format!("{label}.{i}");
+        let part = pl.dequantized_after(b, wait, &name, (first, len), gate, bands);
+        let yi = f32_rows(b, name.clone(), real);
+        wait = product(b, part, (len, real), &name, yi);
         parts.push(wait);
     }
     // The emitter joins at most 16 parts per `stablehlo.concatenate` (`Emitter::concat_tree`): a 128 K vocabulary
     // of 4096 is 125 parts, past IREE 3.13's 32 bindings per dispatch.
     b.op_into(OpKind::Concat, axis(-1), &parts, y);
+}
+
+/// The attributes of a `matmul` of rows with a weight in row bands ([`OpKind::Matmul`]'s `banded`).
+fn banded() -> Attrs {
+    let mut a = Attrs::new();
+    a.insert("banded".into(), Attr::Bool(true));
+    a
 }
 
 /// The dims of the ids (static or `?`) when `node` gathers rows of `w` the rewrite gathers from the planes.

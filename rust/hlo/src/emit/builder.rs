@@ -1092,10 +1092,11 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         Ok(self.assign(&rhs, out.clone(), a.dtype))
     }
 
-    /// `a [L.., K] x W [K, N]` for a weight stored in row bands, `stored` being `[N / T, K, T]` as the archive
-    /// holds it ([`tapeout_graph::ConstantData::row_tile`]): the rows of `a` merged into one `M` (`?` in a
-    /// prefill), one contraction `[M, K] x [N / T, K, T] -> [M, N / T, T]` over the stored values (a 16-bit weight
-    /// widened element by element inside it), and the result read as `[M, N]`. Written as a `linalg.generic`
+    /// `a [L.., K] x W [K, N]` for a weight in row bands, `stored` being `[N / T, K, T]`: as the archive holds it
+    /// ([`tapeout_graph::ConstantData::row_tile`]), or as a program computes it (`matmul` with `banded = true`: a
+    /// kept weight dequantized for a prefill, where `K` may be `?` on both sides). The rows of `a` merged into one
+    /// `M` (`?` in a prefill), one contraction `[M, K] x [N / T, K, T] -> [M, N / T, T]` over the bands (a 16-bit
+    /// weight widened element by element inside it), and the result read as `[M, N]`. Written as a `linalg.generic`
     /// (iteration space band, row, column, k): StableHLO's `dot_general` has no form of it that IREE 3.13 keeps
     /// (without a batch dimension it transposes the weight into a copy; with the bands as a batch dimension it
     /// needs the rows broadcast to every band, a dispatch writing `bands x M x K` values). IREE compiles this one
@@ -1105,12 +1106,13 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         if stored.rank() == 4 {
             return self.banded_block_matmul(a, stored, compute, out);
         }
-        let [Dim::Static(bands), Dim::Static(k), Dim::Static(t)] = stored.shape.0[..] else {
+        let [Dim::Static(bands), k, Dim::Static(t)] = stored.shape.0[..] else {
             return Err(self.err(format!("a weight in row bands is [N / T, K, T], not [{}]", stored.shape)));
         };
+        // `K` is `?` on both sides when the product is gated to no work (`keep_packed`'s dequantized bands).
         let ra = a.rank();
-        if ra == 0 || a.shape.0[ra - 1] != Dim::Static(k) {
-            return Err(self.err(format!("matmul of [{}] with a [{k}, {}] weight", a.shape, bands * t)));
+        if ra == 0 || a.shape.0[ra - 1] != k {
+            return Err(self.err(format!("matmul of [{}] with a weight of {bands} bands [{}]", a.shape, stored.shape)));
         }
         let lead = &a.shape.0[..ra - 1];
         let m = if lead.contains(&Dim::Dynamic) {
@@ -1118,7 +1120,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         } else {
             Dim::Static(lead.iter().map(|d| if let Dim::Static(n) = d { *n } else { 1 }).product())
         };
-        let flat_shape = Shape(vec![m, Dim::Static(k)]);
+        let flat_shape = Shape(vec![m, k]);
         let flat = if a.shape == flat_shape { a.clone() } else { self.reshape(a, &flat_shape)? };
         let n = bands.checked_mul(t).ok_or_else(|| self.err(format!("{bands} bands of {t} columns overflow u64")))?;
         let per_band = self.band_contraction(&flat, stored, compute)?;
@@ -1226,7 +1228,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     /// `[M, K]` rows (of `compute` values) times a `[B, K, T]` band set as stored: `[M, B, T]`, each sum over `k`
     /// in `compute` (the stored value widened to it first when narrower).
     fn band_contraction(&mut self, flat: &Val, stored: &Val, compute: DType) -> Result<Val> {
-        let [Dim::Static(bands), Dim::Static(_), Dim::Static(t)] = stored.shape.0[..] else {
+        let [Dim::Static(bands), _, Dim::Static(t)] = stored.shape.0[..] else {
             return Err(self.err(format!("a weight in row bands is [N / T, K, T], not [{}]", stored.shape)));
         };
         // `arith` takes signless integers only: unsigned rows and bands are contracted as the signless integers of

@@ -119,6 +119,11 @@ impl<'g> Emitter<'g, '_, '_> {
                 OpKind::GateRows => self.gate_rows(&ins[0], &ins[1], out.shape)?,
                 OpKind::PlaceRows => self.place_rows(&ins[0], &ins[1], out.shape)?,
                 OpKind::Gather => self.gather(&ins[0], &ins[1], &out)?,
+                // `[.., K] x [N / T, K, T]`: a weight computed in the program in row bands (a kept weight
+                // dequantized for a prefill's rows, `keep_packed`), contracted as stored bands are.
+                OpKind::Matmul if self.attr_bool("banded", false)? => {
+                    self.banded_matmul(&ins[0], &ins[1], ins[0].dtype, out.shape)?
+                }
                 OpKind::Matmul => self.matmul(&ins[0], &ins[1], out.shape)?,
                 OpKind::Conv2d => self.conv2d(&ins, out.shape)?,
                 OpKind::MaxPool2d | OpKind::AvgPool2d => self.pool(&ins[0], out.shape, node.op == OpKind::MaxPool2d)?,
