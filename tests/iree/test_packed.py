@@ -227,11 +227,51 @@ def test_a_gather_with_dynamic_ids_from_an_odd_row_table(fmt, tapeout, tmp_path)
                                    err_msg=f"{fmt}, {ids.shape[1]} ids")
 
 
+# A banded product (`matmul` with `banded = true`), and codes transposed into row bands of 32 before dequantizing.
+BANDED_PRODUCT = (r"linalg\.generic \{indexing_maps = \[affine_map<\(b, m, t, k\) -> \(m, k\)>, "
+                  r"affine_map<\(b, m, t, k\) -> \(b, k, t\)>")
+BANDS_OF_CODES = r"stablehlo\.transpose %v\d+, dims = \[2, 0, 1, 3\] : \(tensor<[?\d]+x\d+x\d+x32xi\d+>\)"
+
+
+@pytest.mark.parametrize("fmt, parts", [("Q8_0", 1), ("Q4_0", 2)])
+def test_a_weight_dequantized_in_parts_is_cut_at_bands(fmt, parts, tapeout, tmp_path):
+    """A 5500 x 768 weight is dequantized for `?` rows in two 16 MiB parts. Q8_0 planes hold rows at any count, yet
+    the parts are cut at a multiple of 32 rows (5440, then 60) so that the first is in row bands (the 60-row rest is
+    not); Q4_0's 5504 padded rows part at 5440 and 64, both in bands. `x` is `[?, K]`. Values against PyPI gguf at
+    9 and 13 rows (the few-rows form is gated shut there)."""
+    rows, cols = 5500, 768
+    rng = np.random.default_rng(41)
+    path = tmp_path / "w.gguf"
+    dense = one_tensor_gguf(path, "t", fmt, rows, cols, rng)
+    g = {"name": "lin", "tensors": [
+        {"name": "x", "shape": ["?", cols], "dtype": "f32"},
+        {"name": "w", "shape": [rows, cols], "dtype": "f32", "path": "w", "data": {"tensor": "t"}},
+        {"name": "wt", "shape": [cols, rows], "dtype": "f32"},
+        {"name": "y", "shape": ["?", rows], "dtype": "f32"}],
+        "nodes": [{"op": "transpose", "inputs": ["w"], "outputs": ["wt"]},
+                  {"op": "matmul", "inputs": ["x", "wt"], "outputs": ["y"]}], "outputs": ["y"]}
+    (tmp_path / "g.json").write_text(json.dumps(g))
+    out = tmp_path / "out"
+    run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", out, "--packed", "keep", "--inline-below", "0")
+    text = (out / "lin.mlir").read_text()
+    assert len(re.findall(r"stablehlo\.optimization_barrier %v\d+, ", text)) >= 2, "not dequantized in two parts"
+    assert len(re.findall(BANDED_PRODUCT, text)) == parts, text
+    assert len(re.findall(BANDS_OF_CODES, text)) == parts, text
+    vmfb = compile_iree(tmp_path, out / "lin.mlir")
+    for n in (9, 13):
+        x = rng.standard_normal((n, cols)).astype(np.float32)
+        (y,) = run_iree(tmp_path, vmfb, [out / "lin.irpa"], [x], tag=str(n))
+        want = x.astype(np.float64) @ dense.T
+        np.testing.assert_allclose(y.astype(np.float64), want, rtol=1e-5, atol=1e-5 * np.abs(want).max(),
+                                   err_msg=f"{fmt}, {n} rows")
+
+
 @pytest.mark.parametrize("fmt", ["Q8_0", "Q4_0"])
 def test_a_linear_of_rows_with_a_dim_after_the_dynamic_one(fmt, tapeout, tmp_path):
     """`x [?, 2, K]`: the few-rows form would place its `[8, N]` rows into `y` viewed as `[?, N]`, which needs the
     `?` split by 2 (refused by the emitter): the dequantized form alone, exported and right at 1, 3 and 5 pairs
-    of rows. `x [2, ?, K]` (nothing between the `?` and `K`) keeps both forms, right at 1, 4 and 5 rows per batch."""
+    of rows, its weight not in row bands either. `x [2, ?, K]` (nothing between the `?` and `K`) keeps both forms,
+    the dequantized weight in row bands, right at 1, 4 and 5 rows per batch (10 rows: the dequantized form)."""
     cols, rows = 64, 128
     rng = np.random.default_rng(41)
     path = tmp_path / "w.gguf"
@@ -251,6 +291,8 @@ def test_a_linear_of_rows_with_a_dim_after_the_dynamic_one(fmt, tapeout, tmp_pat
         run(tapeout, "export", d / "g.json", "--weights", path, "-o", out, "--packed", "keep", "--inline-below", "0")
         text = (out / "lin.mlir").read_text()
         assert ("arith.cmpi ule" in text) == few, (shape, text)
+        # The dequantized weight's product in row bands reads the rows as one `?` and back: `[2, ?]` only.
+        assert bool(re.search(BANDED_PRODUCT, text)) == few, (shape, text)
         vmfb = compile_iree(d, out / "lin.mlir")
         for size in sizes:
             x = rng.standard_normal((*size, cols)).astype(np.float32)
@@ -327,9 +369,8 @@ def test_a_linear_with_dynamic_rows_dequantizes_after_its_input(fmt, rows, tapeo
     # A part of plane rows in multiples of 32 is dequantized in row bands of 32 (the planes transposed to
     # [N / 32, Kb, B, 32] before the arithmetic) and contracted over them: IREE's f32 product over a [K, N] weight
     # whose rows are 4 KiB apart runs at half the speed (docs/performance.md).
-    banded = re.search(r"linalg\.generic \{indexing_maps = \[affine_map<\(b, m, t, k\) -> \(m, k\)>, "
-                       r"affine_map<\(b, m, t, k\) -> \(b, k, t\)>", text)
-    bands_in = re.search(r"stablehlo\.transpose %v\d+, dims = \[2, 0, 1, 3\] : \(tensor<[?\d]+x\d+x\d+x32xi\d+>\)", text)
+    banded = re.search(BANDED_PRODUCT, text)
+    bands_in = re.search(BANDS_OF_CODES, text)
     # (16389 rows: the first part's 16384 rows are banded, whatever the second's.)
     assert bool(banded) == bool(bands_in) == (np_rows % 32 == 0 or rows > 16384), (fmt, rows, np_rows, text)
     vmfb = compile_iree(tmp_path, out / "lin.mlir")

@@ -263,25 +263,31 @@ pub fn broadcast(a: &Shape, b: &Shape) -> Option<Shape> {
 
 /// The result shape of `a` times a weight in row bands (`matmul` with `banded = true`): `[.., K] x [N / T, K, T]
 /// -> [.., N]`, the weight's `[K, N]` values being band `n / T`, column `n % T` (NumPy: `a @
-/// b.transpose(1, 0, 2).reshape(K, N)`). `K` is static on both sides or `?` on both (a product gated to no work,
-/// `keep_packed`). Describes why when the shapes do not multiply.
+/// b.transpose(1, 0, 2).reshape(K, N)`). The bands and `T` are static; `K` is static on both sides or `?` on both (a
+/// product gated to no work, `keep_packed`: the two extents must then agree at run time, which is not checked); the
+/// rows of `a` are static, or hold one `?` with no dim after it but 1s (they are read as one `[M]` and back).
+/// Describes why when the shapes do not multiply.
 ///
 /// # Errors
-/// When `b` is not of rank 3, `a` has no dims, or the `K`s differ.
+/// When `b` is not `[N / T, K, T]` with static bands, `a` has no dims or rows the product cannot read as one, or
+/// the `K`s differ.
 pub fn banded_matmul(a: &Shape, b: &Shape) -> Result<Shape, String> {
-    let ([.., ka], [bands, kb, t]) = (a.0.as_slice(), b.0.as_slice()) else {
-        return Err(format!("[{a}] x bands [{b}]: a banded matmul is [.., K] x [N / T, K, T]"));
+    let ([lead @ .., ka], [Dim::Static(bands), kb, Dim::Static(t)]) = (a.0.as_slice(), b.0.as_slice()) else {
+        return Err(format!("[{a}] x bands [{b}]: a banded matmul is [.., K] x [N / T, K, T] with N / T and T static"));
     };
     if ka != kb {
         return Err(format!("[{a}] x bands [{b}]: the contracted dimensions differ"));
     }
-    let n = match (bands, t) {
-        (Dim::Static(p), Dim::Static(q)) => {
-            Dim::Static(p.checked_mul(*q).ok_or_else(|| format!("bands [{b}]: {p} x {q} columns overflow u64"))?)
-        }
-        _ => Dim::Dynamic,
-    };
-    Ok(Shape(a.0[..a.rank() - 1].iter().copied().chain([n]).collect()))
+    let dynamic = lead.iter().filter(|d| **d == Dim::Dynamic).count();
+    let ones_after = lead.iter().skip_while(|d| **d != Dim::Dynamic).skip(1).all(|d| *d == Dim::Static(1));
+    if dynamic > 1 || !ones_after {
+        return Err(format!(
+            "[{a}] x bands [{b}]: the rows are read as one dimension and back, so they hold at most one `?` and no \
+             dim after it but 1s (reshape [{a}] so that the `?` comes last among the rows)"
+        ));
+    }
+    let n = bands.checked_mul(*t).ok_or_else(|| format!("bands [{b}]: {bands} x {t} columns overflow u64"))?;
+    Ok(Shape(lead.iter().copied().chain([Dim::Static(n)]).collect()))
 }
 
 /// The result shape of `a @ b`: `[.., K] x [K, N]` (a `?` K of `a` matches any K), the equal-rank batched
@@ -1220,6 +1226,16 @@ mod tests {
         assert!(banded_matmul(&s(&[8, 4]), &gated_w).unwrap_err().contains("differ"));
         assert!(banded_matmul(&s(&[8, 4]), &s(&[4, 6])).unwrap_err().contains("[N / T, K, T]"));
         assert!(banded_matmul(&s(&[]), &s(&[3, 4, 2])).unwrap_err().contains("[N / T, K, T]"));
+        // Bands of a `?` count, and rows the product cannot read as one and back.
+        let open_bands = Shape(vec![Dim::Dynamic, Dim::Static(4), Dim::Static(2)]);
+        assert!(banded_matmul(&s(&[8, 4]), &open_bands).unwrap_err().contains("static"));
+        let split = Shape(vec![Dim::Dynamic, Dim::Static(2), Dim::Static(4)]);
+        assert!(banded_matmul(&split, &s(&[3, 4, 2])).unwrap_err().contains("no dim after it but 1s"));
+        let two = Shape(vec![Dim::Dynamic, Dim::Dynamic, Dim::Static(4)]);
+        assert!(banded_matmul(&two, &s(&[3, 4, 2])).unwrap_err().contains("at most one `?`"));
+        let hf = Shape(vec![Dim::Static(2), Dim::Dynamic, Dim::Static(1), Dim::Static(4)]);
+        let want = Shape(vec![Dim::Static(2), Dim::Dynamic, Dim::Static(1), Dim::Static(6)]);
+        assert_eq!(banded_matmul(&hf, &s(&[3, 4, 2])), Ok(want));
         let f = DType::F32;
         let banded = [("banded", Attr::Bool(true))];
         assert!(check(OpKind::Matmul, &banded, &[(&[8, 4], f), (&[3, 4, 2], f)], (&[8, 6], f)).is_ok());

@@ -12,10 +12,10 @@
 //!   grow with the rows): the whole weight dequantized for that use alone, from planes passed through an
 //!   [`OpKind::After`] barrier with `x`, so that IREE computes it just before the product, not with every other
 //!   weight's at the call's start; written in row bands of 32 (`[N / 32, K, 32]`, a `banded` matmul) when `x`'s
-//!   rows merge into one `?` and the rows dequantized at a time are a multiple of 32; for Q8_0 and 4-bit codes (Q4_0, Q4_1, Q4_K; their rows a multiple of 64) also
-//!   the per-block product of `x` padded to `FEW_ROWS` rows, each form reading its planes through an
-//!   [`OpKind::GateRows`] that gives the one not wanted for `x`'s actual rows nothing to do, 4-bit planes in groups
-//!   of 64 rows (`dynamic_linear_use`);
+//!   rows merge into one `?` and the rows dequantized at a time are a multiple of 32; for Q8_0 and 4-bit codes
+//!   (Q4_0, Q4_1, Q4_K; their rows a multiple of 64) also the per-block product of `x` padded to `FEW_ROWS` rows,
+//!   each form reading its planes through an [`OpKind::GateRows`] that gives the one not wanted for `x`'s actual
+//!   rows nothing to do, 4-bit planes in groups of 64 rows (`dynamic_linear_use`);
 //! - any other use (including `W` or `transpose(W)` as a graph output): the whole weight dequantized from its
 //!   planes in the program, once.
 //!
@@ -292,24 +292,17 @@ impl Planes {
         let (first, len) = rows;
         let (all, dims) = ([self.kb, self.b, self.np], [self.kb, self.b, len]);
         let bands = bands && len % BAND_COLUMNS == 0;
+        let (kb, bs, np) = (self.kb, self.b, self.np);
+        // The block extent of every value after the gate: `?` when gated.
+        let kb_dim = if gate.is_some() { Dim::Dynamic } else { Dim::Static(kb) };
         let ordered = |b: &mut Builder<'_>, plane: TensorId, suffix: &str| {
             let dtype = b.specs[plane.index()].dtype;
             let p = b.op(OpKind::After, Attrs::new(), &[plane, wait], format!("{label}.{suffix}"), &all, dtype);
-            let p = if len == all[2] {
-                p
-            } else {
-                let at = slice_range(&[0, 0, first], &dims);
-                b.op(OpKind::Slice, at, &[p], format!("{label}.{suffix}_rows"), &dims, dtype)
-            };
-            let p = match gate {
-                Some(x) => gated(b, p, x, false, 0, format!("{label}.{suffix}_g")),
-                None => p,
-            };
-            if bands { in_bands(b, p, len, format!("{label}.{suffix}_bands")) } else { p }
+            let p = ordered_part(b, p, (label, suffix), (kb, bs, np), rows, gate);
+            if bands { in_bands(b, p, [kb_dim, Dim::Static(bs)], len, format!("{label}.{suffix}_bands")) } else { p }
         };
         let shape = if bands {
-            let (kb, t) = (if gate.is_some() { Dim::Dynamic } else { Dim::Static(self.kb) }, Dim::Static(BAND_COLUMNS));
-            Shape(vec![Dim::Static(len / BAND_COLUMNS), kb, Dim::Static(self.b), t])
+            Shape(vec![Dim::Static(len / BAND_COLUMNS), kb_dim, Dim::Static(bs), Dim::Static(BAND_COLUMNS)])
         } else {
             blocks_shape(&dims, gate.is_some())
         };
@@ -330,10 +323,9 @@ impl Planes {
             self.scaled_t(b, codes, label, rows, gate, wt);
             return Dequantized::Transposed(wt);
         }
-        let (kb, np) = (self.kb, self.np);
         let part = |b: &mut Builder<'_>, t: TensorId, suffix: &str| {
-            let t = ordered_part(b, t, (label, suffix), (kb, np), rows, gate);
-            in_bands(b, t, len, format!("{label}.{suffix}_bands"))
+            let t = ordered_part(b, t, (label, suffix), (kb, 1, np), rows, gate);
+            in_bands(b, t, [kb_dim, Dim::Static(1)], len, format!("{label}.{suffix}_bands"))
         };
         let v = self.scaled(b, codes, label, &shape, part);
         let k = if gate.is_some() { Dim::Dynamic } else { Dim::Static(self.k) };
@@ -352,11 +344,11 @@ impl Planes {
         part: impl Fn(&mut Builder<'_>, TensorId, &str) -> TensorId,
     ) -> TensorId {
         let a = self.scale_3d(b);
-        let a = part(b, a, "a_rows");
+        let a = part(b, a, "a");
         let mut v =
             b.op_shaped(OpKind::Mul, Attrs::new(), &[codes, a], format!("{label}.wa"), shape.clone(), DType::F32);
         if let Some(c) = self.offset_3d(b) {
-            let c = part(b, c, "c_rows");
+            let c = part(b, c, "c");
             v = b.op_shaped(OpKind::Add, Attrs::new(), &[v, c], format!("{label}.wc"), shape.clone(), DType::F32);
         }
         v
@@ -377,8 +369,9 @@ impl Planes {
         let (first, len) = rows;
         let (kb, np) = (self.kb, self.np);
         let shape = blocks_shape(&[kb, self.b, len], gate.is_some());
-        let part =
-            |b: &mut Builder<'_>, t: TensorId, suffix: &str| ordered_part(b, t, (label, suffix), (kb, np), rows, gate);
+        let part = |b: &mut Builder<'_>, t: TensorId, suffix: &str| {
+            ordered_part(b, t, (label, suffix), (kb, 1, np), rows, gate)
+        };
         let v = self.scaled(b, codes, label, &shape, part);
         let real = len.min(self.n.saturating_sub(first));
         if real == len {
@@ -400,7 +393,11 @@ impl Planes {
     /// the planes are padded to and at most [`DEQUANTIZED_BYTES`] of f32 (one range when the whole weight is).
     fn row_chunks(&self) -> Vec<(u64, u64)> {
         let per = (DEQUANTIZED_BYTES / self.k.saturating_mul(4).max(1)).max(1);
-        let per = (per / self.row_multiple).max(1).saturating_mul(self.row_multiple);
+        // A multiple of the band width as well where a part holds that many rows, so that every part but the
+        // last is dequantized in row bands ([`Planes::dequantized_after`]).
+        let banded = lcm(self.row_multiple, BAND_COLUMNS);
+        let unit = if per >= banded { banded } else { self.row_multiple };
+        let per = (per / unit).max(1).saturating_mul(unit);
         let mut chunks = Vec::new();
         let mut first = 0;
         while first < self.n {
@@ -410,6 +407,15 @@ impl Planes {
         }
         chunks
     }
+}
+
+/// The least common multiple of two row counts (both at least 1), saturating.
+fn lcm(a: u64, b: u64) -> u64 {
+    let (mut x, mut y) = (a, b);
+    while y != 0 {
+        (x, y) = (y, x % y);
+    }
+    (a / x.max(1)).saturating_mul(b)
 }
 
 /// A part of a weight dequantized for one `?`-row product ([`Planes::dequantized_after`]).
@@ -425,21 +431,23 @@ enum Dequantized {
 /// whose contraction IREE 3.13 compiles well (docs/performance.md, "One contraction over the stored bands").
 const BAND_COLUMNS: u64 = 32;
 
-/// Plane `t` (`[Kb, 1, Np]`: `A` or `C`) as the rows `first .. first + len` a use reads (sliced unless that is all
-/// `np` of them), through a [`OpKind::GateRows`] on `gate`'s rows when there is one.
+/// Plane `t` (`[Kb, B, Np]`: codes, high bits, or `A` or `C` with `B` = 1) as the rows `first .. first + len` a
+/// use reads (sliced unless that is all `np` of them), through a [`OpKind::GateRows`] on `gate`'s rows (emptying its
+/// blocks) when there is one.
 fn ordered_part(
     b: &mut Builder<'_>,
     t: TensorId,
     (label, suffix): (&str, &str),
-    (kb, np): (u64, u64),
+    (kb, bs, np): (u64, u64, u64),
     (first, len): (u64, u64),
     gate: Option<TensorId>,
 ) -> TensorId {
+    let dtype = b.specs[t.index()].dtype;
     let t = if len == np {
         t
     } else {
-        let at = slice_range(&[0, 0, first], &[kb, 1, len]);
-        b.op(OpKind::Slice, at, &[t], format!("{label}.{suffix}"), &[kb, 1, len], DType::F32)
+        let at = slice_range(&[0, 0, first], &[kb, bs, len]);
+        b.op(OpKind::Slice, at, &[t], format!("{label}.{suffix}_rows"), &[kb, bs, len], dtype)
     };
     match gate {
         Some(x) => gated(b, t, x, false, 0, format!("{label}.{suffix}_g")),
@@ -447,11 +455,10 @@ fn ordered_part(
     }
 }
 
-/// `t [D0, D1, len]` (a plane's `len` rows last, a multiple of [`BAND_COLUMNS`]) in row bands of that many:
-/// `[len / T, D0, D1, T]`, a reshape and a transpose.
-fn in_bands(b: &mut Builder<'_>, t: TensorId, len: u64, name: String) -> TensorId {
-    let spec = &b.specs[t.index()];
-    let (lead, dtype) = (spec.shape.0[..2].to_vec(), spec.dtype);
+/// `t [D0, D1, len]` (a plane's `len` rows last, a multiple of [`BAND_COLUMNS`]; `lead` its `D0, D1`) in row bands
+/// of that many: `[len / T, D0, D1, T]`, a reshape and a transpose.
+fn in_bands(b: &mut Builder<'_>, t: TensorId, lead: [Dim; 2], len: u64, name: String) -> TensorId {
+    let dtype = b.specs[t.index()].dtype;
     let (bands, cols) = (Dim::Static(len / BAND_COLUMNS), Dim::Static(BAND_COLUMNS));
     let split = Shape(vec![lead[0], lead[1], bands, cols]);
     let split = b.op_shaped(OpKind::Reshape, Attrs::new(), &[t], format!("{name}4"), split, dtype);
@@ -779,6 +786,15 @@ fn blocks_shape(dims: &[u64], gated: bool) -> Shape {
     s
 }
 
+/// Whether the rows of `x [.., K]` (its dims before `K`) are read as one `[?]` and back: one `?` among them and
+/// no dim after it but 1s (`[?, K]`, HF's `[1, ?, K]`, `[2, ?, K]`, `[?, 1, K]`). A `[?, 2, K]` would need the `?`
+/// split, which the emitter refuses.
+fn one_row_dim(x: &Shape) -> bool {
+    let lead = &x.0[..x.rank().saturating_sub(1)];
+    lead.iter().filter(|d| **d == Dim::Dynamic).count() == 1
+        && lead.iter().skip_while(|d| **d != Dim::Dynamic).skip(1).all(|d| *d == Dim::Static(1))
+}
+
 /// `t` through a [`OpKind::GateRows`] on `x`'s rows along `axis`: whole when "at most [`FEW_ROWS`] rows" is `few`.
 fn gated(b: &mut Builder<'_>, t: TensorId, x: TensorId, few: bool, axis: u8, name: String) -> TensorId {
     let spec = &b.specs[t.index()];
@@ -809,12 +825,8 @@ const GROUP_COLUMNS: u64 = 64;
 /// dequantized weight's product alone.
 fn dynamic_linear_use(b: &mut Builder<'_>, pl: &mut Planes, m: &Op) {
     let (x, y) = (m.inputs[0], m.outputs[0]);
-    let x_shape = &b.specs[x.index()].shape;
-    // One `?` in `x`, and no dim between it and `K` but 1s: the padded product's `[8, N]` rows are placed into `y`
-    // viewed as `[?, N]`, which a `[?, 2, K]` `x` would need the `?` split for (the emitter refuses that).
-    let lead = &x_shape.0[..x_shape.rank().saturating_sub(1)];
-    let one_dynamic = lead.iter().filter(|d| **d == Dim::Dynamic).count() == 1
-        && lead.iter().skip_while(|d| **d != Dim::Dynamic).skip(1).all(|d| *d == Dim::Static(1));
+    // The padded product's `[8, N]` rows are placed into `y` viewed as `[?, N]`.
+    let one_dynamic = one_row_dim(&b.specs[x.index()].shape);
     let partials =
         pl.kb.checked_mul(u64::from(FEW_ROWS)).and_then(|v| v.checked_mul(pl.np)).and_then(|v| v.checked_mul(4));
     // Gating a sub-byte plane's rows (its packed axis) to a `?` extent makes IREE 3.13 emit masked loads it cannot
@@ -921,12 +933,8 @@ fn dequantized_product(b: &mut Builder<'_>, pl: &mut Planes, m: &Op, y: TensorId
         (Some(g), Some(last)) => (Some(g), gated(b, x, g, false, last, format!("{label}.xk"))),
         _ => (None, x),
     };
-    // Bands when `x`'s rows merge into one `?` and split back (`[?, K]`, HF's `[1, ?, K]`): the banded product
-    // reads `x` as `[M, K]`, and a `?` cannot be split back into `[?, 2]`.
-    let x_shape = &b.specs[x.index()].shape;
-    let lead = &x_shape.0[..x_shape.rank().saturating_sub(1)];
-    let bands = lead.iter().filter(|d| **d == Dim::Dynamic).count() == 1
-        && lead.iter().all(|d| matches!(d, Dim::Dynamic | Dim::Static(1)));
+    // Bands when `x`'s rows merge into one `?` and split back: the banded product reads `x` as `[M, K]`.
+    let bands = one_row_dim(&b.specs[x.index()].shape);
     let chunks = pl.row_chunks();
     let y_shape = b.specs[y.index()].shape.clone();
     let last = y_shape.rank().saturating_sub(1);
@@ -943,12 +951,8 @@ fn dequantized_product(b: &mut Builder<'_>, pl: &mut Planes, m: &Op, y: TensorId
             Dequantized::Bands(w) => {
                 let padded = f32_rows(b, format!("{name}.padded"), len);
                 b.op_into(OpKind::Matmul, banded(), &[xk, w], padded);
-                // The real rows of the last dim; every other dim whole (a `?` one to its end, limit -1).
-                let limit = y_shape.0.iter().enumerate().map(|(i, d)| match d {
-                    _ if i == last => as_i64(real),
-                    Dim::Static(v) => as_i64(*v),
-                    Dim::Dynamic => -1,
-                });
+                // The real rows of the last dim; every other dim whole (limit -1: to its end).
+                let limit = (0..y_shape.rank()).map(|i| if i == last { as_i64(real) } else { -1 });
                 let (mut at, limit) = (ints("start", vec![0; y_shape.rank()]), limit.collect());
                 at.insert("limit".into(), Attr::Ints(limit));
                 b.op_into(OpKind::Slice, at, &[padded], out)
