@@ -307,9 +307,10 @@ def test_a_linear_of_rows_with_a_dim_after_the_dynamic_one(fmt, tapeout, tmp_pat
 def test_a_linear_with_dynamic_rows_dequantizes_after_its_input(fmt, rows, tapeout, tmp_path):
     """A prefill's linear: `x [1, ?, K] @ Wᵀ` with a kept weight of 5 rows (its sub-byte planes padded to 64 rows),
     and of 16389 rows (an LM head past the 16 MiB of f32 dequantized at a time: two parts, the second part's rows
-    from 16384 on, padded). The weight is dequantized for that product from planes ordered after `x` (an
-    `optimization_barrier`: IREE then holds one f32 weight at a time, not every weight from the call's start),
-    each later part after the previous part's product; up to 8 rows the per-block product of the rows padded to 8
+    from 16384 on, padded). The weight is dequantized for that product just before it; a weight in parts reads
+    each part's planes after the previous part's product (the first after `x`: an `optimization_barrier`, without
+    which IREE computes every part at once), a weight in one part has no barrier (each costs IREE a submission;
+    docs/performance.md, "A prefill without a barrier per weight"); up to 8 rows the per-block product of the rows padded to 8
     is taken instead (`gate_rows` leaves the other form without work). The result equals `x @ dequantize(W)ᵀ` by
     PyPI gguf at 1, 6, 8 (the padded form), 9 and 13 rows (the dequantized one), from one compiled module."""
     cols = 256
@@ -329,13 +330,14 @@ def test_a_linear_with_dynamic_rows_dequantizes_after_its_input(fmt, rows, tapeo
     out = tmp_path / "out"
     run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", out, "--packed", "keep", "--inline-below", "0")
     text = (out / "lin.mlir").read_text()
-    # The codes plane enters the program through a barrier with the product's input (silu(x)), not directly.
     qs = re.search(r"(%v\d+) = util\.global\.load @w\.qs", text).group(1)
-    barrier = re.search(rf"(%v\d+):2 = stablehlo\.optimization_barrier {qs}, (%v\d+) ", text)
-    assert barrier, f"the codes are not ordered after the product's input:\n{text}"
-    assert re.search(rf"{barrier.group(2)} = stablehlo\.multiply %arg0, ", text), f"not after silu(x):\n{text}"
-    assert re.search(rf"(stablehlo\.(convert|slice|reshape)|tensor\.extract_slice) {barrier.group(1)}#0[ \[]", text), \
-        f"the codes bypass the barrier:\n{text}"
+    if rows > 16384:
+        # The first part's codes enter the program through a barrier with the product's input (silu(x)).
+        barrier = re.search(rf"(%v\d+):2 = stablehlo\.optimization_barrier {qs}, (%v\d+) ", text)
+        assert barrier, f"the codes are not ordered after the product's input:\n{text}"
+        assert re.search(rf"{barrier.group(2)} = stablehlo\.multiply %arg0, ", text), f"not after silu(x):\n{text}"
+        assert re.search(rf"(stablehlo\.(convert|slice|reshape)|tensor\.extract_slice) {barrier.group(1)}#0[ \[]",
+                         text), f"the codes bypass the barrier:\n{text}"
     # Both forms, each with its planes gated by the row count (the padded per-block one reads the codes directly:
     # it runs only for 8 rows or fewer, when the dequantization has no work): whole-byte codes (Q8_0) gated along
     # their rows, sub-byte codes in groups of 64 rows (`[Kb, B, Np / 64, 64]`: IREE cannot gate their packed axis
@@ -365,7 +367,7 @@ def test_a_linear_with_dynamic_rows_dequantizes_after_its_input(fmt, rows, tapeo
         assert waits.group(1) in ("stablehlo.dot_general", "linalg.generic"), text
         assert "stablehlo.concatenate" in text
     else:
-        assert len(barriers) == 1, barriers
+        assert "optimization_barrier" not in text, text
     # A part of plane rows in multiples of 32 is dequantized in row bands of 32 (the planes transposed to
     # [N / 32, Kb, B, 32] before the arithmetic) and contracted over them: IREE's f32 product over a [K, N] weight
     # whose rows are 4 KiB apart runs at half the speed (docs/performance.md).

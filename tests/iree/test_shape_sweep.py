@@ -199,13 +199,12 @@ def test_codes_in_row_bands_are_exact_at_every_row_count(fmt, cpu, tapeout, tmp_
         code = "i8" if fmt == "Q8_0" else "i4"
         stored = "x".join(map(str, want))
         assert f'"w{n}.qs"> : tensor<{stored}x{code}>' in text, n
-    # The static batches' products read the stored bands; the dynamic batch's dequantization waits for its input
-    # with the codes as stored (a barrier on the view would make IREE copy the codes transposed before it).
+    # The static batches' products read the stored bands; the dynamic batch's dequantization reads the codes
+    # through a view of them (no barrier: the weight is dequantized in one part).
     banded = sum(1 for n in BAND_ROWS if fmt == "Q4_0" or n % 32 == 0)
     assert text.count("affine_map<(b, m, p, t, k) -> (p, b, k, t)>") == 2 * banded, "not every static product reads bands"
     qs = re.search(r"(%v\d+) = util\.global\.load @w64\.qs ", text).group(1)
-    barrier = re.search(rf"(%v\d+):2 = stablehlo\.optimization_barrier {qs}, ", text)
-    assert barrier and re.search(rf"stablehlo\.transpose {barrier.group(1)}#0,", text), "the bands do not pass the barrier"
+    assert re.search(rf"stablehlo\.transpose {qs},", text), "the bands are not read through a view"
     feeds, want = feeds_and_oracle(k, dense, rng, rows=BAND_ROWS, uses=uses)
     count, wrong = run_sweep(tmp_path, out, "bands", feeds, want, cpu=cpu)
     assert count == len(BAND_ROWS) * len(BATCHES) * len(uses)

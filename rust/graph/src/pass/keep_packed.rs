@@ -9,9 +9,9 @@
 //! - `gather(W, ids)` (an embedding, `ids` of any shape, `?` dims included: a prefill's token ids): the codes,
 //!   `A` and `C` gathered by columns, scaled, reshaped to `[K, ids..]` and transposed to `[ids.., K]`;
 //! - `matmul(x, transpose(W))` with `?` dimensions in `x` (a prefill's rows, where the per-block partials would
-//!   grow with the rows): the whole weight dequantized for that use alone, from planes passed through an
-//!   [`OpKind::After`] barrier with `x`, so that IREE computes it just before the product, not with every other
-//!   weight's at the call's start; written in row bands of 32 (`[N / 32, K, 32]`, a `banded` matmul) when `x`'s
+//!   grow with the rows): the whole weight dequantized for that use alone, just before the product (a weight past
+//!   16 MiB of f32 in parts, each from planes passed through an [`OpKind::After`] barrier with the previous part's
+//!   product, so that IREE does not compute every part at once); written in row bands of 32 (`[N / 32, K, 32]`, a `banded` matmul) when `x`'s
 //!   rows merge into one `?` and the rows dequantized at a time are a multiple of 32; for Q8_0 and 4-bit codes
 //!   (Q4_0, Q4_1, Q4_K; their rows a multiple of 64) also the per-block product of `x` padded to `FEW_ROWS` rows,
 //!   each form reading its planes through an [`OpKind::GateRows`] that gives the one not wanted for `x`'s actual
@@ -270,9 +270,11 @@ impl Planes {
     }
 
     /// Rows `start .. start + len` of the planes (a multiple of the rows they are padded to) dequantized for one use
-    /// only, from planes read after `wait` is computed ([`OpKind::After`]). Its ops are not shared: IREE holds this
-    /// f32 copy from `wait` to its use, instead of from the call's start (where every such weight would be live at
-    /// once). With `gate` (`x`, the product's rows), every plane is read through a [`OpKind::GateRows`] that empties
+    /// only. Its ops are not shared, and they are written just before the product: IREE 3.13 then computes this f32
+    /// copy about when the product needs it. With `wait`, the planes are read after `wait` is computed
+    /// ([`OpKind::After`]): a weight dequantized in parts orders each part after the previous part's product, since
+    /// IREE computed every part at once otherwise (docs/performance.md, "A prefill without a barrier per weight").
+    /// With `gate` (`x`, the product's rows), every plane is read through a [`OpKind::GateRows`] that empties
     /// its blocks when `x` has at most [`FEW_ROWS`] rows (the per-block product is taken then): its `K` is `?`.
     ///
     /// With `bands`, when [`BAND_COLUMNS`] divides `len`, the part is written in row bands (every plane transposed to
@@ -283,7 +285,7 @@ impl Planes {
     fn dequantized_after(
         &mut self,
         b: &mut Builder<'_>,
-        wait: TensorId,
+        wait: Option<TensorId>,
         label: &str,
         rows: (u64, u64),
         gate: Option<TensorId>,
@@ -297,7 +299,10 @@ impl Planes {
         let kb_dim = if gate.is_some() { Dim::Dynamic } else { Dim::Static(kb) };
         let ordered = |b: &mut Builder<'_>, plane: TensorId, suffix: &str| {
             let dtype = b.specs[plane.index()].dtype;
-            let p = b.op(OpKind::After, Attrs::new(), &[plane, wait], format!("{label}.{suffix}"), &all, dtype);
+            let p = match wait {
+                Some(w) => b.op(OpKind::After, Attrs::new(), &[plane, w], format!("{label}.{suffix}"), &all, dtype),
+                None => plane,
+            };
             let p = ordered_part(b, p, (label, suffix), (kb, bs, np), rows, gate);
             if bands { in_bands(b, p, [kb_dim, Dim::Static(bs)], len, format!("{label}.{suffix}_bands")) } else { p }
         };
@@ -920,9 +925,9 @@ fn few_rows_product(b: &mut Builder<'_>, pl: &mut Planes, x: TensorId, label: &s
     out
 }
 
-/// `y = x @ Wᵀ` for `x` with `?` rows into `y`: the weight dequantized part by part ([`Planes::row_chunks`]), each
-/// part after the previous part's product (the first after `x`), and the parts' products concatenated along the
-/// last axis. With `gate` (`x`), the planes and `x`'s `K` are read through a [`OpKind::GateRows`] that empties
+/// `y = x @ Wᵀ` for `x` with `?` rows into `y`: the weight dequantized just before the product, or, past
+/// [`DEQUANTIZED_BYTES`], part by part ([`Planes::row_chunks`]), each part after the previous part's product (the
+/// first after `x`) and the parts' products concatenated along the last axis. With `gate` (`x`), the planes and `x`'s `K` are read through a [`OpKind::GateRows`] that empties
 /// them when `x` has at most [`FEW_ROWS`] rows: the product is then zeros, computed from nothing.
 fn dequantized_product(b: &mut Builder<'_>, pl: &mut Planes, m: &Op, y: TensorId, gate: Option<TensorId>) {
     let (x, n) = (m.inputs[0], pl.n);
@@ -960,7 +965,7 @@ fn dequantized_product(b: &mut Builder<'_>, pl: &mut Planes, m: &Op, y: TensorId
         }
     };
     if let [rows] = chunks.as_slice() {
-        let part = pl.dequantized_after(b, x, &label, *rows, gate, bands);
+        let part = pl.dequantized_after(b, None, &label, *rows, gate, bands);
         product(b, part, (rows.1, n), &label, y);
         return;
     }
@@ -968,7 +973,7 @@ fn dequantized_product(b: &mut Builder<'_>, pl: &mut Planes, m: &Op, y: TensorId
     for (i, &(first, len)) in chunks.iter().enumerate() {
         let real = len.min(n.saturating_sub(first));
         let name = format!("{label}.{i}");
-        let part = pl.dequantized_after(b, wait, &name, (first, len), gate, bands);
+        let part = pl.dequantized_after(b, Some(wait), &name, (first, len), gate, bands);
         let yi = f32_rows(b, name.clone(), real);
         wait = product(b, part, (len, real), &name, yi);
         parts.push(wait);
