@@ -310,9 +310,10 @@ def test_a_linear_with_dynamic_rows_dequantizes_after_its_input(fmt, rows, tapeo
     from 16384 on, padded). The weight is dequantized for that product just before it; a weight in parts reads
     each part's planes after the previous part's product (the first after `x`: an `optimization_barrier`, without
     which IREE computes every part at once), a weight in one part has no barrier (each costs IREE a submission;
-    docs/performance.md, "A prefill without a barrier per weight"); up to 8 rows the per-block product of the rows padded to 8
-    is taken instead (`gate_rows` leaves the other form without work). The result equals `x @ dequantize(W)ᵀ` by
-    PyPI gguf at 1, 6, 8 (the padded form), 9 and 13 rows (the dequantized one), from one compiled module."""
+    docs/performance.md, "A prefill without a barrier per weight"); up to 8 rows the per-block product of the rows
+    padded to 8 is taken instead (`gate_rows` leaves the other form without work). The result equals
+    `x @ dequantize(W)ᵀ` by PyPI gguf at 1, 6, 8 (the padded form), 9 and 13 rows (the dequantized one), from one
+    compiled module."""
     cols = 256
     rng = np.random.default_rng(37)
     path = tmp_path / "w.gguf"

@@ -11,11 +11,11 @@
 //! - `matmul(x, transpose(W))` with `?` dimensions in `x` (a prefill's rows, where the per-block partials would
 //!   grow with the rows): the whole weight dequantized for that use alone, just before the product (a weight past
 //!   16 MiB of f32 in parts, each from planes passed through an [`OpKind::After`] barrier with the previous part's
-//!   product, so that IREE does not compute every part at once); written in row bands of 32 (`[N / 32, K, 32]`, a `banded` matmul) when `x`'s
-//!   rows merge into one `?` and the rows dequantized at a time are a multiple of 32; for Q8_0 and 4-bit codes
-//!   (Q4_0, Q4_1, Q4_K; their rows a multiple of 64) also the per-block product of `x` padded to `FEW_ROWS` rows,
-//!   each form reading its planes through an [`OpKind::GateRows`] that gives the one not wanted for `x`'s actual
-//!   rows nothing to do, 4-bit planes in groups of 64 rows (`dynamic_linear_use`);
+//!   product, so that IREE does not compute every part at once); written in row bands of 32 (`[N / 32, K, 32]`, a
+//!   `banded` matmul) when `x`'s rows merge into one `?` and the rows dequantized at a time are a multiple of 32;
+//!   for Q8_0 and 4-bit codes (Q4_0, Q4_1, Q4_K; their rows a multiple of 64) also the per-block product of `x`
+//!   padded to `FEW_ROWS` rows, each form reading its planes through an [`OpKind::GateRows`] that gives the one
+//!   not wanted for `x`'s actual rows nothing to do, 4-bit planes in groups of 64 rows (`dynamic_linear_use`);
 //! - any other use (including `W` or `transpose(W)` as a graph output): the whole weight dequantized from its
 //!   planes in the program, once.
 //!
@@ -927,8 +927,9 @@ fn few_rows_product(b: &mut Builder<'_>, pl: &mut Planes, x: TensorId, label: &s
 
 /// `y = x @ Wᵀ` for `x` with `?` rows into `y`: the weight dequantized just before the product, or, past
 /// [`DEQUANTIZED_BYTES`], part by part ([`Planes::row_chunks`]), each part after the previous part's product (the
-/// first after `x`) and the parts' products concatenated along the last axis. With `gate` (`x`), the planes and `x`'s `K` are read through a [`OpKind::GateRows`] that empties
-/// them when `x` has at most [`FEW_ROWS`] rows: the product is then zeros, computed from nothing.
+/// first after `x`) and the parts' products concatenated along the last axis. With `gate` (`x`), the planes and
+/// `x`'s `K` are read through a [`OpKind::GateRows`] that empties them when `x` has at most [`FEW_ROWS`] rows: the
+/// product is then zeros, computed from nothing.
 fn dequantized_product(b: &mut Builder<'_>, pl: &mut Planes, m: &Op, y: TensorId, gate: Option<TensorId>) {
     let (x, n) = (m.inputs[0], pl.n);
     let label = b.specs[y.index()].name.clone();
