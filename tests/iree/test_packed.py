@@ -233,6 +233,22 @@ BANDED_PRODUCT = (r"linalg\.generic \{indexing_maps = \[affine_map<\(b, m, t, k\
 BANDS_OF_CODES = r"stablehlo\.transpose %v\d+, dims = \[2, 0, 1, 3\] : \(tensor<[?\d]+x\d+x\d+x32xi\d+>\)"
 
 
+def export_linear(tapeout, d, gguf, lead, rows, cols):
+    """Exports `y = x @ Wᵀ` for `x` of dims `lead` then `cols`, `W` the GGUF's tensor `t` (`rows` x `cols`) kept
+    packed, into `d / "out"`; returns that directory and the module text."""
+    g = {"name": "lin", "tensors": [
+        {"name": "x", "shape": [*lead, cols], "dtype": "f32"},
+        {"name": "w", "shape": [rows, cols], "dtype": "f32", "path": "w", "data": {"tensor": "t"}},
+        {"name": "wt", "shape": [cols, rows], "dtype": "f32"},
+        {"name": "y", "shape": [*lead, rows], "dtype": "f32"}],
+        "nodes": [{"op": "transpose", "inputs": ["w"], "outputs": ["wt"]},
+                  {"op": "matmul", "inputs": ["x", "wt"], "outputs": ["y"]}], "outputs": ["y"]}
+    (d / "g.json").write_text(json.dumps(g))
+    out = d / "out"
+    run(tapeout, "export", d / "g.json", "--weights", gguf, "-o", out, "--packed", "keep", "--inline-below", "0")
+    return out, (out / "lin.mlir").read_text()
+
+
 @pytest.mark.parametrize("fmt, parts", [("Q8_0", 1), ("Q4_0", 2)])
 def test_a_weight_dequantized_in_parts_is_cut_at_bands(fmt, parts, tapeout, tmp_path):
     """A 5500 x 768 weight is dequantized for `?` rows in two 16 MiB parts. Q8_0 planes hold rows at any count, yet
@@ -243,17 +259,7 @@ def test_a_weight_dequantized_in_parts_is_cut_at_bands(fmt, parts, tapeout, tmp_
     rng = np.random.default_rng(41)
     path = tmp_path / "w.gguf"
     dense = one_tensor_gguf(path, "t", fmt, rows, cols, rng)
-    g = {"name": "lin", "tensors": [
-        {"name": "x", "shape": ["?", cols], "dtype": "f32"},
-        {"name": "w", "shape": [rows, cols], "dtype": "f32", "path": "w", "data": {"tensor": "t"}},
-        {"name": "wt", "shape": [cols, rows], "dtype": "f32"},
-        {"name": "y", "shape": ["?", rows], "dtype": "f32"}],
-        "nodes": [{"op": "transpose", "inputs": ["w"], "outputs": ["wt"]},
-                  {"op": "matmul", "inputs": ["x", "wt"], "outputs": ["y"]}], "outputs": ["y"]}
-    (tmp_path / "g.json").write_text(json.dumps(g))
-    out = tmp_path / "out"
-    run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", out, "--packed", "keep", "--inline-below", "0")
-    text = (out / "lin.mlir").read_text()
+    out, text = export_linear(tapeout, tmp_path, path, ["?"], rows, cols)
     assert len(re.findall(r"stablehlo\.optimization_barrier %v\d+, ", text)) >= 2, "not dequantized in two parts"
     assert len(re.findall(BANDED_PRODUCT, text)) == parts, text
     assert len(re.findall(BANDS_OF_CODES, text)) == parts, text
@@ -279,17 +285,7 @@ def test_a_linear_of_rows_with_a_dim_after_the_dynamic_one(fmt, tapeout, tmp_pat
     for shape, sizes, few in ((["?", 2], [(1, 2), (3, 2), (5, 2)], False), ([2, "?"], [(2, 1), (2, 4), (2, 5)], True)):
         d = tmp_path / str(few)
         d.mkdir()
-        g = {"name": "lin", "tensors": [
-            {"name": "x", "shape": [*shape, cols], "dtype": "f32"},
-            {"name": "w", "shape": [rows, cols], "dtype": "f32", "data": {"tensor": "t"}},
-            {"name": "wt", "shape": [cols, rows], "dtype": "f32"},
-            {"name": "y", "shape": [*shape, rows], "dtype": "f32"}],
-            "nodes": [{"op": "transpose", "inputs": ["w"], "outputs": ["wt"]},
-                      {"op": "matmul", "inputs": ["x", "wt"], "outputs": ["y"]}], "outputs": ["y"]}
-        (d / "g.json").write_text(json.dumps(g))
-        out = d / "out"
-        run(tapeout, "export", d / "g.json", "--weights", path, "-o", out, "--packed", "keep", "--inline-below", "0")
-        text = (out / "lin.mlir").read_text()
+        out, text = export_linear(tapeout, d, path, shape, rows, cols)
         assert ("arith.cmpi ule" in text) == few, (shape, text)
         # The dequantized weight's product in row bands reads the rows as one `?` and back: `[2, ?]` only.
         assert bool(re.search(BANDED_PRODUCT, text)) == few, (shape, text)

@@ -282,7 +282,7 @@ impl Planes {
     /// for a `banded` matmul: IREE 3.13's f32 product over a `[K, N]` weight whose rows are 4 KiB apart (`N` =
     /// 1024) runs at half the speed of the same product over bands (docs/performance.md, "A prefill's dequantized
     /// weight in row bands"). Otherwise `Wᵀ [K, rows]` (padding rows sliced off).
-    fn dequantized_after(
+    fn dequantized_part(
         &mut self,
         b: &mut Builder<'_>,
         wait: Option<TensorId>,
@@ -297,13 +297,13 @@ impl Planes {
         let (kb, bs, np) = (self.kb, self.b, self.np);
         // The block extent of every value after the gate: `?` when gated.
         let kb_dim = if gate.is_some() { Dim::Dynamic } else { Dim::Static(kb) };
-        let ordered = |b: &mut Builder<'_>, plane: TensorId, suffix: &str| {
+        let rows_of = |b: &mut Builder<'_>, plane: TensorId, suffix: &str| {
             let dtype = b.specs[plane.index()].dtype;
             let p = match wait {
                 Some(w) => b.op(OpKind::After, Attrs::new(), &[plane, w], format!("{label}.{suffix}"), &all, dtype),
                 None => plane,
             };
-            let p = ordered_part(b, p, (label, suffix), (kb, bs, np), rows, gate);
+            let p = plane_rows(b, p, (label, suffix), (kb, bs, np), rows, gate);
             if bands { in_bands(b, p, [kb_dim, Dim::Static(bs)], len, format!("{label}.{suffix}_bands")) } else { p }
         };
         let shape = if bands {
@@ -311,13 +311,13 @@ impl Planes {
         } else {
             blocks_shape(&dims, gate.is_some())
         };
-        let q = ordered(b, self.quants, "qs");
+        let q = rows_of(b, self.quants, "qs");
         let f32_op = |b: &mut Builder<'_>, op: OpKind, ins: &[TensorId], name: String| {
             b.op_shaped(op, Attrs::new(), ins, name, shape.clone(), DType::F32)
         };
         let mut codes = f32_op(b, OpKind::Convert, &[q], format!("{label}.qs_f32"));
         if let Some((h, sixteen)) = self.high {
-            let hq = ordered(b, h, "qh");
+            let hq = rows_of(b, h, "qh");
             let hf = f32_op(b, OpKind::Convert, &[hq], format!("{label}.qh_f32"));
             let h16 = f32_op(b, OpKind::Mul, &[hf, sixteen], format!("{label}.qh16"));
             codes = f32_op(b, OpKind::Add, &[codes, h16], format!("{label}.codes"));
@@ -329,7 +329,7 @@ impl Planes {
             return Dequantized::Transposed(wt);
         }
         let part = |b: &mut Builder<'_>, t: TensorId, suffix: &str| {
-            let t = ordered_part(b, t, (label, suffix), (kb, 1, np), rows, gate);
+            let t = plane_rows(b, t, (label, suffix), (kb, 1, np), rows, gate);
             in_bands(b, t, [kb_dim, Dim::Static(1)], len, format!("{label}.{suffix}_bands"))
         };
         let v = self.scaled(b, codes, label, &shape, part);
@@ -361,7 +361,7 @@ impl Planes {
 
     /// `Wᵀ [K, real rows]` into `out` from the codes of plane rows `start .. start + len` as f32 `[Kb, B, len]`:
     /// scaled, offset, reshaped, and the padding rows among them sliced off. With `gate`, the codes are `[Kb or
-    /// 0, B, len]` ([`Planes::dequantized_after`]) and `A` and `C` are gated alike.
+    /// 0, B, len]` ([`Planes::dequantized_part`]) and `A` and `C` are gated alike.
     fn scaled_t(
         &mut self,
         b: &mut Builder<'_>,
@@ -374,9 +374,8 @@ impl Planes {
         let (first, len) = rows;
         let (kb, np) = (self.kb, self.np);
         let shape = blocks_shape(&[kb, self.b, len], gate.is_some());
-        let part = |b: &mut Builder<'_>, t: TensorId, suffix: &str| {
-            ordered_part(b, t, (label, suffix), (kb, 1, np), rows, gate)
-        };
+        let part =
+            |b: &mut Builder<'_>, t: TensorId, suffix: &str| plane_rows(b, t, (label, suffix), (kb, 1, np), rows, gate);
         let v = self.scaled(b, codes, label, &shape, part);
         let real = len.min(self.n.saturating_sub(first));
         if real == len {
@@ -399,7 +398,7 @@ impl Planes {
     fn row_chunks(&self) -> Vec<(u64, u64)> {
         let per = (DEQUANTIZED_BYTES / self.k.saturating_mul(4).max(1)).max(1);
         // A multiple of the band width as well where a part holds that many rows, so that every part but the
-        // last is dequantized in row bands ([`Planes::dequantized_after`]).
+        // last is dequantized in row bands ([`Planes::dequantized_part`]).
         let banded = lcm(self.row_multiple, BAND_COLUMNS);
         let unit = if per >= banded { banded } else { self.row_multiple };
         let per = (per / unit).max(1).saturating_mul(unit);
@@ -423,7 +422,7 @@ fn lcm(a: u64, b: u64) -> u64 {
     (a / x.max(1)).saturating_mul(b)
 }
 
-/// A part of a weight dequantized for one `?`-row product ([`Planes::dequantized_after`]).
+/// A part of a weight dequantized for one `?`-row product ([`Planes::dequantized_part`]).
 enum Dequantized {
     /// `Wᵀ [K, rows]`, padding rows sliced off: a plain `matmul` reads it.
     Transposed(TensorId),
@@ -439,7 +438,7 @@ const BAND_COLUMNS: u64 = 32;
 /// Plane `t` (`[Kb, B, Np]`: codes, high bits, or `A` or `C` with `B` = 1) as the rows `first .. first + len` a
 /// use reads (sliced unless that is all `np` of them), through a [`OpKind::GateRows`] on `gate`'s rows (emptying its
 /// blocks) when there is one.
-fn ordered_part(
+fn plane_rows(
     b: &mut Builder<'_>,
     t: TensorId,
     (label, suffix): (&str, &str),
@@ -893,13 +892,7 @@ fn few_rows_product(b: &mut Builder<'_>, pl: &mut Planes, x: TensorId, label: &s
         b.op_shaped(op, attrs, ins, name, cols(d), DType::F32)
     };
     // A product over grouped planes has its right side's columns in two dims (`matmul`'s `grouped`).
-    let grouped_attrs = || {
-        let mut a = Attrs::new();
-        if group.is_some() {
-            a.insert("grouped".into(), Attr::Bool(true));
-        }
-        a
-    };
+    let grouped_attrs = || if group.is_some() { flag("grouped") } else { Attrs::new() };
     let products = |b: &mut Builder<'_>, plane: TensorId, suffix: &str| {
         let g = gate_plane(b, plane, 2, format!("{label}.{suffix}{r}"));
         let f = f32_op(b, OpKind::Convert, Attrs::new(), &[g], format!("{label}.{suffix}{r}_f32"), &[kb, bs, 1]);
@@ -953,10 +946,10 @@ fn dequantized_product(b: &mut Builder<'_>, pl: &mut Planes, m: &Op, y: TensorId
     let product = |b: &mut Builder<'_>, part: Dequantized, (len, real): (u64, u64), name: &str, out: TensorId| {
         match part {
             Dequantized::Transposed(wt) => b.op_into(OpKind::Matmul, m.attrs.clone(), &[xk, wt], out),
-            Dequantized::Bands(w) if real == len => b.op_into(OpKind::Matmul, banded(), &[xk, w], out),
+            Dequantized::Bands(w) if real == len => b.op_into(OpKind::Matmul, flag("banded"), &[xk, w], out),
             Dequantized::Bands(w) => {
                 let padded = f32_rows(b, format!("{name}.padded"), len);
-                b.op_into(OpKind::Matmul, banded(), &[xk, w], padded);
+                b.op_into(OpKind::Matmul, flag("banded"), &[xk, w], padded);
                 // The real rows of the last dim; every other dim whole (limit -1: to its end).
                 let limit = (0..y_shape.rank()).map(|i| if i == last { as_i64(real) } else { -1 });
                 let (mut at, limit) = (ints("start", vec![0; y_shape.rank()]), limit.collect());
@@ -966,7 +959,7 @@ fn dequantized_product(b: &mut Builder<'_>, pl: &mut Planes, m: &Op, y: TensorId
         }
     };
     if let [rows] = chunks.as_slice() {
-        let part = pl.dequantized_after(b, None, &label, *rows, gate, bands);
+        let part = pl.dequantized_part(b, None, &label, *rows, gate, bands);
         product(b, part, (rows.1, n), &label, y);
         return;
     }
@@ -974,7 +967,7 @@ fn dequantized_product(b: &mut Builder<'_>, pl: &mut Planes, m: &Op, y: TensorId
     for (i, &(first, len)) in chunks.iter().enumerate() {
         let real = len.min(n.saturating_sub(first));
         let name = format!("{label}.{i}");
-        let part = pl.dequantized_after(b, Some(wait), &name, (first, len), gate, bands);
+        let part = pl.dequantized_part(b, Some(wait), &name, (first, len), gate, bands);
         let yi = f32_rows(b, name.clone(), real);
         wait = product(b, part, (len, real), &name, yi);
         parts.push(wait);
@@ -984,10 +977,10 @@ fn dequantized_product(b: &mut Builder<'_>, pl: &mut Planes, m: &Op, y: TensorId
     b.op_into(OpKind::Concat, axis(-1), &parts, y);
 }
 
-/// The attributes of a `matmul` of rows with a weight in row bands ([`OpKind::Matmul`]'s `banded`).
-fn banded() -> Attrs {
+/// A node's one boolean attribute `name`, set (`matmul`'s `grouped` or `banded`, [`OpKind::Matmul`]).
+fn flag(name: &str) -> Attrs {
     let mut a = Attrs::new();
-    a.insert("banded".into(), Attr::Bool(true));
+    a.insert(name.into(), Attr::Bool(true));
     a
 }
 
