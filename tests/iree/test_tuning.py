@@ -1,5 +1,5 @@
-"""The CPU tuning spec tapeout writes beside a module with Q8_0 / Q4_0 weights kept packed or bf16 / f16 weights in
-row bands (`iree-compile --iree-codegen-tuning-spec-path=<name>.tuning.mlir`: one-row per-block products a whole block
+"""The CPU tuning spec tapeout writes beside a module with weights kept packed in 32-value blocks (Q8_0, Q4_0, Q4_1,
+Q4_K, Q5_0, Q5_1, Q5_K) or bf16 / f16 weights in row bands (`iree-compile --iree-codegen-tuning-spec-path=<name>.tuning.mlir`: one-row per-block products a whole block
 at a time, one-row band products four bands at a time, docs/performance.md). Tiling must never change what is
 computed: every result is checked against numpy's float64 product of the stored values, at band counts that do not
 divide by two (3, 5, 11 bands), reduction lengths that leave a tail (7, 161), one row, three rows and `?` rows (run
@@ -168,10 +168,15 @@ def q8_gguf(tmp_path, fmt, shapes, rng):
 
 
 def test_no_spec_for_weights_it_does_not_tune_and_a_stale_one_is_removed(tapeout, tmp_path):
-    """Only Q8_0 / Q4_0 codes kept packed and bf16 / f16 bands get a spec; re-exporting a module that had one over
-    the same directory with f32 bands (no spec) removes it, so a compile that looks for `<name>.tuning.mlir` never finds
-    another module's."""
+    """Only codes kept packed in 32-value blocks and bf16 / f16 bands get a spec (not Q6_K's 16-value sub-blocks: the
+    block matchers want 32); re-exporting a module that had one over the same directory with f32 bands (no spec)
+    removes it, so a compile that looks for `<name>.tuning.mlir` never finds another module's."""
     out = tmp_path / "out"
+    path, dense = q8_gguf(tmp_path, "Q6_K", [(64, 256)], np.random.default_rng(2))
+    linear_graph(tmp_path, {(64, 256): "f32"}, dense, np.random.default_rng(5))
+    printed = run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", out, "--packed", "keep",
+                  "--inline-below", "0").stdout
+    assert not (out / "bands.tuning.mlir").exists() and "tuning-spec-path" not in printed, printed
     shapes = [(33, 64)]
     path, dense = q8_gguf(tmp_path, "Q8_0", shapes, np.random.default_rng(3))
     linear_graph(tmp_path, {shape: "f32" for shape in shapes}, dense, np.random.default_rng(4))
@@ -191,20 +196,23 @@ PRODUCTS = [(r"batch_matmul_(\d+)x(\d+)x(\d+)x32", lambda m: (m[2], int(m[3]), i
             (r"matmul_like_(\d+)x3x(\d+)x32x32", lambda m: ("3", 32 * int(m[2]), int(m[1])), True)]
 
 
-@pytest.mark.parametrize("layout", ["block-rows", "row-bands"])
-@pytest.mark.parametrize("fmt", ["Q8_0", "Q4_0"])
+@pytest.mark.parametrize("fmt, layout", [("Q8_0", "block-rows"), ("Q8_0", "row-bands"), ("Q4_0", "block-rows"),
+                                         ("Q4_0", "row-bands"), ("Q4_1", "block-rows"), ("Q4_K", "block-rows"),
+                                         ("Q5_K", "block-rows")])
 def test_the_tuning_spec_tiles_one_row_per_block_products_of_kept_codes_and_keeps_every_value(fmt, layout, tapeout,
                                                                                               tmp_path):
-    """Q8_0 and Q4_0 weights kept packed are contracted per 32-value block over `[Kb, 32, N]` codes, or with
-    `--packed-codes row-bands` over codes in row bands of 32 where the rows (Q4_0's padded to 64) are a multiple of
-    32; the spec gives one-row products
+    """Weights kept packed in 32-value blocks are contracted per block over `[Kb, 32, N]` codes (5-bit formats their
+    low 4 bits, the high bits in a second product), or, Q8_0 and Q4_0, with `--packed-codes row-bands` over codes in
+    row bands of 32 where the rows (4-bit planes padded to 64) are a multiple of 32; the spec gives one-row products
     over bands a workgroup per band and over `[Kb, 32, N]` codes a workgroup per block row (all N columns), the
     whole block as the reduction tile. Rows of 5, 33, 64, 300, 320 and 500 (Q8_0: bands at 64 and 320, a partial
-    vector tile at the rest; Q4_0 planes of 64, 64, 64, 320, 320 and 512, all in bands: 320 once needed masked i4
-    loads IREE 3.13 cannot compile), 2 and 3 blocks, one row (tuned) and three (not): every result against PyPI
-    gguf's dequantized weights in float64, with the spec and without it, for this CPU and a generic one."""
+    vector tile at the rest; 4-bit planes of 64, 64, 64, 320, 320 and 512, all in bands: 320 once needed masked i4
+    loads IREE 3.13 cannot compile), 2 and 3 blocks (K-quants 8 and 16), one row (tuned) and three (not): every
+    result against PyPI gguf's dequantized weights in float64, with the spec and without it, for this CPU and a
+    generic one."""
     rng = np.random.default_rng(7 + len(fmt))
-    shapes = [(n, k) for n in (5, 33, 64, 300, 320, 500) for k in (64, 96)]
+    ks = (256, 512) if fmt.endswith("_K") else (64, 96)
+    shapes = [(n, k) for n in (5, 33, 64, 300, 320, 500) for k in ks]
     path, dense = q8_gguf(tmp_path, fmt, shapes, rng)
     feeds, want = linear_graph(tmp_path, {shape: "f32" for shape in shapes}, dense, rng)
     out = tmp_path / "out"
@@ -212,7 +220,7 @@ def test_the_tuning_spec_tiles_one_row_per_block_products_of_kept_codes_and_keep
                   "--inline-below", "0", "--packed-codes", layout).stdout
     spec = out / "bands.tuning.mlir"
     assert spec.is_file() and "tuning-spec-path" in printed, printed
-    bands = layout == "row-bands"
+    bands = layout == "row-bands" and fmt in ("Q8_0", "Q4_0")
     codes = {n for n, _ in shapes} if fmt == "Q8_0" else {-(-n // 64) * 64 for n, _ in shapes}
 
     def block_tiles(name):
@@ -249,15 +257,16 @@ FEW_ROWS_TILES = ("distribution = [1, 8, 4, 64, 0], vector_common_parallel = [1,
                   "vector_reduction = [0, 0, 0, 0, 4]")
 
 
-def test_the_tuning_spec_tiles_a_prefills_few_rows_over_4_bit_codes_on_every_cpu(tapeout, tmp_path):
-    """A `?`-row linear of a Q4_0 weight kept packed takes, up to 8 rows, the per-block product of its rows padded to
-    8 over codes gated in groups of 64 (`[Kb, 32, ?, 64]`); the spec gives that product the 8 rows at once in vector
-    tiles small enough for a CPU with 16-byte vectors (it once made 16 KiB ones only AVX-512 took). Compiled for this
-    CPU and a generic one with the spec, the tiles in exactly one dispatch per weight, every result against PyPI
-    gguf's dequantized weights in float64 at 1, 5, 8 (that product), 9 and 16 rows (the dequantized weight's)."""
+@pytest.mark.parametrize("fmt", ["Q4_0", "Q4_1", "Q4_K"])
+def test_the_tuning_spec_tiles_a_prefills_few_rows_over_4_bit_codes_on_every_cpu(fmt, tapeout, tmp_path):
+    """A `?`-row linear of a 4-bit weight kept packed takes, up to 8 rows, the per-block product of its rows padded
+    to 8 over codes gated in groups of 64 (`[Kb, 32, ?, 64]`); the spec gives that product the 8 rows at once in
+    vector tiles small enough for a CPU with 16-byte vectors (it once made 16 KiB ones only AVX-512 took). Compiled
+    for this CPU and a generic one with the spec, the tiles in exactly one dispatch per weight, every result against
+    PyPI gguf's dequantized weights in float64 at 1, 5, 8 (that product), 9 and 16 rows (the dequantized weight's)."""
     rng = np.random.default_rng(11)
-    shapes = [(64, 256), (320, 64)]
-    path, dense = q8_gguf(tmp_path, "Q4_0", shapes, rng)
+    shapes = [(64, 256), (320, 512 if fmt == "Q4_K" else 64)]
+    path, dense = q8_gguf(tmp_path, fmt, shapes, rng)
     linear_graph(tmp_path, {shape: "f32" for shape in shapes}, dense, rng, rows_set=("?",))
     out = tmp_path / "out"
     run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", out, "--packed", "keep", "--inline-below", "0")

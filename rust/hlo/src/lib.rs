@@ -10,7 +10,7 @@
 //! quoted and escaped so it stays valid MLIR. [`emit_pipelined`] writes the text on a second thread while
 //! the constants are converted. A linear's weight stored in row bands is contracted as stored by one
 //! `linalg.generic` (no form of StableHLO's `dot_general` reads it without a broadcast or a copy in IREE 3.13).
-//! [`cpu_tuning_spec`] is the `iree-compile` tuning spec for the module's one-row products over Q8_0 / Q4_0 codes
+//! [`cpu_tuning_spec`] is the `iree-compile` tuning spec for the module's one-row products over kept codes
 //! and bf16 / f16 row bands on CPUs. This crate writes text only: archives are the pipeline's (`tapeout`).
 #![deny(missing_docs)]
 

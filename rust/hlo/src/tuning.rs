@@ -1,5 +1,6 @@
-//! A tuning spec for IREE's CPU backend: how the emitter's one-row products over weights kept packed (Q8_0 and
-//! Q4_0 codes), a prefill's few rows over 4-bit codes and one row over bf16 or f16 weights in row bands are tiled.
+//! A tuning spec for IREE's CPU backend: how the emitter's one-row products over weights kept packed (codes in
+//! 32-value blocks: Q8_0, the 4-bit formats and the low bits of the 5-bit ones), a prefill's few rows over 4-bit
+//! codes and one row over bf16 or f16 weights in row bands are tiled.
 //!
 //! - A Q8_0 or Q4_0 weight kept packed with its codes in row bands of 32 (`--packed-codes row-bands`:
 //!   `[N / 32, Kb, 32, 32]`) is contracted per 32-value block by one `linalg.generic` over the stored bands. For one
@@ -20,6 +21,9 @@
 //!   rows (padded to 64) 256 does not divide needed masked `i4` loads IREE 3.13 cannot compile; the 32-column vector
 //!   tiles divide every `i4` plane (`SUB_BYTE_ROWS`). A product has `K / 32` workgroups (32 for a 1024-wide input),
 //!   measured with 2 threads only: a CPU with more cores than blocks leaves the rest idle in it.
+//!   Q4_1, Q4_K and the low 4 bits of Q5_0, Q5_1 and Q5_K (contracted the same way, their high bits in a second
+//!   product the spec does not match) take the same tiles: whole GGUFs of the same model 1.1x faster per decode
+//!   step on an AVX2 Xeon (session 27).
 //! - A bf16 or f16 weight in row bands (`[B, K, T]`) is contracted by one `linalg.generic` over the stored bands.
 //!   For one row IREE gives each workgroup 8 bands, in vector tiles of 8 bands × 32 columns with a reduction tile
 //!   of 16; the spec keeps the workgroup and takes vector tiles of 4 bands with a reduction tile of 8: a decode step
@@ -32,9 +36,8 @@
 //!   (`keep_packed`'s few-rows form: rows `[8, Kb, 32]`, codes `[Kb, 32, ?, 64]`). IREE 3.13 gives it vector tiles
 //!   of one row, converting every code once per row; the spec takes the 8 rows at once, as IREE does for the static
 //!   product, over 4 groups per workgroup: one 1024 -> 2816 Q4_0 linear at 1-8 rows 0.44-0.49 ms against 1.1-1.6
-//!   with IREE's tiles and 1.6-2.5 for the dequantized weight's product (docs/performance.md, session 25). The
-//!   spec is written for a module holding Q8_0 or Q4_0 codes ([`is_tuned`]): Q4_1 and Q4_K weights take these tiles
-//!   only beside such a weight.
+//!   with IREE's tiles and 1.6-2.5 for the dequantized weight's product (docs/performance.md, session 25); whole
+//!   Q4_1 and Q4_K_M GGUFs' prefills of 8 tokens 1.6-1.85x faster with it (session 27).
 //!
 //! Every vector tile is at most 4 KiB: IREE 3.13 refuses vectors larger than 512 native vectors, 8 KiB on a
 //! 16-byte-vector CPU (`generic` x86-64, Arm NEON), and a spec is written per export, not per CPU. It changes tiling
@@ -43,17 +46,28 @@
 
 use tapeout_graph::{ConstantData, DType, Encoding, Plane};
 
-/// Whether a product over the constant `data` is tiled by [`cpu_tuning_spec`]: the codes of a Q8_0 or Q4_0 weight
-/// kept packed, or a bf16 or f16 weight stored in row bands a multiple of 32 wide (the band matchers'; a weight of
-/// fewer rows is banded by 16 or 8). The spec's `i4` matcher cannot tell Q4_0's codes from those of other formats
-/// with `i4` codes in 32-value blocks (Q4_1, Q5_0, Q5_1, Q4_K, Q5_K): their one-row products (and Q4_1's and Q4_K's
-/// few-row ones) take the same tiles when a spec is written for another weight (unmeasured; the values are the same).
+/// Whether a product over the constant `data` is tiled by [`cpu_tuning_spec`]: the codes of a weight kept packed
+/// in 32-value blocks (Q8_0's `i8`; Q4_0, Q4_1, Q4_K and the low 4 bits of Q5_0, Q5_1 and Q5_K, all `i4`), or a
+/// bf16 or f16 weight stored in row bands a multiple of 32 wide (the band matchers'; a weight of fewer rows is
+/// banded by 16 or 8). Not Q6_K's codes: its 16-value sub-blocks are not the block matchers' 32, so a module whose
+/// only kept weights are Q6_K gets no spec (its products would be IREE's either way).
+///
+/// Measured on whole GGUFs of one 156M Llama made by llama.cpp's quantizer (docs/performance.md, session 27): a
+/// decode step with the spec 1.1x faster for Q4_1, Q4_K_M, Q5_0 and Q5_K_M, a prefill of 8 tokens 1.6-1.85x for
+/// Q4_1 and Q4_K_M (the few-rows matcher; 5-bit codes do not take that form), longer prefills even.
 #[must_use]
 pub fn is_tuned(data: &ConstantData<'_>) -> bool {
     match data {
-        ConstantData::Plane { encoding, plane: Plane::Quants, .. } => {
-            matches!(encoding, Encoding::Q8_0 | Encoding::Q4_0)
-        }
+        ConstantData::Plane { encoding, plane: Plane::Quants, .. } => matches!(
+            encoding,
+            Encoding::Q8_0
+                | Encoding::Q4_0
+                | Encoding::Q4_1
+                | Encoding::Q5_0
+                | Encoding::Q5_1
+                | Encoding::Q4K
+                | Encoding::Q5K
+        ),
         _ => data.row_tile().is_some_and(|t| t % 32 == 0) && matches!(data.dtype(), DType::BF16 | DType::F16),
     }
 }
@@ -121,7 +135,7 @@ pub fn cpu_tuning_spec() -> String {
     ];
     let mut s = String::from(
         "// tapeout's tuning spec for IREE's llvm-cpu backend (iree-compile --iree-codegen-tuning-spec-path=THIS_FILE\n\
-         // --mlir-disable-threading). It tiles one-row products over Q8_0 / Q4_0 codes a whole block at a time,\n\
+         // --mlir-disable-threading). It tiles one-row products over kept codes a whole block at a time,\n\
          // a prefill's few rows over 4-bit codes 8 rows at a time and over bf16 / f16 row bands four bands at a\n\
          // time: the same sums, computed faster (docs/performance.md).\n\
          // Without it the module compiles and runs as well.\n\
@@ -161,12 +175,19 @@ mod tests {
     }
 
     #[test]
-    fn q8_0_and_q4_0_codes_and_16_bit_bands_are_tuned_nothing_else() {
+    fn codes_in_32_value_blocks_and_16_bit_bands_are_tuned_nothing_else() {
         let bytes = [0u8; 256];
-        assert!(is_tuned(&codes(Encoding::Q8_0, Plane::Quants, &bytes)));
-        assert!(is_tuned(&codes(Encoding::Q4_0, Plane::Quants, &bytes)));
-        assert!(!is_tuned(&codes(Encoding::Q4K, Plane::Quants, &bytes)));
-        assert!(!is_tuned(&codes(Encoding::Q8_0, Plane::Scale, &bytes)));
+        use Encoding::{Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0};
+        for encoding in [Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4K, Q5K] {
+            assert!(is_tuned(&codes(encoding.clone(), Plane::Quants, &bytes)), "{encoding:?}");
+            // Only the codes: the spec matches no product over the scales, mins or high bits.
+            for plane in [Plane::Scale, Plane::Min, Plane::QuantsHigh] {
+                assert!(!is_tuned(&codes(encoding.clone(), plane, &bytes)), "{encoding:?} {plane:?}");
+            }
+        }
+        // Q6_K's 16-value sub-blocks are not the block matchers' 32; an encoding tapeout does not decode has no codes.
+        assert!(!is_tuned(&codes(Q6K, Plane::Quants, &bytes)));
+        assert!(!is_tuned(&codes(Encoding::Other("TQ1_0".into()), Plane::Quants, &bytes)));
         let in_bands = ConstantData::Plane {
             encoding: Encoding::Q4_0,
             bytes: Lent::Slice(&bytes),

@@ -28,7 +28,7 @@ pub struct ExportSummary {
     /// arguments and results in order, with their names, dtypes and shapes.
     pub signature: PathBuf,
     /// The tuning spec beside it (`<dir>/<name>.tuning.mlir`, [`tapeout_hlo::cpu_tuning_spec`]) when the module has
-    /// products it tunes ([`tapeout_hlo::is_tuned`]: Q8_0 / Q4_0 codes kept packed, bf16 / f16 row bands): pass it to
+    /// products it tunes ([`tapeout_hlo::is_tuned`]: codes kept packed in 32-value blocks, bf16 / f16 row bands): pass it to
     /// `iree-compile` for a CPU with `--iree-codegen-tuning-spec-path` (and `--mlir-disable-threading`, docs/performance.md).
     pub tuning_spec: Option<PathBuf>,
     /// The parameter archive (`<dir>/<name>.irpa`), or the shards of a set and its index.
@@ -185,7 +185,7 @@ pub fn export_functions(
 }
 
 /// Writes the CPU tuning spec to `path` (atomically) when a constant of `functions` is stored in a form the spec
-/// tunes ([`tapeout_hlo::is_tuned`]: Q8_0 / Q4_0 codes kept packed, bf16 / f16 row bands), and returns its path.
+/// tunes ([`tapeout_hlo::is_tuned`]: codes kept packed in 32-value blocks, bf16 / f16 row bands), and returns its path.
 /// Otherwise removes a spec an earlier export left there, so that a compile never picks up a spec for another module.
 fn write_tuning_spec(functions: &[(&str, &ComputeGraph<'_>)], path: &Path) -> Result<Option<PathBuf>> {
     let tuned = functions.iter().flat_map(|(_, g)| g.constants()).any(|c| tapeout_hlo::is_tuned(&c.data));

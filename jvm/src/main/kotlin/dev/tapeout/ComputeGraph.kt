@@ -92,8 +92,8 @@ internal fun <T> TapeSnapshot.located(call: () -> T): T = try {
  * [signature] is `<name>.signature.json` beside the module: read it with [ModuleSignature.read].
  * [warnings] are what the export has to say that is not an error (a checkpoint tensor the model never read, …).
  * [tuningSpec] is `<name>.tuning.mlir` beside the module when it has products IREE's CPU backend computes faster
- * with it (a Q8_0 / Q4_0 weight kept packed, a bf16 or f16 weight in row bands) (`--iree-codegen-tuning-spec-path`;
- * `IreeCompiler` and Gradle's `compileIree` pass it), else null.
+ * with it (a weight kept packed in 32-value blocks, every format but Q6_K; a bf16 or f16 weight in row bands)
+ * (`--iree-codegen-tuning-spec-path`; `IreeCompiler` and Gradle's `compileIree` pass it), else null.
  */
 data class ExportResult(
     val mlir: File,
