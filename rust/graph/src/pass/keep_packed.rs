@@ -13,9 +13,10 @@
 //!   16 MiB of f32 in parts, each from planes passed through an [`OpKind::After`] barrier with the previous part's
 //!   product, so that IREE does not compute every part at once); written in row bands of 32 (`[N / 32, K, 32]`, a
 //!   `banded` matmul) when `x`'s rows merge into one `?` and the rows dequantized at a time are a multiple of 32;
-//!   for Q8_0 and 4-bit codes (Q4_0, Q4_1, Q4_K; their rows a multiple of 64) also the per-block product of `x`
-//!   padded to `FEW_ROWS` rows, each form reading its planes through an [`OpKind::GateRows`] that gives the one
-//!   not wanted for `x`'s actual rows nothing to do, 4-bit planes in groups of 64 rows (`dynamic_linear_use`);
+//!   for Q8_0 and 4-bit codes (Q4_0, Q4_1, Q4_K; their rows a multiple of 64) also the per-block products of `x`
+//!   padded to 8 and to 16 rows (`FEW_ROWS`), each form reading its planes through [`OpKind::GateRows`] that give
+//!   the ones not wanted for `x`'s actual rows nothing to do, 4-bit planes in groups of 64 rows
+//!   (`dynamic_linear_use`);
 //! - any other use (including `W` or `transpose(W)` as a graph output): the whole weight dequantized from its
 //!   planes in the program, once.
 //!
@@ -274,8 +275,8 @@ impl Planes {
     /// copy about when the product needs it. With `wait`, the planes are read after `wait` is computed
     /// ([`OpKind::After`]): a weight dequantized in parts orders each part after the previous part's product, since
     /// IREE computed every part at once otherwise (docs/performance.md, "A prefill without a barrier per weight").
-    /// With `gate` (`x`, the product's rows), every plane is read through a [`OpKind::GateRows`] that empties
-    /// its blocks when `x` has at most [`FEW_ROWS`] rows (the per-block product is taken then): its `K` is `?`.
+    /// With `gate` (on `x`, the product's rows), every plane is read through a [`OpKind::GateRows`] that empties
+    /// its blocks when `x` has at most the gate's `above` rows (a few-rows form is taken then): its `K` is `?`.
     ///
     /// With `bands`, when [`BAND_COLUMNS`] divides `len`, the part is written in row bands (every plane transposed to
     /// `[len / T, Kb, B, T]` before the arithmetic, so IREE writes the bands in the dequantizing dispatch itself)
@@ -288,7 +289,7 @@ impl Planes {
         wait: Option<TensorId>,
         label: &str,
         rows: (u64, u64),
-        gate: Option<TensorId>,
+        gate: Option<Gate>,
         bands: bool,
     ) -> Dequantized {
         let (first, len) = rows;
@@ -368,7 +369,7 @@ impl Planes {
         codes: TensorId,
         label: &str,
         rows: (u64, u64),
-        gate: Option<TensorId>,
+        gate: Option<Gate>,
         out: TensorId,
     ) {
         let (first, len) = rows;
@@ -444,7 +445,7 @@ fn plane_rows(
     (label, suffix): (&str, &str),
     (kb, bs, np): (u64, u64, u64),
     (first, len): (u64, u64),
-    gate: Option<TensorId>,
+    gate: Option<Gate>,
 ) -> TensorId {
     let dtype = b.specs[t.index()].dtype;
     let t = if len == np {
@@ -454,7 +455,7 @@ fn plane_rows(
         b.op(OpKind::Slice, at, &[t], format!("{label}.{suffix}_rows"), &[kb, bs, len], dtype)
     };
     match gate {
-        Some(x) => gated(b, t, x, false, 0, format!("{label}.{suffix}_g")),
+        Some(g) => gated(b, t, g.x, (false, g.above), 0, format!("{label}.{suffix}_g")),
         None => t,
     }
 }
@@ -775,11 +776,22 @@ fn linear_of(
     Some(Linear::PerBlock(xd))
 }
 
-/// The row count up to which a `?`-row product of a kept weight takes the per-block product of its rows padded to
-/// that many. Measured on a 1024 -> 2816 Q8_0 linear (docs/performance.md, "A few rows of a kept weight"): the
-/// static per-block product at 8 rows is 3-4x faster than the dequantized weight's product; at 16 rows 2x, level
-/// from 24 on, where its partials (`4·Kb·rows·N` bytes) reach the dequantized weight's `4·K·N`.
-const FEW_ROWS: u32 = 8;
+/// The row counts up to which a `?`-row product of a kept weight takes the per-block product of its rows padded to
+/// that many: up to 8 rows padded to 8, 9 to 16 padded to 16, more the dequantized weight's product. Measured on a
+/// 1024 -> 2816 Q8_0 linear (docs/performance.md, "A few rows of a kept weight"): the static per-block product at
+/// 8 rows is 3-4x faster than the dequantized weight's product; at 16 rows 2x, level from 24 on, where its partials
+/// (`4·Kb·rows·N` bytes) reach the dequantized weight's `4·K·N`. Whole prefills of a 156M Llama (docs/performance.md,
+/// "Prompts of 9 to 16 tokens"): the 16-row form alone took 35-39 ms at 1-16 tokens, the 8-row one 18-28 ms at 1-8
+/// and the dequantized weights 55-61 ms at 9-16, so both forms are written.
+const FEW_ROWS: [u32; 2] = [8, 16];
+
+/// A gate on the row count of `x` ([`OpKind::GateRows`]): the gated value is whole when `x` has more than `above`
+/// rows (the dequantized weight's product; `above` the largest few-rows form's rows).
+#[derive(Clone, Copy)]
+struct Gate {
+    x: TensorId,
+    above: u32,
+}
 
 /// `Shape` of `dims`, with the first dimension `?` when `gated` (a plane's blocks read through a [`OpKind::GateRows`]).
 fn blocks_shape(dims: &[u64], gated: bool) -> Shape {
@@ -799,40 +811,45 @@ fn one_row_dim(x: &Shape) -> bool {
         && lead.iter().skip_while(|d| **d != Dim::Dynamic).skip(1).all(|d| *d == Dim::Static(1))
 }
 
-/// `t` through a [`OpKind::GateRows`] on `x`'s rows along `axis`: whole when "at most [`FEW_ROWS`] rows" is `few`.
-fn gated(b: &mut Builder<'_>, t: TensorId, x: TensorId, few: bool, axis: u8, name: String) -> TensorId {
+/// `t` through a [`OpKind::GateRows`] on `x`'s rows along `axis`: whole when "at most `rows` rows" is `few`.
+fn gated(b: &mut Builder<'_>, t: TensorId, x: TensorId, (few, rows): (bool, u32), axis: u8, name: String) -> TensorId {
     let spec = &b.specs[t.index()];
     let (mut shape, dtype) = (spec.shape.clone(), spec.dtype);
     shape.0[usize::from(axis)] = Dim::Dynamic;
-    let mut attrs = rows_attrs();
+    let mut attrs = rows_attrs(rows);
     attrs.insert("few".into(), Attr::Bool(few));
     attrs.insert("axis".into(), Attr::Int(i64::from(axis)));
     b.op_shaped(OpKind::GateRows, attrs, &[t, x], name, shape, dtype)
 }
 
-fn rows_attrs() -> Attrs {
+fn rows_attrs(rows: u32) -> Attrs {
     let mut a = Attrs::new();
-    a.insert("rows".into(), Attr::Int(i64::from(FEW_ROWS)));
+    a.insert("rows".into(), Attr::Int(i64::from(rows)));
     a
 }
 
 /// The columns per group in which a few-rows product reads sub-byte planes ([`few_rows_product`]).
 const GROUP_COLUMNS: u64 = 64;
 
-/// `y = x @ Wᵀ` for `x` with `?` rows ([`Linear::Dynamic`]). When `x` has one `?` dimension and the per-block
-/// partials of [`FEW_ROWS`] rows take at most [`DEQUANTIZED_BYTES`]: both the per-block product of `x` padded to
-/// [`FEW_ROWS`] rows ([`few_rows_product`]) and the dequantized weight's product ([`dequantized_product`]), each
-/// reading the planes through a [`OpKind::GateRows`] that leaves the one not wanted for `x`'s rows without work;
-/// the first's rows placed into the second's ([`OpKind::PlaceRows`]). No branch: IREE 3.13 would end its stream
-/// execution at each `scf.if` (docs/performance.md). Sub-byte codes are gated in groups of [`GROUP_COLUMNS`]
-/// columns, so they need rows a multiple of it; formats with high bits (Q5_x, Q6_K) are not gated. Otherwise the
-/// dequantized weight's product alone.
+/// `y = x @ Wᵀ` for `x` with `?` rows ([`Linear::Dynamic`]). When `x` has one `?` dimension: the per-block product
+/// of `x` padded to each of [`FEW_ROWS`] whose partials take at most [`DEQUANTIZED_BYTES`] ([`few_rows_product`])
+/// and the dequantized weight's product ([`dequantized_product`]), each reading the planes through
+/// [`OpKind::GateRows`] that leave every form but the one for `x`'s rows without work (the 8-row form up to 8 rows,
+/// the 16-row one 9 to 16, the dequantized weight more); the few-rows forms' rows placed into the dequantized
+/// product's ([`OpKind::PlaceRows`], the 16-row form first: a form gated shut has no columns, and a placement short
+/// of the columns places nothing). No branch: IREE 3.13 would end its stream execution at each `scf.if`
+/// (docs/performance.md). Sub-byte codes are gated in groups of [`GROUP_COLUMNS`] columns, so they need rows a
+/// multiple of it; formats with high bits (Q5_x, Q6_K) are not gated. Otherwise the dequantized weight's product
+/// alone.
 fn dynamic_linear_use(b: &mut Builder<'_>, pl: &mut Planes, m: &Op) {
     let (x, y) = (m.inputs[0], m.outputs[0]);
-    // The padded product's `[8, N]` rows are placed into `y` viewed as `[?, N]`.
+    // The padded products' `[rows, N]` are placed into `y` viewed as `[?, N]`.
     let one_dynamic = one_row_dim(&b.specs[x.index()].shape);
-    let partials =
-        pl.kb.checked_mul(u64::from(FEW_ROWS)).and_then(|v| v.checked_mul(pl.np)).and_then(|v| v.checked_mul(4));
+    let partials = |rows: u32| {
+        pl.kb.checked_mul(u64::from(rows)).and_then(|v| v.checked_mul(pl.np)).and_then(|v| v.checked_mul(4))
+    };
+    let tiers: Vec<u32> =
+        FEW_ROWS.into_iter().filter(|&r| partials(r).is_some_and(|p| p <= DEQUANTIZED_BYTES)).collect();
     // Gating a sub-byte plane's rows (its packed axis) to a `?` extent makes IREE 3.13 emit masked loads it cannot
     // emulate ("failed to emulate bit width"): `i4` codes (Q4_0, Q4_1, Q4_K) are read as `[.., Np / 64, 64]` and
     // gated along their groups, which needs `Np` a multiple of 64 (always so today: sub-byte planes hold rows
@@ -842,26 +859,39 @@ fn dynamic_linear_use(b: &mut Builder<'_>, pl: &mut Planes, m: &Op) {
     let group = codes.is_sub_byte().then_some(GROUP_COLUMNS);
     let grouped =
         pl.high.is_none() && (!codes.is_sub_byte() || codes == DType::I4) && group.is_none_or(|t| pl.np % t == 0);
-    if !one_dynamic || !grouped || partials.is_none_or(|p| p > DEQUANTIZED_BYTES) {
+    let Some(&top) = tiers.last().filter(|_| one_dynamic && grouped) else {
         dequantized_product(b, pl, m, y, None);
         return;
-    }
+    };
     let label = b.specs[y.index()].name.clone();
     let y_shape = b.specs[y.index()].shape.clone();
-    let many = b.tensor_shaped(format!("{label}.many"), y_shape, DType::F32);
-    dequantized_product(b, pl, m, many, Some(x));
-    let small = few_rows_product(b, pl, x, &label, group);
-    b.op_into(OpKind::PlaceRows, rows_attrs(), &[small, many], y);
+    let mut base = b.tensor_shaped(format!("{label}.many"), y_shape.clone(), DType::F32);
+    dequantized_product(b, pl, m, base, Some(Gate { x, above: top }));
+    for (i, &rows) in tiers.iter().enumerate().rev() {
+        let below = i.checked_sub(1).and_then(|j| tiers.get(j)).copied();
+        let small = few_rows_product(b, pl, x, &label, group, (below, rows));
+        let into = if i == 0 { y } else { b.tensor_shaped(format!("{label}.upto{rows}"), y_shape.clone(), DType::F32) };
+        b.op_into(OpKind::PlaceRows, rows_attrs(rows), &[small, base], into);
+        base = into;
+    }
 }
 
-/// `x @ Wᵀ` per block for `x` padded to [`FEW_ROWS`] rows ([`OpKind::PadRows`]), as `[FEW_ROWS, Np or 0]`: every
-/// plane read through a [`OpKind::GateRows`] that empties its rows unless `x` has at most [`FEW_ROWS`] rows. With
-/// `group` (`T`), each plane `[.., Np]` is read as `[.., Np / T, T]` and gated along its groups, every value
-/// computed on it is `[.., ?, T]` (the products `[Kb, FEW_ROWS, ?, T]`: IREE keeps the codes' groups whole) and the
-/// sum over blocks is read as `[FEW_ROWS, ?]` at the end. Codes without high bits only (Q8_0, the 4-bit formats).
-fn few_rows_product(b: &mut Builder<'_>, pl: &mut Planes, x: TensorId, label: &str, group: Option<u64>) -> TensorId {
-    let (kb, bs, np, r) = (pl.kb, pl.b, pl.np, u64::from(FEW_ROWS));
-    let xp = b.op(OpKind::PadRows, rows_attrs(), &[x], format!("{label}.x{r}"), &[r, pl.k], DType::F32);
+/// `x @ Wᵀ` per block for `x` padded to `rows` rows ([`OpKind::PadRows`]), as `[rows, Np or 0]`: every plane read
+/// through [`OpKind::GateRows`] that empty it unless `x` has at most `rows` rows and, with `below` (the next
+/// smaller form's rows), more than `below`. With `group` (`T`), each plane `[.., Np]` is read as `[.., Np / T, T]`
+/// and gated along its groups, every value computed on it is `[.., ?, T]` (the products `[Kb, rows, ?, T]`: IREE
+/// keeps the codes' groups whole) and the sum over blocks is read as `[rows, ?]` at the end. Codes without high
+/// bits only (Q8_0, the 4-bit formats).
+fn few_rows_product(
+    b: &mut Builder<'_>,
+    pl: &mut Planes,
+    x: TensorId,
+    label: &str,
+    group: Option<u64>,
+    (below, rows): (Option<u32>, u32),
+) -> TensorId {
+    let (kb, bs, np, r) = (pl.kb, pl.b, pl.np, u64::from(rows));
+    let xp = b.op(OpKind::PadRows, rows_attrs(rows), &[x], format!("{label}.x{r}"), &[r, pl.k], DType::F32);
     let xb = b.op(OpKind::Reshape, Attrs::new(), &[xp], format!("{label}.x{r}b"), &[r, kb, bs], DType::F32);
     let xt =
         b.op(OpKind::Transpose, ints("perm", [1, 0, 2]), &[xb], format!("{label}.x{r}t"), &[kb, r, bs], DType::F32);
@@ -886,7 +916,11 @@ fn few_rows_product(b: &mut Builder<'_>, pl: &mut Planes, x: TensorId, label: &s
             }
             None => plane,
         };
-        gated(b, plane, x, true, axis, name)
+        let upto = gated(b, plane, x, (true, rows), axis, name.clone());
+        match below {
+            Some(below) => gated(b, upto, x, (false, below), axis, format!("{name}_above")),
+            None => upto,
+        }
     };
     let f32_op = |b: &mut Builder<'_>, op: OpKind, attrs: Attrs, ins: &[TensorId], name: String, d: &[u64]| {
         b.op_shaped(op, attrs, ins, name, cols(d), DType::F32)
@@ -920,16 +954,16 @@ fn few_rows_product(b: &mut Builder<'_>, pl: &mut Planes, x: TensorId, label: &s
 
 /// `y = x @ Wᵀ` for `x` with `?` rows into `y`: the weight dequantized just before the product, or, past
 /// [`DEQUANTIZED_BYTES`], part by part ([`Planes::row_chunks`]), each part after the previous part's product (the
-/// first after `x`) and the parts' products concatenated along the last axis. With `gate` (`x`), the planes and
-/// `x`'s `K` are read through a [`OpKind::GateRows`] that empties them when `x` has at most [`FEW_ROWS`] rows: the
-/// product is then zeros, computed from nothing.
-fn dequantized_product(b: &mut Builder<'_>, pl: &mut Planes, m: &Op, y: TensorId, gate: Option<TensorId>) {
+/// first after `x`) and the parts' products concatenated along the last axis. With `gate`, the planes and `x`'s `K`
+/// are read through a [`OpKind::GateRows`] that empties them when `x` has at most the gate's rows (a few-rows form
+/// is taken then): the product is then zeros, computed from nothing.
+fn dequantized_product(b: &mut Builder<'_>, pl: &mut Planes, m: &Op, y: TensorId, gate: Option<Gate>) {
     let (x, n) = (m.inputs[0], pl.n);
     let label = b.specs[y.index()].name.clone();
     // `x`'s `K` gated as the planes' blocks are.
     let last = u8::try_from(b.specs[x.index()].shape.rank().saturating_sub(1)).ok();
     let (gate, xk) = match (gate, last) {
-        (Some(g), Some(last)) => (Some(g), gated(b, x, g, false, last, format!("{label}.xk"))),
+        (Some(g), Some(last)) => (Some(g), gated(b, x, g.x, (false, g.above), last, format!("{label}.xk"))),
         _ => (None, x),
     };
     // Bands when `x`'s rows merge into one `?` and split back: the banded product reads `x` as `[M, K]`.
