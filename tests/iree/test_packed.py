@@ -254,7 +254,7 @@ def test_a_weight_dequantized_in_parts_is_cut_at_bands(fmt, parts, tapeout, tmp_
     """A 5500 x 768 weight is dequantized for `?` rows in two 16 MiB parts. Q8_0 planes hold rows at any count, yet
     the parts are cut at a multiple of 32 rows (5440, then 60) so that the first is in row bands (the 60-row rest is
     not); Q4_0's 5504 padded rows part at 5440 and 64, both in bands. `x` is `[?, K]`. Values against PyPI gguf at
-    17 and 30 rows (the few-rows forms are gated shut there)."""
+    33 and 40 rows (the few-rows forms are gated shut there)."""
     rows, cols = 5500, 768
     rng = np.random.default_rng(41)
     path = tmp_path / "w.gguf"
@@ -264,7 +264,7 @@ def test_a_weight_dequantized_in_parts_is_cut_at_bands(fmt, parts, tapeout, tmp_
     assert len(re.findall(BANDED_PRODUCT, text)) == parts, text
     assert len(re.findall(BANDS_OF_CODES, text)) == parts, text
     vmfb = compile_iree(tmp_path, out / "lin.mlir")
-    for n in (17, 30):
+    for n in (33, 40):
         x = rng.standard_normal((n, cols)).astype(np.float32)
         (y,) = run_iree(tmp_path, vmfb, [out / "lin.irpa"], [x], tag=str(n))
         want = x.astype(np.float64) @ dense.T
@@ -275,7 +275,7 @@ def test_a_weight_dequantized_in_parts_is_cut_at_bands(fmt, parts, tapeout, tmp_
 def test_a_weight_too_wide_for_the_16_row_form_keeps_the_8_row_one(tapeout, tmp_path):
     """The few-rows forms are written only where their per-block partials (`4·Kb·rows·Np` bytes) stay within the
     16 MiB of f32 dequantized at a time: a 4608 x 2048 Q4_0 weight's take 9.4 MB at 8 rows and 18.9 MB at 16, so it
-    gets the 8-row form (open up to 8 rows) and the dequantized weight (open beyond 8), no 16-row form. Values
+    gets the 8-row form (open up to 8 rows) and the dequantized weight (open beyond 8), no 16- or 32-row form. Values
     against PyPI gguf at 1 and 8 rows (the 8-row form) and 9 and 16 (the dequantized weight, in parts)."""
     rows, cols = 4608, 2048
     rng = np.random.default_rng(43)
@@ -284,7 +284,8 @@ def test_a_weight_too_wide_for_the_16_row_form_keeps_the_8_row_one(tapeout, tmp_
     out, text = export_linear(tapeout, tmp_path, path, ["?"], rows, cols)
     limits = re.findall(r"(%v\d+) = arith\.constant (\d+) : index\s+%v\d+ = arith\.cmpi (ule|ugt), %v\d+, \1\b", text)
     assert {(int(limit), pred) for _, limit, pred in limits} == {(8, "ule"), (8, "ugt")}, limits
-    assert f"tensor<8x{cols}xf32>" in text and f"tensor<16x{cols}xf32>" not in text
+    assert f"tensor<8x{cols}xf32>" in text
+    assert f"tensor<16x{cols}xf32>" not in text and f"tensor<32x{cols}xf32>" not in text
     vmfb = compile_iree(tmp_path, out / "lin.mlir")
     for n in (1, 8, 9, 16):
         x = rng.standard_normal((n, cols)).astype(np.float32)
@@ -296,16 +297,16 @@ def test_a_weight_too_wide_for_the_16_row_form_keeps_the_8_row_one(tapeout, tmp_
 
 @pytest.mark.parametrize("fmt", ["Q8_0", "Q4_0"])
 def test_a_linear_of_rows_with_a_dim_after_the_dynamic_one(fmt, tapeout, tmp_path):
-    """`x [?, 2, K]`: the few-rows forms would place their `[8, N]` / `[16, N]` rows into `y` viewed as `[?, N]`,
+    """`x [?, 2, K]`: the few-rows forms would place their `[8, N]` .. `[32, N]` rows into `y` viewed as `[?, N]`,
     which needs the `?` split by 2 (refused by the emitter): the dequantized form alone, exported and right at 1, 3
     and 5 pairs of rows, its weight not in row bands either. `x [2, ?, K]` (nothing between the `?` and `K`) keeps
-    every form, the dequantized weight in row bands, right at 1, 4 (the 8-row form), 5 (10 rows: the 16-row form)
-    and 9 rows per batch (18 rows: the dequantized form)."""
+    every form, the dequantized weight in row bands, right at 1, 4 (the 8-row form), 5 (10 rows: the 16-row form),
+    9 (18 rows: the 32-row form) and 17 rows per batch (34 rows: the dequantized form)."""
     cols, rows = 64, 128
     rng = np.random.default_rng(41)
     path = tmp_path / "w.gguf"
     dense = one_tensor_gguf(path, "t", fmt, rows, cols, rng)
-    for shape, sizes, few in ((["?", 2], [(1, 2), (3, 2), (5, 2)], False), ([2, "?"], [(2, 1), (2, 4), (2, 5), (2, 9)], True)):
+    for shape, sizes, few in ((["?", 2], [(1, 2), (3, 2), (5, 2)], False), ([2, "?"], [(2, 1), (2, 4), (2, 5), (2, 9), (2, 17)], True)):
         d = tmp_path / str(few)
         d.mkdir()
         out, text = export_linear(tapeout, d, path, shape, rows, cols)
@@ -330,9 +331,10 @@ def test_a_linear_with_dynamic_rows_dequantizes_after_its_input(fmt, rows, tapeo
     each part's planes after the previous part's product (the first after `x`: an `optimization_barrier`, without
     which IREE computes every part at once), a weight in one part has no barrier (each costs IREE a submission;
     docs/performance.md, "A prefill without a barrier per weight"); up to 8 rows the per-block product of the rows
-    padded to 8 is taken instead, from 9 to 16 the one padded to 16 (`gate_rows` leaves the other forms without
-    work). The result equals `x @ dequantize(W)ᵀ` by PyPI gguf at 1, 6, 8 (the 8-row form), 9, 13, 16 (the 16-row
-    one), 17 and 30 rows (the dequantized one), from one compiled module."""
+    padded to 8 is taken instead, from 9 to 16 the one padded to 16, from 17 to 32 the one padded to 32
+    (`gate_rows` leaves the other forms without work). The result equals `x @ dequantize(W)ᵀ` by PyPI gguf at 1, 6,
+    8 (the 8-row form), 9, 13, 16 (the 16-row one), 17, 30, 32 (the 32-row one), 33 and 40 rows (the dequantized
+    one), from one compiled module."""
     cols = 256
     rng = np.random.default_rng(37)
     path = tmp_path / "w.gguf"
@@ -370,13 +372,18 @@ def test_a_linear_with_dynamic_rows_dequantizes_after_its_input(fmt, rows, tapeo
     grouped = groups and re.search(rf"tensor\.extract_slice {groups.group(1)}\[0, 0, 0, 0\] \[\d+, \d+, %v\d+, 64\]",
                                    text)
     gated = text.count("arith.cmpi ule") >= 2 and "arith.cmpi ugt" in text
-    # Three forms: `x` padded to 8 rows (open up to 8), to 16 (open at most 16 and more than 8) and the dequantized
-    # weight (open at more than 16): every row-count comparison, paired with its limit (written just before it).
+    # Four forms: `x` padded to 8 rows (open up to 8), to 16 (at most 16, more than 8), to 32 (at most 32, more than
+    # 16) and the dequantized weight (more than 32): every row-count comparison, paired with its limit (written just
+    # before it).
     limits = set(re.findall(r"(%v\d+) = arith\.constant (\d+) : index\s+%v\d+ = arith\.cmpi (ule|ugt), %v\d+, \1\b",
                             text))
     pairs = {(int(limit), pred) for _, limit, pred in limits}
-    assert pairs == ({(8, "ule"), (16, "ule"), (8, "ugt"), (16, "ugt")} if gated else set()), (fmt, pairs)
-    assert ("tensor<8x256xf32>" in text and "tensor<16x256xf32>" in text) == gated, text
+    # A form is written when its partials (`4·Kb·rows·Np` bytes) stay within 16 MiB: 16389 rows leave out the 32.
+    tiers = [r for r in (8, 16, 32) if 4 * (cols // 32) * r * np_rows <= 16 << 20]
+    assert tiers == ([8, 16] if rows > 16384 else [8, 16, 32]), tiers
+    assert pairs == ({(r, p) for r in tiers for p in ("ule", "ugt")} if gated else set()), (fmt, pairs)
+    assert all(f"tensor<{r}x256xf32>" in text for r in tiers) == gated, text
+    assert all(f"tensor<{r}x256xf32>" not in text for r in (8, 16, 32) if r not in tiers), text
     whole_bytes = code_type == "i8"
     assert bool(direct) == (gated and whole_bytes), text
     assert bool(grouped) == (gated and not whole_bytes), text
@@ -403,7 +410,7 @@ def test_a_linear_with_dynamic_rows_dequantizes_after_its_input(fmt, rows, tapeo
     # (16389 rows: the first part's 16384 rows are banded, whatever the second's.)
     assert bool(banded) == bool(bands_in) == (np_rows % 32 == 0 or rows > 16384), (fmt, rows, np_rows, text)
     vmfb = compile_iree(tmp_path, out / "lin.mlir")
-    for n in (1, 6, 8, 9, 13, 16, 17, 30):
+    for n in (1, 6, 8, 9, 13, 16, 17, 30, 32, 33, 40):
         x = rng.standard_normal((1, n, cols)).astype(np.float32)
         (y,) = run_iree(tmp_path, vmfb, [out / "lin.irpa"], [x], tag=str(n))
         h = x.astype(np.float64) / (1 + np.exp(-x.astype(np.float64)))

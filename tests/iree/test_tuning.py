@@ -257,16 +257,19 @@ FEW_ROWS_TILES = ("distribution = [1, 8, 4, 64, 0], vector_common_parallel = [1,
                   "vector_reduction = [0, 0, 0, 0, 4]")
 FEW_ROWS_16_TILES = ("distribution = [1, 16, 4, 64, 0], vector_common_parallel = [1, 8, 1, 32, 0], "
                      "vector_reduction = [0, 0, 0, 0, 4]")
+FEW_ROWS_32_TILES = ("distribution = [1, 32, 4, 64, 0], vector_common_parallel = [1, 8, 1, 32, 0], "
+                     "vector_reduction = [0, 0, 0, 0, 4]")
 
 
 @pytest.mark.parametrize("fmt", ["Q4_0", "Q4_1", "Q4_K"])
 def test_the_tuning_spec_tiles_a_prefills_few_rows_over_4_bit_codes_on_every_cpu(fmt, tapeout, tmp_path):
     """A `?`-row linear of a 4-bit weight kept packed takes, up to 8 rows, the per-block product of its rows padded
-    to 8 over codes gated in groups of 64 (`[Kb, 32, ?, 64]`), and from 9 to 16 rows the same padded to 16; the spec
+    to 8 over codes gated in groups of 64 (`[Kb, 32, ?, 64]`), from 9 to 16 rows the same padded to 16, from 17 to
+    32 padded to 32; the spec
     gives each product all its rows at once in vector tiles small enough for a CPU with 16-byte vectors (it once
     made 16 KiB ones only AVX-512 took). Compiled for this CPU and a generic one with the spec, each form's tiles in
     exactly one dispatch per weight, every result against PyPI gguf's dequantized weights in float64 at 1, 5, 8 (the
-    8-row product), 9, 12, 16 (the 16-row one) and 17 rows (the dequantized weight's)."""
+    8-row product), 9, 12, 16 (the 16-row one), 17, 32 (the 32-row one) and 33 rows (the dequantized weight's)."""
     rng = np.random.default_rng(11)
     shapes = [(64, 256), (320, 512 if fmt == "Q4_K" else 64)]
     path, dense = q8_gguf(tmp_path, fmt, shapes, rng)
@@ -279,7 +282,8 @@ def test_the_tuning_spec_tiles_a_prefills_few_rows_over_4_bit_codes_on_every_cpu
         vmfb, configs = compile_host(out, tmp_path, cpu, spec, cpu=cpu)
         assert configs.count(FEW_ROWS_TILES) == len(shapes), (cpu, configs.count(FEW_ROWS_TILES))
         assert configs.count(FEW_ROWS_16_TILES) == len(shapes), (cpu, configs.count(FEW_ROWS_16_TILES))
-        for rows in (1, 5, 8, 9, 12, 16, 17):
+        assert configs.count(FEW_ROWS_32_TILES) == len(shapes), (cpu, configs.count(FEW_ROWS_32_TILES))
+        for rows in (1, 5, 8, 9, 12, 16, 17, 32, 33):
             feeds = {f"x_{k}_d": rng.standard_normal((rows, k)).astype(np.float32) for k in {k for _, k in shapes}}
             want = {f"y{n}_{k}_d": feeds[f"x_{k}_d"].astype(np.float64) @ dense[f"w{n}_{k}"].T for n, k in shapes}
             wrong = check(tmp_path, out, vmfb, want, feeds, f"{cpu}{rows}")

@@ -155,8 +155,8 @@ op_table! {
     Exp = "exp": Exactly(1), Exactly(1), ElementwiseUnary;
     /// `t`, or its first 0 entries along `axis`, by `like`'s row count (the product of its leading dimensions):
     /// `t` whole when "at most `rows` rows" is `few`, else empty along `axis` (its result `?` there). A product of `?`
-    /// rows computes several forms each of whose operands is gated so (one form's through two gates: at most 16
-    /// rows, more than 8), and only the one for the actual rows has work.
+    /// rows computes several forms each of whose operands is gated so (some forms' through two gates: at most 16
+    /// rows and more than 8, say), and only the one for the actual rows has work.
     GateRows = "gate_rows": Exactly(2), Exactly(1), Own;
     /// Rows of a table by index along `axis`.
     Gather = "gather": Exactly(2), Exactly(1), Own;

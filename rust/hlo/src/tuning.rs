@@ -32,14 +32,14 @@
 //!   contraction over the stored bands"). f32 bands are not matched: on the same step the spec was within noise
 //!   (12.0 against 12.4 ms, faster in 3 of 6 rounds; session 22).
 //!
-//! - A prefill's product of at most 8 (or 9 to 16) rows over Q4_0 / Q4_1 / Q4_K codes gated in groups of 64
-//!   columns (`keep_packed`'s few-rows forms: rows `[8, Kb, 32]` or `[16, Kb, 32]`, codes `[Kb, 32, ?, 64]`). Of the
+//! - A prefill's product of at most 8 (or 9 to 16, or 17 to 32) rows over Q4_0 / Q4_1 / Q4_K codes gated in groups of 64
+//!   columns (`keep_packed`'s few-rows forms: rows `[R, Kb, 32]` (R = 8, 16, 32), codes `[Kb, 32, ?, 64]`). Of the
 //!   8-row one: IREE 3.13 gives it vector tiles of one row, converting every code once per row; the spec takes the
 //!   8 rows at once, as IREE does for the static product, over 4 groups per workgroup: one 1024 -> 2816 Q4_0
 //!   linear at 1-8 rows 0.44-0.49 ms against 1.1-1.6 with IREE's tiles and 1.6-2.5 for the dequantized weight's
 //!   product (docs/performance.md, session 25); whole Q4_1 and Q4_K_M GGUFs' prefills of 8 tokens 1.6-1.85x faster
-//!   with it (session 27). The product of 9 to 16 rows padded to 16 gets 16 rows per workgroup in the same vector
-//!   tiles (a whole Q4_0 prefill of 9-16 tokens 32 ms, against 55 with the dequantized weights before that form;
+//!   with it (session 27). The products of rows padded to 16 and 32 get 16 or 32 rows per workgroup in the same
+//!   vector tiles (a whole Q4_0 prefill of 9-16 tokens 32 ms, against 55 with the dequantized weights before that form;
 //!   session 27).
 //!
 //! Every vector tile is at most 4 KiB: IREE 3.13 refuses vectors larger than 512 native vectors, 8 KiB on a
@@ -91,8 +91,8 @@ fn matcher(name: &str, rhs: &str, maps: &str, check: &str, lowering: &str) -> St
 
 /// The tuning spec text (a transform-dialect module IREE 3.13 reads with `--iree-codegen-tuning-spec-path`) for
 /// the llvm-cpu backend: one-row per-block products over `i8` and `i4` codes get a workgroup per block row (codes
-/// in row bands: per band) and the whole block as the reduction tile; 8- and 16-row products over `i4` codes gated
-/// in groups get vector tiles of 8 rows; one-row products over bf16 or f16 bands get vector tiles of 4 bands and a
+/// in row bands: per band) and the whole block as the reduction tile; 8-, 16- and 32-row products over `i4` codes
+/// gated in groups get vector tiles of 8 rows; one-row products over bf16 or f16 bands get vector tiles of 4 bands and a
 /// reduction tile of 8.
 #[must_use]
 pub fn cpu_tuning_spec() -> String {
@@ -117,7 +117,7 @@ pub fn cpu_tuning_spec() -> String {
     // values as the reduction tile: `[32]` f32 values, 128 bytes.
     let block_band = "cache_parallel = [0, 1, 32, 0], distribution = [0, 1, 32, 0], vector_common_parallel = [1, 1, 32, 0], vector_reduction = [0, 0, 0, 32]";
     // The per-block product of a prefill's few rows over sub-byte codes gated in groups of columns (`keep_packed`'s
-    // few-rows forms): loops (block, row, group, column, k) over rows `[8, Kb, 32]` or `[16, Kb, 32]` (their
+    // few-rows forms): loops (block, row, group, column, k) over rows `[R, Kb, 32]` (R = 8, 16, 32; their
     // transpose folded in by IREE) and codes `[Kb, 32, ?, T]`. Of the 8-row product: IREE 3.13 gives it vector
     // tiles of one row by 8 groups, unpacking each code once per row; the spec takes the 8 rows at once (the static
     // product's tiles) over 4 groups of 64 per workgroup, a reduction tile of 4 (16 is faster on AVX-512 but makes 16 KiB vectors an AVX2 or generic CPU
@@ -129,21 +129,25 @@ pub fn cpu_tuning_spec() -> String {
              \x20   transform.iree.match.dims_equal %k, [32] : !transform.param<i64>\n"
         )
     };
-    // `[8, 32]` f32 values over a reduction of 4: 4 KiB. The 16-row form (9 to 16 rows) gets 16 rows per
+    // `[8, 32]` f32 values over a reduction of 4: 4 KiB. The 16- and 32-row forms get 16 or 32 rows per
     // workgroup in the same vector tiles: a whole Q4_0 prefill of 9-16 tokens 32 ms, against 36-40 with vector
     // tiles of 16 rows (reduction 4 or 2) and 55 with the dequantized weights (docs/performance.md, "Prompts of 9
     // to 16 tokens").
-    let few = "cache_parallel = [1, 8, 4, 64, 0], distribution = [1, 8, 4, 64, 0], vector_common_parallel = [1, 8, 1, 32, 0], vector_reduction = [0, 0, 0, 0, 4]";
-    let few16 = "cache_parallel = [1, 16, 4, 64, 0], distribution = [1, 16, 4, 64, 0], vector_common_parallel = [1, 8, 1, 32, 0], vector_reduction = [0, 0, 0, 0, 4]";
+    let few = |rows: u64| {
+        format!(
+            "cache_parallel = [1, {rows}, 4, 64, 0], distribution = [1, {rows}, 4, 64, 0], vector_common_parallel = [1, 8, 1, 32, 0], vector_reduction = [0, 0, 0, 0, 4]"
+        )
+    };
     let matchers = [
-        ("match_few_rows_i4", "i4", few_maps, few_check(8), few),
-        ("match_few_rows_16_i4", "i4", few_maps, few_check(16), few16),
-        ("match_block_bands_i8", "i8", block_band_maps, block_band_check.to_owned(), block_band),
-        ("match_block_bands_i4", "i4", block_band_maps, block_band_check.to_owned(), block_band),
-        ("match_blocks_i8", "i8", block_maps, block_check.to_owned(), block),
-        ("match_blocks_i4", "i4", block_maps, block_check.to_owned(), block),
-        ("match_bands_bf16", "bf16", band_maps, band_check.to_owned(), band),
-        ("match_bands_f16", "f16", band_maps, band_check.to_owned(), band),
+        ("match_few_rows_i4", "i4", few_maps, few_check(8), few(8)),
+        ("match_few_rows_16_i4", "i4", few_maps, few_check(16), few(16)),
+        ("match_few_rows_32_i4", "i4", few_maps, few_check(32), few(32)),
+        ("match_block_bands_i8", "i8", block_band_maps, block_band_check.to_owned(), block_band.to_owned()),
+        ("match_block_bands_i4", "i4", block_band_maps, block_band_check.to_owned(), block_band.to_owned()),
+        ("match_blocks_i8", "i8", block_maps, block_check.to_owned(), block.to_owned()),
+        ("match_blocks_i4", "i4", block_maps, block_check.to_owned(), block.to_owned()),
+        ("match_bands_bf16", "bf16", band_maps, band_check.to_owned(), band.to_owned()),
+        ("match_bands_f16", "f16", band_maps, band_check.to_owned(), band.to_owned()),
     ];
     let mut s = String::from(
         "// tapeout's tuning spec for IREE's llvm-cpu backend (iree-compile --iree-codegen-tuning-spec-path=THIS_FILE\n\
@@ -222,10 +226,11 @@ mod tests {
     #[test]
     fn the_spec_has_one_matcher_per_tuned_form() {
         let s = cpu_tuning_spec();
-        assert_eq!(s.matches("transform.iree.match.contraction").count(), 8);
+        assert_eq!(s.matches("transform.iree.match.contraction").count(), 9);
         let forms = [
             ("match_few_rows_i4", "i4"),
             ("match_few_rows_16_i4", "i4"),
+            ("match_few_rows_32_i4", "i4"),
             ("match_block_bands_i8", "i8"),
             ("match_block_bands_i4", "i4"),
             ("match_blocks_i8", "i8"),
@@ -246,15 +251,17 @@ mod tests {
         // Both band matchers carry the band tiles, the four block matchers the block tiles.
         assert_eq!(s.matches("vector_common_parallel = [4, 32, 0], vector_reduction = [0, 0, 8]").count(), 2);
         assert_eq!(s.matches("vector_common_parallel = [1, 1, 32, 0], vector_reduction = [0, 0, 0, 32]").count(), 4);
-        // The few-rows products over codes gated in groups: 8 and 16 rows at once, 5 loops (block, row, group,
+        // The few-rows products over codes gated in groups: 8, 16 and 32 rows per workgroup, 5 loops (block, row, group,
         // column, k).
         assert_eq!(s.matches("dims_equal %m, [8]").count(), 1);
         assert_eq!(s.matches("dims_equal %m, [16]").count(), 1);
+        assert_eq!(s.matches("dims_equal %m, [32]").count(), 1);
         assert_eq!(
             s.matches("vector_common_parallel = [1, 8, 1, 32, 0], vector_reduction = [0, 0, 0, 0, 4]").count(),
-            2
+            3
         );
         assert_eq!(s.matches("distribution = [1, 16, 4, 64, 0]").count(), 1);
+        assert_eq!(s.matches("distribution = [1, 32, 4, 64, 0]").count(), 1);
         assert_eq!(s.matches('{').count(), s.matches('}').count());
         assert_eq!(s.matches('(').count(), s.matches(')').count());
     }

@@ -14,7 +14,7 @@
 //!   product, so that IREE does not compute every part at once); written in row bands of 32 (`[N / 32, K, 32]`, a
 //!   `banded` matmul) when `x`'s rows merge into one `?` and the rows dequantized at a time are a multiple of 32;
 //!   for Q8_0 and 4-bit codes (Q4_0, Q4_1, Q4_K; their rows a multiple of 64) also the per-block products of `x`
-//!   padded to 8 and to 16 rows (`FEW_ROWS`), each form reading its planes through [`OpKind::GateRows`] that give
+//!   padded to 8, 16 and 32 rows (`FEW_ROWS`), each form reading its planes through [`OpKind::GateRows`] that give
 //!   the ones not wanted for `x`'s actual rows nothing to do, 4-bit planes in groups of 64 rows
 //!   (`dynamic_linear_use`);
 //! - any other use (including `W` or `transpose(W)` as a graph output): the whole weight dequantized from its
@@ -777,13 +777,16 @@ fn linear_of(
 }
 
 /// The row counts up to which a `?`-row product of a kept weight takes the per-block product of its rows padded to
-/// that many: up to 8 rows padded to 8, 9 to 16 padded to 16, more the dequantized weight's product. Measured on a
+/// that many: up to 8 rows padded to 8, 9 to 16 padded to 16, 17 to 32 padded to 32, more the dequantized weight's
+/// product. Measured on a
 /// 1024 -> 2816 Q8_0 linear (docs/performance.md, "A few rows of a kept weight"): the static per-block product at
 /// 8 rows is 3-4x faster than the dequantized weight's product; at 16 rows 2x, level from 24 on, where its partials
 /// (`4·Kb·rows·N` bytes) reach the dequantized weight's `4·K·N`. Whole prefills of a 156M Llama (docs/performance.md,
 /// "Prompts of 9 to 16 tokens"): the 16-row form alone took 35-39 ms at 1-16 tokens, the 8-row one 18-28 ms at 1-8
-/// and the dequantized weights 55-61 ms at 9-16, so both forms are written.
-const FEW_ROWS: [u32; 2] = [8, 16];
+/// and the dequantized weights 55-61 ms at 9-16, so both forms are written; a 32-row form likewise made 17-32
+/// tokens 1.3-1.55x (Q4_0) and 1.1-1.35x (Q8_0) faster, longer prompts unchanged. Ascending: each form is gated
+/// open above the one before it.
+const FEW_ROWS: [u32; 3] = [8, 16, 32];
 
 /// A gate on the row count of `x` ([`OpKind::GateRows`]): the gated value is whole when `x` has more than `above`
 /// rows (the dequantized weight's product; `above` the largest few-rows form's rows).
@@ -835,9 +838,9 @@ const GROUP_COLUMNS: u64 = 64;
 /// of `x` padded to each of [`FEW_ROWS`] whose partials take at most [`DEQUANTIZED_BYTES`] ([`few_rows_product`])
 /// and the dequantized weight's product ([`dequantized_product`]), each reading the planes through
 /// [`OpKind::GateRows`] that leave every form but the one for `x`'s rows without work (the 8-row form up to 8 rows,
-/// the 16-row one 9 to 16, the dequantized weight more); the few-rows forms' rows placed into the dequantized
-/// product's ([`OpKind::PlaceRows`], the 16-row form first: a form gated shut has no columns, and a placement short
-/// of the columns places nothing). No branch: IREE 3.13 would end its stream execution at each `scf.if`
+/// the 16-row one 9 to 16, the 32-row one 17 to 32, the dequantized weight more); the few-rows forms' rows placed
+/// into the dequantized product's ([`OpKind::PlaceRows`], the largest form first: a form gated shut has no columns,
+/// and a placement short of the columns places nothing). No branch: IREE 3.13 would end its stream execution at each `scf.if`
 /// (docs/performance.md). Sub-byte codes are gated in groups of [`GROUP_COLUMNS`] columns, so they need rows a
 /// multiple of it; formats with high bits (Q5_x, Q6_K) are not gated. Otherwise the dequantized weight's product
 /// alone.
