@@ -265,9 +265,8 @@ FEW_ROWS_32_TILES = ("distribution = [1, 32, 4, 64, 0], vector_common_parallel =
 def test_the_tuning_spec_tiles_a_prefills_few_rows_over_4_bit_codes_on_every_cpu(fmt, tapeout, tmp_path):
     """A `?`-row linear of a 4-bit weight kept packed takes, up to 8 rows, the per-block product of its rows padded
     to 8 over codes gated in groups of 64 (`[Kb, 32, ?, 64]`), from 9 to 16 rows the same padded to 16, from 17 to
-    32 padded to 32; the spec
-    gives each product all its rows at once in vector tiles small enough for a CPU with 16-byte vectors (it once
-    made 16 KiB ones only AVX-512 took). Compiled for this CPU and a generic one with the spec, each form's tiles in
+    32 padded to 32; the spec gives each product all its rows at once in vector tiles small enough for a CPU with
+    16-byte vectors (it once made 16 KiB ones only AVX-512 took). Compiled for this CPU and a generic one with the spec, each form's tiles in
     exactly one dispatch per weight, every result against PyPI gguf's dequantized weights in float64 at 1, 5, 8 (the
     8-row product), 9, 12, 16 (the 16-row one), 17, 32 (the 32-row one) and 33 rows (the dequantized weight's)."""
     rng = np.random.default_rng(11)

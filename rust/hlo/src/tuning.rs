@@ -32,15 +32,15 @@
 //!   contraction over the stored bands"). f32 bands are not matched: on the same step the spec was within noise
 //!   (12.0 against 12.4 ms, faster in 3 of 6 rounds; session 22).
 //!
-//! - A prefill's product of at most 8 (or 9 to 16, or 17 to 32) rows over Q4_0 / Q4_1 / Q4_K codes gated in groups of 64
-//!   columns (`keep_packed`'s few-rows forms: rows `[R, Kb, 32]` (R = 8, 16, 32), codes `[Kb, 32, ?, 64]`). Of the
-//!   8-row one: IREE 3.13 gives it vector tiles of one row, converting every code once per row; the spec takes the
-//!   8 rows at once, as IREE does for the static product, over 4 groups per workgroup: one 1024 -> 2816 Q4_0
-//!   linear at 1-8 rows 0.44-0.49 ms against 1.1-1.6 with IREE's tiles and 1.6-2.5 for the dequantized weight's
+//! - A prefill's product of at most 8 (or 9 to 16, or 17 to 32) rows over Q4_0 / Q4_1 / Q4_K codes gated in groups
+//!   of 64 columns (`keep_packed`'s few-rows forms: rows `[R, Kb, 32]` (R = 8, 16, 32), codes `[Kb, 32, ?, 64]`).
+//!   Of the 8-row one: IREE 3.13 gives it vector tiles of one row, converting every code once per row; the spec
+//!   takes the 8 rows at once, as IREE does for the static product, over 4 groups per workgroup: one 1024 -> 2816
+//!   Q4_0 linear at 1-8 rows 0.44-0.49 ms against 1.1-1.6 with IREE's tiles and 1.6-2.5 for the dequantized weight's
 //!   product (docs/performance.md, session 25); whole Q4_1 and Q4_K_M GGUFs' prefills of 8 tokens 1.6-1.85x faster
 //!   with it (session 27). The products of rows padded to 16 and 32 get 16 or 32 rows per workgroup in the same
-//!   vector tiles (a whole Q4_0 prefill of 9-16 tokens 32 ms, against 55 with the dequantized weights before that form;
-//!   session 27).
+//!   vector tiles (whole Q4_0 prefills of 9-16 tokens 32 ms, against 55 with the dequantized weights before that
+//!   form, and of 17-32 tokens 55-59 ms against 73-91; session 27).
 //!
 //! Every vector tile is at most 4 KiB: IREE 3.13 refuses vectors larger than 512 native vectors, 8 KiB on a
 //! 16-byte-vector CPU (`generic` x86-64, Arm NEON), and a spec is written per export, not per CPU. It changes tiling
@@ -92,8 +92,8 @@ fn matcher(name: &str, rhs: &str, maps: &str, check: &str, lowering: &str) -> St
 /// The tuning spec text (a transform-dialect module IREE 3.13 reads with `--iree-codegen-tuning-spec-path`) for
 /// the llvm-cpu backend: one-row per-block products over `i8` and `i4` codes get a workgroup per block row (codes
 /// in row bands: per band) and the whole block as the reduction tile; 8-, 16- and 32-row products over `i4` codes
-/// gated in groups get vector tiles of 8 rows; one-row products over bf16 or f16 bands get vector tiles of 4 bands and a
-/// reduction tile of 8.
+/// gated in groups get vector tiles of 8 rows; one-row products over bf16 or f16 bands get vector tiles of 4 bands
+/// and a reduction tile of 8.
 #[must_use]
 pub fn cpu_tuning_spec() -> String {
     // The per-block product: loops (block, row, column, k); one row, blocks of 32.

@@ -778,14 +778,14 @@ fn linear_of(
 
 /// The row counts up to which a `?`-row product of a kept weight takes the per-block product of its rows padded to
 /// that many: up to 8 rows padded to 8, 9 to 16 padded to 16, 17 to 32 padded to 32, more the dequantized weight's
-/// product. Measured on a
-/// 1024 -> 2816 Q8_0 linear (docs/performance.md, "A few rows of a kept weight"): the static per-block product at
-/// 8 rows is 3-4x faster than the dequantized weight's product; at 16 rows 2x, level from 24 on, where its partials
-/// (`4·Kb·rows·N` bytes) reach the dequantized weight's `4·K·N`. Whole prefills of a 156M Llama (docs/performance.md,
-/// "Prompts of 9 to 16 tokens"): the 16-row form alone took 35-39 ms at 1-16 tokens, the 8-row one 18-28 ms at 1-8
-/// and the dequantized weights 55-61 ms at 9-16, so both forms are written; a 32-row form likewise made 17-32
-/// tokens 1.3-1.55x (Q4_0) and 1.1-1.35x (Q8_0) faster, longer prompts unchanged. Ascending: each form is gated
-/// open above the one before it.
+/// product. Measured on a 1024 -> 2816 Q8_0 linear (docs/performance.md, "A few rows of a kept weight"): the static
+/// per-block product at 8 rows is 3-4x faster than the dequantized weight's product; at 16 rows 2x, level from 24
+/// on, where its partials (`4·Kb·rows·N` bytes) reach the dequantized weight's `4·K·N`. Whole prefills of a 156M
+/// Llama (docs/performance.md, "Prompts of 9 to 16 tokens"): the 16-row form alone took 35-39 ms at 1-16 tokens,
+/// the 8-row one 18-28 ms at 1-8 and the dequantized weights 55-61 ms at 9-16, so both forms are written; a 32-row
+/// form likewise made 17-32 tokens 1.3-1.55x (Q4_0) and 1.1-1.35x (Q8_0) faster, longer prompts unchanged.
+/// Ascending: each form is gated open above the one before it. A form whose partials pass [`DEQUANTIZED_BYTES`] is
+/// not written (at 7B widths none is; docs/performance.md, "The few-rows forms at 7B widths").
 const FEW_ROWS: [u32; 3] = [8, 16, 32];
 
 /// A gate on the row count of `x` ([`OpKind::GateRows`]): the gated value is whole when `x` has more than `above`
@@ -840,8 +840,8 @@ const GROUP_COLUMNS: u64 = 64;
 /// [`OpKind::GateRows`] that leave every form but the one for `x`'s rows without work (the 8-row form up to 8 rows,
 /// the 16-row one 9 to 16, the 32-row one 17 to 32, the dequantized weight more); the few-rows forms' rows placed
 /// into the dequantized product's ([`OpKind::PlaceRows`], the largest form first: a form gated shut has no columns,
-/// and a placement short of the columns places nothing). No branch: IREE 3.13 would end its stream execution at each `scf.if`
-/// (docs/performance.md). Sub-byte codes are gated in groups of [`GROUP_COLUMNS`] columns, so they need rows a
+/// and a placement short of the columns places nothing). No branch: IREE 3.13 would end its stream execution at
+/// each `scf.if` (docs/performance.md). Sub-byte codes are gated in groups of [`GROUP_COLUMNS`] columns, so they need rows a
 /// multiple of it; formats with high bits (Q5_x, Q6_K) are not gated. Otherwise the dequantized weight's product
 /// alone.
 fn dynamic_linear_use(b: &mut Builder<'_>, pl: &mut Planes, m: &Op) {
