@@ -272,22 +272,54 @@ def test_a_weight_dequantized_in_parts_is_cut_at_bands(fmt, parts, tapeout, tmp_
                                    err_msg=f"{fmt}, {n} rows")
 
 
-def test_a_weight_too_wide_for_the_16_row_form_keeps_the_8_row_one(tapeout, tmp_path):
-    """The few-rows forms are written only where their per-block partials (`4·Kb·rows·Np` bytes) stay within the
-    16 MiB of f32 dequantized at a time: a 4608 x 2048 Q4_0 weight's take 9.4 MB at 8 rows and 18.9 MB at 16, so it
-    gets the 8-row form (open up to 8 rows) and the dequantized weight (open beyond 8), no 16- or 32-row form. Values
-    against PyPI gguf at 1 and 8 rows (the 8-row form) and 9 and 16 (the dequantized weight, in parts)."""
+def few_rows_parts(kb, rows, np_rows, unit=64):
+    """The column parts (`(first, len)` of the planes' rows) of the few-rows form of `rows` rows: one product when
+    its per-block partials (`4·Kb·rows·Np` bytes) take at most 16 MiB, otherwise parts of at most 8 MiB of them,
+    each `len` a multiple of `unit`."""
+    if 4 * kb * rows * np_rows <= 16 << 20:
+        return [(0, np_rows)]
+    per = (8 << 20) // (4 * kb * rows) // unit * unit
+    return [(first, min(per, np_rows - first)) for first in range(0, np_rows, per)]
+
+
+def test_a_weight_too_wide_for_one_part_takes_its_few_rows_forms_in_column_parts(tapeout, tmp_path):
+    """A 4608 x 2048 Q4_0 weight's per-block partials take 9.4 MB at 8 rows, 18.9 MB at 16 and 37.7 MB at 32: the
+    8-row form is one product (within 16 MiB), the 16-row one three over the weight's rows 0-2047, 2048-4095 and
+    4096-4607, the 32-row one five (1024 rows each, 512 the last), each part's partials at most 8 MiB, its results
+    placed at its columns (once, no form was written past 16 MiB: at 7B widths every prefill dequantized its
+    weights). Each part reads the codes
+    in their groups of 64 and slices its groups from those (a slice of the codes along their rows before the groups
+    made IREE 3.13 copy them every call, gated shut or not); no slice of the codes themselves. Values against PyPI
+    gguf at 1, 8 (the 8-row form), 9, 16 (the 16-row one, parted), 17, 32 (the 32-row one) and 33 rows (the
+    dequantized weight)."""
     rows, cols = 4608, 2048
     rng = np.random.default_rng(43)
     path = tmp_path / "w.gguf"
     dense = one_tensor_gguf(path, "t", "Q4_0", rows, cols, rng)
     out, text = export_linear(tapeout, tmp_path, path, ["?"], rows, cols)
     limits = re.findall(r"(%v\d+) = arith\.constant (\d+) : index\s+%v\d+ = arith\.cmpi (ule|ugt), %v\d+, \1\b", text)
-    assert {(int(limit), pred) for _, limit, pred in limits} == {(8, "ule"), (8, "ugt")}, limits
-    assert f"tensor<8x{cols}xf32>" in text
-    assert f"tensor<16x{cols}xf32>" not in text and f"tensor<32x{cols}xf32>" not in text
+    assert {(int(limit), pred) for _, limit, pred in limits} == {(r, p) for r in (8, 16, 32) for p in ("ule", "ugt")}
+    kb = cols // 32
+    parts = {r: few_rows_parts(kb, r, rows) for r in (8, 16, 32)}
+    assert [len(p) for p in parts.values()] == [1, 3, 5], parts
+    # Each part's codes: the grouped codes `[64, 32, 72, 64]`, its groups sliced (the one-part form reads them
+    # whole).
+    codes = re.search(r"(%v\d+) = util\.global\.load @w\.qs ", text).group(1)
+    groups = re.findall(rf"(%v\d+) = stablehlo\.reshape {codes} : \(tensor<{kb}x32x{rows}xi4>\) -> tensor<{kb}x32x"
+                        rf"{rows // 64}x64xi4>", text)
+    assert len(groups) == 9, groups  # one per part
+    sliced = sorted(re.findall(rf"stablehlo\.slice (?:{'|'.join(groups)}) \[0:{kb}, 0:32, (\d+):(\d+), 0:64\]", text),
+                    key=lambda s: (int(s[0]), int(s[1])))
+    want = sorted((first // 64, (first + n) // 64) for r in (16, 32) for first, n in parts[r])
+    assert [(int(a), int(b)) for a, b in sliced] == want, sliced
+    assert not re.search(rf"stablehlo\.slice {codes} ", text), "the codes sliced along their rows before the groups"
+    # The parts' results placed side by side in a `[rows, ?]` form.
+    for r in (16, 32):
+        placed = re.findall(rf"tensor\.insert_slice %v\d+ into %v\d+\[0, [^\]]+\] \[{r}, %v\d+\] \[1, 1\] : "
+                            rf"tensor<{r}x\?xf32> into tensor<{r}x\?xf32>", text)
+        assert len(placed) == len(parts[r]), (r, placed)
     vmfb = compile_iree(tmp_path, out / "lin.mlir")
-    for n in (1, 8, 9, 16):
+    for n in (1, 8, 9, 16, 17, 32, 33):
         x = rng.standard_normal((n, cols)).astype(np.float32)
         (y,) = run_iree(tmp_path, vmfb, [out / "lin.irpa"], [x], tag=str(n))
         want = x.astype(np.float64) @ dense.T
@@ -368,9 +400,10 @@ def test_a_linear_with_dynamic_rows_dequantizes_after_its_input(fmt, rows, tapeo
     plane = re.search(r"@w\.qs = .* : tensor<(\d+)x(\d+)x(\d+)x(i\d+)>", text)
     np_rows, code_type = int(plane.group(3)), plane.group(4)
     direct = re.search(rf"tensor\.extract_slice {qs}\[0, 0, 0\] \[\d+, \d+, %v\d+\]", text)
-    groups = re.search(rf"(%v\d+) = stablehlo\.reshape {qs} : \(tensor<[^>]*>\) -> tensor<\d+x\d+x(\d+)x64x", text)
-    grouped = groups and re.search(rf"tensor\.extract_slice {groups.group(1)}\[0, 0, 0, 0\] \[\d+, \d+, %v\d+, 64\]",
-                                   text)
+    # (A form in column parts gates a slice of the groups: the one-part forms gate the groups themselves.)
+    groups = re.findall(rf"(%v\d+) = stablehlo\.reshape {qs} : \(tensor<[^>]*>\) -> tensor<\d+x\d+x\d+x64x", text)
+    grouped = any(re.search(rf"tensor\.extract_slice {g}\[0, 0, 0, 0\] \[\d+, \d+, %v\d+, 64\]", text)
+                  for g in groups)
     gated = text.count("arith.cmpi ule") >= 2 and "arith.cmpi ugt" in text
     # Four forms: `x` padded to 8 rows (open up to 8), to 16 (at most 16, more than 8), to 32 (at most 32, more than
     # 16) and the dequantized weight (more than 32): every row-count comparison, paired with its limit (written just
@@ -378,9 +411,15 @@ def test_a_linear_with_dynamic_rows_dequantizes_after_its_input(fmt, rows, tapeo
     limits = set(re.findall(r"(%v\d+) = arith\.constant (\d+) : index\s+%v\d+ = arith\.cmpi (ule|ugt), %v\d+, \1\b",
                             text))
     pairs = {(int(limit), pred) for _, limit, pred in limits}
-    # A form is written when its partials (`4·Kb·rows·Np` bytes) stay within 16 MiB: 16389 rows leave out the 32.
-    tiers = [r for r in (8, 16, 32) if 4 * (cols // 32) * r * np_rows <= 16 << 20]
-    assert tiers == ([8, 16] if rows > 16384 else [8, 16, 32]), tiers
+    # Every form is written, in column parts past 16 MiB of partials (`4·Kb·rows·Np` bytes): 16389 rows take the
+    # 32-row form in three (8192, 8192 rows and the rest), its parts' results placed side by side.
+    tiers = [8, 16, 32]
+    for r in tiers:
+        parts = few_rows_parts(cols // 32, r, np_rows, unit=64 if code_type == "i4" else 1)
+        assert len(parts) == (3 if rows > 16384 and r == 32 else 1), (r, parts)
+        placed = re.findall(rf"tensor\.insert_slice %v\d+ into %v\d+\[0, [^\]]+\] \[{r}, %v\d+\] \[1, 1\] : "
+                            rf"tensor<{r}x\?xf32> into tensor<{r}x\?xf32>", text)
+        assert len(placed) == (len(parts) if gated and len(parts) > 1 else 0), (fmt, r, placed)
     assert pairs == ({(r, p) for r in tiers for p in ("ule", "ugt")} if gated else set()), (fmt, pairs)
     assert all(f"tensor<{r}x256xf32>" in text for r in tiers) == gated, text
     assert all(f"tensor<{r}x256xf32>" not in text for r in (8, 16, 32) if r not in tiers), text

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from harness import iree_tool, run, run_iree, signature
+from test_packed import few_rows_parts
 from test_shape_sweep import write_safetensors
 
 BANDS = [2, 3, 5, 11]  # weights of 32 x BANDS rows
@@ -266,11 +267,15 @@ def test_the_tuning_spec_tiles_a_prefills_few_rows_over_4_bit_codes_on_every_cpu
     """A `?`-row linear of a 4-bit weight kept packed takes, up to 8 rows, the per-block product of its rows padded
     to 8 over codes gated in groups of 64 (`[Kb, 32, ?, 64]`), from 9 to 16 rows the same padded to 16, from 17 to
     32 padded to 32; the spec gives each product all its rows at once in vector tiles small enough for a CPU with
-    16-byte vectors (it once made 16 KiB ones only AVX-512 took). Compiled for this CPU and a generic one with the spec, each form's tiles in
-    exactly one dispatch per weight, every result against PyPI gguf's dequantized weights in float64 at 1, 5, 8 (the
-    8-row product), 9, 12, 16 (the 16-row one), 17, 32 (the 32-row one) and 33 rows (the dequantized weight's)."""
+    16-byte vectors (it once made 16 KiB ones only AVX-512 took). A 2112 x 2048 weight's 32-row form is computed in
+    three column parts (its partials past 16 MiB), each tiled alike. Compiled for this CPU and a generic one with the
+    spec, each form's tiles in exactly one dispatch per weight and part, every result against PyPI gguf's
+    dequantized weights in float64 at 1, 5, 8 (the 8-row product), 9, 12, 16 (the 16-row one), 17, 32 (the 32-row
+    one) and 33 rows (the dequantized weight's)."""
     rng = np.random.default_rng(11)
-    shapes = [(64, 256), (320, 512 if fmt == "Q4_K" else 64)]
+    shapes = [(64, 256), (320, 512 if fmt == "Q4_K" else 64), (2112, 2048)]
+    parts = {r: sum(len(few_rows_parts(k // 32, r, n)) for n, k in shapes) for r in (8, 16, 32)}
+    assert parts == {8: 3, 16: 3, 32: 5}, parts
     path, dense = q8_gguf(tmp_path, fmt, shapes, rng)
     linear_graph(tmp_path, {shape: "f32" for shape in shapes}, dense, rng, rows_set=("?",))
     out = tmp_path / "out"
@@ -279,9 +284,8 @@ def test_the_tuning_spec_tiles_a_prefills_few_rows_over_4_bit_codes_on_every_cpu
     assert spec.is_file()
     for cpu in ("host", "generic"):
         vmfb, configs = compile_host(out, tmp_path, cpu, spec, cpu=cpu)
-        assert configs.count(FEW_ROWS_TILES) == len(shapes), (cpu, configs.count(FEW_ROWS_TILES))
-        assert configs.count(FEW_ROWS_16_TILES) == len(shapes), (cpu, configs.count(FEW_ROWS_16_TILES))
-        assert configs.count(FEW_ROWS_32_TILES) == len(shapes), (cpu, configs.count(FEW_ROWS_32_TILES))
+        for tiles, rows in ((FEW_ROWS_TILES, 8), (FEW_ROWS_16_TILES, 16), (FEW_ROWS_32_TILES, 32)):
+            assert configs.count(tiles) == parts[rows], (cpu, rows, configs.count(tiles))
         for rows in (1, 5, 8, 9, 12, 16, 17, 32, 33):
             feeds = {f"x_{k}_d": rng.standard_normal((rows, k)).astype(np.float32) for k in {k for _, k in shapes}}
             want = {f"y{n}_{k}_d": feeds[f"x_{k}_d"].astype(np.float64) @ dense[f"w{n}_{k}"].T for n, k in shapes}

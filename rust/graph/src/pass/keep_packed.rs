@@ -15,8 +15,8 @@
 //!   `banded` matmul) when `x`'s rows merge into one `?` and the rows dequantized at a time are a multiple of 32;
 //!   for Q8_0 and 4-bit codes (Q4_0, Q4_1, Q4_K; their rows a multiple of 64) also the per-block products of `x`
 //!   padded to 8, 16 and 32 rows (`FEW_ROWS`), each form reading its planes through [`OpKind::GateRows`] that give
-//!   the ones not wanted for `x`'s actual rows nothing to do, 4-bit planes in groups of 64 rows
-//!   (`dynamic_linear_use`);
+//!   the ones not wanted for `x`'s actual rows nothing to do, 4-bit planes in groups of 64 rows, a form whose
+//!   partials pass 16 MiB in column parts of the planes (`dynamic_linear_use`);
 //! - any other use (including `W` or `transpose(W)` as a graph output): the whole weight dequantized from its
 //!   planes in the program, once.
 //!
@@ -414,6 +414,30 @@ impl Planes {
     }
 }
 
+/// The plane rows (`[first, len)` of the planes' `np`) each part of a few-rows product of `rows` rows computes, for
+/// planes of `kb` blocks ([`few_rows_product`]): all of them when the per-block partials (`4·kb·rows·np` bytes) take
+/// at most [`DEQUANTIZED_BYTES`], otherwise parts of at most [`FEW_ROWS_PART_BYTES`] of partials, each `len` a
+/// multiple of `unit` (the planes' row multiple and their column groups; `np` is one). `None` (no such form) when
+/// one `unit` alone would pass that (a `K` past 32768 at 32 rows), rather than a form of hundreds of parts.
+fn few_rows_chunks(kb: u64, np: u64, rows: u32, unit: u64) -> Option<Vec<(u64, u64)>> {
+    let per_plane_row = kb.checked_mul(u64::from(rows))?.checked_mul(4)?;
+    if per_plane_row.checked_mul(np)? <= DEQUANTIZED_BYTES {
+        return Some(vec![(0, np)]);
+    }
+    let per = (FEW_ROWS_PART_BYTES / per_plane_row.max(1)) / unit.max(1) * unit;
+    if per == 0 {
+        return None;
+    }
+    let mut chunks = Vec::new();
+    let mut first = 0;
+    while first < np {
+        let len = per.min(np - first);
+        chunks.push((first, len));
+        first += len;
+    }
+    Some(chunks)
+}
+
 /// The least common multiple of two row counts (both at least 1), saturating.
 fn lcm(a: u64, b: u64) -> u64 {
     let (mut x, mut y) = (a, b);
@@ -474,6 +498,12 @@ fn in_bands(b: &mut Builder<'_>, t: TensorId, lead: [Dim; 2], len: u64, name: St
 /// The most f32 bytes of one weight a `?`-row product dequantizes at a time (an LM head's 131 MB is dequantized in
 /// 16 MiB parts, each consumed while it is still in the last-level cache, one after the other).
 const DEQUANTIZED_BYTES: u64 = 16 << 20;
+
+/// The most bytes of per-block partials one column part of a few-rows product computes, for a form whose partials
+/// pass [`DEQUANTIZED_BYTES`] ([`few_rows_chunks`]). Measured at 7B widths (docs/performance.md, "The
+/// few-rows forms at 7B widths"): parts of 4, 8 and 16 MiB ran prefills equally fast; their peak memory was 30, 62
+/// and 130 MB above the dequantized weights', their compile 5.9, 3.2 and 2.2 times as long (more dispatches).
+const FEW_ROWS_PART_BYTES: u64 = 8 << 20;
 
 /// Attributes of a `slice` of extents `dims` from `start` (stride 1).
 fn slice_range(start: &[u64], dims: &[u64]) -> Attrs {
@@ -785,7 +815,8 @@ fn linear_of(
 /// the 8-row one 18-28 ms at 1-8 and the dequantized weights 55-61 ms at 9-16, so both forms are written; a 32-row
 /// form likewise made 17-32 tokens 1.3-1.55x (Q4_0) and 1.1-1.35x (Q8_0) faster, longer prompts unchanged.
 /// Ascending: each form is gated open above the one before it. A form whose partials pass [`DEQUANTIZED_BYTES`] is
-/// not written (at 7B widths none is; docs/performance.md, "The few-rows forms at 7B widths").
+/// computed in column parts ([`FEW_ROWS_PART_BYTES`]; at 7B widths every form is: 1-32-token prefills 1.5-2.3x
+/// faster there, docs/performance.md, "The few-rows forms at 7B widths").
 const FEW_ROWS: [u32; 3] = [8, 16, 32];
 
 /// A gate on the row count of `x` ([`OpKind::GateRows`]): the gated value is whole when `x` has more than `above`
@@ -835,7 +866,7 @@ fn rows_attrs(rows: u32) -> Attrs {
 const GROUP_COLUMNS: u64 = 64;
 
 /// `y = x @ Wᵀ` for `x` with `?` rows ([`Linear::Dynamic`]). When `x` has one `?` dimension: the per-block product
-/// of `x` padded to each of [`FEW_ROWS`] whose partials take at most [`DEQUANTIZED_BYTES`] ([`few_rows_product`])
+/// of `x` padded to each of [`FEW_ROWS`] ([`few_rows_product`], in column parts past [`DEQUANTIZED_BYTES`])
 /// and the dequantized weight's product ([`dequantized_product`]), each reading the planes through
 /// [`OpKind::GateRows`] that leave every form but the one for `x`'s rows without work (the 8-row form up to 8 rows,
 /// the 16-row one 9 to 16, the 32-row one 17 to 32, the dequantized weight more); the few-rows forms' rows placed
@@ -848,11 +879,6 @@ fn dynamic_linear_use(b: &mut Builder<'_>, pl: &mut Planes, m: &Op) {
     let (x, y) = (m.inputs[0], m.outputs[0]);
     // The padded products' `[rows, N]` are placed into `y` viewed as `[?, N]`.
     let one_dynamic = one_row_dim(&b.specs[x.index()].shape);
-    let partials = |rows: u32| {
-        pl.kb.checked_mul(u64::from(rows)).and_then(|v| v.checked_mul(pl.np)).and_then(|v| v.checked_mul(4))
-    };
-    let tiers: Vec<u32> =
-        FEW_ROWS.into_iter().filter(|&r| partials(r).is_some_and(|p| p <= DEQUANTIZED_BYTES)).collect();
     // Gating a sub-byte plane's rows (its packed axis) to a `?` extent makes IREE 3.13 emit masked loads it cannot
     // emulate ("failed to emulate bit width"): `i4` codes (Q4_0, Q4_1, Q4_K) are read as `[.., Np / 64, 64]` and
     // gated along their groups, which needs `Np` a multiple of 64 (always so today: sub-byte planes hold rows
@@ -862,7 +888,11 @@ fn dynamic_linear_use(b: &mut Builder<'_>, pl: &mut Planes, m: &Op) {
     let group = codes.is_sub_byte().then_some(GROUP_COLUMNS);
     let grouped =
         pl.high.is_none() && (!codes.is_sub_byte() || codes == DType::I4) && group.is_none_or(|t| pl.np % t == 0);
-    let Some(&top) = tiers.last().filter(|_| one_dynamic && grouped) else {
+    // Each form's column parts: a part starts at a multiple of the planes' rows and of their groups.
+    let unit = lcm(pl.row_multiple, group.unwrap_or(1));
+    let tiers: Vec<(u32, Vec<(u64, u64)>)> =
+        FEW_ROWS.into_iter().filter_map(|r| few_rows_chunks(pl.kb, pl.np, r, unit).map(|c| (r, c))).collect();
+    let Some(&(top, _)) = tiers.last().filter(|_| one_dynamic && grouped) else {
         dequantized_product(b, pl, m, y, None);
         return;
     };
@@ -870,9 +900,9 @@ fn dynamic_linear_use(b: &mut Builder<'_>, pl: &mut Planes, m: &Op) {
     let y_shape = b.specs[y.index()].shape.clone();
     let mut base = b.tensor_shaped(format!("{label}.many"), y_shape.clone(), DType::F32);
     dequantized_product(b, pl, m, base, Some(Gate { x, above: top }));
-    for (i, &rows) in tiers.iter().enumerate().rev() {
-        let below = i.checked_sub(1).and_then(|j| tiers.get(j)).copied();
-        let small = few_rows_product(b, pl, x, &label, group, (below, rows));
+    for (i, (rows, chunks)) in tiers.iter().enumerate().rev() {
+        let (rows, below) = (*rows, i.checked_sub(1).and_then(|j| tiers.get(j)).map(|t| t.0));
+        let small = few_rows_product(b, pl, (x, &label), (group, chunks), (below, rows));
         let into = if i == 0 { y } else { b.tensor_shaped(format!("{label}.upto{rows}"), y_shape.clone(), DType::F32) };
         b.op_into(OpKind::PlaceRows, rows_attrs(rows), &[small, base], into);
         base = into;
@@ -883,21 +913,52 @@ fn dynamic_linear_use(b: &mut Builder<'_>, pl: &mut Planes, m: &Op) {
 /// through [`OpKind::GateRows`] that empty it unless `x` has at most `rows` rows and, with `below` (the next
 /// smaller form's rows), more than `below`. With `group` (`T`), each plane `[.., Np]` is read as `[.., Np / T, T]`
 /// and gated along its groups, every value computed on it is `[.., ?, T]` (the products `[Kb, rows, ?, T]`: IREE
-/// keeps the codes' groups whole) and the sum over blocks is read as `[rows, ?]` at the end. Codes without high
-/// bits only (Q8_0, the 4-bit formats).
+/// keeps the codes' groups whole) and the sum over blocks is read as `[rows, ?]` at the end. Computed in the column
+/// parts `chunks` ([`few_rows_chunks`]; at 7B widths 6 to 32 of them), each one's partials at most
+/// [`DEQUANTIZED_BYTES`], and the parts concatenated along the columns. Codes without high bits only (Q8_0, the
+/// 4-bit formats).
 fn few_rows_product(
     b: &mut Builder<'_>,
     pl: &mut Planes,
-    x: TensorId,
-    label: &str,
-    group: Option<u64>,
+    (x, label): (TensorId, &str),
+    (group, chunks): (Option<u64>, &[(u64, u64)]),
     (below, rows): (Option<u32>, u32),
 ) -> TensorId {
-    let (kb, bs, np, r) = (pl.kb, pl.b, pl.np, u64::from(rows));
+    let (kb, bs, r) = (pl.kb, pl.b, u64::from(rows));
     let xp = b.op(OpKind::PadRows, rows_attrs(rows), &[x], format!("{label}.x{r}"), &[r, pl.k], DType::F32);
     let xb = b.op(OpKind::Reshape, Attrs::new(), &[xp], format!("{label}.x{r}b"), &[r, kb, bs], DType::F32);
     let xt =
         b.op(OpKind::Transpose, ints("perm", [1, 0, 2]), &[xb], format!("{label}.x{r}t"), &[kb, r, bs], DType::F32);
+    // `Σ_l x` per block (the offset term's), made by the first part and shared by the others.
+    let mut xst = None;
+    let mut parts = Vec::with_capacity(chunks.len());
+    for (i, &cols) in chunks.iter().enumerate() {
+        let name = if chunks.len() == 1 { label.to_string() } else { format!("{label}.p{i}") };
+        let part = few_rows_part(b, pl, (x, xt, &mut xst), (&name, group), (below, rows), cols);
+        parts.push(part);
+    }
+    match parts.as_slice() {
+        [one] => *one,
+        _ => {
+            let shape = Shape(vec![Dim::Static(r), Dim::Dynamic]);
+            b.op_shaped(OpKind::Concat, axis(-1), &parts, format!("{label}.y{r}"), shape, DType::F32)
+        }
+    }
+}
+
+/// One column part (plane rows `first .. first + len`) of [`few_rows_product`], as `[rows, len or 0]`. Each plane
+/// is read in its groups first and the part's groups sliced from those: the slice and the gate after it are then
+/// on one axis, which IREE 3.13 composes into one read in place (a slice along `Np` before the groups became a copy
+/// of the planes every call, gated or not; docs/performance.md, "The few-rows forms at 7B widths").
+fn few_rows_part(
+    b: &mut Builder<'_>,
+    pl: &mut Planes,
+    (x, xt, xst): (TensorId, TensorId, &mut Option<TensorId>),
+    (label, group): (&str, Option<u64>),
+    (below, rows): (Option<u32>, u32),
+    (first, len): (u64, u64),
+) -> TensorId {
+    let (kb, bs, np, r) = (pl.kb, pl.b, pl.np, u64::from(rows));
     // The dims of a value whose last dim stands for the gated columns: `[.., ?]`, or `[.., ?, T]` in groups.
     let cols = |d: &[u64]| {
         let mut s = Shape::of(d);
@@ -907,17 +968,30 @@ fn few_rows_product(
         s.0.extend(group.map(Dim::Static));
         s
     };
-    // A plane `[.., Np]` (columns along `axis`, its last), gated.
+    // A plane `[.., Np]` (columns along `axis`, its last): its groups, this part's of them, gated.
     let gate_plane = |b: &mut Builder<'_>, plane: TensorId, axis: u8, name: String| {
+        let spec = &b.specs[plane.index()];
+        let (mut shape, dtype) = (spec.shape.clone(), spec.dtype);
+        let t = group.unwrap_or(1);
         let plane = match group {
             Some(t) => {
-                let spec = &b.specs[plane.index()];
-                let (mut shape, dtype) = (spec.shape.clone(), spec.dtype);
                 shape.0.pop();
                 shape.0.extend([Dim::Static(np / t), Dim::Static(t)]);
-                b.op_shaped(OpKind::Reshape, Attrs::new(), &[plane], format!("{name}g"), shape, dtype)
+                b.op_shaped(OpKind::Reshape, Attrs::new(), &[plane], format!("{name}g"), shape.clone(), dtype)
             }
             None => plane,
+        };
+        let at = usize::from(axis);
+        let plane = if len == np {
+            plane
+        } else {
+            // This part's columns (groups) along `axis`, every other dim whole (limit -1: to its end).
+            let start = (0..shape.rank()).map(|i| if i == at { first / t } else { 0 });
+            let limit = (0..shape.rank()).map(|i| if i == at { as_i64((first + len) / t) } else { -1 });
+            let mut attrs = ints("start", start);
+            attrs.insert("limit".into(), Attr::Ints(limit.collect()));
+            shape.0[at] = Dim::Static(len / t);
+            b.op_shaped(OpKind::Slice, attrs, &[plane], format!("{name}p"), shape, dtype)
         };
         let upto = gated(b, plane, x, (true, rows), axis, name.clone());
         match below {
@@ -930,21 +1004,20 @@ fn few_rows_product(
     };
     // A product over grouped planes has its right side's columns in two dims (`matmul`'s `grouped`).
     let grouped_attrs = || if group.is_some() { flag("grouped") } else { Attrs::new() };
-    let products = |b: &mut Builder<'_>, plane: TensorId, suffix: &str| {
-        let g = gate_plane(b, plane, 2, format!("{label}.{suffix}{r}"));
-        let f = f32_op(b, OpKind::Convert, Attrs::new(), &[g], format!("{label}.{suffix}{r}_f32"), &[kb, bs, 1]);
-        f32_op(b, OpKind::Matmul, grouped_attrs(), &[xt, f], format!("{label}.{suffix}{r}_s"), &[kb, r, 1])
-    };
     // No high-bit plane: `dynamic_linear_use` keeps 5- and 6-bit codes out of this form.
-    let s = products(b, pl.quants, "qs");
+    let g = gate_plane(b, pl.quants, 2, format!("{label}.qs{r}"));
+    let f = f32_op(b, OpKind::Convert, Attrs::new(), &[g], format!("{label}.qs{r}_f32"), &[kb, bs, 1]);
+    let s = f32_op(b, OpKind::Matmul, grouped_attrs(), &[xt, f], format!("{label}.qs{r}_s"), &[kb, r, 1]);
     let a3 = pl.scale_3d(b);
     let a = gate_plane(b, a3, 2, format!("{label}.a{r}"));
     let sa = f32_op(b, OpKind::Mul, Attrs::new(), &[s, a], format!("{label}.sa{r}"), &[kb, r, 1]);
     let mut out = f32_op(b, OpKind::ReduceSum, ints("axes", [0]), &[sa], format!("{label}.y{r}"), &[r, 1]);
     if let Some(c) = pl.offset {
         let c = gate_plane(b, c, 1, format!("{label}.c{r}"));
-        let xs = b.op(OpKind::ReduceSum, ints("axes", [2]), &[xt], format!("{label}.x{r}s"), &[kb, r], DType::F32);
-        let xst = b.op(OpKind::Transpose, ints("perm", [1, 0]), &[xs], format!("{label}.x{r}st"), &[r, kb], DType::F32);
+        let xst = *xst.get_or_insert_with(|| {
+            let xs = b.op(OpKind::ReduceSum, ints("axes", [2]), &[xt], format!("{label}.x{r}s"), &[kb, r], DType::F32);
+            b.op(OpKind::Transpose, ints("perm", [1, 0]), &[xs], format!("{label}.x{r}st"), &[r, kb], DType::F32)
+        });
         let y1 = f32_op(b, OpKind::Matmul, grouped_attrs(), &[xst, c], format!("{label}.y{r}c"), &[r, 1]);
         out = f32_op(b, OpKind::Add, Attrs::new(), &[out, y1], format!("{label}.y{r}o"), &[r, 1]);
     }
@@ -1150,5 +1223,29 @@ mod tests {
             }
         }
         assert_eq!(scalar_bytes(32), None, "a value no format uses has no constant (no wildcard)");
+    }
+
+    #[test]
+    fn a_few_rows_form_is_one_product_within_16_mib_and_parts_of_8_past_it() {
+        // 1024 -> 2816 (the 156M model's MLP): 11.5 MB of partials at 32 rows, one product.
+        assert_eq!(few_rows_chunks(32, 2816, 32, 64), Some(vec![(0, 2816)]));
+        // 4096 -> 11008 (7B widths): 45 MB at 8 rows, 180 MB at 32, in parts of at most 8 MiB that tile the planes.
+        for (rows, parts) in [(8, 6), (16, 11), (32, 22)] {
+            let chunks = few_rows_chunks(128, 11008, rows, 64).expect("a form");
+            assert_eq!(chunks.len(), parts, "{rows} rows");
+            let mut next = 0;
+            for &(first, len) in &chunks {
+                assert_eq!(first, next, "{rows} rows: contiguous");
+                assert!(first % 64 == 0 && len % 64 == 0 && len > 0, "{rows} rows: whole groups");
+                assert!(4 * 128 * u64::from(rows) * len <= FEW_ROWS_PART_BYTES, "{rows} rows: {len} too wide");
+                next = first + len;
+            }
+            assert_eq!(next, 11008, "{rows} rows: every plane row");
+        }
+        // Q8_0 planes hold any row count (unit 1): the odd rest is a part of its own.
+        assert_eq!(few_rows_chunks(8, 16389, 32, 1), Some(vec![(0, 8192), (8192, 8192), (16384, 5)]));
+        // A K so wide that one group of 64 rows passes 8 MiB at 32 rows: no such form; and no overflow.
+        assert_eq!(few_rows_chunks(1025, 128, 32, 64), None);
+        assert_eq!(few_rows_chunks(u64::MAX, 64, 8, 64), None);
     }
 }
