@@ -35,6 +35,7 @@ pub use graph::{
 };
 pub use ops::OpKind;
 pub use packed::{BlockOrder, DecodeError, Encoding, dequantize};
+pub use pass::FEW_ROWS;
 pub use planar::Plane;
 pub use shape::{Dim, Shape};
 pub use tensor::{ChunkLender, HalfLayout, LendError, Lent, Storage, StreamError, Tensor, TensorSpec};

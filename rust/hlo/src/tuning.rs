@@ -47,7 +47,7 @@
 //! only: each output element is the same sum over the same values. The spec is an input of `iree-compile`
 //! (`--iree-codegen-tuning-spec-path=FILE`), not part of the module, which compiles and runs without it.
 
-use tapeout_graph::{ConstantData, DType, Encoding, Plane};
+use tapeout_graph::{ConstantData, DType, Encoding, FEW_ROWS, Plane};
 
 /// Whether a product over the constant `data` is tiled by [`cpu_tuning_spec`]: the codes of a weight kept packed
 /// in 32-value blocks (Q8_0's `i8`; Q4_0, Q4_1, Q4_K and the low 4 bits of Q5_0, Q5_1 and Q5_K, all `i4`), or a
@@ -138,17 +138,18 @@ pub fn cpu_tuning_spec() -> String {
             "cache_parallel = [1, {rows}, 4, 64, 0], distribution = [1, {rows}, 4, 64, 0], vector_common_parallel = [1, 8, 1, 32, 0], vector_reduction = [0, 0, 0, 0, 4]"
         )
     };
-    let matchers = [
-        ("match_few_rows_i4", "i4", few_maps, few_check(8), few(8)),
-        ("match_few_rows_16_i4", "i4", few_maps, few_check(16), few(16)),
-        ("match_few_rows_32_i4", "i4", few_maps, few_check(32), few(32)),
-        ("match_block_bands_i8", "i8", block_band_maps, block_band_check.to_owned(), block_band.to_owned()),
-        ("match_block_bands_i4", "i4", block_band_maps, block_band_check.to_owned(), block_band.to_owned()),
-        ("match_blocks_i8", "i8", block_maps, block_check.to_owned(), block.to_owned()),
-        ("match_blocks_i4", "i4", block_maps, block_check.to_owned(), block.to_owned()),
-        ("match_bands_bf16", "bf16", band_maps, band_check.to_owned(), band.to_owned()),
-        ("match_bands_f16", "f16", band_maps, band_check.to_owned(), band.to_owned()),
-    ];
+    // One matcher per few-rows form `keep_packed` writes (`FEW_ROWS`), then the others.
+    let few_rows =
+        FEW_ROWS.map(u64::from).map(|r| (format!("match_few_rows_{r}_i4"), "i4", few_maps, few_check(r), few(r)));
+    let matchers = few_rows.into_iter().chain([
+        ("match_block_bands_i8".to_owned(), "i8", block_band_maps, block_band_check.to_owned(), block_band.to_owned()),
+        ("match_block_bands_i4".to_owned(), "i4", block_band_maps, block_band_check.to_owned(), block_band.to_owned()),
+        ("match_blocks_i8".to_owned(), "i8", block_maps, block_check.to_owned(), block.to_owned()),
+        ("match_blocks_i4".to_owned(), "i4", block_maps, block_check.to_owned(), block.to_owned()),
+        ("match_bands_bf16".to_owned(), "bf16", band_maps, band_check.to_owned(), band.to_owned()),
+        ("match_bands_f16".to_owned(), "f16", band_maps, band_check.to_owned(), band.to_owned()),
+    ]);
+    let matchers: Vec<_> = matchers.collect();
     let mut s = String::from(
         "// tapeout's tuning spec for IREE's llvm-cpu backend (iree-compile --iree-codegen-tuning-spec-path=THIS_FILE\n\
          // --mlir-disable-threading). It tiles one-row products over kept codes a whole block at a time,\n\
@@ -228,7 +229,7 @@ mod tests {
         let s = cpu_tuning_spec();
         assert_eq!(s.matches("transform.iree.match.contraction").count(), 9);
         let forms = [
-            ("match_few_rows_i4", "i4"),
+            ("match_few_rows_8_i4", "i4"),
             ("match_few_rows_16_i4", "i4"),
             ("match_few_rows_32_i4", "i4"),
             ("match_block_bands_i8", "i8"),
@@ -251,17 +252,17 @@ mod tests {
         // Both band matchers carry the band tiles, the four block matchers the block tiles.
         assert_eq!(s.matches("vector_common_parallel = [4, 32, 0], vector_reduction = [0, 0, 8]").count(), 2);
         assert_eq!(s.matches("vector_common_parallel = [1, 1, 32, 0], vector_reduction = [0, 0, 0, 32]").count(), 4);
-        // The few-rows products over codes gated in groups: 8, 16 and 32 rows per workgroup, 5 loops (block, row, group,
-        // column, k).
-        assert_eq!(s.matches("dims_equal %m, [8]").count(), 1);
-        assert_eq!(s.matches("dims_equal %m, [16]").count(), 1);
-        assert_eq!(s.matches("dims_equal %m, [32]").count(), 1);
+        // The few-rows products over codes gated in groups: one matcher per form `keep_packed` writes (8, 16 and
+        // 32 rows), its rows per workgroup, 5 loops (block, row, group, column, k).
+        assert_eq!(FEW_ROWS, [8, 16, 32], "a new form needs its tiles measured (docs/performance.md)");
+        for rows in FEW_ROWS {
+            assert_eq!(s.matches(&format!("dims_equal %m, [{rows}]")).count(), 1, "{rows} rows");
+            assert_eq!(s.matches(&format!("distribution = [1, {rows}, 4, 64, 0]")).count(), 1, "{rows} rows");
+        }
         assert_eq!(
             s.matches("vector_common_parallel = [1, 8, 1, 32, 0], vector_reduction = [0, 0, 0, 0, 4]").count(),
             3
         );
-        assert_eq!(s.matches("distribution = [1, 16, 4, 64, 0]").count(), 1);
-        assert_eq!(s.matches("distribution = [1, 32, 4, 64, 0]").count(), 1);
         assert_eq!(s.matches('{').count(), s.matches('}').count());
         assert_eq!(s.matches('(').count(), s.matches(')').count());
     }

@@ -814,10 +814,11 @@ fn linear_of(
 /// Llama (docs/performance.md, "Prompts of 9 to 16 tokens"): the 16-row form alone took 35-39 ms at 1-16 tokens,
 /// the 8-row one 18-28 ms at 1-8 and the dequantized weights 55-61 ms at 9-16, so both forms are written; a 32-row
 /// form likewise made 17-32 tokens 1.3-1.55x (Q4_0) and 1.1-1.35x (Q8_0) faster, longer prompts unchanged.
-/// Ascending: each form is gated open above the one before it. A form whose partials pass [`DEQUANTIZED_BYTES`] is
-/// computed in column parts ([`FEW_ROWS_PART_BYTES`]; at 7B widths every form is: 1-32-token prefills 1.5-2.3x
-/// faster there, docs/performance.md, "The few-rows forms at 7B widths").
-const FEW_ROWS: [u32; 3] = [8, 16, 32];
+/// Ascending: each form is gated open above the one before it. A form whose partials pass 16 MiB
+/// (`DEQUANTIZED_BYTES`) is computed in column parts (`FEW_ROWS_PART_BYTES`; at 7B widths every form is: 1-32-token
+/// prefills 1.5-2.3x faster there, docs/performance.md, "The few-rows forms at 7B widths"). Public for the tuning
+/// spec (`tapeout-hlo`), which tiles each form's product by a matcher of its own.
+pub const FEW_ROWS: [u32; 3] = [8, 16, 32];
 
 /// A gate on the row count of `x` ([`OpKind::GateRows`]): the gated value is whole when `x` has more than `above`
 /// rows (the dequantized weight's product; `above` the largest few-rows form's rows).
@@ -914,9 +915,9 @@ fn dynamic_linear_use(b: &mut Builder<'_>, pl: &mut Planes, m: &Op) {
 /// smaller form's rows), more than `below`. With `group` (`T`), each plane `[.., Np]` is read as `[.., Np / T, T]`
 /// and gated along its groups, every value computed on it is `[.., ?, T]` (the products `[Kb, rows, ?, T]`: IREE
 /// keeps the codes' groups whole) and the sum over blocks is read as `[rows, ?]` at the end. Computed in the column
-/// parts `chunks` ([`few_rows_chunks`]; at 7B widths 6 to 32 of them), each one's partials at most
-/// [`DEQUANTIZED_BYTES`], and the parts concatenated along the columns. Codes without high bits only (Q8_0, the
-/// 4-bit formats).
+/// parts `chunks` ([`few_rows_chunks`]: one, or past [`DEQUANTIZED_BYTES`] of partials parts of at most
+/// [`FEW_ROWS_PART_BYTES`], at 7B widths 6 to 32 of them), the parts concatenated along the columns. Codes without
+/// high bits only (Q8_0, the 4-bit formats).
 fn few_rows_product(
     b: &mut Builder<'_>,
     pl: &mut Planes,

@@ -8,6 +8,7 @@
 mod keep_packed;
 mod transpose_at_export;
 
+pub use keep_packed::FEW_ROWS;
 pub(crate) use keep_packed::keep_packed;
 pub(crate) use transpose_at_export::transpose_at_export;
 
