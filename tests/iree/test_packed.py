@@ -287,11 +287,10 @@ def test_a_weight_too_wide_for_one_part_takes_its_few_rows_forms_in_column_parts
     8-row form is one product (within 16 MiB), the 16-row one three over the weight's rows 0-2047, 2048-4095 and
     4096-4607, the 32-row one five (1024 rows each, 512 the last), each part's partials at most 8 MiB, its results
     placed at its columns (once, no form was written past 16 MiB: at 7B widths every prefill dequantized its
-    weights). Each part reads the codes
-    in their groups of 64 and slices its groups from those (a slice of the codes along their rows before the groups
-    made IREE 3.13 copy them every call, gated shut or not); no slice of the codes themselves. Values against PyPI
-    gguf at 1, 8 (the 8-row form), 9, 16 (the 16-row one, parted), 17, 32 (the 32-row one) and 33 rows (the
-    dequantized weight)."""
+    weights). Each part reads the codes in their groups of 64 and slices its groups from those (a slice of the codes
+    along their rows before the groups made IREE 3.13 copy them every call, gated shut or not); no slice of the
+    codes themselves. Values against PyPI gguf at 1, 8 (the 8-row form), 9, 16 (the 16-row one, parted), 17, 32
+    (the 32-row one, parted) and 33 rows (the dequantized weight)."""
     rows, cols = 4608, 2048
     rng = np.random.default_rng(43)
     path = tmp_path / "w.gguf"
