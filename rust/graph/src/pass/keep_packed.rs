@@ -512,6 +512,14 @@ fn slice_range(start: &[u64], dims: &[u64]) -> Attrs {
     a
 }
 
+/// Attributes of a `slice` of `start .. end` along `axis` of a rank-`rank` tensor, every other dim whole (limit -1:
+/// to its end, static or `?`).
+fn slice_along(rank: usize, axis: usize, (start, end): (u64, u64)) -> Attrs {
+    let mut a = ints("start", (0..rank).map(|i| if i == axis { start } else { 0 }));
+    a.insert("limit".into(), Attr::Ints((0..rank).map(|i| if i == axis { as_i64(end) } else { -1 }).collect()));
+    a
+}
+
 /// Attributes of a `slice` of the leading `dims` of a tensor (start 0, stride 1).
 fn slice_to(dims: &[u64]) -> Attrs {
     slice_range(&vec![0; dims.len()], dims)
@@ -986,11 +994,8 @@ fn few_rows_part(
         let plane = if len == np {
             plane
         } else {
-            // This part's columns (groups) along `axis`, every other dim whole (limit -1: to its end).
-            let start = (0..shape.rank()).map(|i| if i == at { first / t } else { 0 });
-            let limit = (0..shape.rank()).map(|i| if i == at { as_i64((first + len) / t) } else { -1 });
-            let mut attrs = ints("start", start);
-            attrs.insert("limit".into(), Attr::Ints(limit.collect()));
+            // This part's columns (groups) along `axis`.
+            let attrs = slice_along(shape.rank(), at, (first / t, (first + len) / t));
             shape.0[at] = Dim::Static(len / t);
             b.op_shaped(OpKind::Slice, attrs, &[plane], format!("{name}p"), shape, dtype)
         };
@@ -1061,11 +1066,8 @@ fn dequantized_product(b: &mut Builder<'_>, pl: &mut Planes, m: &Op, y: TensorId
             Dequantized::Bands(w) => {
                 let padded = f32_rows(b, format!("{name}.padded"), len);
                 b.op_into(OpKind::Matmul, flag("banded"), &[xk, w], padded);
-                // The real rows of the last dim; every other dim whole (limit -1: to its end).
-                let limit = (0..y_shape.rank()).map(|i| if i == last { as_i64(real) } else { -1 });
-                let (mut at, limit) = (ints("start", vec![0; y_shape.rank()]), limit.collect());
-                at.insert("limit".into(), Attr::Ints(limit));
-                b.op_into(OpKind::Slice, at, &[padded], out)
+                // The real rows of the last dim.
+                b.op_into(OpKind::Slice, slice_along(y_shape.rank(), last, (0, real)), &[padded], out)
             }
         }
     };
