@@ -260,6 +260,19 @@ FEW_ROWS_16_TILES = ("distribution = [1, 16, 4, 64, 0], vector_common_parallel =
                      "vector_reduction = [0, 0, 0, 0, 4]")
 FEW_ROWS_32_TILES = ("distribution = [1, 32, 4, 64, 0], vector_common_parallel = [1, 8, 1, 32, 0], "
                      "vector_reduction = [0, 0, 0, 0, 4]")
+DEQUANTIZED_TILES = ("distribution = [1, 16, 32, 0], vector_common_parallel = [1, 8, 32, 0], "
+                     "vector_reduction = [0, 0, 0, 4]")
+
+
+def dequantized_band_products(tmp_path, name):
+    """The configuration of every dispatch of the `name` compile whose root is a `?`-row product with a weight
+    dequantized into f32 row bands of 32 (`matmul_like_<bands>xDx32xD_f32`)."""
+    found = []
+    for f in sorted((tmp_path / f"{name}.configs").glob("*.mlir")):
+        text = f.read_text()
+        if re.search(r"func\.func @\w*_matmul_like_\d+xDx32xD_f32\b", text):
+            found.append(text)
+    return found
 
 
 @pytest.mark.parametrize("fmt", ["Q4_0", "Q4_1", "Q4_K"])
@@ -271,7 +284,8 @@ def test_the_tuning_spec_tiles_a_prefills_few_rows_over_4_bit_codes_on_every_cpu
     three column parts (its partials past 16 MiB), each tiled alike. Compiled for this CPU and a generic one with the
     spec, each form's tiles in exactly one dispatch per weight and part, every result against PyPI gguf's
     dequantized weights in float64 at 1, 5, 8 (the 8-row product), 9, 12, 16 (the 16-row one), 17, 32 (the 32-row
-    one) and 33 rows (the dequantized weight's)."""
+    one) and 33, 48 and 65 rows (the dequantized weight's, in bands of 32 each part a multiple of 32 rows, which the
+    spec gives a workgroup per band and 16 rows: a partial tile of rows at 33 and 65)."""
     rng = np.random.default_rng(11)
     shapes = [(64, 256), (320, 512 if fmt == "Q4_K" else 64), (2112, 2048)]
     parts = {r: sum(len(few_rows_parts(k // 32, r, n)) for n, k in shapes) for r in (8, 16, 32)}
@@ -286,7 +300,10 @@ def test_the_tuning_spec_tiles_a_prefills_few_rows_over_4_bit_codes_on_every_cpu
         vmfb, configs = compile_host(out, tmp_path, cpu, spec, cpu=cpu)
         for tiles, rows in ((FEW_ROWS_TILES, 8), (FEW_ROWS_16_TILES, 16), (FEW_ROWS_32_TILES, 32)):
             assert configs.count(tiles) == parts[rows], (cpu, rows, configs.count(tiles))
-        for rows in (1, 5, 8, 9, 12, 16, 17, 32, 33):
+        dequantized = dequantized_band_products(tmp_path, cpu)
+        assert len(dequantized) >= len(shapes), (cpu, len(dequantized))
+        assert all(DEQUANTIZED_TILES in t for t in dequantized), cpu
+        for rows in (1, 5, 8, 9, 12, 16, 17, 32, 33, 48, 65):
             feeds = {f"x_{k}_d": rng.standard_normal((rows, k)).astype(np.float32) for k in {k for _, k in shapes}}
             want = {f"y{n}_{k}_d": feeds[f"x_{k}_d"].astype(np.float64) @ dense[f"w{n}_{k}"].T for n, k in shapes}
             wrong = check(tmp_path, out, vmfb, want, feeds, f"{cpu}{rows}")

@@ -32,6 +32,15 @@
 //!   contraction over the stored bands"). f32 bands are not matched: on the same step the spec was within noise
 //!   (12.0 against 12.4 ms, faster in 3 of 6 rounds; session 22).
 //!
+//! - A prefill's product of more than 32 rows with a kept weight dequantized into row bands of 32 (`keep_packed`:
+//!   `[?, K] x [N / 32, K, 32]`, an f32 band product): IREE 3.13 gives each workgroup 8 bands of 64 rows, so a
+//!   prompt of 33 to 63 rows fills one partial row tile per 8 bands (a handful of workgroups for the 2 threads) and
+//!   96 rows one and a half. The spec gives each workgroup one band of 16 rows, in vector tiles of 8 rows by 32
+//!   columns over a reduction of 4: whole Q4_0 / Q8_0 prefills of the 156M Llama 1.4-1.9x faster at 33 to 96 tokens
+//!   on an AVX-512 EPYC, even at 64 and about 1.05x at 128 (docs/performance.md, "A prefill's dequantized bands, 16
+//!   rows a workgroup"). Only a `?`-row product takes this form: one row drops its unit row loop (not matched), and
+//!   f32 weights stored in bands are read by one-row products in decode.
+//!
 //! - A prefill's product of at most 8 (or 9 to 16, or 17 to 32) rows over Q4_0 / Q4_1 / Q4_K codes gated in groups
 //!   of 64 columns (`keep_packed`'s few-rows forms: rows `[R, Kb, 32]` (R = 8, 16, 32), codes `[Kb, 32, ?, 64]`).
 //!   Of the 8-row one: IREE 3.13 gives it vector tiles of one row, converting every code once per row; the spec
@@ -93,7 +102,8 @@ fn matcher(name: &str, rhs: &str, maps: &str, check: &str, lowering: &str) -> St
 /// the llvm-cpu backend: one-row per-block products over `i8` and `i4` codes get a workgroup per block row (codes
 /// in row bands: per band) and the whole block as the reduction tile; 8-, 16- and 32-row products over `i4` codes
 /// gated in groups get vector tiles of 8 rows; one-row products over bf16 or f16 bands get vector tiles of 4 bands
-/// and a reduction tile of 8.
+/// and a reduction tile of 8; a prefill's product with a weight dequantized into f32 bands gets a workgroup per
+/// band and 16 rows.
 #[must_use]
 pub fn cpu_tuning_spec() -> String {
     // The per-block product: loops (block, row, column, k); one row, blocks of 32.
@@ -138,6 +148,16 @@ pub fn cpu_tuning_spec() -> String {
             "cache_parallel = [1, {rows}, 4, 64, 0], distribution = [1, {rows}, 4, 64, 0], vector_common_parallel = [1, 8, 1, 32, 0], vector_reduction = [0, 0, 0, 0, 4]"
         )
     };
+    // A prefill's product with a kept weight dequantized into row bands of 32 (`keep_packed`, past the few-rows
+    // forms' 32 rows): loops (band, row, column, k) over rows `[?, K]` and bands `[N / 32, K, 32]`, the result's
+    // transpose to `[?, N / 32, 32]` folded in by IREE. IREE 3.13 gives a workgroup 8 bands (1 to 4 for fewer) of 64
+    // rows: a prompt of 33 to 63 rows then fills one partial row tile per band group, a few workgroups for two
+    // threads. One band of 16 rows per workgroup: whole Q4_0 prefills of the 156M Llama 1.1-1.6x faster from 33 to
+    // 112 tokens and even at 64 and 128 (docs/performance.md, "A prefill's dequantized bands, 16 rows a workgroup").
+    let dequantized_maps = "affine_map<(d0, d1, d2, d3) -> (d1, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d3, d2)>, affine_map<(d0, d1, d2, d3) -> (d1, d0, d2)>";
+    // `[8, 32]` f32 values over a reduction of 4: 4 KiB (IREE's own reduction tile of 16 makes 16 KiB vectors, which
+    // it refuses for a CPU with 16-byte vectors once the spec asks for them; 4 was as fast as 16 on AVX-512).
+    let dequantized = "cache_parallel = [1, 16, 32, 0], distribution = [1, 16, 32, 0], vector_common_parallel = [1, 8, 32, 0], vector_reduction = [0, 0, 0, 4]";
     // One matcher per few-rows form `keep_packed` writes (`FEW_ROWS`), then the others.
     let few_rows =
         FEW_ROWS.map(u64::from).map(|r| (format!("match_few_rows_{r}_i4"), "i4", few_maps, few_check(r), few(r)));
@@ -148,13 +168,21 @@ pub fn cpu_tuning_spec() -> String {
         ("match_blocks_i4".to_owned(), "i4", block_maps, block_check.to_owned(), block.to_owned()),
         ("match_bands_bf16".to_owned(), "bf16", band_maps, band_check.to_owned(), band.to_owned()),
         ("match_bands_f16".to_owned(), "f16", band_maps, band_check.to_owned(), band.to_owned()),
+        (
+            "match_dequantized_bands_f32".to_owned(),
+            "f32",
+            dequantized_maps,
+            band_check.to_owned(),
+            dequantized.to_owned(),
+        ),
     ]);
     let matchers: Vec<_> = matchers.collect();
     let mut s = String::from(
         "// tapeout's tuning spec for IREE's llvm-cpu backend (iree-compile --iree-codegen-tuning-spec-path=THIS_FILE\n\
          // --mlir-disable-threading). It tiles one-row products over kept codes a whole block at a time,\n\
-         // a prefill's few rows over 4-bit codes 8 rows at a time and over bf16 / f16 row bands four bands at a\n\
-         // time: the same sums, computed faster (docs/performance.md).\n\
+         // a prefill's few rows over 4-bit codes 8 rows at a time, its longer prompts over dequantized weights\n\
+         // 16 rows and one band at a time, and one row over bf16 / f16 row bands four bands at a time: the same\n\
+         // sums, computed faster (docs/performance.md).\n\
          // Without it the module compiles and runs as well.\n\
          module attributes {iree_codegen.tuning_spec_with_default_entrypoint, transform.with_named_sequence} {\n\
          \x20 transform.named_sequence @apply_op_config(%op: !transform.any_op {transform.readonly}, %config: !transform.any_param {transform.readonly}) {\n\
@@ -227,7 +255,7 @@ mod tests {
     #[test]
     fn the_spec_has_one_matcher_per_tuned_form() {
         let s = cpu_tuning_spec();
-        assert_eq!(s.matches("transform.iree.match.contraction").count(), 9);
+        assert_eq!(s.matches("transform.iree.match.contraction").count(), 10);
         let forms = [
             ("match_few_rows_8_i4", "i4"),
             ("match_few_rows_16_i4", "i4"),
@@ -238,6 +266,7 @@ mod tests {
             ("match_blocks_i4", "i4"),
             ("match_bands_bf16", "bf16"),
             ("match_bands_f16", "f16"),
+            ("match_dequantized_bands_f32", "f32"),
         ];
         for (name, rhs) in forms {
             assert!(s.contains(&format!("@{name}(%op")) && s.contains(&format!("@{name} -> @apply_op_config")));
@@ -248,7 +277,7 @@ mod tests {
         assert_eq!(s.matches("distribution = [1, 0, 0, 0]").count(), 2);
         assert_eq!(s.matches("distribution = [0, 1, 32, 0]").count(), 2);
         assert!(!s.contains("%codes"));
-        assert_eq!(s.matches("dim_is_multiple_of %bands[2], 32").count(), 2);
+        assert_eq!(s.matches("dim_is_multiple_of %bands[2], 32").count(), 3);
         // Both band matchers carry the band tiles, the four block matchers the block tiles.
         assert_eq!(s.matches("vector_common_parallel = [4, 32, 0], vector_reduction = [0, 0, 8]").count(), 2);
         assert_eq!(s.matches("vector_common_parallel = [1, 1, 32, 0], vector_reduction = [0, 0, 0, 32]").count(), 4);
@@ -263,6 +292,12 @@ mod tests {
             s.matches("vector_common_parallel = [1, 8, 1, 32, 0], vector_reduction = [0, 0, 0, 0, 4]").count(),
             3
         );
+        // A prefill's dequantized bands (4 loops: band, row, column, k; the result read transposed): one band of 16
+        // rows per workgroup, vector tiles of 4 KiB.
+        let dequantized =
+            "distribution = [1, 16, 32, 0], vector_common_parallel = [1, 8, 32, 0], vector_reduction = [0, 0, 0, 4]";
+        assert_eq!(s.matches(dequantized).count(), 1);
+        assert!(s.contains("affine_map<(d0, d1, d2, d3) -> (d1, d0, d2)>"));
         assert_eq!(s.matches('{').count(), s.matches('}').count());
         assert_eq!(s.matches('(').count(), s.matches(')').count());
     }
