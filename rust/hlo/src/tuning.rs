@@ -36,10 +36,10 @@
 //!   `[?, K] x [N / 32, K, 32]`, an f32 band product): IREE 3.13 gives each workgroup 8 bands of 64 rows, so a
 //!   prompt of 33 to 63 rows fills one partial row tile per 8 bands (a handful of workgroups for the 2 threads) and
 //!   96 rows one and a half. The spec gives each workgroup one band of 16 rows, in vector tiles of 8 rows by 32
-//!   columns over a reduction of 4: whole Q4_0 / Q8_0 prefills of the 156M Llama 1.4-1.9x faster at 33 to 96 tokens
-//!   on an AVX-512 EPYC, even at 64 and about 1.05x at 128 (docs/performance.md, "A prefill's dequantized bands, 16
-//!   rows a workgroup"). Only a `?`-row product takes this form: one row drops its unit row loop (not matched), and
-//!   f32 weights stored in bands are read by one-row products in decode.
+//!   columns over a reduction of 4: whole Q4_0 / Q8_0 prefills of the 156M Llama on an AVX-512 EPYC (Zen 5) 1.5-1.95x
+//!   faster at 33 to 48 tokens, 1.3-1.6x at 80 to 96, 1.0-1.2x at 128, even at 64 (Q8_0 0.93x, within noise), the
+//!   same up to 32 (docs/performance.md, "A prefill's dequantized bands, 16 rows a workgroup"). One row drops its
+//!   unit row loop and is not matched: decode's products (f32 weights stored in bands included) keep IREE's tiles.
 //!
 //! - A prefill's product of at most 8 (or 9 to 16, or 17 to 32) rows over Q4_0 / Q4_1 / Q4_K codes gated in groups
 //!   of 64 columns (`keep_packed`'s few-rows forms: rows `[R, Kb, 32]` (R = 8, 16, 32), codes `[Kb, 32, ?, 64]`).
@@ -152,8 +152,7 @@ pub fn cpu_tuning_spec() -> String {
     // forms' 32 rows): loops (band, row, column, k) over rows `[?, K]` and bands `[N / 32, K, 32]`, the result's
     // transpose to `[?, N / 32, 32]` folded in by IREE. IREE 3.13 gives a workgroup 8 bands (1 to 4 for fewer) of 64
     // rows: a prompt of 33 to 63 rows then fills one partial row tile per band group, a few workgroups for two
-    // threads. One band of 16 rows per workgroup: whole Q4_0 prefills of the 156M Llama 1.1-1.6x faster from 33 to
-    // 112 tokens and even at 64 and 128 (docs/performance.md, "A prefill's dequantized bands, 16 rows a workgroup").
+    // threads. One band of 16 rows per workgroup (figures in the module notes above).
     let dequantized_maps = "affine_map<(d0, d1, d2, d3) -> (d1, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d3, d2)>, affine_map<(d0, d1, d2, d3) -> (d1, d0, d2)>";
     // `[8, 32]` f32 values over a reduction of 4: 4 KiB (IREE's own reduction tile of 16 makes 16 KiB vectors, which
     // it refuses for a CPU with 16-byte vectors once the spec asks for them; 4 was as fast as 16 on AVX-512).
