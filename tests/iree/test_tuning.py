@@ -95,14 +95,17 @@ def check(tmp_path, out, vmfb, want, feeds, tag):
 
 
 BAND_TILES = "vector_common_parallel = [4, 32, 0], vector_reduction = [0, 0, 8]"
+PREFILL_BF16_TILES = ("distribution = [1, 16, 32, 0], vector_common_parallel = [1, 4, 32, 0], "
+                      "vector_reduction = [0, 0, 0, 8]")
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16", "f32"])
 def test_band_products_are_one_contraction_over_the_stored_bands_and_keep_every_value(dtype, tapeout, tmp_path):
     """Weights in row bands of 32 (2, 3, 5, 11 bands; K 7 and 161) at 1, 3 and `?` rows: each product is one
     `linalg.generic` reading the stored parameter (a 16-bit one widened inside it); a bf16 or f16 export writes the
-    tuning spec, whose band tiles reach its one-row products only; an f32 export writes none. Every value equals
-    numpy's float64 product, compiled for this CPU and for a generic x86-64 one (with the spec where written)."""
+    tuning spec, whose band tiles reach its one-row products only, and whose prefill tiles (a band of 16 rows per
+    workgroup) reach bf16's products of 3 and `?` rows only; an f32 export writes none. Every value equals numpy's
+    float64 product, compiled for this CPU and for a generic x86-64 one (with the spec where written)."""
     g, w, want, feeds = linears(tmp_path, dtype, seed=len(dtype))
     out = tmp_path / "out"
     printed = run(tapeout, "export", g, "--weights", w, "-o", out, "--inline-below", "0").stdout
@@ -132,6 +135,11 @@ def test_band_products_are_one_contraction_over_the_stored_bands_and_keep_every_
                     tiles.setdefault(kind, []).append(BAND_TILES in part)
             assert len(tiles.get("one row", [])) == len(BANDS) * len(KS) and all(tiles["one row"]), tiles
             assert tiles.get("other") and not any(tiles["other"]), tiles
+            # Products of several rows: bf16's take the prefill tiles, f16's keep IREE's.
+            several = [PREFILL_BF16_TILES in f.read_text() for f in sorted((tmp_path / f"{cpu}.configs").glob("*.mlir"))
+                       if f"x{dtype}>" in f.read_text() and "linalg.generic" in f.read_text()
+                       and not re.search(rf"func\.func @\w*_matvec_like_\w*x{dtype}xf32", f.read_text())]
+            assert several and all(several) == (dtype == "bf16") and any(several) == (dtype == "bf16"), several
         else:
             assert BAND_TILES not in configs
             # No matcher for f32 bands: a spec written for 16-bit bands leaves them as IREE tiles them.

@@ -28,9 +28,10 @@
 //!   For one row IREE gives each workgroup 8 bands, in vector tiles of 8 bands × 32 columns with a reduction tile
 //!   of 16; the spec keeps the workgroup and takes vector tiles of 4 bands with a reduction tile of 8: a decode step
 //!   about 1.15x faster on the AVX-512 EPYC for bf16 (docs/performance.md, session 21) and 1.14x for f16 (session
-//!   22). For `?` rows (a prefill) no tiles helped both short and long prompts (docs/performance.md, "One
-//!   contraction over the stored bands"). f32 bands are not matched: on the same step the spec was within noise
-//!   (12.0 against 12.4 ms, faster in 3 of 6 rounds; session 22).
+//!   22). For `?` rows (a prefill) session 19 found no workgroup of 64 rows that helped both short and long prompts
+//!   (docs/performance.md, "One contraction over the stored bands"); 16 rows do (below). f32 bands are not matched
+//!   at one row: on the same step the spec was within noise (12.0 against 12.4 ms, faster in 3 of 6 rounds;
+//!   session 22).
 //!
 //! - A prefill's product of more than 32 rows with a kept weight dequantized into row bands of 32 (`keep_packed`:
 //!   `[?, K] x [N / 32, K, 32]`, an f32 band product): IREE 3.13 gives each workgroup 8 bands of 64 rows, so a
@@ -40,6 +41,10 @@
 //!   faster at 33 to 48 tokens, 1.3-1.6x at 80 to 96, 1.0-1.2x at 128, even at 64 (Q8_0 0.93x, within noise), the
 //!   same up to 32 (docs/performance.md, "A prefill's dequantized bands, 16 rows a workgroup"). One row drops its
 //!   unit row loop and is not matched: decode's products (f32 weights stored in bands included) keep IREE's tiles.
+//!   The same product over bf16 bands as stored (a bf16 model's prefill, from one row: it has no few-rows forms)
+//!   gets one band of 16 rows in vector tiles of 4 rows over a reduction of 8: whole bf16 prefills of the same model
+//!   1.3-1.7x faster at 1, 16, 33, 48 and 96 tokens, even at 8 and 128, 0.89x at 64. f16 bands are not matched
+//!   there (not measured).
 //!
 //! - A prefill's product of at most 8 (or 9 to 16, or 17 to 32) rows over Q4_0 / Q4_1 / Q4_K codes gated in groups
 //!   of 64 columns (`keep_packed`'s few-rows forms: rows `[R, Kb, 32]` (R = 8, 16, 32), codes `[Kb, 32, ?, 64]`).
@@ -102,8 +107,8 @@ fn matcher(name: &str, rhs: &str, maps: &str, check: &str, lowering: &str) -> St
 /// the llvm-cpu backend: one-row per-block products over `i8` and `i4` codes get a workgroup per block row (codes
 /// in row bands: per band) and the whole block as the reduction tile; 8-, 16- and 32-row products over `i4` codes
 /// gated in groups get vector tiles of 8 rows; one-row products over bf16 or f16 bands get vector tiles of 4 bands
-/// and a reduction tile of 8; a prefill's product with a weight dequantized into f32 bands gets a workgroup per
-/// band and 16 rows.
+/// and a reduction tile of 8; a prefill's product with a weight dequantized into f32 bands, or with bf16 bands as
+/// stored, gets a workgroup per band and 16 rows.
 #[must_use]
 pub fn cpu_tuning_spec() -> String {
     // The per-block product: loops (block, row, column, k); one row, blocks of 32.
@@ -153,10 +158,14 @@ pub fn cpu_tuning_spec() -> String {
     // transpose to `[?, N / 32, 32]` folded in by IREE. IREE 3.13 gives a workgroup 8 bands (1 to 4 for fewer) of 64
     // rows: a prompt of 33 to 63 rows then fills one partial row tile per band group, a few workgroups for two
     // threads. One band of 16 rows per workgroup (figures in the module notes above).
-    let dequantized_maps = "affine_map<(d0, d1, d2, d3) -> (d1, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d3, d2)>, affine_map<(d0, d1, d2, d3) -> (d1, d0, d2)>";
+    let prefill_band_maps = "affine_map<(d0, d1, d2, d3) -> (d1, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d3, d2)>, affine_map<(d0, d1, d2, d3) -> (d1, d0, d2)>";
     // `[8, 32]` f32 values over a reduction of 4: 4 KiB (IREE's own reduction tile of 16 makes 16 KiB vectors, which
     // it refuses for a CPU with 16-byte vectors once the spec asks for them; 4 was as fast as 16 on AVX-512).
     let dequantized = "cache_parallel = [1, 16, 32, 0], distribution = [1, 16, 32, 0], vector_common_parallel = [1, 8, 32, 0], vector_reduction = [0, 0, 0, 4]";
+    // The same product over bf16 bands as stored (a 16-bit model's prefill, which has no few-rows forms: 1 to 32 rows
+    // too): one band of 16 rows per workgroup, vector tiles of 4 rows over a reduction of 8 (4 KiB); 8 rows by 4
+    // made prefills of 33 tokens 1.7x slower there (figures in the module notes).
+    let prefill_bf16 = "cache_parallel = [1, 16, 32, 0], distribution = [1, 16, 32, 0], vector_common_parallel = [1, 4, 32, 0], vector_reduction = [0, 0, 0, 8]";
     // One matcher per few-rows form `keep_packed` writes (`FEW_ROWS`), then the others.
     let few_rows =
         FEW_ROWS.map(u64::from).map(|r| (format!("match_few_rows_{r}_i4"), "i4", few_maps, few_check(r), few(r)));
@@ -170,9 +179,16 @@ pub fn cpu_tuning_spec() -> String {
         (
             "match_dequantized_bands_f32".to_owned(),
             "f32",
-            dequantized_maps,
+            prefill_band_maps,
             band_check.to_owned(),
             dequantized.to_owned(),
+        ),
+        (
+            "match_prefill_bands_bf16".to_owned(),
+            "bf16",
+            prefill_band_maps,
+            band_check.to_owned(),
+            prefill_bf16.to_owned(),
         ),
     ]);
     let matchers: Vec<_> = matchers.collect();
@@ -180,8 +196,8 @@ pub fn cpu_tuning_spec() -> String {
         "// tapeout's tuning spec for IREE's llvm-cpu backend (iree-compile --iree-codegen-tuning-spec-path=THIS_FILE\n\
          // --mlir-disable-threading). It tiles one-row products over kept codes a whole block at a time,\n\
          // a prefill's few rows over 4-bit codes 8 rows at a time, its longer prompts over dequantized weights\n\
-         // 16 rows and one band at a time, and one row over bf16 / f16 row bands four bands at a time: the same\n\
-         // sums, computed faster (docs/performance.md).\n\
+         // and its rows over bf16 bands 16 rows and one band at a time, and one row over bf16 / f16 row bands\n\
+         // four bands at a time: the same sums, computed faster (docs/performance.md).\n\
          // Without it the module compiles and runs as well.\n\
          module attributes {iree_codegen.tuning_spec_with_default_entrypoint, transform.with_named_sequence} {\n\
          \x20 transform.named_sequence @apply_op_config(%op: !transform.any_op {transform.readonly}, %config: !transform.any_param {transform.readonly}) {\n\
@@ -254,7 +270,7 @@ mod tests {
     #[test]
     fn the_spec_has_one_matcher_per_tuned_form() {
         let s = cpu_tuning_spec();
-        assert_eq!(s.matches("transform.iree.match.contraction").count(), 10);
+        assert_eq!(s.matches("transform.iree.match.contraction").count(), 11);
         let forms = [
             ("match_few_rows_8_i4", "i4"),
             ("match_few_rows_16_i4", "i4"),
@@ -266,6 +282,7 @@ mod tests {
             ("match_bands_bf16", "bf16"),
             ("match_bands_f16", "f16"),
             ("match_dequantized_bands_f32", "f32"),
+            ("match_prefill_bands_bf16", "bf16"),
         ];
         for (name, rhs) in forms {
             assert!(s.contains(&format!("@{name}(%op")) && s.contains(&format!("@{name} -> @apply_op_config")));
@@ -276,7 +293,7 @@ mod tests {
         assert_eq!(s.matches("distribution = [1, 0, 0, 0]").count(), 2);
         assert_eq!(s.matches("distribution = [0, 1, 32, 0]").count(), 2);
         assert!(!s.contains("%codes"));
-        assert_eq!(s.matches("dim_is_multiple_of %bands[2], 32").count(), 3);
+        assert_eq!(s.matches("dim_is_multiple_of %bands[2], 32").count(), 4);
         // Both band matchers carry the band tiles, the four block matchers the block tiles.
         assert_eq!(s.matches("vector_common_parallel = [4, 32, 0], vector_reduction = [0, 0, 8]").count(), 2);
         assert_eq!(s.matches("vector_common_parallel = [1, 1, 32, 0], vector_reduction = [0, 0, 0, 32]").count(), 4);
@@ -296,7 +313,10 @@ mod tests {
         let dequantized =
             "distribution = [1, 16, 32, 0], vector_common_parallel = [1, 8, 32, 0], vector_reduction = [0, 0, 0, 4]";
         assert_eq!(s.matches(dequantized).count(), 1);
-        assert!(s.contains("affine_map<(d0, d1, d2, d3) -> (d1, d0, d2)>"));
+        let prefill_bf16 =
+            "distribution = [1, 16, 32, 0], vector_common_parallel = [1, 4, 32, 0], vector_reduction = [0, 0, 0, 8]";
+        assert_eq!(s.matches(prefill_bf16).count(), 1);
+        assert_eq!(s.matches("affine_map<(d0, d1, d2, d3) -> (d1, d0, d2)>").count(), 2);
         assert_eq!(s.matches('{').count(), s.matches('}').count());
         assert_eq!(s.matches('(').count(), s.matches(')').count());
     }
