@@ -155,16 +155,16 @@ pub fn cpu_tuning_spec() -> String {
     };
     // A prefill's product with a kept weight dequantized into row bands of 32 (`keep_packed`, past the few-rows
     // forms' 32 rows): loops (band, row, column, k) over rows `[?, K]` and bands `[N / 32, K, 32]`, the result's
-    // transpose to `[?, N / 32, 32]` folded in by IREE. IREE 3.13 gives a workgroup 8 bands (1 to 4 for fewer) of 64
-    // rows: a prompt of 33 to 63 rows then fills one partial row tile per band group, a few workgroups for two
-    // threads. One band of 16 rows per workgroup (figures in the module notes above).
+    // transpose to `[?, N / 32, 32]` folded in by IREE. IREE 3.13 gives a workgroup 8 bands (4 or 1 for a weight of
+    // 32 or 8 bands) of 64 rows: a prompt of 33 to 63 rows then fills one partial row tile per band group, a few
+    // workgroups for two threads. One band of 16 rows per workgroup (figures in the module notes above).
     let prefill_band_maps = "affine_map<(d0, d1, d2, d3) -> (d1, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d3, d2)>, affine_map<(d0, d1, d2, d3) -> (d1, d0, d2)>";
     // `[8, 32]` f32 values over a reduction of 4: 4 KiB (IREE's own reduction tile of 16 makes 16 KiB vectors, which
     // it refuses for a CPU with 16-byte vectors once the spec asks for them; 4 was as fast as 16 on AVX-512).
     let dequantized = "cache_parallel = [1, 16, 32, 0], distribution = [1, 16, 32, 0], vector_common_parallel = [1, 8, 32, 0], vector_reduction = [0, 0, 0, 4]";
     // The same product over bf16 bands as stored (a 16-bit model's prefill, which has no few-rows forms: 1 to 32 rows
-    // too): one band of 16 rows per workgroup, vector tiles of 4 rows over a reduction of 8 (4 KiB); 8 rows by 4
-    // made prefills of 33 tokens 1.7x slower there (figures in the module notes).
+    // too): one band of 16 rows per workgroup, vector tiles of 4 rows over a reduction of 8 (4 KiB); the f32 tiles
+    // above (vectors of 8 rows) made its prefills of 33 tokens 1.7x slower (figures in the module notes).
     let prefill_bf16 = "cache_parallel = [1, 16, 32, 0], distribution = [1, 16, 32, 0], vector_common_parallel = [1, 4, 32, 0], vector_reduction = [0, 0, 0, 8]";
     // One matcher per few-rows form `keep_packed` writes (`FEW_ROWS`), then the others.
     let few_rows =
