@@ -126,23 +126,17 @@ def test_band_products_are_one_contraction_over_the_stored_bands_and_keep_every_
     for cpu in ("host", "generic"):
         vmfb, configs = compile_host(out, tmp_path, cpu, spec if spec.exists() else None, cpu=cpu)
         if tuned:
-            # One-row products (IREE names them `matvec_like`) take the spec's tiles; the others keep IREE's.
+            # One-row products (IREE names them `matvec_like`) take the spec's band tiles; products of several rows
+            # take its prefill tiles for bf16 and keep IREE's for f16. Each product: (band tiles, prefill tiles).
             tiles = {}
             for f in sorted((tmp_path / f"{cpu}.configs").glob("*.mlir")):
                 part = f.read_text()
                 kind = "one row" if re.search(rf"func\.func @\w*_matvec_like_\w*x{dtype}xf32", part) else "other"
                 if f"x{dtype}>" in part and "linalg.generic" in part:
-                    tiles.setdefault(kind, []).append(BAND_TILES in part)
-            assert len(tiles.get("one row", [])) == len(BANDS) * len(KS) and all(tiles["one row"]), tiles
-            assert tiles.get("other") and not any(tiles["other"]), tiles
-            # Products of several rows (the "other" ones): bf16's take the prefill tiles, f16's keep IREE's.
-            several = []
-            for f in sorted((tmp_path / f"{cpu}.configs").glob("*.mlir")):
-                part = f.read_text()
-                one_row = re.search(rf"func\.func @\w*_matvec_like_\w*x{dtype}xf32", part)
-                if f"x{dtype}>" in part and "linalg.generic" in part and not one_row:
-                    several.append(PREFILL_BF16_TILES in part)
-            assert several and all(several) == (dtype == "bf16") and any(several) == (dtype == "bf16"), several
+                    tiles.setdefault(kind, []).append((BAND_TILES in part, PREFILL_BF16_TILES in part))
+            assert len(tiles.get("one row", [])) == len(BANDS) * len(KS), tiles
+            assert all(t == (True, False) for t in tiles["one row"]), tiles
+            assert tiles.get("other") and all(t == (False, dtype == "bf16") for t in tiles["other"]), tiles
         else:
             assert BAND_TILES not in configs
             # No matcher for f32 bands: a spec written for 16-bit bands leaves them as IREE tiles them.
