@@ -18,6 +18,12 @@ pub(crate) struct Val {
 /// The most parts [`Emitter::concat_tree`] concatenates in one op.
 const CONCAT_FAN_IN: usize = 16;
 
+/// A band product over `?` rows reads its rows from a buffer of a multiple of this many (zero rows appended): IREE
+/// 3.13 computes such a product in tiles of 4 or 8 rows, the last one masked, and a masked load whose rows lie past
+/// the end of the rows' buffer made the whole product 4-8x slower on an AMD Zen 5 (1 or 33 rows of a 2816-wide
+/// product; docs/performance.md, "Rows past the end of a buffer").
+const BAND_ROW_MULTIPLE: u64 = 8;
+
 /// The signless integer of an unsigned one's width (`ui8` -> `i8`), `None` for every other dtype. `arith` ops and
 /// IREE 3.13's `util.global` of a parameter take signless integers only; StableHLO ops take either.
 pub(crate) const fn signless(dtype: DType) -> Option<DType> {
@@ -1123,7 +1129,20 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         let flat_shape = Shape(vec![m, k]);
         let flat = if a.shape == flat_shape { a.clone() } else { self.reshape(a, &flat_shape)? };
         let n = bands.checked_mul(t).ok_or_else(|| self.err(format!("{bands} bands of {t} columns overflow u64")))?;
-        let per_band = self.band_contraction(&flat, stored, compute)?;
+        let per_band = if m == Dim::Dynamic && compute.is_float() && flat.dtype.is_float() {
+            let (rows, count) = self.rows_to_multiple(&flat, BAND_ROW_MULTIPLE);
+            let padded = self.band_contraction(&rows, stored, compute)?;
+            let shape = Shape(vec![Dim::Dynamic, Dim::Static(bands), Dim::Static(t)]);
+            let rhs = format!(
+                "tensor.extract_slice {}[0, 0, 0] [{count}, {bands}, {t}] [1, 1, 1] : {} to {}",
+                padded.name,
+                padded.ty(),
+                ty(&shape, compute)
+            );
+            self.assign(&rhs, shape, compute)
+        } else {
+            self.band_contraction(&flat, stored, compute)?
+        };
         let merged = self.reshape(&per_band, &Shape(vec![m, Dim::Static(n)]))?;
         if merged.shape == *out { Ok(merged) } else { self.reshape(&merged, out) }
     }
@@ -1208,6 +1227,33 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
             shape.clone(),
             compute,
         )
+    }
+
+    /// `flat [?, K]` with zero rows appended up to a multiple of `multiple` rows (a copy: IREE 3.13 writes
+    /// `flat`'s producer into the first rows of the result, or copies them there), and `flat`'s row count as an
+    /// `index` value. The zero rows are what a masked tile past `flat`'s last row reads ([`BAND_ROW_MULTIPLE`]).
+    fn rows_to_multiple(&mut self, flat: &Val, multiple: u64) -> (Val, String) {
+        let count = self.dim_index(flat, 0);
+        let (less, mult) = (self.index_value(&(multiple - 1).to_string()), self.index_value(&multiple.to_string()));
+        let (up, whole, rounded, extra) = (self.fresh(), self.fresh(), self.fresh(), self.fresh());
+        self.line(&format!("{up} = arith.addi {count}, {less} : index"));
+        self.line(&format!("{whole} = arith.divui {up}, {mult} : index"));
+        self.line(&format!("{rounded} = arith.muli {whole}, {mult} : index"));
+        self.line(&format!("{extra} = arith.subi {rounded}, {count} : index"));
+        let zero_shape = Shape(vec![Dim::Dynamic, flat.shape.0[1]]);
+        let mut dims = vec![extra];
+        if flat.shape.0[1] == Dim::Dynamic {
+            dims.push(self.dim_index(flat, 1));
+        }
+        let zero_ty = ty(&zero_shape, flat.dtype);
+        let empty = self.assign(&format!("tensor.empty({}) : {zero_ty}", list(&dims)), zero_shape.clone(), flat.dtype);
+        let (zero, c) = (self.fresh(), flat.dtype.mlir_name());
+        let zero_text = if flat.dtype.is_float() { "0.000000e+00" } else { "0" };
+        self.line(&format!("{zero} = arith.constant {zero_text} : {c}"));
+        let rhs = format!("linalg.fill ins({zero} : {c}) outs({} : {zero_ty}) -> {zero_ty}", empty.name);
+        let zeros = self.assign(&rhs, zero_shape, flat.dtype);
+        let shape = Shape(vec![Dim::Dynamic, flat.shape.0[1]]);
+        (self.concat_in_place(&[flat.clone(), zeros], 0, shape), count)
     }
 
     /// Why a banded product of `compute` rows and `stored` bands cannot be written, and what to do.
