@@ -18,10 +18,10 @@ pub(crate) struct Val {
 /// The most parts [`Emitter::concat_tree`] concatenates in one op.
 const CONCAT_FAN_IN: usize = 16;
 
-/// A band product over `?` rows reads its rows from a buffer of a multiple of this many (zero rows appended): IREE
-/// 3.13 computes such a product in tiles of 4 or 8 rows, the last one masked, and a masked load whose rows lie past
-/// the end of the rows' buffer made the whole product 4-8x slower on an AMD Zen 5 (1 or 33 rows of a 2816-wide
-/// product; docs/performance.md, "Rows past the end of a buffer").
+/// A product over `?` rows of 16-bit weights in row bands reads its rows from a buffer of a multiple of this many
+/// (zero rows appended): IREE 3.13 computes such a product in tiles of 4 or 8 rows, the last one masked, and a
+/// masked load whose rows lie past the end of the rows' buffer made the whole product 4-8x slower on an AMD Zen 5
+/// (1 or 33 rows of a 2816-wide product; docs/performance.md, "Rows past the end of a buffer").
 const BAND_ROW_MULTIPLE: u64 = 8;
 
 /// The signless integer of an unsigned one's width (`ui8` -> `i8`), `None` for every other dtype. `arith` ops and
@@ -1129,7 +1129,9 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         let flat_shape = Shape(vec![m, k]);
         let flat = if a.shape == flat_shape { a.clone() } else { self.reshape(a, &flat_shape)? };
         let n = bands.checked_mul(t).ok_or_else(|| self.err(format!("{bands} bands of {t} columns overflow u64")))?;
-        let per_band = if m == Dim::Dynamic && compute.is_float() && flat.dtype.is_float() {
+        // 16-bit bands only: the kept weights' dequantized f32 bands measured no faster so (33-97 rows).
+        let sixteen_bit = matches!(stored.dtype, DType::BF16 | DType::F16);
+        let per_band = if m == Dim::Dynamic && sixteen_bit && compute.is_float() && flat.dtype.is_float() {
             let (rows, count) = self.rows_to_multiple(&flat, BAND_ROW_MULTIPLE);
             let padded = self.band_contraction(&rows, stored, compute)?;
             let shape = Shape(vec![Dim::Dynamic, Dim::Static(bands), Dim::Static(t)]);
