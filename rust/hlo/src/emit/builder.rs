@@ -1214,13 +1214,14 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     /// A `shape` tensor of `compute` zeros (`tensor.empty` then `linalg.fill`), the accumulator of a
     /// `linalg.generic` contraction; its one `?` extent, if any, is dimension `dim` of `like`.
     pub(crate) fn zeros(&mut self, shape: &Shape, compute: DType, (like, dim): (&Val, usize)) -> Val {
+        let extents = if shape.is_dynamic() { vec![self.dim_index(like, dim)] } else { Vec::new() };
+        self.zeros_of(shape, compute, &extents)
+    }
+
+    /// A `shape` tensor of `compute` zeros whose `?` extents are `extents` (`index` values, in order).
+    fn zeros_of(&mut self, shape: &Shape, compute: DType, extents: &[String]) -> Val {
         let (c, out_ty) = (compute.mlir_name(), ty(shape, compute));
-        let empty = if shape.is_dynamic() {
-            format!("tensor.empty({}) : {out_ty}", self.dim_index(like, dim))
-        } else {
-            format!("tensor.empty() : {out_ty}")
-        };
-        let empty = self.assign(&empty, shape.clone(), compute);
+        let empty = self.assign(&format!("tensor.empty({}) : {out_ty}", list(extents)), shape.clone(), compute);
         let zero = self.fresh();
         let zero_text = if compute.is_float() { "0.000000e+00" } else { "0" };
         self.line(&format!("{zero} = arith.constant {zero_text} : {c}"));
@@ -1242,19 +1243,12 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         self.line(&format!("{whole} = arith.divui {up}, {mult} : index"));
         self.line(&format!("{rounded} = arith.muli {whole}, {mult} : index"));
         self.line(&format!("{extra} = arith.subi {rounded}, {count} : index"));
-        let zero_shape = Shape(vec![Dim::Dynamic, flat.shape.0[1]]);
-        let mut dims = vec![extra];
-        if flat.shape.0[1] == Dim::Dynamic {
-            dims.push(self.dim_index(flat, 1));
-        }
-        let zero_ty = ty(&zero_shape, flat.dtype);
-        let empty = self.assign(&format!("tensor.empty({}) : {zero_ty}", list(&dims)), zero_shape.clone(), flat.dtype);
-        let (zero, c) = (self.fresh(), flat.dtype.mlir_name());
-        let zero_text = if flat.dtype.is_float() { "0.000000e+00" } else { "0" };
-        self.line(&format!("{zero} = arith.constant {zero_text} : {c}"));
-        let rhs = format!("linalg.fill ins({zero} : {c}) outs({} : {zero_ty}) -> {zero_ty}", empty.name);
-        let zeros = self.assign(&rhs, zero_shape, flat.dtype);
         let shape = Shape(vec![Dim::Dynamic, flat.shape.0[1]]);
+        let mut extents = vec![extra];
+        if flat.shape.0[1] == Dim::Dynamic {
+            extents.push(self.dim_index(flat, 1));
+        }
+        let zeros = self.zeros_of(&shape, flat.dtype, &extents);
         (self.concat_in_place(&[flat.clone(), zeros], 0, shape), count)
     }
 
