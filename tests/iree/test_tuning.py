@@ -304,12 +304,22 @@ def dequantized_band_products(tmp_path, name):
     return found
 
 
-@pytest.mark.parametrize("fmt", ["Q4_0", "Q4_1", "Q4_K"])
-def test_the_tuning_spec_tiles_a_prefills_few_rows_over_4_bit_codes_on_every_cpu(fmt, tapeout, tmp_path):
-    """A `?`-row linear of a 4-bit weight kept packed takes, up to 8 rows, the per-block product of its rows padded
-    to 8 over codes gated in groups of 64 (`[Kb, 32, ?, 64]`), from 9 to 16 rows the same padded to 16, from 17 to
-    32 padded to 32; the spec gives each product all its rows at once in vector tiles small enough for a CPU with
-    16-byte vectors (it once made 16 KiB ones only AVX-512 took). A 2112 x 2048 weight's 32-row form is computed in
+def few_rows_tiles(fmt, rows):
+    """The spec's tiles for the few-rows form of `rows` rows over `fmt`'s codes: 4-bit codes gated in groups of 64
+    columns (5 loops), Q8_0's gated along their columns (IREE's batch matmul, 4 loops)."""
+    if fmt == "Q8_0":
+        return (f"distribution = [1, {rows}, 256, 0], vector_common_parallel = [1, 8, 32, 0], "
+                "vector_reduction = [0, 0, 0, 4]")
+    return {8: FEW_ROWS_TILES, 16: FEW_ROWS_16_TILES, 32: FEW_ROWS_32_TILES}[rows]
+
+
+@pytest.mark.parametrize("fmt", ["Q4_0", "Q4_1", "Q4_K", "Q8_0"])
+def test_the_tuning_spec_tiles_a_prefills_few_rows_over_kept_codes_on_every_cpu(fmt, tapeout, tmp_path):
+    """A `?`-row linear of a weight kept packed takes, up to 8 rows, the per-block product of its rows padded to 8
+    over codes gated by the row count (4-bit codes in groups of 64 columns, `[Kb, 32, ?, 64]`; Q8_0's along their
+    columns, `[Kb, 32, ?]`), from 9 to 16 rows the same padded to 16, from 17 to 32 padded to 32; the spec gives
+    each product all its rows at once in vector tiles small enough for a CPU with 16-byte vectors (it once made
+    16 KiB ones only AVX-512 took). A 2112 x 2048 weight's 32-row form is computed in
     three column parts (its partials past 16 MiB), each tiled alike. Compiled for this CPU and a generic one with the
     spec, each form's tiles in exactly one dispatch per weight and part, every result against PyPI gguf's
     dequantized weights in float64 at 1, 5, 8 (the 8-row product), 9, 12, 16 (the 16-row one), 17, 32 (the 32-row
@@ -327,7 +337,8 @@ def test_the_tuning_spec_tiles_a_prefills_few_rows_over_4_bit_codes_on_every_cpu
     assert spec.is_file()
     for cpu in ("host", "generic"):
         vmfb, configs = compile_host(out, tmp_path, cpu, spec, cpu=cpu)
-        for tiles, rows in ((FEW_ROWS_TILES, 8), (FEW_ROWS_16_TILES, 16), (FEW_ROWS_32_TILES, 32)):
+        for rows in (8, 16, 32):
+            tiles = few_rows_tiles(fmt, rows)
             assert configs.count(tiles) == parts[rows], (cpu, rows, configs.count(tiles))
         dequantized = dequantized_band_products(tmp_path, cpu)
         assert len(dequantized) >= len(shapes), (cpu, len(dequantized))

@@ -1,5 +1,5 @@
 //! A tuning spec for IREE's CPU backend: how the emitter's one-row products over weights kept packed (codes in
-//! 32-value blocks: Q8_0, the 4-bit formats and the low bits of the 5-bit ones), a prefill's few rows over 4-bit
+//! 32-value blocks: Q8_0, the 4-bit formats and the low bits of the 5-bit ones), a prefill's few rows over kept
 //! codes and one row over bf16 or f16 weights in row bands are tiled.
 //!
 //! - A Q8_0 or Q4_0 weight kept packed with its codes in row bands of 32 (`--packed-codes row-bands`:
@@ -55,6 +55,9 @@
 //!   with it (session 27). The products of rows padded to 16 and 32 get 16 or 32 rows per workgroup in the same
 //!   vector tiles (whole Q4_0 prefills of 9-16 tokens 32 ms, against 55 with the dequantized weights before that
 //!   form, and of 17-32 tokens 55-59 ms against 73-91; session 27).
+//!   Q8_0's few-rows forms (codes `[Kb, 32, ?]`, gated along their columns: IREE's batch matmul) get the same
+//!   vector tiles with 256 columns a workgroup and a reduction of 4, where IREE gives 64 over 16: whole Q8_0
+//!   prefills of the 156M Llama on the Zen 5 1.2-1.3x faster at 8 tokens, 1.3-1.6x at 16 and 32 (session 31).
 //!
 //! Every vector tile is at most 4 KiB: IREE 3.13 refuses vectors larger than 512 native vectors, 8 KiB on a
 //! 16-byte-vector CPU (`generic` x86-64, Arm NEON), and a spec is written per export, not per CPU. It changes tiling
@@ -106,7 +109,7 @@ fn matcher(name: &str, rhs: &str, maps: &str, check: &str, lowering: &str) -> St
 /// The tuning spec text (a transform-dialect module IREE 3.13 reads with `--iree-codegen-tuning-spec-path`) for
 /// the llvm-cpu backend: one-row per-block products over `i8` and `i4` codes get a workgroup per block row (codes
 /// in row bands: per band) and the whole block as the reduction tile; 8-, 16- and 32-row products over `i4` codes
-/// gated in groups get vector tiles of 8 rows; one-row products over bf16 or f16 bands get vector tiles of 4 bands
+/// gated in groups, or `i8` codes gated along their columns, get vector tiles of 8 rows; one-row products over bf16 or f16 bands get vector tiles of 4 bands
 /// and a reduction tile of 8; a prefill's product with a weight dequantized into f32 bands, or with bf16 bands as
 /// stored, gets a workgroup per band and 16 rows.
 #[must_use]
@@ -166,10 +169,23 @@ pub fn cpu_tuning_spec() -> String {
     // too): one band of 16 rows per workgroup, vector tiles of 4 rows over a reduction of 8 (4 KiB); the f32 tiles
     // above (vectors of 8 rows) made its prefills of 33 tokens 1.7x slower (figures in the module notes).
     let prefill_bf16 = "cache_parallel = [1, 16, 32, 0], distribution = [1, 16, 32, 0], vector_common_parallel = [1, 4, 32, 0], vector_reduction = [0, 0, 0, 8]";
-    // One matcher per few-rows form `keep_packed` writes (`FEW_ROWS`), then the others.
-    let few_rows =
-        FEW_ROWS.map(u64::from).map(|r| (format!("match_few_rows_{r}_i4"), "i4", few_maps, few_check(r), few(r)));
-    let matchers = few_rows.into_iter().chain([
+    // The same forms over Q8_0's whole-byte codes, gated along their columns directly (`[Kb, 32, ?]`): IREE's
+    // batch matmul, loops (block, row, column, k). IREE 3.13 gives a workgroup 64 columns over a reduction tile of
+    // 16; the spec gives it 256 columns over a reduction of 4 in the same `[8, 32]` vector tiles: whole Q8_0
+    // prefills of 8 tokens 1.2-1.3x faster, 16 and 32 tokens 1.3-1.6x (docs/performance.md, "Q8_0's few rows").
+    let few_i8 = |rows: u64| {
+        format!(
+            "cache_parallel = [1, {rows}, 256, 0], distribution = [1, {rows}, 256, 0], vector_common_parallel = [1, 8, 32, 0], vector_reduction = [0, 0, 0, 4]"
+        )
+    };
+    // One matcher per few-rows form `keep_packed` writes (`FEW_ROWS`) and code width, then the others.
+    let few_rows = FEW_ROWS.map(u64::from).into_iter().flat_map(|r| {
+        [
+            (format!("match_few_rows_{r}_i4"), "i4", few_maps, few_check(r), few(r)),
+            (format!("match_few_rows_{r}_i8"), "i8", block_maps, few_check(r), few_i8(r)),
+        ]
+    });
+    let matchers = few_rows.chain([
         ("match_block_bands_i8".to_owned(), "i8", block_band_maps, block_band_check.to_owned(), block_band.to_owned()),
         ("match_block_bands_i4".to_owned(), "i4", block_band_maps, block_band_check.to_owned(), block_band.to_owned()),
         ("match_blocks_i8".to_owned(), "i8", block_maps, block_check.to_owned(), block.to_owned()),
@@ -195,7 +211,7 @@ pub fn cpu_tuning_spec() -> String {
     let mut s = String::from(
         "// tapeout's tuning spec for IREE's llvm-cpu backend (iree-compile --iree-codegen-tuning-spec-path=THIS_FILE\n\
          // --mlir-disable-threading). It tiles one-row products over kept codes a whole block at a time,\n\
-         // a prefill's few rows over 4-bit codes 8 rows at a time, its longer prompts over dequantized weights\n\
+         // a prefill's few rows over kept codes 8 rows at a time, its longer prompts over dequantized weights\n\
          // and its rows over bf16 bands 16 rows and one band at a time, and one row over bf16 / f16 row bands\n\
          // four bands at a time: the same sums, computed faster (docs/performance.md).\n\
          // Without it the module compiles and runs as well.\n\
@@ -270,11 +286,14 @@ mod tests {
     #[test]
     fn the_spec_has_one_matcher_per_tuned_form() {
         let s = cpu_tuning_spec();
-        assert_eq!(s.matches("transform.iree.match.contraction").count(), 11);
+        assert_eq!(s.matches("transform.iree.match.contraction").count(), 14);
         let forms = [
             ("match_few_rows_8_i4", "i4"),
             ("match_few_rows_16_i4", "i4"),
             ("match_few_rows_32_i4", "i4"),
+            ("match_few_rows_8_i8", "i8"),
+            ("match_few_rows_16_i8", "i8"),
+            ("match_few_rows_32_i8", "i8"),
             ("match_block_bands_i8", "i8"),
             ("match_block_bands_i4", "i4"),
             ("match_blocks_i8", "i8"),
@@ -301,8 +320,12 @@ mod tests {
         // 32 rows), its rows per workgroup, 5 loops (block, row, group, column, k).
         assert_eq!(FEW_ROWS, [8, 16, 32], "a new form needs its tiles measured (docs/performance.md)");
         for rows in FEW_ROWS {
-            assert_eq!(s.matches(&format!("dims_equal %m, [{rows}]")).count(), 1, "{rows} rows");
+            assert_eq!(s.matches(&format!("dims_equal %m, [{rows}]")).count(), 2, "{rows} rows");
             assert_eq!(s.matches(&format!("distribution = [1, {rows}, 4, 64, 0]")).count(), 1, "{rows} rows");
+            let i8_tiles = format!(
+                "distribution = [1, {rows}, 256, 0], vector_common_parallel = [1, 8, 32, 0], vector_reduction = [0, 0, 0, 4]"
+            );
+            assert_eq!(s.matches(&i8_tiles).count(), 1, "{rows} rows over i8 codes");
         }
         assert_eq!(
             s.matches("vector_common_parallel = [1, 8, 1, 32, 0], vector_reduction = [0, 0, 0, 0, 4]").count(),
