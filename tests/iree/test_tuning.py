@@ -115,8 +115,10 @@ def test_band_products_are_one_contraction_over_the_stored_bands_and_keep_every_
     """Weights in row bands of 32 (2, 3, 5, 11 bands; K 7 and 161) at 1, 3 and `?` rows: each product is one
     `linalg.generic` reading the stored parameter (a 16-bit one widened inside it); a bf16 or f16 export writes the
     tuning spec, whose band tiles reach its one-row products only, and whose prefill tiles (a band of 16 rows per
-    workgroup) reach bf16's products of 3 and `?` rows only; an f32 export writes none. Every value equals numpy's
-    float64 product, compiled for this CPU and for a generic x86-64 one (with the spec where written)."""
+    workgroup) reach bf16's products of 3 and `?` rows only; an f32 export writes none. A 16-bit product over `?`
+    rows reads them from a copy padded with zero rows to a multiple of 8 (f32's does not). Every value equals numpy's
+    float64 product, compiled for this CPU and for a generic x86-64 one (with the spec where written), the `?` rows
+    fed 5, then 1, 8, 9 and 17."""
     g, w, want, feeds, dense = linears(tmp_path, dtype, seed=len(dtype))
     out = tmp_path / "out"
     printed = run(tapeout, "export", g, "--weights", w, "-o", out, "--inline-below", "0").stdout
