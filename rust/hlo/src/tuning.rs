@@ -109,9 +109,9 @@ fn matcher(name: &str, rhs: &str, maps: &str, check: &str, lowering: &str) -> St
 /// The tuning spec text (a transform-dialect module IREE 3.13 reads with `--iree-codegen-tuning-spec-path`) for
 /// the llvm-cpu backend: one-row per-block products over `i8` and `i4` codes get a workgroup per block row (codes
 /// in row bands: per band) and the whole block as the reduction tile; 8-, 16- and 32-row products over `i4` codes
-/// gated in groups, or `i8` codes gated along their columns, get vector tiles of 8 rows; one-row products over bf16 or f16 bands get vector tiles of 4 bands
-/// and a reduction tile of 8; a prefill's product with a weight dequantized into f32 bands, or with bf16 bands as
-/// stored, gets a workgroup per band and 16 rows.
+/// gated in groups, or `i8` codes gated along their columns, get vector tiles of 8 rows; one-row products over bf16
+/// or f16 bands get vector tiles of 4 bands and a reduction tile of 8; a prefill's product with a weight dequantized
+/// into f32 bands, or with bf16 bands as stored, gets a workgroup per band and 16 rows.
 #[must_use]
 pub fn cpu_tuning_spec() -> String {
     // The per-block product: loops (block, row, column, k); one row, blocks of 32.
