@@ -60,9 +60,12 @@ pub(crate) const DEQUANTIZE_PACKED: i32 = 1;
 pub(crate) const WIDEN_HALF: i32 = 2;
 /// Keep packed weights packed, as planes (`PackedConstantHandling::Keep`); not with [`DEQUANTIZE_PACKED`].
 pub(crate) const KEEP_PACKED: i32 = 4;
+/// With [`KEEP_PACKED`] only: the codes of Q8_0 / Q4_0 weights in row bands (`PackedCodesLayout::RowBands`).
+pub(crate) const ROW_BAND_CODES: i32 = 8;
 
-/// Every bit of `options`; any other bit is refused, and so are [`DEQUANTIZE_PACKED`] and [`KEEP_PACKED`] together.
-pub(crate) const OPTIONS: [OptionBit; 3] = [
+/// Every bit of `options`; any other bit is refused, and so are [`DEQUANTIZE_PACKED`] and [`KEEP_PACKED`] together,
+/// and [`ROW_BAND_CODES`] without [`KEEP_PACKED`].
+pub(crate) const OPTIONS: [OptionBit; 4] = [
     OptionBit {
         bit: DEQUANTIZE_PACKED,
         name: "DEQUANTIZE_PACKED",
@@ -73,6 +76,11 @@ pub(crate) const OPTIONS: [OptionBit; 3] = [
         bit: KEEP_PACKED,
         name: "KEEP_PACKED",
         doc: "Keep packed weights packed, as planes of codes and scales (not with DEQUANTIZE_PACKED).",
+    },
+    OptionBit {
+        bit: ROW_BAND_CODES,
+        name: "ROW_BAND_CODES",
+        doc: "With KEEP_PACKED only: the codes of Q8_0 / Q4_0 weights in row bands of 32 rows.",
     },
 ];
 

@@ -9,12 +9,12 @@ use jni::objects::{JByteArray, JFloatArray, JIntArray, JObject, JObjectArray, JS
 use jni::sys::{jint, jlong};
 use tapeout::graph::io::{FileAccess, GraphFile, WeightSet};
 use tapeout::graph::{
-    BlockOrder, ComputeGraph, Encoding, ExtractOptions, HalfConstantHandling, HalfLayout, Lent, PackedConstantHandling,
-    Storage, TensorId,
+    BlockOrder, ComputeGraph, Encoding, ExtractOptions, HalfConstantHandling, HalfLayout, Lent, PackedCodesLayout,
+    PackedConstantHandling, Storage, TensorId,
 };
 use tapeout::hlo::{EmitOptions, MaterializationPolicy};
 
-use crate::contract::{DEQUANTIZE_PACKED, KEEP_PACKED, Kind, OPTIONS, WIDEN_HALF};
+use crate::contract::{DEQUANTIZE_PACKED, KEEP_PACKED, Kind, OPTIONS, ROW_BAND_CODES, WIDEN_HALF};
 use crate::error::Failure;
 use crate::pin::{ByteUse, JvmArray, JvmBytes, JvmShorts, Lender, Pins};
 
@@ -22,6 +22,7 @@ use crate::pin::{ByteUse, JvmArray, JvmBytes, JvmShorts, Lender, Pins};
 pub(crate) struct Request {
     pub(crate) graph: GraphFile,
     pub(crate) packed: PackedConstantHandling,
+    pub(crate) packed_codes: PackedCodesLayout,
     pub(crate) half: HalfConstantHandling,
     pub(crate) forced: Vec<usize>,
 }
@@ -58,6 +59,13 @@ pub(crate) fn parse(
     if options & !known != 0 || options & both == both {
         return Err(Failure::invalid(format!("unknown option bits {options:#x}")));
     }
+    if options & ROW_BAND_CODES != 0 && options & KEEP_PACKED == 0 {
+        return Err(Failure::invalid(format!(
+            "option bits {options:#x}: ROW_BAND_CODES lays out the codes of weights kept packed, so it needs KEEP_PACKED"
+        )));
+    }
+    let packed_codes =
+        if options & ROW_BAND_CODES != 0 { PackedCodesLayout::RowBands } else { PackedCodesLayout::BlockRows };
     let packed = if options & DEQUANTIZE_PACKED != 0 {
         PackedConstantHandling::Dequantize
     } else if options & KEEP_PACKED != 0 {
@@ -66,7 +74,7 @@ pub(crate) fn parse(
         PackedConstantHandling::Fail
     };
     let half = if options & WIDEN_HALF != 0 { HalfConstantHandling::Widen } else { HalfConstantHandling::Keep };
-    Ok(Request { graph, packed, half, forced })
+    Ok(Request { graph, packed, packed_codes, half, forced })
 }
 
 /// Builds the lenders for every tensor with JVM data (`kinds[i] != 0`); a packed tensor's encoding is
@@ -155,7 +163,13 @@ pub(crate) fn finalize_function<'a>(
             })
         })
         .collect::<Result<_, _>>()?;
-    let opts = ExtractOptions { forced_inputs, packed: req.packed, half: req.half, ..ExtractOptions::default() };
+    let opts = ExtractOptions {
+        forced_inputs,
+        packed: req.packed,
+        packed_codes: req.packed_codes,
+        half: req.half,
+        ..ExtractOptions::default()
+    };
     Ok(tapeout::finalize(&trace, &opts)?)
 }
 

@@ -11,6 +11,12 @@ enum class PackedConstantHandling {
     /** Keep them packed: planes of integer codes and per-block scales (`<key>.qs`, `<key>.d`, …) that the module
      *  contracts per block, so IREE never materializes the f32 weight for a linear layer or an embedding. */
     KEEP,
+    /** As [KEEP], with the codes of Q8_0 and Q4_0 weights in row bands of 32 rows (`[N / 32, Kb, 32, 32]`) instead of
+     *  block rows (`[Kb, 32, N]`), for every such weight no op gathers rows of: the same numbers, another walk through
+     *  memory for IREE's code. Which decodes faster depends on the CPU the module is compiled for: row bands on the AMD
+     *  EPYC machines measured (Zen 4 and Zen 5), block rows on an Intel Xeon (docs/performance.md, "Codes in row
+     *  bands"). A weight one function of a module gathers rows of and another only multiplies is refused. */
+    KEEP_ROW_BANDS,
 }
 
 /** What to do with frozen f16/bf16 weights. */
@@ -27,6 +33,7 @@ internal fun nativeOptions(packed: PackedConstantHandling, half: HalfConstantHan
     when (packed) {
         PackedConstantHandling.DEQUANTIZE -> NativeOption.DEQUANTIZE_PACKED
         PackedConstantHandling.KEEP -> NativeOption.KEEP_PACKED
+        PackedConstantHandling.KEEP_ROW_BANDS -> NativeOption.KEEP_PACKED or NativeOption.ROW_BAND_CODES
         PackedConstantHandling.FAIL -> 0
     } or (if (half == HalfConstantHandling.WIDEN) NativeOption.WIDEN_HALF else 0)
 

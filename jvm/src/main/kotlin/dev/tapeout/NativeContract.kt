@@ -26,6 +26,8 @@ internal object NativeOption {
     const val WIDEN_HALF = 2
     /** Keep packed weights packed, as planes of codes and scales (not with DEQUANTIZE_PACKED). */
     const val KEEP_PACKED = 4
+    /** With KEEP_PACKED only: the codes of Q8_0 / Q4_0 weights in row bands of 32 rows. */
+    const val ROW_BAND_CODES = 8
 }
 
 /** What the user can do about a [TapeoutException], as data: the Kotlin API words it in its message, the Gradle

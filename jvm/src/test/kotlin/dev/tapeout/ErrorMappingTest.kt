@@ -99,9 +99,15 @@ class ErrorMappingTest {
         }
         assertTrue(e.message!!.contains("not the JVM array its kind needs"), e.message)
         val bits = assertThrows<GraphValidationException> {
-            NativeBridge.finalize(tape.toGraphJson("m"), m.data, IntArray(m.kinds.size), m.encodings, 8, IntArray(0))
+            NativeBridge.finalize(tape.toGraphJson("m"), m.data, IntArray(m.kinds.size), m.encodings, 16, IntArray(0))
         }
-        assertTrue(bits.message!!.contains("unknown option bits 0x8"), bits.message)
+        assertTrue(bits.message!!.contains("unknown option bits 0x10"), bits.message)
+        val bands = assertThrows<GraphValidationException> { // a layout of kept codes, with nothing kept
+            NativeBridge.finalize(tape.toGraphJson("m"), m.data, IntArray(m.kinds.size), m.encodings,
+                NativeOption.ROW_BAND_CODES, IntArray(0))
+        }
+        assertTrue(bands.message!!.contains("ROW_BAND_CODES lays out the codes of weights kept packed, so it needs KEEP_PACKED"),
+            bands.message)
         val both = assertThrows<GraphValidationException> { // dequantize and keep at once
             NativeBridge.finalize(tape.toGraphJson("m"), m.data, IntArray(m.kinds.size), m.encodings,
                 NativeOption.DEQUANTIZE_PACKED or NativeOption.KEEP_PACKED, IntArray(0))

@@ -134,6 +134,41 @@ class ExtractionContractTest {
     }
 
     @Test
+    fun `KEEP_ROW_BANDS stores the codes in bands of 32 rows, the scales as KEEP does`() {
+        // Q8_0 W [64 rows, 64]: two blocks a row, scale 0.5 (f16 0x3800), code of W[n, k] = (n * 3 + k) % 101 - 50.
+        val code = { n: Int, k: Int -> (n * 3 + k) % 101 - 50 }
+        val bytes = ByteArray(64 * 2 * 34)
+        for (n in 0 until 64) for (b in 0 until 2) {
+            val at = (n * 2 + b) * 34
+            bytes[at + 1] = 0x38
+            for (l in 0 until 32) bytes[at + 2 + l] = code(n, b * 32 + l).toByte()
+        }
+        val export = { handling: PackedConstantHandling, dir: File ->
+            val tape = ExecutionTape()
+            val x = tape.input("x", longArrayOf(2, 64))
+            tape.output(tape.matmul(x, tape.transpose(tape.packedWeight("model.q.weight", bytes, "Q8_0", 64, 64))))
+            tape.toComputeGraph(packedConstants = handling).export(dir, "m", MaterializationPolicy.ExternalAlways())
+        }
+        val (rowsDir, bandsDir) = tempDir("tapeout-rows") to tempDir("tapeout-bands")
+        val rows = export(PackedConstantHandling.KEEP, rowsDir)
+        val bands = export(PackedConstantHandling.KEEP_ROW_BANDS, bandsDir)
+        // Block rows [Kb 2, 32, N 64]: (b, l, n) at b * 2048 + l * 64 + n. Row bands [N / 32 = 2, Kb 2, 32, 32]:
+        // (band, b, l, j) at band * 2048 + b * 1024 + l * 32 + j, for row n = band * 32 + j.
+        val rowQs = TestSupport.readBytes(rows.irpa, "model.q.weight.qs", 0, 4096)
+        val bandQs = TestSupport.readBytes(bands.irpa, "model.q.weight.qs", 0, 4096)
+        for (n in 0 until 64) for (k in 0 until 64) {
+            val (b, l) = k / 32 to k % 32
+            assertEquals(code(n, k).toByte(), rowQs[b * 2048 + l * 64 + n], "block rows W[$n, $k]")
+            assertEquals(code(n, k).toByte(), bandQs[(n / 32) * 2048 + b * 1024 + l * 32 + n % 32], "row bands W[$n, $k]")
+        }
+        assertArrayEquals(TestSupport.readBytes(rows.irpa, "model.q.weight.d", 0, 256),
+            TestSupport.readBytes(bands.irpa, "model.q.weight.d", 0, 256))
+        assertTrue(bands.mlir.readText().contains("tensor<2x2x32x32xi8>"), "the module names the stored bands")
+        rowsDir.deleteRecursively()
+        bandsDir.deleteRecursively()
+    }
+
+    @Test
     fun `BF16 weights are kept as stored by default, converted in the module`() {
         val bits = intArrayOf(0x3F80, 0xC020, 0x7F80, 0x8000, 0x0001, 0x4049, 0xFF80, 0x3E00)
         val bytes = TestSupport.le16(bits)

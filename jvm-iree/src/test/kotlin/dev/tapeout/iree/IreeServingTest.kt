@@ -313,6 +313,49 @@ class IreeServingTest {
     }
 
     @Test
+    fun `Q8_0 and Q4_0 linears kept in row bands serve the numbers of the blocks`(@TempDir tmp: File) {
+        // 96 outputs (3 bands of 32) of 64 inputs (2 blocks), at 1 row and 3 rows: the one-row products the spec
+        // tunes per band and the few-rows ones. Oracle: the blocks dequantized here, summed in double.
+        val scales = intArrayOf(0x3800, 0x3C00, 0x3400, 0x4000)
+        val scale = doubleArrayOf(0.5, 1.0, 0.25, 2.0)
+        for (format in listOf("Q8_0", "Q4_0")) {
+            val (blockBytes, code) = if (format == "Q8_0") 34 to { o: Int, i: Int -> (o * 7 + i) % 17 - 8 }
+                else 18 to { o: Int, i: Int -> (o * 5 + i * 3) % 16 - 8 }
+            val bytes = ByteArray(96 * 2 * blockBytes)
+            for (o in 0 until 96) for (b in 0 until 2) {
+                val at = (o * 2 + b) * blockBytes
+                bytes[at] = (scales[(o + b) % 4] and 0xFF).toByte()
+                bytes[at + 1] = (scales[(o + b) % 4] shr 8).toByte()
+                for (j in 0 until 32) {
+                    val c = code(o, b * 32 + j)
+                    if (format == "Q8_0") bytes[at + 2 + j] = c.toByte()
+                    else if (j < 16) bytes[at + 2 + j] = (bytes[at + 2 + j].toInt() or (c + 8)).toByte()
+                    else bytes[at + 2 + j - 16] = (bytes[at + 2 + j - 16].toInt() or ((c + 8) shl 4)).toByte()
+                }
+            }
+            for (rows in listOf(1L, 3L)) {
+                val dir = File(tmp, "$format-$rows").also { it.mkdirs() }
+                val t = ExecutionTape()
+                t.output("y", t.linear(t.input("x", rows.toInt(), 64), t.packedWeight("model.fc.weight", bytes, format, 96, 64)))
+                val r = t.toComputeGraph(packedConstants = PackedConstantHandling.KEEP_ROW_BANDS)
+                    .export(dir, "lin", MaterializationPolicy.ExternalAlways())
+                val stored = if (format == "Q8_0") "tensor<3x2x32x32xi8>" else "tensor<4x2x32x32xi4>" // Q4_0: rows padded to 64
+                assertTrue(r.mlir.readText().contains(stored), "$format: the codes in bands")
+                val x = FloatArray((rows * 64).toInt()) { ((it * 37) % 29) * 0.125f - 1.75f }
+                IreeModule.load(device, compiler.compile(r.mlir, IreeTarget.cpu()), listOf(IreeParameters.archive(r.irpa))).use { m ->
+                    val got = m.value(x, rows, 64L).use { m.call("main", it)[0] }.use { it.toFloatArray() }
+                    for (row in 0 until rows.toInt()) for (o in 0 until 96) {
+                        var want = 0.0
+                        for (i in 0 until 64) want += x[row * 64 + i] * scale[(o + i / 32) % 4] * code(o, i)
+                        val y = got[row * 96 + o]
+                        assertTrue(abs(y - want) < 1e-5 * (1 + abs(want)), "$format rows=$rows y[$row, $o] = $y, want $want")
+                    }
+                }
+            }
+        }
+    }
+
+    @Test
     fun `the compiler says what it refused`() {
         val e = assertThrows<IreeCompileException> { compiler.compile("module { func.func @f( }") }
         assertTrue(e.diagnostics.contains("error"), e.diagnostics)
