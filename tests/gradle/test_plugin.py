@@ -163,9 +163,15 @@ def test_packed_constants_keep_writes_planes_and_the_setting_is_validated(built_
     assert r.returncode == 0, r.stdout + r.stderr
     text = (p / "build/tapeout/kept.mlir").read_text()
     assert '"model"::"model.q.weight.qs"> : tensor<1x32x4xi8>' in text, text
+    # Row bands take weights of a multiple of 32 rows: this one's 4 rows keep their block rows, the same module.
+    (p / "build.gradle").write_text(build_file(block % "KEEP_ROW_BANDS"))
+    r = gradle(p, "exportIrpa")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (p / "build/tapeout/kept.mlir").read_text() == text
     (p / "build.gradle").write_text(build_file(block % "NOPE"))
     r = gradle(p, "exportIrpa")
-    assert r.returncode != 0 and "tapeout { packedConstants = 'NOPE' }: use FAIL, DEQUANTIZE or KEEP" in r.stdout + r.stderr
+    assert r.returncode != 0 and "tapeout { packedConstants = 'NOPE' }: use FAIL, DEQUANTIZE, KEEP or KEEP_ROW_BANDS" \
+        in r.stdout + r.stderr
 
 
 def readme_kotlin_snippet():

@@ -86,8 +86,8 @@ public class ExportIrpaTask extends DefaultTask {
         return v;
     }
 
-    /** What to do with packed weights. */
-    public enum Packed { FAIL, DEQUANTIZE, KEEP }
+    /** What to do with packed weights ({@code KEEP_ROW_BANDS}: kept, Q8_0 / Q4_0 codes in row bands of 32 rows). */
+    public enum Packed { FAIL, DEQUANTIZE, KEEP, KEEP_ROW_BANDS }
 
     /** What to do with 16-bit weights. */
     public enum Half { KEEP, WIDEN }
