@@ -7,7 +7,7 @@ with the same thread count, in alternating rounds, and the read-bandwidth floor 
         [--checkpoint DIR] [--reuse-times]
 
 - the checkpoint: tests/bench/llama_checkpoint.py (transformers, seeded random weights, bf16; 156M parameters:
-  vocab 32000, hidden 1024, FFN 2816, 8 layers, 16 query / 4 KV heads; `--small` a 2-layer, 64-wide twin), run by
+  vocab 32000, hidden 1024, FFN 2816, 8 layers, 16 query / 4 KV heads; `--small` a 2-layer, 128-wide twin), run by
   the bench venv (`scripts/setup bench`: .bench-venv); scripts/test runs `--small --no-llamacpp --checkpoint
   examples/hf-llama/testdata/llama-bf16`, which checks only that the IREE side runs;
 - tapeout: `gradle :examples:hf-llama:exportIrpaCheckpoint` (bf16 kept), `iree-compile` for the host CPU with the
@@ -19,7 +19,8 @@ with the same thread count, in alternating rounds, and the read-bandwidth floor 
 - llama.cpp: tests/bench/llamacpp.py (convert_hf_to_gguf.py to F16, llama.cpp's quantizer to Q8_0 and Q4_0, pure;
   timing through llama-cpp-python's low-level API, F32 KV cache);
 - GGUF through tapeout (when examples/hf-llama has the GGUF entry): the Q8_0 and Q4_0 files exported with their
-  blocks kept packed, timed as above against llama.cpp's same files;
+  blocks kept packed, the codes in block rows (`tapeout_q8_0`) and in row bands (`tapeout_q8_0_bands`), timed as
+  above against llama.cpp's same files;
 - numbers: prefill logits of one prompt against transformers' float32 forward (max abs difference), for tapeout
   (the last position) and for llama.cpp F16 (every position).
 
@@ -64,11 +65,12 @@ def config(ckpt):
     return json.loads((pathlib.Path(ckpt) / "config.json").read_text())
 
 
-def export(ckpt, out, gguf=None, static=None):
+def export(ckpt, out, gguf=None, static=None, packed=None):
     """The checkpoint (or a GGUF file) exported by the Kotlin model through Gradle; returns (mlir, irpa). With
     `static`, decode is HF's StaticCache form: caches of that many rows, this step written at cache_position.
     Prefill returns the last position's logits (HF's logits_to_keep=1, what generate() asks for), as llama.cpp's
-    prefill is timed."""
+    prefill is timed. `packed` is a GGUF's packedConstants setting (default KEEP: Q8_0 / Q4_0 codes in block rows;
+    KEEP_ROW_BANDS: in row bands)."""
     out = pathlib.Path(out)
     if gguf is None:
         task, props = ":examples:hf-llama:exportIrpaCheckpoint", [f"-PhfLlama.checkpoint={ckpt}"]
@@ -76,6 +78,8 @@ def export(ckpt, out, gguf=None, static=None):
             props.append(f"-PhfLlama.staticCache={static}")
     else:
         task, props = ":examples:hf-llama:exportIrpaGguf", [f"-PhfLlama.gguf={gguf}"]
+        if packed:
+            props.append(f"-PhfLlama.packedConstants={packed}")
     props.append("-PhfLlama.logitsToKeep=1")
     sh(*GRADLE, task, *props, f"-PtapeoutOut={out}", "-PtapeoutHeap=1g", cwd=ROOT)
     return out / "llama.mlir", out / "llama.irpa"
@@ -167,7 +171,7 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--small", action="store_true", help="a 2-layer, 64-wide checkpoint, 1 short round")
+    p.add_argument("--small", action="store_true", help="a 2-layer, 128-wide checkpoint, 1 short round")
     p.add_argument("--no-llamacpp", action="store_true")
     p.add_argument("--checkpoint", help="a transformers checkpoint directory to use instead of making one")
     p.add_argument("--bench-python", default=str(ROOT / ".bench-venv/bin/python"))
@@ -183,7 +187,7 @@ def main():
     py = a.bench_python
     if not pathlib.Path(py).exists() and not (a.no_llamacpp and a.checkpoint):
         raise SystemExit(f"llama_decode: {py} is missing: run `scripts/setup bench` (transformers, llama-cpp-python)")
-    small = ["--layers", "2", "--hidden", "64", "--ffn", "128", "--vocab", "512", "--heads", "4", "--kv-heads", "2"]
+    small = ["--layers", "2", "--hidden", "128", "--ffn", "256", "--vocab", "512", "--heads", "2", "--kv-heads", "1"]
     ckpt = pathlib.Path(a.checkpoint).resolve() if a.checkpoint else out / ("checkpoint-small" if a.small else "checkpoint")
     if not (ckpt / "model.safetensors").exists():
         log("making the checkpoint with transformers")
@@ -210,6 +214,9 @@ def main():
             log(f"exporting the {k} GGUF with tapeout, blocks kept packed")
             g_mlir, g_irpa = export(None, out / f"tapeout-gguf-{k}", gguf=ggufs[k])
             systems[f"tapeout_{k}"] = ("iree", compile_host(g_mlir), g_irpa, g_mlir)
+            # The same with the codes in row bands: the same numbers; which layout is faster depends on the CPU.
+            g_mlir, g_irpa = export(None, out / f"tapeout-gguf-{k}-bands", gguf=ggufs[k], packed="KEEP_ROW_BANDS")
+            systems[f"tapeout_{k}_bands"] = ("iree", compile_host(g_mlir), g_irpa, g_mlir)
 
     times = {s: {} for s in systems}
     saved = out / "times.json"
@@ -250,6 +257,10 @@ def main():
               "compile_flags": COMPILE, "medians_ms": medians}
     # In process, the archive mapped: tapeout-iree's decode step and its memory.
     result["served"] = serve(vmfb, irpa, "decode", contexts[0], a.threads, 5 if a.small else 50)
+    # Every export's decode step served so (the GGUF exports' too: IREE's own tools time them with the archive read
+    # into memory).
+    result["served_decode"] = {s: serve(f, arch, "decode", contexts[0], a.threads, 5 if a.small else 50)
+                               for s, (kind, f, arch, _) in systems.items() if kind == "iree" and not s.endswith("_static")}
     # Prefill served in process the same way: its time and the process's peak memory (VmHWM), beside the archive it
     # maps (a kept-packed prefill dequantizes weights for its `?` rows: how much of that is live at once).
     result["served_prefill"] = {
@@ -284,12 +295,14 @@ def main():
         result["ratios"][f"decode_{c1}_static_vs_llamacpp_f16"] = \
             medians["llamacpp_f16"][f"decode_{c1}"] / st[f"decode_{c1}"]
         for k in ("q8_0", "q4_0"):
-            if f"tapeout_{k}" in medians:
-                result["ratios"][f"decode_{k}_vs_llamacpp_{k}"] = \
-                    medians[f"llamacpp_{k}"][f"decode_{c0}"] / medians[f"tapeout_{k}"][f"decode_{c0}"]
-                for n in prefills:
-                    result["ratios"][f"prefill{n}_{k}_vs_llamacpp_{k}"] = \
-                        medians[f"llamacpp_{k}"][f"prefill_{n}"] / medians[f"tapeout_{k}"][f"prefill_{n}"]
+            for layout in ("", "_bands"):
+                if f"tapeout_{k}{layout}" in medians:
+                    ours_k = medians[f"tapeout_{k}{layout}"]
+                    result["ratios"][f"decode_{k}{layout}_vs_llamacpp_{k}"] = \
+                        medians[f"llamacpp_{k}"][f"decode_{c0}"] / ours_k[f"decode_{c0}"]
+                    for n in prefills:
+                        result["ratios"][f"prefill{n}_{k}{layout}_vs_llamacpp_{k}"] = \
+                            medians[f"llamacpp_{k}"][f"prefill_{n}"] / ours_k[f"prefill_{n}"]
         result["llamacpp_memory"] = {s: times[s].get("memory") for s in systems if s.startswith("llamacpp")}
         # Numbers: prefill logits of one prompt against transformers' float32 forward.
         with tempfile.TemporaryDirectory(dir=out) as d:
