@@ -370,6 +370,29 @@ class ModelApiTest {
         dir.deleteRecursively()
     }
 
+    @Test
+    fun `KEEP_ROW_BANDS refuses a weight one function gathers and another only multiplies, and KEEP takes it`() {
+        // A tied Q8_0 table [32 rows, 32]: `embed` gathers its rows, `head` only multiplies by it. Bands would store
+        // it one way for one function and another way for the other.
+        val block = ByteArray(34).also { it[1] = 0x38; for (i in 0 until 32) it[2 + i] = (i - 16).toByte() }
+        val table = ByteArray(34 * 32) { block[it % 34] }
+        fun embed() = ExecutionTape().also { t ->
+            t.output("h", t.embedding(t.packedWeight("model.embed.weight", table, "Q8_0", 32, 32), t.input("ids", 3, dtype = DType.I32)))
+        }
+        fun head() = ExecutionTape().also { t ->
+            t.output("logits", t.linear(t.input("h", 1, 32), t.packedWeight("model.embed.weight", table, "Q8_0", 32, 32)))
+        }
+        val dir = tempDir("tapeout-bands-mix")
+        val e = assertThrows<GraphValidationException> {
+            exportModule(dir, "mix", mapOf("embed" to embed(), "head" to head()), packedConstants = PackedConstantHandling.KEEP_ROW_BANDS)
+        }
+        assertTrue(e.message!!.contains("the codes 'model.embed.weight.qs' are in row bands in function 'head' and in block rows " +
+            "in function 'embed'"), e.message)
+        val kept = exportModule(dir, "mix", mapOf("embed" to embed(), "head" to head()), packedConstants = PackedConstantHandling.KEEP)
+        assertTrue(kept.mlir.readText().contains("func.func @head("))
+        dir.deleteRecursively()
+    }
+
     companion object {
         fun f32Bytes(v: FloatArray): ByteArray =
             ByteBuffer.allocate(v.size * 4).order(ByteOrder.LITTLE_ENDIAN).also { b -> v.forEach { b.putFloat(it) } }.array()
