@@ -97,7 +97,8 @@ enum Command {
         layout: LayoutArg,
         /// With --packed keep and the layout for use: the codes of Q8_0 / Q4_0 weights in block rows (the default)
         /// or in row bands of 32 rows (a weight no use gathers rows of, its rows a multiple of 32; Q4_0's are
-        /// padded to 64): the same numbers; which decodes faster depends on the CPU (docs/performance.md).
+        /// padded to 64): the same numbers; which decodes faster depends on the CPU, and IREE 3.13 keeps a copy of
+        /// the codes in block rows for a prefill's few-rows products (docs/performance.md, "Codes in row bands").
         #[arg(long, value_enum, default_value = "block-rows")]
         packed_codes: PackedCodesArg,
         /// Let the graph's data entries read files outside its own directory tree (absolute paths, `..`,
