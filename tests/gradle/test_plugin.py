@@ -156,6 +156,24 @@ def test_max_archive_bytes_writes_a_set_and_prints_the_iree_flags(built_jars, tm
     assert r.returncode != 0 and "tapeout { maxArchiveBytes = -1 }: use 0 (one archive)" in r.stdout + r.stderr
 
 
+WIDE_MODEL = '''
+package demo
+
+import dev.tapeout.*
+
+class Wide : ModelProvider {
+    override fun buildTape(): ExecutionTape {
+        val t = ExecutionTape()
+        // a packed Q8_0 weight [32, 32]: scale 1/64 (f16 0x2400), codes 0..31
+        val block = ByteArray(34) { if (it == 1) 0x24 else if (it >= 2) (it - 2).toByte() else 0 }
+        val w = t.packedWeight("model.w.weight", ByteArray(34 * 32) { block[it % 34] }, "Q8_0", 32, 32)
+        t.output(t.matmul(t.input("x", longArrayOf(1, 32)), t.transpose(w)))
+        return t
+    }
+}
+'''
+
+
 def test_packed_constants_keep_writes_planes_and_the_setting_is_validated(built_jars, tmp_path):
     block = "tapeout { model = 'demo.Model'; moduleName = 'kept'; inlineBelowBytes = 64; packedConstants = '%s' }"
     p = project(tmp_path, block % "KEEP")
@@ -168,6 +186,15 @@ def test_packed_constants_keep_writes_planes_and_the_setting_is_validated(built_
     r = gradle(p, "exportIrpa")
     assert r.returncode == 0, r.stdout + r.stderr
     assert (p / "build/tapeout/kept.mlir").read_text() == text
+    # A weight of 32 rows: block rows [Kb, 32, N] with KEEP, one band [N / 32, Kb, 32, 32] with KEEP_ROW_BANDS.
+    (p / "src/main/kotlin/demo/Wide.kt").write_text(WIDE_MODEL)
+    wide = "tapeout { model = 'demo.Wide'; moduleName = 'wide'; inlineBelowBytes = 64; packedConstants = '%s' }"
+    for setting, stored in (("KEEP", "tensor<1x32x32xi8>"), ("KEEP_ROW_BANDS", "tensor<1x1x32x32xi8>")):
+        (p / "build.gradle").write_text(build_file(wide % setting))
+        r = gradle(p, "exportIrpa")
+        assert r.returncode == 0, r.stdout + r.stderr
+        text = (p / "build/tapeout/wide.mlir").read_text()
+        assert f'"model"::"model.w.weight.qs"> : {stored}' in text, (setting, text)
     (p / "build.gradle").write_text(build_file(block % "NOPE"))
     r = gradle(p, "exportIrpa")
     assert r.returncode != 0 and "tapeout { packedConstants = 'NOPE' }: use FAIL, DEQUANTIZE, KEEP or KEEP_ROW_BANDS" \
