@@ -255,12 +255,11 @@ def main():
               "config": {k: cfg[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                                              "num_attention_heads", "num_key_value_heads")},
               "compile_flags": COMPILE, "medians_ms": medians}
-    # In process, the archive mapped: tapeout-iree's decode step and its memory.
-    result["served"] = serve(vmfb, irpa, "decode", contexts[0], a.threads, 5 if a.small else 50)
-    # Every export's decode step served so (the GGUF exports' too: IREE's own tools time them with the archive read
-    # into memory).
+    # In process, the archive mapped: every export's decode step and its memory (IREE's own tools time them with the
+    # archive read into memory); `served` is the bf16 one.
     result["served_decode"] = {s: serve(f, arch, "decode", contexts[0], a.threads, 5 if a.small else 50)
                                for s, (kind, f, arch, _) in systems.items() if kind == "iree" and not s.endswith("_static")}
+    result["served"] = result["served_decode"]["tapeout_bf16"]
     # Prefill served in process the same way: its time and the process's peak memory (VmHWM), beside the archive it
     # maps (a kept-packed prefill dequantizes weights for its `?` rows: how much of that is live at once).
     result["served_prefill"] = {
