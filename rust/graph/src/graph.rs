@@ -68,7 +68,7 @@ pub enum PackedCodesLayout {
     /// (Q4_0's padded to 64): a decode step's product gives a workgroup each band. On an AMD EPYC (AVX-512) a whole
     /// Q8_0 decode step was 1.13x faster so (Zen 4), its dispatches 1.1-1.2x for Q8_0 and Q4_0 (Zen 5); on the Xeon
     /// above, stacks of one-row Q8_0 products 0.9x. IREE 3.13 computes a copy of the codes in block rows at load
-    /// for a prefill's few-rows products (about 60 % of the archive, anonymous memory). The Kotlin API's
+    /// for a prefill's few-rows products (over half of the archive, anonymous memory). The Kotlin API's
     /// `KEEP_ROW_BANDS` asks for it. A weight one function of a module gathers and another multiplies cannot be
     /// banded in one and not the other: the export refuses it.
     RowBands,

@@ -16,7 +16,7 @@ enum class PackedConstantHandling {
      *  memory for IREE's code. Which decodes faster depends on the CPU the module is compiled for: row bands on the AMD
      *  EPYC machines measured (Zen 4 and Zen 5), block rows on an Intel Xeon (docs/performance.md, "Codes in row
      *  bands"). It costs memory: IREE 3.13 computes a copy of the codes in block rows when it loads the module, for
-     *  the products of a prefill of at most 32 rows (about 60 % of a Q8_0 or Q4_0 archive, anonymous memory). A
+     *  the products of a prefill of at most 32 rows (over half of a Q8_0 or Q4_0 archive, anonymous memory). A
      *  weight one function of a module gathers rows of and another only multiplies is refused. */
     KEEP_ROW_BANDS,
 }
