@@ -215,6 +215,9 @@ impl From<tapeout::Error> for Failure {
                  this graph with every file you can read"
                     .to_owned()
             }
+            Some(Remedy::BlockRowCodes) => {
+                "; keep the codes in block rows: export without --packed-codes row-bands".to_owned()
+            }
             _ => String::new(),
         };
         Failure(format!("{e}{remedy}"))

@@ -165,6 +165,7 @@ fn codes_in_row_bands_reach_the_archive_and_a_weight_gathered_elsewhere_is_refus
     assert_eq!(o.status.code(), Some(1));
     let e = stderr(&o);
     assert!(e.contains("'w.qs' are in row bands in function 'head' and in block rows in function 'embed'"), "{e}");
+    assert!(e.contains("; keep the codes in block rows: export without --packed-codes row-bands"), "{e}");
     assert!(!dir.path().join("two/lm.mlir").exists());
 }
 

@@ -92,6 +92,7 @@ fn remedy_doc(r: Remedy) -> &'static str {
         "EXTERNAL_PARAMETER" => "Make constants of at least [TapeoutException.remedyBytes] bytes external parameters.",
         "DECLARE_OUTPUTS" => "Declare the tensors the model returns.",
         "ALLOW_FILES_OUTSIDE_GRAPH_DIR" => "Trust the graph file to read data files outside its own directory.",
+        "BLOCK_ROW_CODES" => "Keep the codes of packed weights in block rows (the default layout), not in row bands.",
         _ => "",
     }
 }

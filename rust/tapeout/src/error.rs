@@ -53,6 +53,21 @@ pub enum Error {
         /// What is inconsistent, and how IREE would see it.
         problem: String,
     },
+    /// Two functions of one module share a kept weight, one multiplying it with its codes in row bands and the
+    /// other gathering its rows, which needs them in block rows: one key cannot hold both layouts.
+    #[error(
+        "the codes '{key}' are in row bands in function '{banded}' and in block rows in function '{gathering}', \
+         which gathers rows of the weight; a weight that one function gathers and another multiplies keeps its \
+         codes in block rows"
+    )]
+    MixedCodeLayouts {
+        /// The key of the codes (`<weight>.qs`).
+        key: String,
+        /// The function that multiplies the weight, in row bands.
+        banded: String,
+        /// The function that gathers the weight's rows, in block rows.
+        gathering: String,
+    },
     /// A conversion cannot be done as asked.
     #[error("cannot convert {path}: {detail}")]
     Convert {
@@ -79,15 +94,18 @@ pub enum Remedy {
     DeclareOutputs,
     /// Trust the graph file to read data files outside its own directory.
     AllowFilesOutsideGraphDir,
+    /// Keep the codes of packed weights in block rows (the default layout), not in row bands.
+    BlockRowCodes,
 }
 
 impl Remedy {
     /// Every remedy (with a zero argument), in the order front ends list them.
-    pub const ALL: [Remedy; 4] = [
+    pub const ALL: [Remedy; 5] = [
         Remedy::Dequantize,
         Remedy::ExternalAtOrBelow { bytes: 0 },
         Remedy::DeclareOutputs,
         Remedy::AllowFilesOutsideGraphDir,
+        Remedy::BlockRowCodes,
     ];
 
     /// Its name as front ends spell the constant (`DEQUANTIZE`, `EXTERNAL_PARAMETER`, …).
@@ -98,6 +116,7 @@ impl Remedy {
             Remedy::ExternalAtOrBelow { .. } => "EXTERNAL_PARAMETER",
             Remedy::DeclareOutputs => "DECLARE_OUTPUTS",
             Remedy::AllowFilesOutsideGraphDir => "ALLOW_FILES_OUTSIDE_GRAPH_DIR",
+            Remedy::BlockRowCodes => "BLOCK_ROW_CODES",
         }
     }
 
@@ -106,7 +125,9 @@ impl Remedy {
     pub const fn argument(self) -> u64 {
         match self {
             Remedy::ExternalAtOrBelow { bytes } => bytes,
-            Remedy::Dequantize | Remedy::DeclareOutputs | Remedy::AllowFilesOutsideGraphDir => 0,
+            Remedy::Dequantize | Remedy::DeclareOutputs | Remedy::AllowFilesOutsideGraphDir | Remedy::BlockRowCodes => {
+                0
+            }
         }
     }
 }
@@ -120,6 +141,7 @@ impl Error {
             Error::Graph(GraphError::NoOutputs) => Some(Remedy::DeclareOutputs),
             Error::Read(IoError::OutsideGraphDir { .. }) => Some(Remedy::AllowFilesOutsideGraphDir),
             Error::Emit(HloError::ConstantTooLarge { bytes, .. }) => Some(Remedy::ExternalAtOrBelow { bytes: *bytes }),
+            Error::MixedCodeLayouts { .. } => Some(Remedy::BlockRowCodes),
             Error::InFunction { source, .. } => source.remedy(),
             _ => None,
         }
@@ -144,6 +166,7 @@ impl Error {
             Error::InFunction { source, .. } => source.tensor(),
             Error::Graph(e) => e.tensor(),
             Error::Emit(e) => e.tensor(),
+            Error::MixedCodeLayouts { key, .. } => Some(key),
             _ => None,
         }
     }

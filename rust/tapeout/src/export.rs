@@ -214,12 +214,11 @@ fn check_shared_keys(functions: &[(&str, &ComputeGraph<'_>)]) -> Result<()> {
             match first.get(c.key.as_str()) {
                 Some((other, _, other_bands)) if *other_bands != bands => {
                     let (with, without) = if bands { (name, other) } else { (other, name) };
-                    return Err(Error::Functions(format!(
-                        "the codes '{}' are in row bands in function '{with}' and in block rows in function \
-                         '{without}', which gathers rows of the weight; keep the codes in block rows (the default \
-                         packed-codes layout) for a weight that one function gathers and another multiplies",
-                        c.key
-                    )));
+                    return Err(Error::MixedCodeLayouts {
+                        key: c.key.clone(),
+                        banded: (*with).to_owned(),
+                        gathering: (*without).to_owned(),
+                    });
                 }
                 Some((other, id, _)) if *id != identity => {
                     return Err(Error::Functions(format!(

@@ -30,6 +30,8 @@ internal fun kotlinWording(remedy: Remedy?, bytes: Long): String = when (remedy)
         "; export with MaterializationPolicy.ExternalAlways() or MaterializationPolicy.SizeThreshold(bytes = $bytes) or less"
     Remedy.DECLARE_OUTPUTS -> "; mark the tensors the model returns with tape.output(…)"
     Remedy.ALLOW_FILES_OUTSIDE_GRAPH_DIR -> "; move the file into the graph's directory"
+    Remedy.BLOCK_ROW_CODES ->
+        "; keep the codes in block rows: pass packedConstants = PackedConstantHandling.KEEP, not KEEP_ROW_BANDS"
     null -> ""
 }
 

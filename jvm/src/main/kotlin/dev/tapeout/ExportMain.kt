@@ -254,4 +254,5 @@ internal fun gradleWording(remedy: Remedy, bytes: Long): String = when (remedy) 
     Remedy.EXTERNAL_PARAMETER -> "; set tapeout { inlineBelowBytes = $bytes } or less"
     Remedy.DECLARE_OUTPUTS -> "; mark the tensors the model returns with tape.output(…) in buildTape()"
     Remedy.ALLOW_FILES_OUTSIDE_GRAPH_DIR -> "; move the file into the graph's directory"
+    Remedy.BLOCK_ROW_CODES -> "; keep the codes in block rows: set tapeout { packedConstants = 'KEEP' }, not 'KEEP_ROW_BANDS'"
 }

@@ -41,6 +41,8 @@ enum class Remedy {
     DECLARE_OUTPUTS,
     /** Trust the graph file to read data files outside its own directory. */
     ALLOW_FILES_OUTSIDE_GRAPH_DIR,
+    /** Keep the codes of packed weights in block rows (the default layout), not in row bands. */
+    BLOCK_ROW_CODES,
 }
 
 /** The dtype names the native side knows, in its order ([DType.json] spells each one). */

@@ -388,6 +388,10 @@ class ModelApiTest {
         }
         assertTrue(e.message!!.contains("the codes 'model.embed.weight.qs' are in row bands in function 'head' and in block rows " +
             "in function 'embed'"), e.message)
+        assertEquals(Remedy.BLOCK_ROW_CODES, e.remedy)
+        assertEquals("model.embed.weight.qs", e.tensor)
+        assertTrue(e.message!!.endsWith("; keep the codes in block rows: pass packedConstants = PackedConstantHandling.KEEP, " +
+            "not KEEP_ROW_BANDS"), e.message)
         val kept = exportModule(dir, "mix", mapOf("embed" to embed(), "head" to head()), packedConstants = PackedConstantHandling.KEEP)
         assertTrue(kept.mlir.readText().contains("func.func @head("))
         dir.deleteRecursively()
