@@ -146,11 +146,30 @@ for line in (d.read_text().splitlines() if d.exists() else []):
     for n, key in ((p0, "prefill8_vs_llamacpp_f16"), (p1, "prefill128_vs_llamacpp_f16")):
         rows.append((f"  prefill of {n} tokens vs llama.cpp F16",
                      f"llama.cpp {lc[f'prefill_{n}']:.1f} ms; tapeout {ours[f'prefill_{n}']:.1f} ms", r[key], ">= 1.0x"))
+    # Each GGUF kept packed, in block rows and in row bands (`_bands`): decode and both prefills against llama.cpp's
+    # own quantization of the same checkpoint, and the decode step served in process with its memory at load.
+    served_each = m.get("served_decode", {})
     for k in ("q8_0", "q4_0"):
-        if f"decode_{k}_vs_llamacpp_{k}" in r:
-            rows.append((f"  {k.upper()} kept packed, decode at {c0} vs llama.cpp {k.upper()}",
-                         f"llama.cpp {med[f'llamacpp_{k}'][f'decode_{c0}']:.2f} ms; tapeout {med[f'tapeout_{k}'][f'decode_{c0}']:.2f} ms",
-                         r[f"decode_{k}_vs_llamacpp_{k}"], ">= 1.0x"))
+        for layout, tag in (("", "block rows"), ("_bands", "row bands")):
+            if f"decode_{k}{layout}_vs_llamacpp_{k}" not in r:
+                continue
+            ours_k, theirs = med[f"tapeout_{k}{layout}"], med[f"llamacpp_{k}"]
+            rows.append((f"  {k.upper()} kept packed ({tag}), decode at {c0} vs llama.cpp {k.upper()}",
+                         f"llama.cpp {theirs[f'decode_{c0}']:.2f} ms; tapeout {ours_k[f'decode_{c0}']:.2f} ms",
+                         r[f"decode_{k}{layout}_vs_llamacpp_{k}"], ">= 1.0x"))
+            for n in (p0, p1):
+                key = f"prefill{n}_{k}{layout}_vs_llamacpp_{k}"
+                if key in r:
+                    rows.append((f"    prefill of {n} tokens",
+                                 f"llama.cpp {theirs[f'prefill_{n}']:.1f} ms; tapeout {ours_k[f'prefill_{n}']:.1f} ms",
+                                 r[key], ">= 1.0x"))
+            sv = served_each.get(f"tapeout_{k}{layout}")
+            if sv:
+                anon = {w: sv[w]["rss_anon_kib"] / 1024 for w in ("before_load", "loaded", "after_calls")}
+                rows.append((f"    decode served in process (archive mapped) vs llama.cpp {k.upper()}",
+                             f"served {sv['median_ms']:.2f} ms (median of {sv['repeats']}); RssAnon {anon['before_load']:.0f}"
+                             f" -> {anon['loaded']:.0f} MiB loaded -> {anon['after_calls']:.0f} MiB after the calls",
+                             theirs[f"decode_{c0}"] / sv["median_ms"], ">= 1.0x"))
     s = m["served"]
     rows.append((f"  decode at {c0} served in process (tapeout-iree, archive mapped) vs llama.cpp F16",
                  f"llama.cpp {lc[f'decode_{c0}']:.2f} ms; served {s['median_ms']:.2f} ms (median of {s['repeats']}, outputs read back)",
