@@ -107,7 +107,7 @@ def check(tmp_path, out, vmfb, want, feeds, tag):
 
 BAND_TILES = "vector_common_parallel = [4, 32, 0], vector_reduction = [0, 0, 8]"
 PREFILL_BF16_TILES = ("distribution = [1, 16, 32, 0], vector_common_parallel = [1, 4, 32, 0], "
-                      "vector_reduction = [0, 0, 0, 8]")
+                      "vector_reduction = [0, 0, 0, 4]")
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16", "f32"])

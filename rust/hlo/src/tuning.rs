@@ -42,9 +42,10 @@
 //!   same up to 32 (docs/performance.md, "A prefill's dequantized bands, 16 rows a workgroup"). One row drops its
 //!   unit row loop and is not matched: decode's products (f32 weights stored in bands included) keep IREE's tiles.
 //!   The same product over bf16 bands as stored (a bf16 model's prefill, from one row: it has no few-rows forms)
-//!   gets one band of 16 rows in vector tiles of 4 rows over a reduction of 8: whole bf16 prefills of the same model
-//!   1.3-1.7x faster at 1, 16, 33, 48 and 96 tokens, even at 8 and 128, 0.89x at 64. f16 bands are not matched
-//!   there (not measured).
+//!   gets one band of 16 rows in vector tiles of 4 rows over a reduction of 4: whole bf16 prefills of the same model
+//!   1.3-1.7x faster at 1, 16, 33, 48 and 96 tokens than with IREE's tiles (a reduction of 8 then), and the
+//!   reduction of 4 another 1.05-1.13x at 1 to 128 tokens (docs/performance.md, session 33). f16 bands are not
+//!   matched there (not measured).
 //!
 //! - A prefill's product of at most 8 (or 9 to 16, or 17 to 32) rows over Q4_0 / Q4_1 / Q4_K codes gated in groups
 //!   of 64 columns (`keep_packed`'s few-rows forms: rows `[R, Kb, 32]` (R = 8, 16, 32), codes `[Kb, 32, ?, 64]`).
@@ -166,9 +167,11 @@ pub fn cpu_tuning_spec() -> String {
     // it refuses for a CPU with 16-byte vectors once the spec asks for them; 4 was as fast as 16 on AVX-512).
     let dequantized = "cache_parallel = [1, 16, 32, 0], distribution = [1, 16, 32, 0], vector_common_parallel = [1, 8, 32, 0], vector_reduction = [0, 0, 0, 4]";
     // The same product over bf16 bands as stored (a 16-bit model's prefill, which has no few-rows forms: 1 to 32 rows
-    // too): one band of 16 rows per workgroup, vector tiles of 4 rows over a reduction of 8 (4 KiB); the f32 tiles
-    // above (vectors of 8 rows) made its prefills of 33 tokens 1.7x slower (figures in the module notes).
-    let prefill_bf16 = "cache_parallel = [1, 16, 32, 0], distribution = [1, 16, 32, 0], vector_common_parallel = [1, 4, 32, 0], vector_reduction = [0, 0, 0, 8]";
+    // too): one band of 16 rows per workgroup, vector tiles of 4 rows over a reduction of 4 (2 KiB; a reduction of
+    // 8 was 1.05-1.13x slower from 1 to 128 tokens, the same sums). Vector tiles of 8 rows (the f32 tiles above) are
+    // faster from 8 tokens on (rows are padded to a multiple of 8) but 1.2-1.25x slower at 1-2 tokens, where the
+    // 4-row tiles' products run faster than at 8 tokens for reasons not understood (module notes).
+    let prefill_bf16 = "cache_parallel = [1, 16, 32, 0], distribution = [1, 16, 32, 0], vector_common_parallel = [1, 4, 32, 0], vector_reduction = [0, 0, 0, 4]";
     // The same forms over Q8_0's whole-byte codes, gated along their columns directly (`[Kb, 32, ?]`): IREE's
     // batch matmul, loops (block, row, column, k). IREE 3.13 gives a workgroup 64 columns over a reduction tile of
     // 16; the spec gives it 256 columns over a reduction of 4 in the same `[8, 32]` vector tiles: whole Q8_0
@@ -337,7 +340,7 @@ mod tests {
             "distribution = [1, 16, 32, 0], vector_common_parallel = [1, 8, 32, 0], vector_reduction = [0, 0, 0, 4]";
         assert_eq!(s.matches(dequantized).count(), 1);
         let prefill_bf16 =
-            "distribution = [1, 16, 32, 0], vector_common_parallel = [1, 4, 32, 0], vector_reduction = [0, 0, 0, 8]";
+            "distribution = [1, 16, 32, 0], vector_common_parallel = [1, 4, 32, 0], vector_reduction = [0, 0, 0, 4]";
         assert_eq!(s.matches(prefill_bf16).count(), 1);
         assert_eq!(s.matches("affine_map<(d0, d1, d2, d3) -> (d1, d0, d2)>").count(), 2);
         assert_eq!(s.matches('{').count(), s.matches('}').count());
