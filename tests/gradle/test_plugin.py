@@ -174,6 +174,25 @@ class Wide : ModelProvider {
 '''
 
 
+MIX_MODEL = '''
+package demo
+
+import dev.tapeout.*
+
+/** A tied Q8_0 table [32, 32]: `embed` gathers its rows, `head` only multiplies by it. */
+class Mix : ModuleProvider {
+    override fun buildTapes(args: List<String>): Map<String, ExecutionTape> {
+        val block = ByteArray(34).also { it[1] = 0x38; for (i in 0 until 32) it[2 + i] = (i - 16).toByte() }
+        val table = ByteArray(34 * 32) { block[it % 34] }
+        fun w(t: ExecutionTape) = t.packedWeight("model.embed.weight", table, "Q8_0", 32, 32)
+        val embed = ExecutionTape().also { t -> t.output("h", t.embedding(w(t), t.input("ids", 3, dtype = DType.I32))) }
+        val head = ExecutionTape().also { t -> t.output("logits", t.linear(t.input("h", 1, 32), w(t))) }
+        return mapOf("embed" to embed, "head" to head)
+    }
+}
+'''
+
+
 def test_packed_constants_keep_writes_planes_and_the_setting_is_validated(built_jars, tmp_path):
     block = "tapeout { model = 'demo.Model'; moduleName = 'kept'; inlineBelowBytes = 64; packedConstants = '%s' }"
     p = project(tmp_path, block % "KEEP")
@@ -199,6 +218,19 @@ def test_packed_constants_keep_writes_planes_and_the_setting_is_validated(built_
     r = gradle(p, "exportIrpa")
     assert r.returncode != 0 and "tapeout { packedConstants = 'NOPE' }: use FAIL, DEQUANTIZE, KEEP or KEEP_ROW_BANDS" \
         in r.stdout + r.stderr
+    # A weight one function gathers and another multiplies cannot be in row bands: refused with the remedy in the
+    # extension's terms (not the Kotlin API's or the CLI's); KEEP exports it.
+    (p / "src/main/kotlin/demo/Mix.kt").write_text(MIX_MODEL)
+    mix = "tapeout { model = 'demo.Mix'; moduleName = 'mix'; inlineBelowBytes = 64; packedConstants = '%s' }"
+    (p / "build.gradle").write_text(build_file(mix % "KEEP_ROW_BANDS"))
+    r = gradle(p, "exportIrpa")
+    text = r.stdout + r.stderr
+    assert r.returncode != 0 and "the codes 'model.embed.weight.qs' are in row bands in function 'head'" in text, text
+    assert "set tapeout { packedConstants = 'KEEP' }, not 'KEEP_ROW_BANDS'" in text, text
+    assert "PackedConstantHandling" not in text and "--packed-codes" not in text, text
+    (p / "build.gradle").write_text(build_file(mix % "KEEP"))
+    r = gradle(p, "exportIrpa")
+    assert r.returncode == 0, r.stdout + r.stderr
 
 
 def readme_kotlin_snippet():
