@@ -43,9 +43,9 @@
 //!   unit row loop and is not matched: decode's products (f32 weights stored in bands included) keep IREE's tiles.
 //!   The same product over bf16 bands as stored (a bf16 model's prefill, from one row: it has no few-rows forms)
 //!   gets one band of 16 rows in vector tiles of 4 rows over a reduction of 4: whole bf16 prefills of the same model
-//!   1.3-1.7x faster at 1, 16, 33, 48 and 96 tokens than with IREE's tiles (a reduction of 8 then), and the
-//!   reduction of 4 another 1.05-1.13x at 1 to 128 tokens (docs/performance.md, session 33). f16 bands are not
-//!   matched there (not measured).
+//!   1.3-1.7x faster at 1, 16, 33, 48 and 96 tokens than with IREE's tiles (session 30, with a reduction of 8),
+//!   and the reduction of 4 another 1.05-1.13x at 1 to 128 tokens (docs/performance.md, session 33). f16 bands are
+//!   not matched there (not measured).
 //!
 //! - A prefill's product of at most 8 (or 9 to 16, or 17 to 32) rows over Q4_0 / Q4_1 / Q4_K codes gated in groups
 //!   of 64 columns (`keep_packed`'s few-rows forms: rows `[R, Kb, 32]` (R = 8, 16, 32), codes `[Kb, 32, ?, 64]`).
