@@ -169,8 +169,8 @@ pub fn cpu_tuning_spec() -> String {
     // The same product over bf16 bands as stored (a 16-bit model's prefill, which has no few-rows forms: 1 to 32 rows
     // too): one band of 16 rows per workgroup, vector tiles of 4 rows over a reduction of 4 (2 KiB; a reduction of
     // 8 was 1.05-1.13x slower from 1 to 128 tokens, the same sums). Vector tiles of 8 rows (the f32 tiles above) are
-    // faster from 8 tokens on (rows are padded to a multiple of 8) but 1.2-1.25x slower at 1-2 tokens, where the
-    // 4-row tiles' products run faster than at 8 tokens for reasons not understood (module notes).
+    // faster from 8 tokens on but 1.2-1.25x slower at 1-2 tokens: the product computes the prompt's own rows (the
+    // padding to 8 only keeps its loads in the buffer), which fill one 4-row tile or one 8-row one (module notes).
     let prefill_bf16 = "cache_parallel = [1, 16, 32, 0], distribution = [1, 16, 32, 0], vector_common_parallel = [1, 4, 32, 0], vector_reduction = [0, 0, 0, 4]";
     // The same forms over Q8_0's whole-byte codes, gated along their columns directly (`[Kb, 32, ?]`): IREE's
     // batch matmul, loops (block, row, column, k). IREE 3.13 gives a workgroup 64 columns over a reduction tile of
