@@ -57,8 +57,7 @@ pub enum Error {
     /// other gathering its rows, which needs them in block rows: one key cannot hold both layouts.
     #[error(
         "the codes '{key}' are in row bands in function '{banded}' and in block rows in function '{gathering}', \
-         which gathers rows of the weight; a weight that one function gathers and another multiplies keeps its \
-         codes in block rows"
+         which gathers rows of the weight: one parameter cannot hold both layouts"
     )]
     MixedCodeLayouts {
         /// The key of the codes (`<weight>.qs`).
