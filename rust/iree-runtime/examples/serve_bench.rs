@@ -5,12 +5,14 @@
 //!
 //! ```text
 //! serve_bench MODULE.vmfb ARCHIVE.irpa FUNCTION DYNAMIC [--scope model] [--workers 2] [--warmup 3] [--repeats 20]
+//!     [--batch-waits on|off]
 //! ```
 //!
 //! Every argument of FUNCTION is zero-filled with each `?` dimension set to DYNAMIC (a prompt length for
 //! `prefill`, a past length for `decode`). Prints one JSON object: the median and minimum wall time of a call
 //! (results read back to the host, as a caller does), and VmHWM / RssFile / RssAnon in KiB before the module is
-//! loaded, after it is loaded, and after the calls.
+//! loaded, after it is loaded, and after the calls. `--batch-waits off` waits as IREE does by itself (the baseline
+//! of `Device::set_batch_waits`, on by default).
 #![allow(clippy::print_stdout, reason = "a command-line benchmark: its JSON goes to stdout")]
 
 use std::time::Instant;
@@ -36,10 +38,11 @@ fn json(m: [u64; 3]) -> String {
 
 fn run(args: &[String]) -> Result<String, String> {
     let usage = "usage: serve_bench MODULE.vmfb ARCHIVE.irpa FUNCTION DYNAMIC [--scope S] [--workers N] [--warmup N] \
-                 [--repeats N]";
+                 [--repeats N] [--batch-waits on|off]";
     let [vmfb, irpa, function, dynamic, rest @ ..] = args else { return Err(usage.into()) };
     let dynamic: u64 = dynamic.parse().map_err(|_| format!("DYNAMIC must be a size, not '{dynamic}'\n{usage}"))?;
     let (mut scope, mut workers, mut warmup, mut repeats) = ("model".to_owned(), 2u32, 3u32, 20u32);
+    let mut batch_waits = true;
     let mut it = rest.iter();
     while let Some(flag) = it.next() {
         let value = it.next().ok_or_else(|| format!("{flag} needs a value\n{usage}"))?;
@@ -49,6 +52,13 @@ fn run(args: &[String]) -> Result<String, String> {
             "--workers" => workers = number()?,
             "--warmup" => warmup = number()?,
             "--repeats" => repeats = number()?.max(1),
+            "--batch-waits" => {
+                batch_waits = match value.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    other => return Err(format!("--batch-waits takes on or off, not '{other}'")),
+                }
+            }
             other => return Err(format!("unknown option {other}\n{usage}")),
         }
     }
@@ -56,6 +66,7 @@ fn run(args: &[String]) -> Result<String, String> {
     let bytes = std::fs::read(vmfb).map_err(|e| format!("{vmfb}: {e}"))?;
     let instance = Instance::new().map_err(|e| e.to_string())?;
     let device = instance.device("local-task", workers).map_err(|e| e.to_string())?;
+    device.set_batch_waits(batch_waits);
     let module = device.load(&bytes, &[Parameters::new(scope, irpa)]).map_err(|e| e.to_string())?;
     drop(bytes);
     let loaded = memory();
@@ -86,7 +97,8 @@ fn run(args: &[String]) -> Result<String, String> {
     let median = times[times.len() / 2];
     let after = memory();
     Ok(format!(
-        "{{\"function\": \"{function}\", \"dynamic\": {dynamic}, \"workers\": {workers}, \"repeats\": {repeats}, \
+        "{{\"function\": \"{function}\", \"dynamic\": {dynamic}, \"workers\": {workers}, \"batch_waits\": {batch_waits}, \
+         \"repeats\": {repeats}, \
          \"median_ms\": {median:.4}, \"min_ms\": {:.4}, \"before_load\": {}, \"loaded\": {}, \"after_calls\": {}}}",
         times[0],
         json(before),

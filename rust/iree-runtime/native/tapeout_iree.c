@@ -1,11 +1,16 @@
 // tapeout's shim over IREE's runtime: instance, device, session with memory-mapped parameter files, values and
 // calls. See tapeout_iree.h for the contract; everything IREE returns as a status comes back as code + message.
+// sched_setscheduler's SCHED_BATCH (tio_wait_begin).
+#define _GNU_SOURCE
 #include "tapeout_iree.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sched.h>
+#endif
 
 #include "iree/base/api.h"
 #include "iree/base/tooling/flags.h"
@@ -425,4 +430,26 @@ int32_t tio_call(tio_session* session, const char* function, size_t input_count,
   }
   if (initialized) iree_runtime_call_deinitialize(&call);
   return tio_consume(status, out_message);
+}
+
+// See tapeout_iree.h. Only a SCHED_OTHER thread is switched (a real-time, idle or batch thread is the caller's choice),
+// and a refusal (a seccomp filter, say) leaves the wait as IREE's own: slower, never wrong.
+int32_t tio_wait_begin(void) {
+#if defined(__linux__) && defined(SCHED_BATCH)
+  if (sched_getscheduler(0) != SCHED_OTHER) return 0;
+  struct sched_param param = {0};
+  return sched_setscheduler(0, SCHED_BATCH, &param) == 0;
+#else
+  return 0;
+#endif
+}
+
+void tio_wait_end(int32_t switched) {
+#if defined(__linux__) && defined(SCHED_BATCH)
+  if (!switched) return;
+  struct sched_param param = {0};
+  (void)sched_setscheduler(0, SCHED_OTHER, &param);
+#else
+  (void)switched;
+#endif
 }

@@ -75,6 +75,8 @@ unsafe extern "C" {
         byte_length: usize,
         message: *mut *mut c_char,
     ) -> i32;
+    pub fn tio_wait_begin() -> i32;
+    pub fn tio_wait_end(switched: i32);
     #[allow(clippy::too_many_arguments)]
     pub fn tio_call(
         session: *mut TioSession,

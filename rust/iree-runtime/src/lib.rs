@@ -22,9 +22,11 @@ mod ffi;
 mod signature;
 
 use std::ffi::{CStr, CString, c_char};
+use std::marker::PhantomData;
 use std::path::PathBuf;
 use std::ptr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use signature::{DType, Param, Signature, parse_declaration};
 
@@ -293,7 +295,14 @@ impl Instance {
                 }
             },
         )?;
-        Ok(Device { inner: Arc::new(DeviceInner { raw, uri: uri.to_owned(), instance: self.clone() }) })
+        Ok(Device {
+            inner: Arc::new(DeviceInner {
+                raw,
+                uri: uri.to_owned(),
+                instance: self.clone(),
+                batch_waits: AtomicBool::new(true),
+            }),
+        })
     }
 }
 
@@ -301,6 +310,8 @@ struct DeviceInner {
     raw: *mut ffi::TioDevice,
     uri: String,
     instance: Instance,
+    /// Whether a thread waiting on this device's work waits under SCHED_BATCH ([`Device::set_batch_waits`]).
+    batch_waits: AtomicBool,
 }
 // SAFETY: IREE HAL devices are thread-safe.
 unsafe impl Send for DeviceInner {}
@@ -368,6 +379,21 @@ impl Device {
         &self.inner.uri
     }
 
+    /// Whether a thread that waits on this device's work (a [`Module::call`], a [`Value::read_into`]) waits under
+    /// Linux's SCHED_BATCH policy: on by default. IREE 3.13 ends a blocking wait by spinning until the worker thread
+    /// that woke the waiter has finished; woken on that worker's CPU, the waiter preempts it and spins until the
+    /// worker runs again. A SCHED_BATCH thread's wakeup never preempts, so the worker finishes first. The thread
+    /// goes back to its own policy when the wait returns, and only a SCHED_OTHER thread is switched. Off gives
+    /// IREE's own wait (what `serve_bench --batch-waits off` measures against); elsewhere than Linux, nothing changes.
+    pub fn set_batch_waits(&self, on: bool) {
+        self.inner.batch_waits.store(on, Ordering::Relaxed);
+    }
+
+    /// See [`Device::set_batch_waits`].
+    pub fn batch_waits(&self) -> bool {
+        self.inner.batch_waits.load(Ordering::Relaxed)
+    }
+
     /// Loads a compiled module (its bytes are copied) with its parameter files, memory-mapped read-only: the
     /// device uses the files' pages in place where it can (the CPU devices can), so parameters are not copied.
     pub fn load(&self, vmfb: &[u8], parameters: &[Parameters]) -> Result<Module, IreeError> {
@@ -410,7 +436,7 @@ impl Device {
             )
         });
         result.map_err(|n| self.classify_load_failure(n, parameters))?;
-        let session = Arc::new(SessionInner { raw, lock: std::sync::Mutex::new(()), _device: self.clone() });
+        let session = Arc::new(SessionInner { raw, lock: std::sync::Mutex::new(()), device: self.clone() });
         let mut listing = ptr::null_mut();
         // SAFETY: live session, valid out-pointers.
         session
@@ -462,11 +488,29 @@ impl Device {
     }
 }
 
+/// The calling thread under SCHED_BATCH for one wait on IREE's workers, back to its own policy when dropped
+/// ([`Device::set_batch_waits`]).
+struct BatchWait(i32, PhantomData<*const ()>);
+
+impl BatchWait {
+    fn begin(device: &Device) -> BatchWait {
+        // SAFETY: no arguments; changes only the calling thread's scheduling policy.
+        BatchWait(if device.batch_waits() { unsafe { ffi::tio_wait_begin() } } else { 0 }, PhantomData)
+    }
+}
+
+impl Drop for BatchWait {
+    fn drop(&mut self) {
+        // SAFETY: the value tio_wait_begin returned on this thread (the guard is not Send).
+        unsafe { ffi::tio_wait_end(self.0) }
+    }
+}
+
 struct SessionInner {
     raw: *mut ffi::TioSession,
     /// Held around every use of the session's VM context (calls): IREE's contexts are thread-compatible, not thread-safe.
     lock: std::sync::Mutex<()>,
-    _device: Device,
+    device: Device,
 }
 
 impl SessionInner {
@@ -594,6 +638,7 @@ impl Module {
         // SAFETY: live session and values; arrays sized as passed.
         self.session
             .locked(|| {
+                let _wait = BatchWait::begin(&self.session.device);
                 native(|m| unsafe {
                     ffi::tio_call(
                         self.session.raw,
@@ -673,6 +718,7 @@ impl Value {
             });
         }
         // Not under the session lock either (a HAL device transfer, thread-safe), for the same reason as in value.
+        let _wait = BatchWait::begin(&self.session.device);
         // SAFETY: live session (its device is read only) and view; dst has exactly byte_len bytes.
         native(|m| unsafe { ffi::tio_value_read(self.session.raw, self.raw, dst.as_mut_ptr().cast(), dst.len(), m) })
             .map_err(runtime("reading a value"))
@@ -717,5 +763,42 @@ impl std::fmt::Debug for Device {
 impl std::fmt::Debug for Instance {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Instance")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+    use super::ffi;
+
+    /// The calling thread's scheduling policy, field 41 of /proc/thread-self/stat (0 SCHED_OTHER, 3 SCHED_BATCH).
+    fn policy() -> u32 {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+        // The command name, field 2, is in parentheses and may hold spaces: count from the last ')'.
+        let rest = &stat[stat.rfind(')').unwrap() + 1..];
+        rest.split_whitespace().nth(41 - 3).unwrap().parse().unwrap()
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_wait_runs_under_sched_batch_and_the_thread_gets_its_policy_back() {
+        // A fresh thread, so that no other test's policy leaks in (and none leaks out).
+        std::thread::spawn(|| {
+            assert_eq!(policy(), 0, "a new thread starts as SCHED_OTHER");
+            // SAFETY: no arguments; they change only this thread's policy.
+            let switched = unsafe { ffi::tio_wait_begin() };
+            assert_eq!(switched, 1);
+            assert_eq!(policy(), 3, "waiting under SCHED_BATCH");
+            // A thread that is not SCHED_OTHER is the caller's choice: left alone, and left alone at the end.
+            let nested = unsafe { ffi::tio_wait_begin() };
+            assert_eq!(nested, 0);
+            unsafe { ffi::tio_wait_end(nested) };
+            assert_eq!(policy(), 3);
+            unsafe { ffi::tio_wait_end(switched) };
+            assert_eq!(policy(), 0, "back to SCHED_OTHER");
+        })
+        .join()
+        .unwrap();
     }
 }

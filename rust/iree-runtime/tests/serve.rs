@@ -397,3 +397,39 @@ fn threads_and_absurd_shapes() {
     let e = module.value(DType::U8, &[(1u64 << 63) + 1, 0], &[]).unwrap_err();
     assert!(e.to_string().contains("64 bits"), "{e}");
 }
+
+/// The calling thread's scheduling policy, field 41 of /proc/thread-self/stat (0 is SCHED_OTHER).
+fn policy() -> u32 {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 1..];
+    rest.split_whitespace().nth(41 - 3).unwrap().parse().unwrap()
+}
+
+/// Waits under SCHED_BATCH (the default) or as IREE waits by itself: the same numbers either way, and the caller's
+/// thread is SCHED_OTHER again once a call and a read have returned.
+#[test]
+#[cfg(target_os = "linux")]
+fn batch_waits_change_no_number_and_give_the_thread_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (vmfb, archive) = affine(dir.path());
+    let device = Instance::new().unwrap().device("local-task", 2).unwrap();
+    assert!(device.batch_waits(), "on by default");
+    let module = std::sync::Arc::new(device.load(&vmfb, &[Parameters::new("model", &archive)]).unwrap());
+    for on in [true, false, true] {
+        device.set_batch_waits(on);
+        let module = module.clone();
+        std::thread::spawn(move || {
+            assert_eq!(policy(), 0);
+            let x: Vec<f32> = (0..35).map(|i| i as f32 * 0.25 - 4.0).collect();
+            let input = module.value(DType::F32, &[7, 5], &f32_bytes(&x)).unwrap();
+            let out = module.call("main", &[&input]).unwrap();
+            assert_eq!(policy(), 0, "after the call (batch waits {on})");
+            let y = f32s(&out[0].to_bytes().unwrap());
+            assert_eq!(policy(), 0, "after the read (batch waits {on})");
+            let want: Vec<f32> = x.iter().enumerate().map(|(i, xi)| xi * W[i % 5] + B[i % 5]).collect();
+            assert_eq!(y, want, "batch waits {on}");
+        })
+        .join()
+        .unwrap();
+    }
+}
