@@ -13,9 +13,10 @@ with the same thread count, in alternating rounds, and the read-bandwidth floor 
 - tapeout: `gradle :examples:hf-llama:exportIrpaCheckpoint` (bf16 kept), `iree-compile` for the host CPU with the
   flags docs/performance.md documents; prefill of 8 and 128 tokens (exported with HF's logits_to_keep=1: the last
   position's logits, as generate() asks and as llama.cpp's prefill is timed) and one decode step after 64 and 1024
-  cached positions, each the median of `iree-benchmark-module` repetitions; the same decode step served in process by
-  tapeout-iree (`serve_bench`, the archive mapped): its time and its RssFile / RssAnon; each export's prefill
-  served the same way: its time and the process's peak memory (VmHWM);
+  cached positions, each the median of `iree-benchmark-module` repetitions (under `chrt -b 0`, as llama.cpp; the
+  decode at 64 also without it); the same decode step served in process by tapeout-iree (`serve_bench`, the archive
+  mapped): its time and its RssFile / RssAnon, and its time with IREE's own wait (`--batch-waits off`); each
+  export's prefill served the same way: its time and the process's peak memory (VmHWM);
 - llama.cpp: tests/bench/llamacpp.py (convert_hf_to_gguf.py to F16, llama.cpp's quantizer to Q8_0 and Q4_0, pure;
   timing through llama-cpp-python's low-level API, F32 KV cache);
 - GGUF through tapeout (when examples/hf-llama has the GGUF entry): the Q8_0 and Q4_0 files exported with their
@@ -51,6 +52,11 @@ COMPILE = ["--iree-input-type=stablehlo", "--iree-hal-target-device=local",
            "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host",
            "--iree-llvmcpu-vector-pproc-strategy=peel"]
 PROMPT = [1, 3, 14, 15, 92, 65, 35, 89]
+# Both systems' timed processes run under SCHED_BATCH (`chrt -b 0`, as docs/performance.md documents for IREE's
+# tools): IREE 3.13's blocking wait ends by spinning until the worker thread that woke it has finished, and a
+# waiter woken on that worker's CPU preempts it (tapeout-iree switches its waiting thread itself). llama.cpp's own
+# threads spin rather than sleep, and time the same either way. `plain_decode_*` is IREE's decode started as is.
+SCHED = ["chrt", "-b", "0"] if sys.platform.startswith("linux") else []
 
 
 def log(*a):
@@ -114,16 +120,17 @@ def bench_inputs(mlir, fn, dynamic):
     return flags
 
 
-def iree_time(vmfb, irpa, mlir, fn, dynamic, threads, min_time="2s"):
-    out = sh(iree_tool("iree-benchmark-module"), f"--module={vmfb}", f"--parameters=model={irpa}", "--device=local-task",
+def iree_time(vmfb, irpa, mlir, fn, dynamic, threads, min_time="2s", sched=True):
+    out = sh(*(SCHED if sched else []), iree_tool("iree-benchmark-module"), f"--module={vmfb}", f"--parameters=model={irpa}", "--device=local-task",
              f"--task_topology_max_group_count={threads}", f"--function={fn}", *bench_inputs(mlir, fn, dynamic),
              "--benchmark_repetitions=3", f"--benchmark_min_time={min_time}")
     return benchmark_median_ms("llama_decode", out)
 
 
-def serve(vmfb, irpa, fn, dynamic, threads, repeats=20):
+def serve(vmfb, irpa, fn, dynamic, threads, repeats=20, batch_waits=True):
     exe = ROOT / "target/release/examples/serve_bench"
-    return json.loads(sh(exe, vmfb, irpa, fn, dynamic, "--workers", threads, "--repeats", repeats))
+    return json.loads(sh(exe, vmfb, irpa, fn, dynamic, "--workers", threads, "--repeats", repeats,
+                         "--batch-waits", "on" if batch_waits else "off"))
 
 
 def weight_bytes(irpa, skip=("embed_tokens", "token_embd")):
@@ -235,8 +242,11 @@ def main():
                     times[s].setdefault(f"prefill_{n}", []).append(iree_time(f, arch, m, "prefill", n, a.threads, min_time))
                 for c in contexts:
                     times[s].setdefault(f"decode_{c}", []).append(iree_time(f, arch, m, "decode", c, a.threads, min_time))
+                c = contexts[0]
+                times[s].setdefault(f"plain_decode_{c}", []).append(
+                    iree_time(f, arch, m, "decode", c, a.threads, min_time, sched=False))
             else:
-                t = json.loads(sh(py, ROOT / "tests/bench/llamacpp.py", "time", f, "--threads", a.threads,
+                t = json.loads(sh(*SCHED, py, ROOT / "tests/bench/llamacpp.py", "time", f, "--threads", a.threads,
                                   "--prefill", ",".join(map(str, prefills)), "--context", ",".join(map(str, contexts)),
                                   "--repeats", 3 if a.small else 10))
                 for n in prefills:
@@ -260,11 +270,23 @@ def main():
     result["served_decode"] = {s: serve(f, arch, "decode", contexts[0], a.threads, 5 if a.small else 50)
                                for s, (kind, f, arch, _) in systems.items() if kind == "iree" and not s.endswith("_static")}
     result["served"] = result["served_decode"]["tapeout_bf16"]
+    # The same, the waiting thread left as it is (IREE's own wait): Device::set_batch_waits's baseline.
+    result["served_decode_no_batch"] = {
+        s: serve(f, arch, "decode", contexts[0], a.threads, 5 if a.small else 50, batch_waits=False)
+        for s, (kind, f, arch, _) in systems.items() if kind == "iree" and not s.endswith("_static")}
     # Prefill served in process the same way: its time and the process's peak memory (VmHWM), beside the archive it
     # maps (a kept-packed prefill dequantizes weights for its `?` rows: how much of that is live at once).
     result["served_prefill"] = {
         s: {str(n): serve(f, arch, "prefill", n, a.threads, 2 if a.small else 5) for n in prefills}
         for s, (kind, f, arch, _) in systems.items() if kind == "iree" and not s.endswith("_static")}
+    # Waiting under SCHED_BATCH, against waiting as IREE does, in this run (above 1.0: faster under it).
+    c = contexts[0]
+    result["batch_wait_speedup"] = {
+        "iree_benchmark_module": {s: medians[s][f"plain_decode_{c}"] / medians[s][f"decode_{c}"]
+                                  for s in medians if f"plain_decode_{c}" in medians[s]},
+        "served": {s: result["served_decode_no_batch"][s]["median_ms"] / v["median_ms"]
+                   for s, v in result["served_decode"].items()},
+    }
     result["archive_bytes"] = irpa.stat().st_size
     result["decode_weight_bytes"] = weight_bytes(irpa)
     result["kv_bytes"] = {str(c): kv_bytes(cfg, c) for c in contexts}
