@@ -379,12 +379,13 @@ impl Device {
         &self.inner.uri
     }
 
-    /// Whether a thread that waits on this device's work (a [`Module::call`], a [`Value::read_into`]) waits under
-    /// Linux's SCHED_BATCH policy: on by default. IREE 3.13 ends a blocking wait by spinning until the worker thread
-    /// that woke the waiter has finished; woken on that worker's CPU, the waiter preempts it and spins until the
-    /// worker runs again. A SCHED_BATCH thread's wakeup never preempts, so the worker finishes first. The thread
-    /// goes back to its own policy when the wait returns, and only a SCHED_OTHER thread is switched. Off gives
-    /// IREE's own wait (what `serve_bench --batch-waits off` measures against); elsewhere than Linux, nothing changes.
+    /// Whether a thread that waits on this device's work ([`Module::call`], [`Module::value`],
+    /// [`Value::read_into`]) waits under Linux's SCHED_BATCH policy: on by default. IREE 3.13 ends a blocking wait
+    /// by spinning until the worker thread that woke the waiter has finished; woken on that worker's CPU, the waiter
+    /// preempts it and spins until the worker runs again. A SCHED_BATCH thread's wakeup never preempts, so the worker
+    /// finishes first. The thread goes back to its own policy when the wait returns, and only a SCHED_OTHER thread
+    /// is switched. Off gives IREE's own wait (what `serve_bench --batch-waits off` measures against); elsewhere
+    /// than Linux, nothing changes.
     pub fn set_batch_waits(&self, on: bool) {
         self.inner.batch_waits.store(on, Ordering::Relaxed);
     }
@@ -570,6 +571,8 @@ impl Module {
         let mut raw = ptr::null_mut();
         // Not under the session lock: this allocates on and copies to the HAL device, which is thread-safe, and a
         // caller holding a pinned JVM array (the JNI layer) must not wait behind another thread's call.
+        // The copy is a transfer the device queues and this thread waits on.
+        let _wait = BatchWait::begin(&self.session.device);
         // SAFETY: live session (its device is read only); dims and bytes outlive the call (the shim copies them).
         native(|m| unsafe {
             ffi::tio_value_create(

@@ -406,7 +406,7 @@ fn policy() -> u32 {
 }
 
 /// Waits under SCHED_BATCH (the default) or as IREE waits by itself: the same numbers either way, and the caller's
-/// thread is SCHED_OTHER again once a call and a read have returned.
+/// thread is SCHED_OTHER again once a value, a call and a read have returned.
 #[test]
 #[cfg(target_os = "linux")]
 fn batch_waits_change_no_number_and_give_the_thread_back() {
@@ -422,6 +422,7 @@ fn batch_waits_change_no_number_and_give_the_thread_back() {
             assert_eq!(policy(), 0);
             let x: Vec<f32> = (0..35).map(|i| i as f32 * 0.25 - 4.0).collect();
             let input = module.value(DType::F32, &[7, 5], &f32_bytes(&x)).unwrap();
+            assert_eq!(policy(), 0, "after making a value (batch waits {on})");
             let out = module.call("main", &[&input]).unwrap();
             assert_eq!(policy(), 0, "after the call (batch waits {on})");
             let y = f32s(&out[0].to_bytes().unwrap());
