@@ -167,12 +167,12 @@ for line in (d.read_text().splitlines() if d.exists() else []):
             if sv:
                 anon = {w: sv[w]["rss_anon_kib"] / 1024 for w in ("before_load", "loaded", "after_calls")}
                 rows.append((f"    decode served in process (archive mapped) vs llama.cpp {k.upper()}",
-                             f"served {sv['median_ms']:.2f} ms (median of {sv['repeats']}); RssAnon {anon['before_load']:.0f}"
+                             f"served {sv['median_ms']:.2f} ms ({len(sv.get('rounds_ms', [0]))} x {sv['repeats']} calls); RssAnon {anon['before_load']:.0f}"
                              f" -> {anon['loaded']:.0f} MiB loaded -> {anon['after_calls']:.0f} MiB after the calls",
                              theirs[f"decode_{c0}"] / sv["median_ms"], ">= 1.0x"))
     s = m["served"]
     rows.append((f"  decode at {c0} served in process (tapeout-iree, archive mapped) vs llama.cpp F16",
-                 f"llama.cpp {lc[f'decode_{c0}']:.2f} ms; served {s['median_ms']:.2f} ms (median of {s['repeats']}, outputs read back)",
+                 f"llama.cpp {lc[f'decode_{c0}']:.2f} ms; served {s['median_ms']:.2f} ms ({len(s.get('rounds_ms', [0]))} x {s['repeats']} calls, outputs read back)",
                  lc[f"decode_{c0}"] / s["median_ms"], ">= 1.0x"))
     grew = {k: (s["after_calls"][k] - s["before_load"][k]) * 1024 for k in ("rss_file_kib", "rss_anon_kib")}
     rows.append(("  served in process (archive mapped): RssFile growth vs the archive",
