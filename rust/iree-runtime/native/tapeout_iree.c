@@ -1,6 +1,7 @@
 // tapeout's shim over IREE's runtime: instance, device, session with memory-mapped parameter files, values and
 // calls. See tapeout_iree.h for the contract; everything IREE returns as a status comes back as code + message.
-// sched_setscheduler's SCHED_BATCH (tio_wait_begin).
+
+// For SCHED_BATCH (tio_wait_begin).
 #define _GNU_SOURCE
 #include "tapeout_iree.h"
 
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #if defined(__linux__)
+#include <pthread.h>
 #include <sched.h>
 #endif
 
@@ -433,12 +435,15 @@ int32_t tio_call(tio_session* session, const char* function, size_t input_count,
 }
 
 // See tapeout_iree.h. Only a SCHED_OTHER thread is switched (a real-time, idle or batch thread is the caller's choice),
-// and a refusal (a seccomp filter, say) leaves the wait as IREE's own: slower, never wrong.
+// and a refusal (a seccomp filter, say) leaves the wait as IREE's own: slower, never wrong. pthread_*schedparam act on
+// the calling thread wherever they exist (sched_setscheduler(0, ...) does on glibc, not on musl).
 int32_t tio_wait_begin(void) {
 #if defined(__linux__) && defined(SCHED_BATCH)
-  if (sched_getscheduler(0) != SCHED_OTHER) return 0;
+  int policy = 0;
   struct sched_param param = {0};
-  return sched_setscheduler(0, SCHED_BATCH, &param) == 0;
+  if (pthread_getschedparam(pthread_self(), &policy, &param) != 0 || policy != SCHED_OTHER) return 0;
+  param.sched_priority = 0;
+  return pthread_setschedparam(pthread_self(), SCHED_BATCH, &param) == 0;
 #else
   return 0;
 #endif
@@ -447,8 +452,12 @@ int32_t tio_wait_begin(void) {
 void tio_wait_end(int32_t switched) {
 #if defined(__linux__) && defined(SCHED_BATCH)
   if (!switched) return;
+  int policy = 0;
   struct sched_param param = {0};
-  (void)sched_setscheduler(0, SCHED_OTHER, &param);
+  // Back to SCHED_OTHER only from the policy tio_wait_begin set: a change made during the wait stays.
+  if (pthread_getschedparam(pthread_self(), &policy, &param) != 0 || policy != SCHED_BATCH) return;
+  param.sched_priority = 0;
+  (void)pthread_setschedparam(pthread_self(), SCHED_OTHER, &param);
 #else
   (void)switched;
 #endif

@@ -73,9 +73,10 @@ int32_t tio_call(tio_session* session, const char* function, size_t input_count,
 // Waiting on IREE's workers. IREE 3.13's blocking wait (iree_async_semaphore_multi_wait, under a call's fence and a
 // device transfer) ends by spinning, with `pause`, until the worker thread that woke it has finished its callback.
 // Woken on that worker's CPU, the waiting thread preempts it (the kernel's wakeup preemption) and spins until the
-// worker runs again: on a machine with no spare core, a good part of a millisecond per call. tio_wait_begin switches
-// the calling thread from SCHED_OTHER to SCHED_BATCH, whose wakeups never preempt, and returns 1 if it did (0 if
-// the thread had another policy, the switch was refused, or this is not Linux); tio_wait_end(that) switches it back.
+// worker runs again: on a machine with no spare core, until the spinner's time slice ends or a thread migrates.
+// tio_wait_begin switches the calling thread from SCHED_OTHER to SCHED_BATCH, whose wakeups do not preempt a normal
+// or batch task, and returns 1 if it did (0 if the thread had another policy, the switch was refused, or this is not
+// Linux); tio_wait_end(that) switches it back to SCHED_OTHER if it is still SCHED_BATCH.
 int32_t tio_wait_begin(void);
 void tio_wait_end(int32_t switched);
 

@@ -493,10 +493,21 @@ impl Device {
 /// ([`Device::set_batch_waits`]).
 struct BatchWait(i32, PhantomData<*const ()>);
 
+#[cfg(test)]
+thread_local! {
+    /// How many waits this thread began with batch waits on (the tests' check that each entry point takes the guard).
+    static BATCH_WAITS_BEGUN: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 impl BatchWait {
     fn begin(device: &Device) -> BatchWait {
+        if !device.batch_waits() {
+            return BatchWait(0, PhantomData);
+        }
+        #[cfg(test)]
+        BATCH_WAITS_BEGUN.with(|n| n.set(n.get() + 1));
         // SAFETY: no arguments; changes only the calling thread's scheduling policy.
-        BatchWait(if device.batch_waits() { unsafe { ffi::tio_wait_begin() } } else { 0 }, PhantomData)
+        BatchWait(unsafe { ffi::tio_wait_begin() }, PhantomData)
     }
 }
 
@@ -773,9 +784,10 @@ impl std::fmt::Debug for Instance {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
-    use super::ffi;
+    use super::{BATCH_WAITS_BEGUN, DType, Instance, ffi};
 
     /// The calling thread's scheduling policy, field 41 of /proc/thread-self/stat (0 SCHED_OTHER, 3 SCHED_BATCH).
+    #[cfg(target_os = "linux")]
     fn policy() -> u32 {
         let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
         // The command name, field 2, is in parentheses and may hold spaces: count from the last ')'.
@@ -788,9 +800,14 @@ mod tests {
     fn a_wait_runs_under_sched_batch_and_the_thread_gets_its_policy_back() {
         // A fresh thread, so that no other test's policy leaks in (and none leaks out).
         std::thread::spawn(|| {
-            assert_eq!(policy(), 0, "a new thread starts as SCHED_OTHER");
-            // SAFETY: no arguments; they change only this thread's policy.
+            let start = policy();
+            // SAFETY (all four calls): no arguments; they change only this thread's policy.
             let switched = unsafe { ffi::tio_wait_begin() };
+            if start != 0 {
+                // The tests run under another policy (`chrt -b 0 cargo test`): the caller's choice, left alone.
+                assert_eq!((switched, policy()), (0, start));
+                return;
+            }
             assert_eq!(switched, 1);
             assert_eq!(policy(), 3, "waiting under SCHED_BATCH");
             // A thread that is not SCHED_OTHER is the caller's choice: left alone, and left alone at the end.
@@ -803,5 +820,47 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    /// Every entry point that waits on the device takes the guard when batch waits are on, and none when off.
+    #[test]
+    fn values_calls_and_reads_wait_under_the_guard_only_when_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("twice.mlir");
+        let out = dir.path().join("twice.vmfb");
+        std::fs::write(
+            &src,
+            "func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {\n  %y = stablehlo.add %x, %x : tensor<4xf32>\n  \
+             return %y : tensor<4xf32>\n}\n",
+        )
+        .unwrap();
+        let venv = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/iree-compile");
+        let compiler = if venv.is_file() { venv } else { "iree-compile".into() };
+        let status = std::process::Command::new(compiler)
+            .args(["--iree-input-type=stablehlo", "--iree-hal-target-device=local"])
+            .args(["--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=generic"])
+            .arg(&src)
+            .arg("-o")
+            .arg(&out)
+            .status()
+            .expect("iree-compile runs (scripts/setup installs it into .venv)");
+        assert!(status.success());
+        let device = Instance::new().unwrap().device("local-task", 2).unwrap();
+        let module = device.load(&std::fs::read(&out).unwrap(), &[]).unwrap();
+        let begun = || BATCH_WAITS_BEGUN.with(std::cell::Cell::get);
+        let bytes: Vec<u8> = [1.0f32, -2.0, 0.5, 8.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        for on in [true, false] {
+            device.set_batch_waits(on);
+            let per_wait = u64::from(on);
+            let before = begun();
+            let x = module.value(DType::F32, &[4], &bytes).unwrap();
+            assert_eq!(begun() - before, per_wait, "making a value (batch waits {on})");
+            let y = module.call("main", &[&x]).unwrap();
+            assert_eq!(begun() - before, 2 * per_wait, "a call (batch waits {on})");
+            let got = y[0].to_bytes().unwrap();
+            assert_eq!(begun() - before, 3 * per_wait, "a read (batch waits {on})");
+            let want: Vec<u8> = [2.0f32, -4.0, 1.0, 16.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+            assert_eq!(got, want);
+        }
     }
 }
