@@ -240,11 +240,15 @@ def main():
             if kind == "iree":
                 for n in (prefills if not s.endswith("_static") else ()):
                     times[s].setdefault(f"prefill_{n}", []).append(iree_time(f, arch, m, "prefill", n, a.threads, min_time))
+                c0 = contexts[0]
+                plain = lambda: times[s].setdefault(f"plain_decode_{c0}", []).append(  # noqa: E731
+                    iree_time(f, arch, m, "decode", c0, a.threads, min_time, sched=False))
+                if r % 2:  # IREE's decode as started, before the batch one in every other round
+                    plain()
                 for c in contexts:
                     times[s].setdefault(f"decode_{c}", []).append(iree_time(f, arch, m, "decode", c, a.threads, min_time))
-                c = contexts[0]
-                times[s].setdefault(f"plain_decode_{c}", []).append(
-                    iree_time(f, arch, m, "decode", c, a.threads, min_time, sched=False))
+                if not r % 2:
+                    plain()
             else:
                 t = json.loads(sh(*SCHED, py, ROOT / "tests/bench/llamacpp.py", "time", f, "--threads", a.threads,
                                   "--prefill", ",".join(map(str, prefills)), "--context", ",".join(map(str, contexts)),
@@ -269,7 +273,7 @@ def main():
     # archive read into memory); `served` is the bf16 one. Each also with IREE's own wait (`served_decode_no_batch`:
     # Device::set_batch_waits's baseline), the two alternating over the rounds, each round a process of its own.
     served_rounds = {}
-    for r in range(1 if a.small else a.rounds):
+    for r in range(1 if a.small else max(1, a.rounds)):
         for on in ((True, False) if r % 2 == 0 else (False, True)):
             for s, (kind, f, arch, _) in systems.items():
                 if kind == "iree" and not s.endswith("_static"):
@@ -277,9 +281,9 @@ def main():
                         serve(f, arch, "decode", contexts[0], a.threads, 5 if a.small else 50, batch_waits=on))
 
     def median_round(runs):
-        """The round with the median time (its memory with it), and every round's median time."""
+        """The round with the median time (the lower of two middle ones; its memory with it), and every round's."""
         runs = sorted(runs, key=lambda v: v["median_ms"])
-        return dict(runs[len(runs) // 2], rounds_ms=[v["median_ms"] for v in runs])
+        return dict(runs[(len(runs) - 1) // 2], rounds_ms=[v["median_ms"] for v in runs])
 
     result["served_decode"] = {s: median_round(v) for (s, on), v in served_rounds.items() if on}
     result["served_decode_no_batch"] = {s: median_round(v) for (s, on), v in served_rounds.items() if not on}

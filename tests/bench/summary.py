@@ -1,6 +1,6 @@
 """The summary table `scripts/bench` prints at the end: one row per figure of docs/performance.md, read from the
 results the earlier steps left in target/criterion and target/bench (run from the repository root)."""
-import json, pathlib
+import json, pathlib, statistics
 root = pathlib.Path("target/criterion")
 
 def mean_ns(group, name):
@@ -180,13 +180,13 @@ for line in (d.read_text().splitlines() if d.exists() else []):
                  f"RssAnon +{grew['rss_anon_kib'] >> 20} MiB; step {s['median_ms']:.2f} ms",
                  grew["rss_file_kib"] / m["archive_bytes"], "~1x (RssAnon <= 64 MiB + KV)"))
     # IREE 3.13's blocking wait, under SCHED_BATCH (chrt -b 0; tapeout-iree's own waits) against as IREE waits by
-    # itself, each export's decode in this run; the ratio column is the smallest.
+    # itself, each export's decode in this run; the ratio column is the median (no goal: it explains the others).
     for how, key in (("IREE's tools, chrt -b 0", "iree_benchmark_module"), ("served, batch waits", "served")):
         sp = m.get("batch_wait_speedup", {}).get(key)
         if sp:
             rows.append((f"  decode at {c0}, waiting under SCHED_BATCH vs not ({how})",
                          "; ".join(f"{k.removeprefix('tapeout_')} {v:.2f}x" for k, v in sp.items()),
-                         min(sp.values()), ">= 1.0x"))
+                         statistics.median(sp.values()), "(explains)"))
     rows.append(("  logits vs transformers f32 (max abs)",
                  f"tapeout {m['max_abs_vs_transformers']['tapeout_bf16']:.1e}; llama.cpp F16 {m['max_abs_vs_transformers']['llamacpp_f16']:.1e}",
                  f"{m['max_abs_vs_transformers']['tapeout_bf16']:.0e}", "<= 1e-4"))
