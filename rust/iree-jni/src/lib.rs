@@ -310,6 +310,27 @@ pub extern "system" fn Java_dev_tapeout_iree_IreeNative_deviceCreate<'l>(
 
 releaser!(Java_dev_tapeout_iree_IreeNative_deviceRelease, Device);
 
+/// `IreeNative.deviceBatchWaits(handle, set): Boolean` — `Device::set_batch_waits` when `set` is 0 (off) or 1 (on),
+/// then the setting (any other `set` only reads it).
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_dev_tapeout_iree_IreeNative_deviceBatchWaits<'l>(
+    mut unowned: EnvUnowned<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+    set: jint,
+) -> jni::sys::jboolean {
+    unowned
+        .with_env(|_env| -> Result<jni::sys::jboolean, Failure> {
+            // SAFETY: a live handle.
+            let device = unsafe { borrow::<Device>(handle)? };
+            if set == 0 || set == 1 {
+                device.set_batch_waits(set == 1);
+            }
+            Ok(device.batch_waits())
+        })
+        .resolve::<Throw>()
+}
+
 /// `IreeNative.moduleLoad(device, vmfbBytes, vmfbPath, scopes, paths): Long` — the module from bytes or (when
 /// `vmfbBytes` is null) from a file read here, off the JVM heap.
 #[unsafe(no_mangle)]

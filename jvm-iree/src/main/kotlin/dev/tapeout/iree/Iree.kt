@@ -114,6 +114,18 @@ class IreeInstance : IreeHandle(native { IreeNative.instanceCreate() }, "IreeIns
 class IreeDevice internal constructor(handle: Long, /** Its URI. */ val uri: String) : IreeHandle(handle, "IreeDevice($uri)") {
     override fun release(handle: Long) = IreeNative.deviceRelease(handle)
 
+    /**
+     * Whether a thread waiting on this device's work (a call, a value made, a value read) waits under Linux's
+     * SCHED_BATCH policy and then gets its own back: on by default. IREE 3.13's wait otherwise ends by spinning
+     * while the worker thread it preempted on waking finishes (docs/performance.md, "A wait that preempts its own
+     * worker"). Only a thread under the default policy is switched; off gives IREE's own wait.
+     */
+    var batchWaits: Boolean
+        get() = held { IreeNative.deviceBatchWaits(it, -1) }
+        set(on) {
+            held { IreeNative.deviceBatchWaits(it, if (on) 1 else 0) }
+        }
+
     override fun toString() = "IreeDevice($uri)"
 }
 

@@ -126,6 +126,7 @@ internal object IreeNative {
     @JvmStatic external fun instanceDrivers(handle: Long): String
     @JvmStatic external fun deviceCreate(instance: Long, uri: String, workers: Int): Long
     @JvmStatic external fun deviceRelease(handle: Long)
+    @JvmStatic external fun deviceBatchWaits(handle: Long, set: Int): Boolean
     @JvmStatic external fun moduleLoad(device: Long, vmfb: ByteArray?, vmfbPath: String?, scopes: Array<String>, paths: Array<String>): Long
     @JvmStatic external fun moduleRelease(handle: Long)
     @JvmStatic external fun moduleFunctions(handle: Long): String

@@ -94,6 +94,31 @@ class IreeServingTest {
         }
     }
 
+    /** This thread's scheduling policy: field 41 of /proc/thread-self/stat (0 SCHED_OTHER, 3 SCHED_BATCH). */
+    private fun policy(): Int {
+        val stat = File("/proc/thread-self/stat").readText()
+        return stat.substring(stat.lastIndexOf(')') + 1).trim().split(Regex("\\s+"))[41 - 3].toInt()
+    }
+
+    @Test
+    fun `batch waits are on by default, can be turned off, change no number and give the thread its policy back`() {
+        instance.device("local-task", workers = 2).use { d ->
+            assertTrue(d.batchWaits)
+            IreeModule.load(d, File(dir, "mlp.vmfb"), listOf(IreeParameters.archive(File(dir, "mlp.irpa")))).use { m ->
+                val x = FloatArray(3 * k) { ((it * 5) % 13 - 6) * 0.2f }
+                val want = reference(x, 3)
+                for (on in listOf(true, false, true)) {
+                    d.batchWaits = on
+                    assertEquals(on, d.batchWaits)
+                    val start = policy()
+                    val got = m.value(x, 3, k.toLong()).use { v -> m.function("main").call(v)[0].use { it.toFloatArray() } }
+                    assertEquals(start, policy(), "the thread's policy after a value, a call and a read (batch waits $on)")
+                    for (i in got.indices) assertTrue(abs(got[i] - want[i]) < 1e-6, "batch waits $on element $i")
+                }
+            }
+        }
+    }
+
     @Test
     fun `values round-trip in every array form and a result feeds the next call on the device`() {
         load().use { m ->
