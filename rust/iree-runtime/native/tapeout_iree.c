@@ -10,8 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 #if defined(__linux__)
-#include <pthread.h>
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 #include "iree/base/api.h"
@@ -435,15 +436,22 @@ int32_t tio_call(tio_session* session, const char* function, size_t input_count,
 }
 
 // See tapeout_iree.h. Only a SCHED_OTHER thread is switched (a real-time, idle or batch thread is the caller's choice),
-// and a refusal (a seccomp filter, say) leaves the wait as IREE's own: slower, never wrong. pthread_*schedparam act on
-// the calling thread wherever they exist (sched_setscheduler(0, ...) does on glibc, not on musl).
+// and a refusal (a seccomp filter, say) leaves the wait as IREE's own: slower, never wrong. Raw system calls on thread
+// 0 (the caller): per thread on every C library (musl's sched_* wrappers return ENOSYS), and never glibc's cached
+// copy of a policy, which pthread_getschedparam returns even after the policy was changed by other means. About
+// 1 us each here: four a wait.
+#if defined(__linux__) && defined(SCHED_BATCH)
+static long tio_policy(void) { return syscall(SYS_sched_getscheduler, 0); }
+
+static long tio_set_policy(int policy) {
+  struct sched_param param = {0};
+  return syscall(SYS_sched_setscheduler, 0, policy, &param);
+}
+#endif
+
 int32_t tio_wait_begin(void) {
 #if defined(__linux__) && defined(SCHED_BATCH)
-  int policy = 0;
-  struct sched_param param = {0};
-  if (pthread_getschedparam(pthread_self(), &policy, &param) != 0 || policy != SCHED_OTHER) return 0;
-  param.sched_priority = 0;
-  return pthread_setschedparam(pthread_self(), SCHED_BATCH, &param) == 0;
+  return tio_policy() == SCHED_OTHER && tio_set_policy(SCHED_BATCH) == 0;
 #else
   return 0;
 #endif
@@ -451,13 +459,8 @@ int32_t tio_wait_begin(void) {
 
 void tio_wait_end(int32_t switched) {
 #if defined(__linux__) && defined(SCHED_BATCH)
-  if (!switched) return;
-  int policy = 0;
-  struct sched_param param = {0};
   // Back to SCHED_OTHER only from the policy tio_wait_begin set: a change made during the wait stays.
-  if (pthread_getschedparam(pthread_self(), &policy, &param) != 0 || policy != SCHED_BATCH) return;
-  param.sched_priority = 0;
-  (void)pthread_setschedparam(pthread_self(), SCHED_OTHER, &param);
+  if (switched && tio_policy() == SCHED_BATCH) (void)tio_set_policy(SCHED_OTHER);
 #else
   (void)switched;
 #endif

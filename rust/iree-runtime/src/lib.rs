@@ -817,6 +817,22 @@ mod tests {
             assert_eq!(policy(), 3);
             unsafe { ffi::tio_wait_end(switched) };
             assert_eq!(policy(), 0, "back to SCHED_OTHER");
+            // A policy someone else set during the wait (here SCHED_IDLE, by util-linux's chrt) is not undone.
+            let switched = unsafe { ffi::tio_wait_begin() };
+            assert_eq!((switched, policy()), (1, 3));
+            let link = std::fs::read_link("/proc/thread-self").unwrap();
+            let tid = link.file_name().unwrap().to_str().unwrap().to_owned();
+            match std::process::Command::new("chrt").args(["-i", "-p", "0", &tid]).status() {
+                Ok(status) if status.success() => {
+                    assert_eq!(policy(), 5);
+                    unsafe { ffi::tio_wait_end(switched) };
+                    assert_eq!(policy(), 5, "SCHED_IDLE, set during the wait, stays");
+                }
+                other => {
+                    eprintln!("chrt could not set SCHED_IDLE ({other:?}): that part is not checked");
+                    unsafe { ffi::tio_wait_end(switched) };
+                }
+            }
         })
         .join()
         .unwrap();
