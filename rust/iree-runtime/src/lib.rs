@@ -20,6 +20,10 @@
 
 mod ffi;
 mod signature;
+/// The integration tests' helpers, for the unit tests too.
+#[cfg(test)]
+#[path = "../tests/support/mod.rs"]
+mod test_support;
 
 use std::ffi::{CStr, CString, c_char};
 use std::marker::PhantomData;
@@ -382,8 +386,8 @@ impl Device {
     /// Whether a thread that waits on this device's work ([`Module::call`], [`Module::value`],
     /// [`Value::read_into`]) waits under Linux's SCHED_BATCH policy: on by default. IREE 3.13 ends a blocking wait
     /// by spinning until the worker thread that woke the waiter has finished; woken on that worker's CPU, the waiter
-    /// preempts it and spins until the worker runs again. A SCHED_BATCH thread's wakeup never preempts, so the worker
-    /// finishes first. The thread goes back to its own policy when the wait returns, and only a SCHED_OTHER thread
+    /// preempts it and spins until the worker runs again. A SCHED_BATCH thread's wakeup does not preempt a normal or
+    /// batch task, so the worker finishes first. The thread goes back to its own policy when the wait returns, and only a SCHED_OTHER thread
     /// is switched. Off gives IREE's own wait (what `serve_bench --batch-waits off` measures against); elsewhere
     /// than Linux, nothing changes.
     pub fn set_batch_waits(&self, on: bool) {
@@ -785,15 +789,9 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
     use super::{BATCH_WAITS_BEGUN, DType, Instance, ffi};
-
-    /// The calling thread's scheduling policy, field 41 of /proc/thread-self/stat (0 SCHED_OTHER, 3 SCHED_BATCH).
     #[cfg(target_os = "linux")]
-    fn policy() -> u32 {
-        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
-        // The command name, field 2, is in parentheses and may hold spaces: count from the last ')'.
-        let rest = &stat[stat.rfind(')').unwrap() + 1..];
-        rest.split_whitespace().nth(41 - 3).unwrap().parse().unwrap()
-    }
+    use crate::test_support::policy;
+    use crate::test_support::{CPU, compile, f32_bytes};
 
     #[test]
     #[cfg(target_os = "linux")]
@@ -842,29 +840,13 @@ mod tests {
     #[test]
     fn values_calls_and_reads_wait_under_the_guard_only_when_asked() {
         let dir = tempfile::tempdir().unwrap();
-        let src = dir.path().join("twice.mlir");
-        let out = dir.path().join("twice.vmfb");
-        std::fs::write(
-            &src,
-            "func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {\n  %y = stablehlo.add %x, %x : tensor<4xf32>\n  \
-             return %y : tensor<4xf32>\n}\n",
-        )
-        .unwrap();
-        let venv = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/iree-compile");
-        let compiler = if venv.is_file() { venv } else { "iree-compile".into() };
-        let status = std::process::Command::new(compiler)
-            .args(["--iree-input-type=stablehlo", "--iree-hal-target-device=local"])
-            .args(["--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=generic"])
-            .arg(&src)
-            .arg("-o")
-            .arg(&out)
-            .status()
-            .expect("iree-compile runs (scripts/setup installs it into .venv)");
-        assert!(status.success());
+        let twice = "func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {\n  %y = stablehlo.add %x, %x : tensor<4xf32>\n  \
+                     return %y : tensor<4xf32>\n}\n";
+        let vmfb = compile(dir.path(), "twice", twice, CPU);
         let device = Instance::new().unwrap().device("local-task", 2).unwrap();
-        let module = device.load(&std::fs::read(&out).unwrap(), &[]).unwrap();
+        let module = device.load(&vmfb, &[]).unwrap();
         let begun = || BATCH_WAITS_BEGUN.with(std::cell::Cell::get);
-        let bytes: Vec<u8> = [1.0f32, -2.0, 0.5, 8.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let bytes = f32_bytes(&[1.0, -2.0, 0.5, 8.0]);
         for on in [true, false] {
             device.set_batch_waits(on);
             let per_wait = u64::from(on);
@@ -875,8 +857,7 @@ mod tests {
             assert_eq!(begun() - before, 2 * per_wait, "a call (batch waits {on})");
             let got = y[0].to_bytes().unwrap();
             assert_eq!(begun() - before, 3 * per_wait, "a read (batch waits {on})");
-            let want: Vec<u8> = [2.0f32, -4.0, 1.0, 16.0].iter().flat_map(|v| v.to_le_bytes()).collect();
-            assert_eq!(got, want);
+            assert_eq!(got, f32_bytes(&[2.0, -4.0, 1.0, 16.0]));
         }
     }
 }

@@ -3,52 +3,15 @@
 //! kind of bad input answered with its typed error.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
+
+use support::{CPU, compile, f32_bytes, f32s, policy};
 
 use tapeout_iree::{DType, Device, Instance, IreeError, Parameters};
 use tapeout_irpa::{ArchiveWriter, BytesSource};
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn iree_compile() -> PathBuf {
-    let venv = workspace().join(".venv/bin/iree-compile");
-    if venv.is_file() { venv } else { PathBuf::from("iree-compile") }
-}
-
-const CPU: &[&str] = &[
-    "--iree-hal-target-device=local",
-    "--iree-hal-local-target-device-backends=llvm-cpu",
-    "--iree-llvmcpu-target-cpu=generic",
-];
-
-/// Compiles MLIR text for `target` (flags) and returns the vmfb bytes.
-fn compile(dir: &Path, name: &str, mlir: &str, target: &[&str]) -> Vec<u8> {
-    let src = dir.join(format!("{name}.mlir"));
-    let out = dir.join(format!("{name}.vmfb"));
-    std::fs::write(&src, mlir).unwrap();
-    let status = Command::new(iree_compile())
-        .arg("--iree-input-type=stablehlo")
-        .args(target)
-        .arg(&src)
-        .arg("-o")
-        .arg(&out)
-        .status()
-        .expect("iree-compile runs (scripts/setup installs it into .venv)");
-    assert!(status.success(), "iree-compile failed on {name}");
-    std::fs::read(out).unwrap()
-}
-
-fn f32_bytes(values: &[f32]) -> Vec<u8> {
-    values.iter().flat_map(|v| v.to_le_bytes()).collect()
-}
-
-fn f32s(bytes: &[u8]) -> Vec<f32> {
-    bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
-}
 
 fn device() -> &'static Device {
     static DEVICE: OnceLock<Device> = OnceLock::new();
@@ -396,14 +359,6 @@ fn threads_and_absurd_shapes() {
     assert!(e.to_string().contains("more bytes or elements than 64 bits"), "{e}");
     let e = module.value(DType::U8, &[(1u64 << 63) + 1, 0], &[]).unwrap_err();
     assert!(e.to_string().contains("64 bits"), "{e}");
-}
-
-/// The calling thread's scheduling policy, field 41 of /proc/thread-self/stat (0 is SCHED_OTHER).
-#[cfg(target_os = "linux")]
-fn policy() -> u32 {
-    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
-    let rest = &stat[stat.rfind(')').unwrap() + 1..];
-    rest.split_whitespace().nth(41 - 3).unwrap().parse().unwrap()
 }
 
 /// Waits under SCHED_BATCH (the default) or as IREE waits by itself: the same numbers either way, and the caller's
