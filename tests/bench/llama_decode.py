@@ -240,15 +240,12 @@ def main():
             if kind == "iree":
                 for n in (prefills if not s.endswith("_static") else ()):
                     times[s].setdefault(f"prefill_{n}", []).append(iree_time(f, arch, m, "prefill", n, a.threads, min_time))
-                c0 = contexts[0]
-                plain = lambda: times[s].setdefault(f"plain_decode_{c0}", []).append(  # noqa: E731
-                    iree_time(f, arch, m, "decode", c0, a.threads, min_time, sched=False))
-                if r % 2:  # IREE's decode as started, before the batch one in every other round
-                    plain()
-                for c in contexts:
-                    times[s].setdefault(f"decode_{c}", []).append(iree_time(f, arch, m, "decode", c, a.threads, min_time))
-                if not r % 2:
-                    plain()
+                # Under SCHED_BATCH at each context, and as started at the first: after them, or before them in
+                # every other round.
+                decodes = [(f"decode_{c}", c, True) for c in contexts]
+                plain = [(f"plain_decode_{contexts[0]}", contexts[0], False)]
+                for key, c, sched in (plain + decodes if r % 2 else decodes + plain):
+                    times[s].setdefault(key, []).append(iree_time(f, arch, m, "decode", c, a.threads, min_time, sched=sched))
             else:
                 t = json.loads(sh(*SCHED, py, ROOT / "tests/bench/llamacpp.py", "time", f, "--threads", a.threads,
                                   "--prefill", ",".join(map(str, prefills)), "--context", ",".join(map(str, contexts)),
