@@ -15,8 +15,8 @@ with the same thread count, in alternating rounds, and the read-bandwidth floor 
   position's logits, as generate() asks and as llama.cpp's prefill is timed) and one decode step after 64 and 1024
   cached positions, each the median of `iree-benchmark-module` repetitions (under `chrt -b 0`, as llama.cpp; the
   decode at 64 also without it); the same decode step served in process by tapeout-iree (`serve_bench`, the archive
-  mapped): its time and its RssFile / RssAnon, and its time with IREE's own wait (`--batch-waits off`); each
-  export's prefill served the same way: its time and the process's peak memory (VmHWM);
+  mapped), in the same rounds: its time and its RssFile / RssAnon, and its time with IREE's own wait
+  (`--batch-waits off`); each export's prefill served the same way: its time and the process's peak memory (VmHWM);
 - llama.cpp: tests/bench/llamacpp.py (convert_hf_to_gguf.py to F16, llama.cpp's quantizer to Q8_0 and Q4_0, pure;
   timing through llama-cpp-python's low-level API, F32 KV cache);
 - GGUF through tapeout (when examples/hf-llama has the GGUF entry): the Q8_0 and Q4_0 files exported with their
@@ -27,7 +27,8 @@ with the same thread count, in alternating rounds, and the read-bandwidth floor 
 
 Prints one JSON object (every median, the ratios of docs/performance.md, and the machine's bandwidth). Every
 round's samples are also kept in DIR/times.json; `--reuse-times` takes them from there instead of timing again
-(the exports, the in-process step, the bandwidth and the logits are still run).
+(the exports, the served prefills, the bandwidth and the logits are still run; the served decode steps too if the
+saved rounds lack them).
 """
 import argparse
 import json
@@ -202,6 +203,7 @@ def main():
     cfg = config(ckpt)
     prefills, contexts = ((8, 32), (16, 64)) if a.small else ((8, 128), (64, 1024))
     min_time = "0.2s" if a.small else "2s"
+    served_calls = 5 if a.small else 50
 
     log("exporting with tapeout")
     mlir, irpa = export(ckpt, out / ("tapeout-small" if a.small else "tapeout"))
@@ -246,6 +248,13 @@ def main():
                 plain = [(f"plain_decode_{contexts[0]}", contexts[0], False)]
                 for key, c, sched in (plain + decodes if r % 2 else decodes + plain):
                     times[s].setdefault(key, []).append(iree_time(f, arch, m, "decode", c, a.threads, min_time, sched=sched))
+                # Served in process in the same round (so that its ratio to llama.cpp is of one sitting), with
+                # tapeout-iree's batch waits and with IREE's own wait, the two in alternating order.
+                if not s.endswith("_static"):
+                    served = times[s].setdefault("served", {"on": [], "off": []})
+                    for on in ((True, False) if r % 2 == 0 else (False, True)):
+                        served["on" if on else "off"].append(
+                            serve(f, arch, "decode", contexts[0], a.threads, served_calls, batch_waits=on))
             else:
                 t = json.loads(sh(*SCHED, py, ROOT / "tests/bench/llamacpp.py", "time", f, "--threads", a.threads,
                                   "--prefill", ",".join(map(str, prefills)), "--context", ",".join(map(str, contexts)),
@@ -268,14 +277,20 @@ def main():
               "compile_flags": COMPILE, "medians_ms": medians}
     # In process, the archive mapped: every export's decode step and its memory (IREE's own tools time them with the
     # archive read into memory); `served` is the bf16 one. Each also with IREE's own wait (`served_decode_no_batch`:
-    # Device::set_batch_waits's baseline), the two alternating over the rounds, each round a process of its own.
+    # Device::set_batch_waits's baseline), each call a process of its own: timed in the rounds above, or (times
+    # reused from a run that predates that) in rounds of their own here.
     served_rounds = {}
-    for r in range(1 if a.small else max(1, a.rounds)):
-        for on in ((True, False) if r % 2 == 0 else (False, True)):
-            for s, (kind, f, arch, _) in systems.items():
-                if kind == "iree" and not s.endswith("_static"):
-                    served_rounds.setdefault((s, on), []).append(
-                        serve(f, arch, "decode", contexts[0], a.threads, 5 if a.small else 50, batch_waits=on))
+    for s, (kind, f, arch, _) in systems.items():
+        for on in (True, False):
+            if kind == "iree" and not s.endswith("_static") and times[s].get("served", {}).get("on" if on else "off"):
+                served_rounds[(s, on)] = times[s]["served"]["on" if on else "off"]
+    if not served_rounds:
+        for r in range(1 if a.small else max(1, a.rounds)):
+            for on in ((True, False) if r % 2 == 0 else (False, True)):
+                for s, (kind, f, arch, _) in systems.items():
+                    if kind == "iree" and not s.endswith("_static"):
+                        served_rounds.setdefault((s, on), []).append(
+                            serve(f, arch, "decode", contexts[0], a.threads, served_calls, batch_waits=on))
 
     def median_round(runs):
         """The round with the median time (the lower of two middle ones; its memory with it), and every round's."""
