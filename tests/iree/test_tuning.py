@@ -306,17 +306,22 @@ def dequantized_band_products(tmp_path, name):
     return found
 
 
-def few_rows_tiles(fmt, rows):
+def few_rows_tiles(fmt, rows, layout="block-rows"):
     """The spec's tiles for the few-rows form of `rows` rows over `fmt`'s codes: 4-bit codes gated in groups of 64
-    columns (5 loops), Q8_0's gated along their columns (IREE's batch matmul, 4 loops)."""
+    columns (5 loops), Q8_0's gated along their columns (IREE's batch matmul, 4 loops), codes in row bands gated
+    along their bands (5 loops, 8 bands of 32 columns a workgroup)."""
+    if layout == "row-bands":
+        return (f"distribution = [1, {rows}, 8, 32, 0], vector_common_parallel = [1, 8, 1, 32, 0], "
+                "vector_reduction = [0, 0, 0, 0, 4]")
     if fmt == "Q8_0":
         return (f"distribution = [1, {rows}, 256, 0], vector_common_parallel = [1, 8, 32, 0], "
                 "vector_reduction = [0, 0, 0, 4]")
     return {8: FEW_ROWS_TILES, 16: FEW_ROWS_16_TILES, 32: FEW_ROWS_32_TILES}[rows]
 
 
-@pytest.mark.parametrize("fmt", ["Q4_0", "Q4_1", "Q4_K", "Q8_0"])
-def test_the_tuning_spec_tiles_a_prefills_few_rows_over_kept_codes_on_every_cpu(fmt, tapeout, tmp_path):
+@pytest.mark.parametrize("fmt, layout", [("Q4_0", "block-rows"), ("Q4_1", "block-rows"), ("Q4_K", "block-rows"),
+                                         ("Q8_0", "block-rows"), ("Q8_0", "row-bands"), ("Q4_0", "row-bands")])
+def test_the_tuning_spec_tiles_a_prefills_few_rows_over_kept_codes_on_every_cpu(fmt, layout, tapeout, tmp_path):
     """A `?`-row linear of a weight kept packed takes, up to 8 rows, the per-block product of its rows padded to 8
     over codes gated by the row count (4-bit codes in groups of 64 columns, `[Kb, 32, ?, 64]`; Q8_0's along their
     columns, `[Kb, 32, ?]`), from 9 to 16 rows the same padded to 16, from 17 to 32 padded to 32; the spec gives
@@ -326,7 +331,10 @@ def test_the_tuning_spec_tiles_a_prefills_few_rows_over_kept_codes_on_every_cpu(
     spec, each form's tiles in exactly one dispatch per weight and part, every result against PyPI gguf's
     dequantized weights in float64 at 1, 5, 8 (the 8-row product), 9, 12, 16 (the 16-row one), 17, 32 (the 32-row
     one) and 33, 48 and 65 rows (the dequantized weight's, in bands of 32 each part a multiple of 32 rows, which the
-    spec gives a workgroup per band and 16 rows: a partial tile of rows at 33 and 65)."""
+    spec gives a workgroup per band and 16 rows: a partial tile of rows at 33 and 65). With Q8_0's and Q4_0's codes
+    in row bands the forms read the stored bands, gated and parted along their band axis, and IREE computes nothing
+    from the codes at load (no copy of them among the module's hoisted globals, which there once were: a view of
+    every weight's codes, half the archive again in anonymous memory)."""
     rng = np.random.default_rng(11)
     shapes = [(64, 256), (320, 512 if fmt == "Q4_K" else 64), (2112, 2048)]
     parts = {r: sum(len(few_rows_parts(k // 32, r, n)) for n, k in shapes) for r in (8, 16, 32)}
@@ -334,13 +342,24 @@ def test_the_tuning_spec_tiles_a_prefills_few_rows_over_kept_codes_on_every_cpu(
     path, dense = q8_gguf(tmp_path, fmt, shapes, rng)
     linear_graph(tmp_path, {shape: "f32" for shape in shapes}, dense, rng, rows_set=("?",))
     out = tmp_path / "out"
-    run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", out, "--packed", "keep", "--inline-below", "0")
+    run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", out, "--packed", "keep", "--inline-below", "0",
+        "--packed-codes", layout)
     spec = out / "bands.tuning.mlir"
     assert spec.is_file()
+    if layout == "row-bands":
+        code = "i8" if fmt == "Q8_0" else "i4"
+        text = (out / "bands.mlir").read_text()
+        assert all(f"> : tensor<{n // 32}x{k // 32}x32x32x{code}>" in text for n, k in shapes), "codes not in bands"
+        flow = tmp_path / "flow.mlir"
+        run(iree_tool("iree-compile"), out / "bands.mlir", "--iree-hal-target-device=local",
+            "--iree-hal-local-target-device-backends=llvm-cpu", "--compile-to=flow", "-o", flow)
+        hoisted = [line for line in flow.read_text().splitlines() if "util.global private @__hoisted" in line
+                   and re.search(r": tensor<[0-9x]+(i8|i4)>", line)]
+        assert not hoisted, f"IREE computes {len(hoisted)} copies of the codes at load"
     for cpu in ("host", "generic"):
         vmfb, configs = compile_host(out, tmp_path, cpu, spec, cpu=cpu)
         for rows in (8, 16, 32):
-            tiles = few_rows_tiles(fmt, rows)
+            tiles = few_rows_tiles(fmt, rows, layout)
             assert configs.count(tiles) == parts[rows], (cpu, rows, configs.count(tiles))
         dequantized = dequantized_band_products(tmp_path, cpu)
         assert len(dequantized) >= len(shapes), (cpu, len(dequantized))

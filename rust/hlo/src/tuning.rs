@@ -59,6 +59,10 @@
 //!   Q8_0's few-rows forms (codes `[Kb, 32, ?]`, gated along their columns: IREE's batch matmul) get the same
 //!   vector tiles with 256 columns a workgroup and a reduction of 4, where IREE gives 64 over 16: whole Q8_0
 //!   prefills of the 156M Llama on the Zen 5 1.2-1.3x faster at 8 tokens, 1.3-1.6x at 16 and 32 (session 31).
+//!   Over Q8_0 or Q4_0 codes in row bands the few-rows forms read the stored bands, gated along the band axis
+//!   (`[?, Kb, 32, 32]`, one `linalg.generic`): the same vector tiles, 8 bands of 32 columns a workgroup. Without
+//!   them the same prefills of 1 to 32 tokens were 1.3-3x slower (docs/performance.md, "Few rows over the stored
+//!   bands", session 35).
 //!
 //! Every vector tile is at most 4 KiB: IREE 3.13 refuses vectors larger than 512 native vectors, 8 KiB on a
 //! 16-byte-vector CPU (`generic` x86-64, Arm NEON), and a spec is written per export, not per CPU. It changes tiling
@@ -110,7 +114,8 @@ fn matcher(name: &str, rhs: &str, maps: &str, check: &str, lowering: &str) -> St
 /// The tuning spec text (a transform-dialect module IREE 3.13 reads with `--iree-codegen-tuning-spec-path`) for
 /// the llvm-cpu backend: one-row per-block products over `i8` and `i4` codes get a workgroup per block row (codes
 /// in row bands: per band) and the whole block as the reduction tile; 8-, 16- and 32-row products over `i4` codes
-/// gated in groups, or `i8` codes gated along their columns, get vector tiles of 8 rows; one-row products over bf16
+/// gated in groups, `i8` codes gated along their columns, or codes in row bands gated along their bands, get vector
+/// tiles of 8 rows; one-row products over bf16
 /// or f16 bands get vector tiles of 4 bands and a reduction tile of 8; a prefill's product with a weight dequantized
 /// into f32 bands, or with bf16 bands as stored, gets a workgroup per band and 16 rows.
 #[must_use]
@@ -181,11 +186,22 @@ pub fn cpu_tuning_spec() -> String {
             "cache_parallel = [1, {rows}, 256, 0], distribution = [1, {rows}, 256, 0], vector_common_parallel = [1, 8, 32, 0], vector_reduction = [0, 0, 0, 4]"
         )
     };
-    // One matcher per few-rows form `keep_packed` writes (`FEW_ROWS`) and code width, then the others.
+    // The same forms over Q8_0's codes in row bands, gated along their band axis (`[?, Kb, 32, 32]`, read as
+    // stored): loops (block, row, band, column, k), the rows' transpose folded in by IREE. The block-row tiles:
+    // 8 bands of 32 columns a workgroup, `[8, 32]` vector tiles over a reduction of 4.
+    let few_band_maps = "affine_map<(d0, d1, d2, d3, d4) -> (d1, d0, d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d2, d0, d4, d3)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3)>";
+    let few_band = |rows: u64| {
+        format!(
+            "cache_parallel = [1, {rows}, 8, 32, 0], distribution = [1, {rows}, 8, 32, 0], vector_common_parallel = [1, 8, 1, 32, 0], vector_reduction = [0, 0, 0, 0, 4]"
+        )
+    };
+    // One matcher per few-rows form `keep_packed` writes (`FEW_ROWS`) and code layout, then the others.
     let few_rows = FEW_ROWS.map(u64::from).into_iter().flat_map(|r| {
         [
             (format!("match_few_rows_{r}_i4"), "i4", few_maps, few_check(r), few(r)),
             (format!("match_few_rows_{r}_i8"), "i8", block_maps, few_check(r), few_i8(r)),
+            (format!("match_few_rows_{r}_band_i8"), "i8", few_band_maps, few_check(r), few_band(r)),
+            (format!("match_few_rows_{r}_band_i4"), "i4", few_band_maps, few_check(r), few_band(r)),
         ]
     });
     let matchers = few_rows.chain([
@@ -289,7 +305,7 @@ mod tests {
     #[test]
     fn the_spec_has_one_matcher_per_tuned_form() {
         let s = cpu_tuning_spec();
-        assert_eq!(s.matches("transform.iree.match.contraction").count(), 14);
+        assert_eq!(s.matches("transform.iree.match.contraction").count(), 20);
         let forms = [
             ("match_few_rows_8_i4", "i4"),
             ("match_few_rows_16_i4", "i4"),
@@ -297,6 +313,12 @@ mod tests {
             ("match_few_rows_8_i8", "i8"),
             ("match_few_rows_16_i8", "i8"),
             ("match_few_rows_32_i8", "i8"),
+            ("match_few_rows_8_band_i8", "i8"),
+            ("match_few_rows_16_band_i8", "i8"),
+            ("match_few_rows_32_band_i8", "i8"),
+            ("match_few_rows_8_band_i4", "i4"),
+            ("match_few_rows_16_band_i4", "i4"),
+            ("match_few_rows_32_band_i4", "i4"),
             ("match_block_bands_i8", "i8"),
             ("match_block_bands_i4", "i4"),
             ("match_blocks_i8", "i8"),
@@ -320,11 +342,13 @@ mod tests {
         assert_eq!(s.matches("vector_common_parallel = [4, 32, 0], vector_reduction = [0, 0, 8]").count(), 2);
         assert_eq!(s.matches("vector_common_parallel = [1, 1, 32, 0], vector_reduction = [0, 0, 0, 32]").count(), 4);
         // The few-rows products over codes gated in groups: one matcher per form `keep_packed` writes (8, 16 and
-        // 32 rows), its rows per workgroup, 5 loops (block, row, group, column, k).
+        // 32 rows), its rows per workgroup, 5 loops (block, row, group, column, k); over codes in row bands, 8 bands
+        // of 32 columns a workgroup, 5 loops (block, row, band, column, k).
         assert_eq!(FEW_ROWS, [8, 16, 32], "a new form needs its tiles measured (docs/performance.md)");
         for rows in FEW_ROWS {
-            assert_eq!(s.matches(&format!("dims_equal %m, [{rows}]")).count(), 2, "{rows} rows");
+            assert_eq!(s.matches(&format!("dims_equal %m, [{rows}]")).count(), 4, "{rows} rows");
             assert_eq!(s.matches(&format!("distribution = [1, {rows}, 4, 64, 0]")).count(), 1, "{rows} rows");
+            assert_eq!(s.matches(&format!("distribution = [1, {rows}, 8, 32, 0]")).count(), 2, "{rows} rows in bands");
             let i8_tiles = format!(
                 "distribution = [1, {rows}, 256, 0], vector_common_parallel = [1, 8, 32, 0], vector_reduction = [0, 0, 0, 4]"
             );
@@ -332,8 +356,10 @@ mod tests {
         }
         assert_eq!(
             s.matches("vector_common_parallel = [1, 8, 1, 32, 0], vector_reduction = [0, 0, 0, 0, 4]").count(),
-            3
+            9
         );
+        // The band forms read the codes as stored: `(band, block, k, column)`.
+        assert_eq!(s.matches("affine_map<(d0, d1, d2, d3, d4) -> (d2, d0, d4, d3)>").count(), 6);
         // A prefill's dequantized bands (4 loops: band, row, column, k; the result read transposed): one band of 16
         // rows per workgroup, vector tiles of 4 KiB.
         let dequantized =

@@ -25,8 +25,9 @@
 //!
 //! With `bands` (the export chooses layouts), the codes of a Q8_0 or Q4_0 weight that no use gathers rows of, whose
 //! `Np` [`PLANE_BAND_ROWS`] divides, are stored in row bands ([`ConstantData::Plane`]'s `band`): the program still
-//! names them `[Kb, B, Np]`, and the emitter contracts the per-block products over the stored bands and reads every
-//! other use through a view of them. The decision depends on the weight and on whether this function gathers its
+//! names them `[Kb, B, Np]`, and the emitter contracts the per-block products over the stored bands (a few-rows
+//! form's too: its gates and column parts become gates and slices along the band axis, so its 4-bit codes need no
+//! groups) and reads every other use through a view of them. The decision depends on the weight and on whether this function gathers its
 //! rows: functions that share the weight (a prefill and a decode step) declare it alike unless only some of them
 //! gather it, which the export refuses with the remedy (`tapeout`'s shared-key check).
 //!
@@ -182,6 +183,9 @@ struct Planes {
     np: u64,
     /// The multiple `np` is of ([`Split::row_multiple`]): a slice of sub-byte planes starts at one.
     row_multiple: u64,
+    /// Whether the codes are stored in row bands of [`PLANE_BAND_ROWS`] (the emitter gates and slices them along
+    /// their band axis, so sub-byte codes need no groups).
+    banded: bool,
     k: u64,
     kb: u64,
     b: u64,
@@ -697,6 +701,7 @@ pub(crate) fn keep_packed<'a>(program: Program<'a>, bands: bool) -> Result<Progr
             n,
             np,
             row_multiple: split.row_multiple(),
+            banded: band.is_some(),
             k,
             kb,
             b: bsub,
@@ -882,8 +887,8 @@ const GROUP_COLUMNS: u64 = 64;
 /// into the dequantized product's ([`OpKind::PlaceRows`], the largest form first: a form gated shut has no columns,
 /// and a placement short of the columns places nothing). No branch: IREE 3.13 would end its stream execution at
 /// each `scf.if` (docs/performance.md). Sub-byte codes are gated in groups of [`GROUP_COLUMNS`] columns, so they need rows a
-/// multiple of it; formats with high bits (Q5_x, Q6_K) are not gated. Otherwise the dequantized weight's product
-/// alone.
+/// multiple of it (codes in row bands are not: the emitter gates their band axis); formats with high bits (Q5_x,
+/// Q6_K) are not gated. Otherwise the dequantized weight's product alone.
 fn dynamic_linear_use(b: &mut Builder<'_>, pl: &mut Planes, m: &Op) {
     let (x, y) = (m.inputs[0], m.outputs[0]);
     // The padded products' `[rows, N]` are placed into `y` viewed as `[?, N]`.
@@ -893,12 +898,14 @@ fn dynamic_linear_use(b: &mut Builder<'_>, pl: &mut Planes, m: &Op) {
     // gated along their groups, which needs `Np` a multiple of 64 (always so today: sub-byte planes hold rows
     // padded to 64, `Split::padded_rows`). The `i2` / `i1` high bits of 5- and 6-bit codes still give masked loads
     // so (their products' vector tiles are 4 wide): those formats keep the dequantized form.
+    // Codes in row bands are gated along their band axis (the emitter's), never along their packed one: no groups.
     let codes = b.specs[pl.quants.index()].dtype;
-    let group = codes.is_sub_byte().then_some(GROUP_COLUMNS);
+    let group = (codes.is_sub_byte() && !pl.banded).then_some(GROUP_COLUMNS);
     let grouped =
         pl.high.is_none() && (!codes.is_sub_byte() || codes == DType::I4) && group.is_none_or(|t| pl.np % t == 0);
-    // Each form's column parts: a part starts at a multiple of the planes' rows and of their groups.
-    let unit = lcm(pl.row_multiple, group.unwrap_or(1));
+    // Each form's column parts: a part starts at a multiple of the planes' rows and of their groups (or bands).
+    let band = if pl.banded { PLANE_BAND_ROWS } else { 1 };
+    let unit = lcm(lcm(pl.row_multiple, group.unwrap_or(1)), band);
     let tiers: Vec<(u32, Vec<(u64, u64)>)> =
         FEW_ROWS.into_iter().filter_map(|r| few_rows_chunks(pl.kb, pl.np, r, unit).map(|c| (r, c))).collect();
     let Some(&(top, _)) = tiers.last().filter(|_| one_dynamic && grouped) else {

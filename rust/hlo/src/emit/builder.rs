@@ -341,6 +341,14 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         Val { name: format!("{name}#0"), shape: a.shape.clone(), dtype: a.dtype }
     }
 
+    /// `a` through a `stablehlo.optimization_barrier` of its own: the same value, which IREE does not treat as a
+    /// constant expression (it computes nothing from it at load).
+    pub(crate) fn opaque(&mut self, a: &Val) -> Val {
+        let name = self.fresh();
+        self.line(&format!("{name} = stablehlo.optimization_barrier {} : {}", a.name, a.ty()));
+        Val { name, shape: a.shape.clone(), dtype: a.dtype }
+    }
+
     /// `x`, or the signless integers of its bits when its elements are unsigned and dimension `i` is `?`: the
     /// value whose extent a `get_dimension_size` / `tensor.dim` reads. IREE 3.13 cannot lower either on a `?`
     /// unsigned tensor ("failed to legalize operation 'tensor.dim'"); a bitcast has the same extents.
@@ -1157,7 +1165,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
     /// faster than the block-row layout on some CPUs, slower on others: docs/performance.md, "Codes in row bands,
     /// built").
     fn banded_block_matmul(&mut self, a: &Val, stored: &Val, compute: DType, out: &Shape) -> Result<Val> {
-        let [Dim::Static(bands), Dim::Static(kb), Dim::Static(b), Dim::Static(t)] = stored.shape.0[..] else {
+        let [bands, Dim::Static(kb), Dim::Static(b), Dim::Static(t)] = stored.shape.0[..] else {
             return Err(self.err(format!("codes in row bands are [Np / T, Kb, B, T], not [{}]", stored.shape)));
         };
         let [Dim::Static(akb), m, Dim::Static(ab)] = a.shape.0[..] else {
@@ -1166,7 +1174,13 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         if (akb, ab) != (kb, b) {
             return Err(self.err(format!("rows [{}] times codes of [{kb}, {b}] per band", a.shape)));
         }
-        let n = bands.checked_mul(t).ok_or_else(|| self.err(format!("{bands} bands of {t} rows overflow u64")))?;
+        // `?` bands: a few-rows form's codes, gated along the band axis (`Emitter::lower`).
+        let n = match bands {
+            Dim::Static(bands) => Dim::Static(
+                bands.checked_mul(t).ok_or_else(|| self.err(format!("{bands} bands of {t} rows overflow u64")))?,
+            ),
+            Dim::Dynamic => Dim::Dynamic,
+        };
         let (c, s) = (compute.mlir_name(), stored.dtype.mlir_name());
         let widen = match (compute.is_float(), stored.dtype) {
             (true, DType::I4 | DType::I8 | DType::I16 | DType::I32) => "arith.sitofp",
@@ -1178,9 +1192,16 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
                 )));
             }
         };
-        let shape = Shape(vec![Dim::Static(kb), m, Dim::Static(bands), Dim::Static(t)]);
+        let shape = Shape(vec![Dim::Static(kb), m, bands, Dim::Static(t)]);
         let out_ty = ty(&shape, compute);
-        let init = self.zeros(&shape, compute, (a, 1));
+        let mut extents = Vec::new();
+        if m == Dim::Dynamic {
+            extents.push(self.dim_index(a, 1));
+        }
+        if bands == Dim::Dynamic {
+            extents.push(self.dim_index(stored, 0));
+        }
+        let init = self.zeros_of(&shape, compute, &extents);
         // Block arguments and body values are named from the emitter's counter (see `band_contraction`).
         let (x, w, acc, wide, p, sum) =
             (self.fresh(), self.fresh(), self.fresh(), self.fresh(), self.fresh(), self.fresh());
@@ -1196,8 +1217,15 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
             init.name,
         );
         let per_band = self.assign(&rhs, shape, compute);
-        let merged = self.reshape(&per_band, &Shape(vec![Dim::Static(kb), m, Dim::Static(n)]))?;
-        if merged.shape == *out { Ok(merged) } else { self.reshape(&merged, out) }
+        let merged = self.reshape(&per_band, &Shape(vec![Dim::Static(kb), m, n]))?;
+        match out.0[..] {
+            // A few-rows form over sub-byte codes names its columns in groups (`[Kb, M, ?, G]`).
+            [_, _, Dim::Dynamic, Dim::Static(_)] if n == Dim::Dynamic => {
+                Ok(self.reshape_grouped(&merged, out, &[vec![0], vec![1], vec![2, 3]]))
+            }
+            _ if merged.shape == *out => Ok(merged),
+            _ => self.reshape(&merged, out),
+        }
     }
 
     /// Codes stored in row bands (`[Np / T, Kb, B, T]`) read as the `[Kb, B, Np]` the program names them by: a

@@ -66,6 +66,47 @@ impl<'g> Emitter<'g, '_, '_> {
                 self.banded.insert(*id, stored);
             }
         }
+        // Codes in row bands gated along the columns of their `[Kb, B, Np]` view (a few-rows form's): the same gate
+        // on the band axis of the codes as stored, so that the form's product reads them in place. A product over
+        // the view would make IREE 3.13 compute the view (a transpose of the parameter) once at load, into a
+        // second, anonymous copy of the codes (docs/performance.md, "Few rows over the stored bands").
+        // The view is `[Kb, B, Np]`, or `[Kb, B, Np / G, G]` when a form reads sub-byte codes in groups of `G`
+        // columns (whole bands: the reshape below); either way its columns are axis 2.
+        if let (OpKind::GateRows, [codes, _]) = (node.op, node.inputs.as_slice()) {
+            if let Some(stored) = self.banded.get(codes).cloned().filter(|s| s.rank() == 4) {
+                let axis = self.axis("axis", self.attr_int("axis", 0)?, ins[0].rank())?;
+                if axis == 2 {
+                    let mut shape = stored.shape.clone();
+                    shape.0[0] = Dim::Dynamic;
+                    let gated = self.gate_rows_along(&stored, &ins[1], 0, &shape)?;
+                    self.banded.insert(*id, gated);
+                }
+            }
+        }
+        // Such codes' view read in groups of whole bands (`[Kb, B, Np / G, G]`, `G` a multiple of the band width
+        // `T`): the same stored bands, which the gate and the product above read as `?` bands of `T` columns.
+        if let (OpKind::Reshape, [codes]) = (node.op, node.inputs.as_slice()) {
+            if let Some(stored) = self.banded.get(codes).cloned().filter(|s| s.rank() == 4) {
+                let (view, grouped) = (&ins[0].shape.0, &out.shape.0);
+                let t = stored.shape.0[3];
+                if let ([kb, b, Dim::Static(np)], [gkb, gb, Dim::Static(groups), Dim::Static(g)], Dim::Static(t)) =
+                    (view.as_slice(), grouped.as_slice(), t)
+                {
+                    if (kb, b) == (gkb, gb) && t > 0 && g % t == 0 && groups.checked_mul(*g) == Some(*np) {
+                        self.banded.insert(*id, stored);
+                    }
+                }
+            }
+        }
+        // A column part of such codes (a few-rows form's, at 7B widths), whole bands of it: the same bands sliced
+        // from the codes as stored. IREE composes the slice with the gate after it into one read in place.
+        if let (OpKind::Slice, [codes]) = (node.op, node.inputs.as_slice()) {
+            if let Some(stored) = self.banded.get(codes).cloned().filter(|s| s.rank() == 4) {
+                if let Some(part) = self.band_part(&stored, &ins[0])? {
+                    self.banded.insert(*id, part);
+                }
+            }
+        }
         if widens(node.op, &ins, out.dtype, node.inputs.iter().any(|i| self.widened.contains(i))) {
             self.widened.insert(*id);
         }
@@ -313,6 +354,49 @@ impl<'g> Emitter<'g, '_, '_> {
 
     /// A strided slice; a `?` dimension is sliced to the end from a static start and stride (the type rule
     /// refuses anything else), written as `stablehlo.real_dynamic_slice`.
+    /// The bands of codes stored in row bands (`stored`, `[Np / T, Kb, B, T]`) that the node's slice of their view
+    /// (`view`, `[Kb, B, Np]`) takes, when it takes whole bands along `Np` only: `stored[first / T .. end / T]`.
+    fn band_part(&mut self, stored: &Val, view: &Val) -> Result<Option<Val>> {
+        let (Some(start), Some(limit), Some(Dim::Static(t))) =
+            (self.attr_ints("start")?, self.attr_ints("limit")?, stored.shape.0.last().copied())
+        else {
+            return Ok(None);
+        };
+        let stride = self.attr_ints("stride")?;
+        // The columns along axis 2 of the view: one per entry, or `G` in groups (`[Kb, B, Np / G, G]`, whole).
+        let (rank, axis) = (view.rank(), 2);
+        let per = match view.shape.0[..] {
+            [_, _, Dim::Static(_)] => 1,
+            [_, _, Dim::Static(_), Dim::Static(g)] if limit.get(3) == Some(&-1) && start.get(3) == Some(&0) => g,
+            _ => return Ok(None),
+        };
+        let Dim::Static(entries) = view.shape.0[axis] else { return Ok(None) };
+        let whole_before = (0..axis).all(|i| start.get(i) == Some(&0) && limit.get(i) == Some(&-1));
+        let unit = stride.as_ref().is_none_or(|s| s.iter().all(|&k| k == 1));
+        let (Some(&first), Some(&end)) = (start.get(axis), limit.get(axis)) else { return Ok(None) };
+        let (Ok(first), end) = (u64::try_from(first), if end == -1 { Ok(entries) } else { u64::try_from(end) }) else {
+            return Ok(None);
+        };
+        let Ok(end) = end else { return Ok(None) };
+        let (first, end) = (first.checked_mul(per), end.checked_mul(per));
+        let (Some(first), Some(end)) = (first, end) else { return Ok(None) };
+        if start.len() != rank || !whole_before || !unit || t == 0 || first % t != 0 || end % t != 0 || end <= first {
+            return Ok(None);
+        }
+        let ranges: Vec<(u64, Option<u64>, u64)> = stored
+            .shape
+            .0
+            .iter()
+            .enumerate()
+            .map(|(i, d)| match (i, d) {
+                (0, _) => (first / t, Some(end / t), 1),
+                (_, Dim::Static(n)) => (0, Some(*n), 1),
+                (_, Dim::Dynamic) => (0, None, 1),
+            })
+            .collect();
+        self.slice_ranges(stored, &ranges).map(Some)
+    }
+
     fn lower_slice(&mut self, x: &Val) -> Result<Val> {
         let rank = x.rank();
         let start = self.attr_ints("start")?.ok_or_else(|| self.attr_err("start", "is required"))?;

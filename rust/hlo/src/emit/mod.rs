@@ -293,7 +293,12 @@ pub(crate) fn emit_functions_into(
                 // prefill's dequantization) reads them as the `[Kb, B, Np]` the program names, which IREE folds
                 // into the reading dispatch (and drops when nothing reads it).
                 Some(_) if matches!(c.data, ConstantData::Plane { .. }) => {
-                    let view = e.band_view(&v).map_err(|err| match err {
+                    // The few-rows forms' products read the stored bands too (gated along the band axis,
+                    // `Emitter::lower`), which leaves the view to dequantizations only. Behind a barrier IREE 3.13
+                    // folds it into each dequantizing dispatch; without one it computes the view once at load, a
+                    // second, anonymous copy of the codes (docs/performance.md, "Few rows over the stored bands").
+                    let seen = e.opaque(&v);
+                    let view = e.band_view(&seen).map_err(|err| match err {
                         HloError::Unsupported { detail, .. } => in_function(HloError::Unsupported {
                             node: format!("parameter '{}'", c.key),
                             op: "module",

@@ -42,13 +42,19 @@ impl Emitter<'_, '_, '_> {
 
     /// `t`, or its first 0 entries along `axis`, by `like`'s row count against `rows` (`few`: whole when at most).
     pub(crate) fn gate_rows(&mut self, t: &Val, like: &Val, out: &Shape) -> Result<Val> {
+        let axis = self.axis("axis", self.attr_int("axis", 0)?, t.rank())?;
+        self.gate_rows_along(t, like, axis, out)
+    }
+
+    /// [`Emitter::gate_rows`] along `axis` rather than the node's own: the node's gate applied to another tensor
+    /// (codes in row bands gated along their band axis where the program gates their columns).
+    pub(crate) fn gate_rows_along(&mut self, t: &Val, like: &Val, axis: usize, out: &Shape) -> Result<Val> {
         let rows = self.rows_attr()?;
         let few = match self.attr("few") {
             None => true,
             Some(tapeout_graph::Attr::Bool(b)) => *b,
             Some(other) => return Err(self.err(format!("attribute 'few' must be a bool, got {other:?}"))),
         };
-        let axis = self.axis("axis", self.attr_int("axis", 0)?, t.rank())?;
         let (_, _, open) = self.rows_against(like, rows, if few { "ule" } else { "ugt" })?;
         let whole = self.extent(t, axis);
         let zero = self.index_const(0);
