@@ -67,8 +67,8 @@ pub enum PackedCodesLayout {
     /// Row bands of 32 rows, `[N / 32, Kb, 32, 32]`, for a weight no use gathers rows of and whose rows 32 divides
     /// (Q4_0's padded to 64): a decode step's product gives a workgroup each band. On an AMD EPYC (AVX-512) a whole
     /// Q8_0 decode step was 1.13x faster so (Zen 4), its dispatches 1.1-1.2x for Q8_0 and Q4_0 (Zen 5); on the Xeon
-    /// above, stacks of one-row Q8_0 products 0.9x. IREE 3.13 computes a copy of the codes in block rows at load
-    /// for a prefill's few-rows products (over half of the archive, anonymous memory). The Kotlin API's
+    /// above, stacks of one-row Q8_0 products 0.9x. A prefill's few-rows products read the stored bands too, so
+    /// IREE keeps no copy of the codes (docs/performance.md, session 35). The Kotlin API's
     /// `KEEP_ROW_BANDS` asks for it. A weight one function of a module gathers and another multiplies cannot be
     /// banded in one and not the other: the export refuses it.
     RowBands,

@@ -15,9 +15,8 @@ enum class PackedConstantHandling {
      *  block rows (`[Kb, 32, N]`), for every such weight no op gathers rows of: the same numbers, another walk through
      *  memory for IREE's code. Which decodes faster depends on the CPU the module is compiled for: row bands on the AMD
      *  EPYC machines measured (Zen 4 and Zen 5), block rows on an Intel Xeon (docs/performance.md, "Codes in row
-     *  bands"). It costs memory: IREE 3.13 computes a copy of the codes in block rows when it loads the module, for
-     *  the products of a prefill of at most 32 rows (over half of a Q8_0 or Q4_0 archive, anonymous memory). A
-     *  weight one function of a module gathers rows of and another only multiplies is refused. */
+     *  bands"). Every product reads the stored bands (a prefill's too): the codes stay mapped in place, as in block
+     *  rows. A weight one function of a module gathers rows of and another only multiplies is refused. */
     KEEP_ROW_BANDS,
 }
 

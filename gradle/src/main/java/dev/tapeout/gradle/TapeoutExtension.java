@@ -15,7 +15,7 @@ import org.gradle.api.Project;
  *     inlineBelowBytes = 4096           // default: smaller constants are inline, the rest external
  *     packedConstants = 'FAIL'          // or 'DEQUANTIZE', or 'KEEP' (planes of codes and scales), or
  *                                       // 'KEEP_ROW_BANDS' (Q8_0 / Q4_0 codes in row bands: decode faster on AMD
- *                                       // EPYC; IREE keeps a copy of the codes in block rows for prefill)
+ *                                       // EPYC, slower on an Intel Xeon)
  *     halfConstants = 'KEEP'            // or 'WIDEN': f16/bf16 weights as stored, or widened to f32
  *     maxArchiveBytes = 0               // > 0: split the archive into files of at most this size (a set + index)
  *     maxHeapSize = '2g'                // heap of the export JVM
