@@ -1218,14 +1218,7 @@ impl<'g, 'a> Emitter<'g, 'a, '_> {
         );
         let per_band = self.assign(&rhs, shape, compute);
         let merged = self.reshape(&per_band, &Shape(vec![Dim::Static(kb), m, n]))?;
-        match out.0[..] {
-            // A few-rows form over sub-byte codes names its columns in groups (`[Kb, M, ?, G]`).
-            [_, _, Dim::Dynamic, Dim::Static(_)] if n == Dim::Dynamic => {
-                Ok(self.reshape_grouped(&merged, out, &[vec![0], vec![1], vec![2, 3]]))
-            }
-            _ if merged.shape == *out => Ok(merged),
-            _ => self.reshape(&merged, out),
-        }
+        if merged.shape == *out { Ok(merged) } else { self.reshape(&merged, out) }
     }
 
     /// Codes stored in row bands (`[Np / T, Kb, B, T]`) read as the `[Kb, B, Np]` the program names them by: a

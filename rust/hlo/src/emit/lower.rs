@@ -70,31 +70,14 @@ impl<'g> Emitter<'g, '_, '_> {
         // on the band axis of the codes as stored, so that the form's product reads them in place. A product over
         // the view would make IREE 3.13 compute the view (a transpose of the parameter) once at load, into a
         // second, anonymous copy of the codes (docs/performance.md, "Few rows over the stored bands").
-        // The view is `[Kb, B, Np]`, or `[Kb, B, Np / G, G]` when a form reads sub-byte codes in groups of `G`
-        // columns (whole bands: the reshape below); either way its columns are axis 2.
         if let (OpKind::GateRows, [codes, _]) = (node.op, node.inputs.as_slice()) {
             if let Some(stored) = self.banded.get(codes).cloned().filter(|s| s.rank() == 4) {
                 let axis = self.axis("axis", self.attr_int("axis", 0)?, ins[0].rank())?;
-                if axis == 2 {
+                if axis + 1 == ins[0].rank() {
                     let mut shape = stored.shape.clone();
                     shape.0[0] = Dim::Dynamic;
                     let gated = self.gate_rows_along(&stored, &ins[1], 0, &shape)?;
                     self.banded.insert(*id, gated);
-                }
-            }
-        }
-        // Such codes' view read in groups of whole bands (`[Kb, B, Np / G, G]`, `G` a multiple of the band width
-        // `T`): the same stored bands, which the gate and the product above read as `?` bands of `T` columns.
-        if let (OpKind::Reshape, [codes]) = (node.op, node.inputs.as_slice()) {
-            if let Some(stored) = self.banded.get(codes).cloned().filter(|s| s.rank() == 4) {
-                let (view, grouped) = (&ins[0].shape.0, &out.shape.0);
-                let t = stored.shape.0[3];
-                if let ([kb, b, Dim::Static(np)], [gkb, gb, Dim::Static(groups), Dim::Static(g)], Dim::Static(t)) =
-                    (view.as_slice(), grouped.as_slice(), t)
-                {
-                    if (kb, b) == (gkb, gb) && t > 0 && g % t == 0 && groups.checked_mul(*g) == Some(*np) {
-                        self.banded.insert(*id, stored);
-                    }
                 }
             }
         }
@@ -363,24 +346,14 @@ impl<'g> Emitter<'g, '_, '_> {
             return Ok(None);
         };
         let stride = self.attr_ints("stride")?;
-        // The columns along axis 2 of the view: one per entry, or `G` in groups (`[Kb, B, Np / G, G]`, whole).
-        let (rank, axis) = (view.rank(), 2);
-        let per = match view.shape.0[..] {
-            [_, _, Dim::Static(_)] => 1,
-            [_, _, Dim::Static(_), Dim::Static(g)] if limit.get(3) == Some(&-1) && start.get(3) == Some(&0) => g,
-            _ => return Ok(None),
-        };
-        let Dim::Static(entries) = view.shape.0[axis] else { return Ok(None) };
-        let whole_before = (0..axis).all(|i| start.get(i) == Some(&0) && limit.get(i) == Some(&-1));
+        let [_, _, Dim::Static(np)] = view.shape.0[..] else { return Ok(None) };
+        let whole_before = (0..2).all(|i| start.get(i) == Some(&0) && limit.get(i) == Some(&-1));
         let unit = stride.as_ref().is_none_or(|s| s.iter().all(|&k| k == 1));
-        let (Some(&first), Some(&end)) = (start.get(axis), limit.get(axis)) else { return Ok(None) };
-        let (Ok(first), end) = (u64::try_from(first), if end == -1 { Ok(entries) } else { u64::try_from(end) }) else {
+        let (Some(&first), Some(&end)) = (start.get(2), limit.get(2)) else { return Ok(None) };
+        let (Ok(first), Ok(end)) = (u64::try_from(first), if end == -1 { Ok(np) } else { u64::try_from(end) }) else {
             return Ok(None);
         };
-        let Ok(end) = end else { return Ok(None) };
-        let (first, end) = (first.checked_mul(per), end.checked_mul(per));
-        let (Some(first), Some(end)) = (first, end) else { return Ok(None) };
-        if start.len() != rank || !whole_before || !unit || t == 0 || first % t != 0 || end % t != 0 || end <= first {
+        if start.len() != 3 || !whole_before || !unit || t == 0 || first % t != 0 || end % t != 0 || end <= first {
             return Ok(None);
         }
         let ranges: Vec<(u64, Option<u64>, u64)> = stored
