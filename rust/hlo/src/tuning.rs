@@ -115,9 +115,9 @@ fn matcher(name: &str, rhs: &str, maps: &str, check: &str, lowering: &str) -> St
 /// the llvm-cpu backend: one-row per-block products over `i8` and `i4` codes get a workgroup per block row (codes
 /// in row bands: per band) and the whole block as the reduction tile; 8-, 16- and 32-row products over `i4` codes
 /// gated in groups, `i8` codes gated along their columns, or codes in row bands gated along their bands, get vector
-/// tiles of 8 rows; one-row products over bf16
-/// or f16 bands get vector tiles of 4 bands and a reduction tile of 8; a prefill's product with a weight dequantized
-/// into f32 bands, or with bf16 bands as stored, gets a workgroup per band and 16 rows.
+/// tiles of 8 rows; one-row products over bf16 or f16 bands get vector tiles of 4 bands and a reduction tile of 8;
+/// a prefill's product with a weight dequantized into f32 bands, or with bf16 bands as stored, gets a workgroup per
+/// band and 16 rows.
 #[must_use]
 pub fn cpu_tuning_spec() -> String {
     // The per-block product: loops (block, row, column, k); one row, blocks of 32.
@@ -186,7 +186,7 @@ pub fn cpu_tuning_spec() -> String {
             "cache_parallel = [1, {rows}, 256, 0], distribution = [1, {rows}, 256, 0], vector_common_parallel = [1, 8, 32, 0], vector_reduction = [0, 0, 0, 4]"
         )
     };
-    // The same forms over Q8_0's codes in row bands, gated along their band axis (`[?, Kb, 32, 32]`, read as
+    // The same forms over Q8_0's or Q4_0's codes in row bands, gated along their band axis (`[?, Kb, 32, 32]`, read as
     // stored): loops (block, row, band, column, k), the rows' transpose folded in by IREE. The block-row tiles:
     // 8 bands of 32 columns a workgroup, `[8, 32]` vector tiles over a reduction of 4.
     let few_band_maps = "affine_map<(d0, d1, d2, d3, d4) -> (d1, d0, d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d2, d0, d4, d3)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3)>";

@@ -26,10 +26,11 @@
 //! With `bands` (the export chooses layouts), the codes of a Q8_0 or Q4_0 weight that no use gathers rows of, whose
 //! `Np` [`PLANE_BAND_ROWS`] divides, are stored in row bands ([`ConstantData::Plane`]'s `band`): the program still
 //! names them `[Kb, B, Np]`, and the emitter contracts the per-block products over the stored bands (a few-rows
-//! form's too: its gates and column parts become gates and slices along the band axis, so its 4-bit codes need no
-//! groups) and reads every other use through a view of them. The decision depends on the weight and on whether this function gathers its
-//! rows: functions that share the weight (a prefill and a decode step) declare it alike unless only some of them
-//! gather it, which the export refuses with the remedy (`tapeout`'s shared-key check).
+//! form's too: its gates and column parts become gates and slices along the band axis, so its 4-bit codes need
+//! no groups) and reads every other use through a view of them. The decision depends on the weight and on
+//! whether this function gathers its rows: functions that share the weight (a prefill and a decode step) declare
+//! it alike unless only some of them gather it, which the export refuses with the remedy (`tapeout`'s shared-key
+//! check).
 //!
 //! Every op the rewrite inserts has a fresh index and stands for the recorded node it replaces (the matmul, the
 //! gather), or, for the values derived from the planes before any use, for the weight's first use

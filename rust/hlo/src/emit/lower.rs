@@ -115,7 +115,9 @@ impl<'g> Emitter<'g, '_, '_> {
                 // Codes in row bands pass the barrier as stored and are read as `[Kb, B, Np]` after it: IREE then
                 // folds the view into the dispatch after the barrier instead of copying the codes before it.
                 OpKind::After => match self.banded.get(&node.inputs[0]).cloned() {
-                    Some(stored) if stored.rank() == 4 => {
+                    Some(stored)
+                        if stored.rank() == 4 && stored.dtype == ins[0].dtype && !stored.shape.is_dynamic() =>
+                    {
                         let ordered = self.after(&stored, &ins[1]);
                         self.band_view(&ordered)?
                     }
@@ -335,8 +337,6 @@ impl<'g> Emitter<'g, '_, '_> {
         Ok(self.transpose(x, &perm))
     }
 
-    /// A strided slice; a `?` dimension is sliced to the end from a static start and stride (the type rule
-    /// refuses anything else), written as `stablehlo.real_dynamic_slice`.
     /// The bands of codes stored in row bands (`stored`, `[Np / T, Kb, B, T]`) that the node's slice of their view
     /// (`view`, `[Kb, B, Np]`) takes, when it takes whole bands along `Np` only: `stored[first / T .. end / T]`.
     fn band_part(&mut self, stored: &Val, view: &Val) -> Result<Option<Val>> {
@@ -347,7 +347,12 @@ impl<'g> Emitter<'g, '_, '_> {
         };
         let stride = self.attr_ints("stride")?;
         let [_, _, Dim::Static(np)] = view.shape.0[..] else { return Ok(None) };
-        let whole_before = (0..2).all(|i| start.get(i) == Some(&0) && limit.get(i) == Some(&-1));
+        let whole = |i: usize| match (view.shape.0[i], limit.get(i)) {
+            (_, Some(&-1)) => true,
+            (Dim::Static(n), Some(&l)) => u64::try_from(l) == Ok(n),
+            _ => false,
+        };
+        let whole_before = (0..2).all(|i| start.get(i) == Some(&0) && whole(i));
         let unit = stride.as_ref().is_none_or(|s| s.iter().all(|&k| k == 1));
         let (Some(&first), Some(&end)) = (start.get(2), limit.get(2)) else { return Ok(None) };
         let (Ok(first), Ok(end)) = (u64::try_from(first), if end == -1 { Ok(np) } else { u64::try_from(end) }) else {
@@ -370,6 +375,8 @@ impl<'g> Emitter<'g, '_, '_> {
         self.slice_ranges(stored, &ranges).map(Some)
     }
 
+    /// A strided slice; a `?` dimension is sliced to the end from a static start and stride (the type rule
+    /// refuses anything else), written as `stablehlo.real_dynamic_slice`.
     fn lower_slice(&mut self, x: &Val) -> Result<Val> {
         let rank = x.rank();
         let start = self.attr_ints("start")?.ok_or_else(|| self.attr_err("start", "is required"))?;
