@@ -66,28 +66,25 @@ impl<'g> Emitter<'g, '_, '_> {
                 self.banded.insert(*id, stored);
             }
         }
-        // Codes in row bands gated along the columns of their `[Kb, B, Np]` view (a few-rows form's): the same gate
-        // on the band axis of the codes as stored, so that the form's product reads them in place. A product over
-        // the view would make IREE 3.13 compute the view (a transpose of the parameter) once at load, into a
+        // Codes in row bands gated along the columns of their `[Kb, B, Np]` view (a few-rows form's), or a column
+        // part of whole bands of them (its parts at 7B widths): the same gate on the band axis of the codes as
+        // stored, or the same bands sliced from them, so that the form's product reads them in place. A product
+        // over the view would make IREE 3.13 compute the view (a transpose of the parameter) once at load, into a
         // second, anonymous copy of the codes (docs/performance.md, "Few rows over the stored bands").
-        if let (OpKind::GateRows, [codes, _]) = (node.op, node.inputs.as_slice()) {
-            if let Some(stored) = self.banded.get(codes).cloned().filter(|s| s.rank() == 4) {
-                let axis = self.axis("axis", self.attr_int("axis", 0)?, ins[0].rank())?;
-                if axis + 1 == ins[0].rank() {
+        if let Some(stored) = node.inputs.first().and_then(|i| self.banded.get(i)).filter(|s| s.rank() == 4).cloned() {
+            let in_place = match node.op {
+                OpKind::GateRows
+                    if self.axis("axis", self.attr_int("axis", 0)?, ins[0].rank())? + 1 == ins[0].rank() =>
+                {
                     let mut shape = stored.shape.clone();
                     shape.0[0] = Dim::Dynamic;
-                    let gated = self.gate_rows_along(&stored, &ins[1], 0, &shape)?;
-                    self.banded.insert(*id, gated);
+                    Some(self.gate_rows_along(&stored, &ins[1], 0, &shape)?)
                 }
-            }
-        }
-        // A column part of such codes (a few-rows form's, at 7B widths), whole bands of it: the same bands sliced
-        // from the codes as stored. IREE composes the slice with the gate after it into one read in place.
-        if let (OpKind::Slice, [codes]) = (node.op, node.inputs.as_slice()) {
-            if let Some(stored) = self.banded.get(codes).cloned().filter(|s| s.rank() == 4) {
-                if let Some(part) = self.band_part(&stored, &ins[0])? {
-                    self.banded.insert(*id, part);
-                }
+                OpKind::Slice => self.band_part(&stored, &ins[0])?,
+                _ => None,
+            };
+            if let Some(v) = in_place {
+                self.banded.insert(*id, v);
             }
         }
         if widens(node.op, &ins, out.dtype, node.inputs.iter().any(|i| self.widened.contains(i))) {
@@ -340,25 +337,13 @@ impl<'g> Emitter<'g, '_, '_> {
     /// The bands of codes stored in row bands (`stored`, `[Np / T, Kb, B, T]`) that the node's slice of their view
     /// (`view`, `[Kb, B, Np]`) takes, when it takes whole bands along `Np` only: `stored[first / T .. end / T]`.
     fn band_part(&mut self, stored: &Val, view: &Val) -> Result<Option<Val>> {
-        let (Some(start), Some(limit), Some(Dim::Static(t))) =
-            (self.attr_ints("start")?, self.attr_ints("limit")?, stored.shape.0.last().copied())
-        else {
+        let (Some(&Dim::Static(t)), [_, _, Dim::Static(_)]) = (stored.shape.0.last(), &view.shape.0[..]) else {
             return Ok(None);
         };
-        let stride = self.attr_ints("stride")?;
-        let [_, _, Dim::Static(np)] = view.shape.0[..] else { return Ok(None) };
-        let whole = |i: usize| match (view.shape.0[i], limit.get(i)) {
-            (_, Some(&-1)) => true,
-            (Dim::Static(n), Some(&l)) => u64::try_from(l) == Ok(n),
-            _ => false,
-        };
-        let whole_before = (0..2).all(|i| start.get(i) == Some(&0) && whole(i));
-        let unit = stride.as_ref().is_none_or(|s| s.iter().all(|&k| k == 1));
-        let (Some(&first), Some(&end)) = (start.get(2), limit.get(2)) else { return Ok(None) };
-        let (Ok(first), Ok(end)) = (u64::try_from(first), if end == -1 { Ok(np) } else { u64::try_from(end) }) else {
-            return Ok(None);
-        };
-        if start.len() != 3 || !whole_before || !unit || t == 0 || first % t != 0 || end % t != 0 || end <= first {
+        let ranges = self.slice_attr_ranges(view)?;
+        let whole = |i: usize| matches!((ranges[i], view.shape.0[i]), ((0, Some(hi), 1), Dim::Static(d)) if hi == d);
+        let (first, Some(end), 1) = ranges[2] else { return Ok(None) };
+        if !whole(0) || !whole(1) || t == 0 || first % t != 0 || end % t != 0 || end <= first {
             return Ok(None);
         }
         let ranges: Vec<(u64, Option<u64>, u64)> = stored
@@ -378,6 +363,13 @@ impl<'g> Emitter<'g, '_, '_> {
     /// A strided slice; a `?` dimension is sliced to the end from a static start and stride (the type rule
     /// refuses anything else), written as `stablehlo.real_dynamic_slice`.
     fn lower_slice(&mut self, x: &Val) -> Result<Val> {
+        let ranges = self.slice_attr_ranges(x)?;
+        self.slice_ranges(x, &ranges)
+    }
+
+    /// The node's slice of `x` as `(start, limit, stride)` per dimension (limit `None` for a `?` one, a limit of -1
+    /// read as the whole extent).
+    fn slice_attr_ranges(&self, x: &Val) -> Result<Vec<(u64, Option<u64>, u64)>> {
         let rank = x.rank();
         let start = self.attr_ints("start")?.ok_or_else(|| self.attr_err("start", "is required"))?;
         let limit = self.attr_ints("limit")?.ok_or_else(|| self.attr_err("limit", "is required"))?;
@@ -395,7 +387,7 @@ impl<'g> Emitter<'g, '_, '_> {
                 Dim::Static(d) => (b, Some(if limit[i] == -1 { d } else { bound(limit[i])? }), k),
             });
         }
-        self.slice_ranges(x, &ranges)
+        Ok(ranges)
     }
 
     /// `np.take(table, idx, axis)`: `stablehlo.gather` for a static table; with `?` dimensions in the table
