@@ -205,6 +205,12 @@ def main():
     min_time = "0.2s" if a.small else "2s"
     served_calls = 5 if a.small else 50
 
+    def serve_both(f, arch, r):
+        """The decode step at the first context served with tapeout-iree's batch waits ("on") and with IREE's own
+        wait ("off"), each a process of its own, in the order round `r` takes (alternating)."""
+        return {on: serve(f, arch, "decode", contexts[0], a.threads, served_calls, batch_waits=on == "on")
+                for on in (("on", "off") if r % 2 == 0 else ("off", "on"))}
+
     log("exporting with tapeout")
     mlir, irpa = export(ckpt, out / ("tapeout-small" if a.small else "tapeout"))
     vmfb = compile_host(mlir)
@@ -228,6 +234,9 @@ def main():
             systems[f"tapeout_{k}_bands"] = ("iree", compile_host(g_mlir), g_irpa, g_mlir)
 
     times = {s: {} for s in systems}
+    # The exports whose decode step is also served in process (a static cache's step is not).
+    served_systems = {s: (f, arch) for s, (kind, f, arch, _) in systems.items()
+                      if kind == "iree" and not s.endswith("_static")}
     saved = out / "times.json"
     if a.reuse_times:
         times = json.loads(saved.read_text())
@@ -250,11 +259,10 @@ def main():
                     times[s].setdefault(key, []).append(iree_time(f, arch, m, "decode", c, a.threads, min_time, sched=sched))
                 # Served in process in the same round (so that its ratio to llama.cpp is of one sitting), with
                 # tapeout-iree's batch waits and with IREE's own wait, the two in alternating order.
-                if not s.endswith("_static"):
+                if s in served_systems:
                     served = times[s].setdefault("served", {"on": [], "off": []})
-                    for on in ((True, False) if r % 2 == 0 else (False, True)):
-                        served["on" if on else "off"].append(
-                            serve(f, arch, "decode", contexts[0], a.threads, served_calls, batch_waits=on))
+                    for on, v in serve_both(f, arch, r).items():
+                        served[on].append(v)
             else:
                 t = json.loads(sh(*SCHED, py, ROOT / "tests/bench/llamacpp.py", "time", f, "--threads", a.threads,
                                   "--prefill", ",".join(map(str, prefills)), "--context", ",".join(map(str, contexts)),
@@ -279,26 +287,21 @@ def main():
     # archive read into memory); `served` is the bf16 one. Each also with IREE's own wait (`served_decode_no_batch`:
     # Device::set_batch_waits's baseline), each call a process of its own: timed in the rounds above, or (times
     # reused from a run that predates that) in rounds of their own here.
-    served_rounds = {}
-    for s, (kind, f, arch, _) in systems.items():
-        for on in (True, False):
-            if kind == "iree" and not s.endswith("_static") and times[s].get("served", {}).get("on" if on else "off"):
-                served_rounds[(s, on)] = times[s]["served"]["on" if on else "off"]
-    if not served_rounds:
+    if not all(times[s].get("served") for s in served_systems):
+        for s in served_systems:
+            times[s]["served"] = {"on": [], "off": []}
         for r in range(1 if a.small else max(1, a.rounds)):
-            for on in ((True, False) if r % 2 == 0 else (False, True)):
-                for s, (kind, f, arch, _) in systems.items():
-                    if kind == "iree" and not s.endswith("_static"):
-                        served_rounds.setdefault((s, on), []).append(
-                            serve(f, arch, "decode", contexts[0], a.threads, served_calls, batch_waits=on))
+            for s, (f, arch) in served_systems.items():
+                for on, v in serve_both(f, arch, r).items():
+                    times[s]["served"][on].append(v)
 
     def median_round(runs):
         """The round with the median time (the lower of two middle ones; its memory with it), and every round's."""
         runs = sorted(runs, key=lambda v: v["median_ms"])
         return dict(runs[(len(runs) - 1) // 2], rounds_ms=[v["median_ms"] for v in runs])
 
-    result["served_decode"] = {s: median_round(v) for (s, on), v in served_rounds.items() if on}
-    result["served_decode_no_batch"] = {s: median_round(v) for (s, on), v in served_rounds.items() if not on}
+    result["served_decode"] = {s: median_round(times[s]["served"]["on"]) for s in served_systems}
+    result["served_decode_no_batch"] = {s: median_round(times[s]["served"]["off"]) for s in served_systems}
     result["served"] = result["served_decode"]["tapeout_bf16"]
     # Prefill served in process the same way: its time and the process's peak memory (VmHWM), beside the archive it
     # maps (a kept-packed prefill dequantizes weights for its `?` rows: how much of that is live at once).
