@@ -12,7 +12,9 @@ use std::time::Instant;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 use tapeout::ArchiveSet;
 use tapeout::graph::io::FileAccess;
-use tapeout::graph::{HalfConstantHandling, PackedCodesLayout, PackedConstantHandling, WeightLayout};
+use tapeout::graph::{
+    Forms, HalfConstantHandling, PackedCodesLayout, PackedConstantHandling, Target, Tuning, WeightLayout,
+};
 use tapeout::hlo::MaterializationPolicy;
 use tapeout::irpa::{self, ArchiveWriter, FileRegionSource, IrpaError, Payload, Progress};
 use tapeout::{GraphFileExport, Remedy};
@@ -97,10 +99,19 @@ enum Command {
         layout: LayoutArg,
         /// With --packed keep and the layout for use: the codes of Q8_0 / Q4_0 weights in block rows (the default)
         /// or in row bands of 32 rows (a weight no use gathers rows of, its rows a multiple of 32; Q4_0's are
-        /// padded to 64): the same numbers; which decodes faster depends on the CPU, and IREE 3.13 keeps a copy of
-        /// the codes in block rows for a prefill's few-rows products (docs/performance.md, "Codes in row bands").
+        /// padded to 64): the same numbers; which decodes faster depends on the CPU. A form of the llvm-cpu target
+        /// only.
         #[arg(long, value_enum, default_value = "block-rows")]
         packed_codes: PackedCodesArg,
+        /// The IREE backend the module is for: llvm-cpu (the default) writes the portable lowering plus the CPU's
+        /// forms and a tuning spec; vulkan, cuda, rocm and portable write the portable lowering, which every
+        /// backend compiles.
+        #[arg(long, value_enum, default_value = "llvm-cpu")]
+        target: TargetArg,
+        /// Write the portable lowering alone, without the target's forms (and so without a tuning spec): the
+        /// reference the tuned forms are checked against.
+        #[arg(long)]
+        no_tuning: bool,
         /// Let the graph's data entries read files outside its own directory tree (absolute paths, `..`,
         /// symlinks out). Only for graphs you trust: their bytes end up in the archive or module.
         #[arg(long)]
@@ -180,6 +191,33 @@ enum PackedCodesArg {
     RowBands,
 }
 
+/// `--target` values: [`Target`]'s names.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum TargetArg {
+    /// IREE's CPU backend: the portable lowering, the CPU pass's forms and a tuning spec (default).
+    LlvmCpu,
+    /// IREE's Vulkan backend (vulkan-spirv): the portable lowering.
+    Vulkan,
+    /// IREE's CUDA backend: the portable lowering.
+    Cuda,
+    /// IREE's ROCm backend: the portable lowering.
+    Rocm,
+    /// Any backend: the portable lowering.
+    Portable,
+}
+
+impl From<TargetArg> for Target {
+    fn from(t: TargetArg) -> Self {
+        match t {
+            TargetArg::LlvmCpu => Target::LlvmCpu,
+            TargetArg::Vulkan => Target::Vulkan,
+            TargetArg::Cuda => Target::Cuda,
+            TargetArg::Rocm => Target::Rocm,
+            TargetArg::Portable => Target::Portable,
+        }
+    }
+}
+
 /// `--packed` values.
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum PackedArg {
@@ -250,6 +288,8 @@ fn main() -> ExitCode {
             max_archive_bytes,
             layout,
             packed_codes,
+            target,
+            no_tuning,
         } => 'export: {
             let bands = matches!(packed_codes, PackedCodesArg::RowBands);
             if bands && (!matches!(packed, PackedArg::Keep) || matches!(layout, LayoutArg::AsHeld)) {
@@ -258,6 +298,14 @@ fn main() -> ExitCode {
                      their use: pass it with --packed keep and without --layout as-held"
                         .to_owned(),
                 ));
+            }
+            let (target, tuning) = (Target::from(target), if no_tuning { Tuning::Off } else { Tuning::On });
+            if bands && Forms::of(target, tuning) != Forms::Cpu {
+                break 'export Err(Failure(format!(
+                    "--packed-codes row-bands is a form of the llvm-cpu target's pass, which --target {target}{} \
+                     does not write: drop it, or export for --target llvm-cpu with tuning on",
+                    if no_tuning { " --no-tuning" } else { "" }
+                )));
             }
             let policy = if inline_all {
                 MaterializationPolicy::InlineAlways
@@ -292,6 +340,8 @@ fn main() -> ExitCode {
                 file_access,
                 layout,
                 packed_codes,
+                target,
+                tuning,
                 max_archive_bytes,
             };
             export(&graph, &opts, &output)

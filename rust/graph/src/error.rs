@@ -124,6 +124,13 @@ pub enum GraphError {
         tensor: usize,
     },
 
+    /// The export's options contradict each other.
+    #[error("the export's options contradict each other: {detail}")]
+    Options {
+        /// Which options, and what to do.
+        detail: String,
+    },
+
     /// The graph declares no outputs: the module would compute nothing.
     #[error("the graph has no outputs: it would compute nothing")]
     NoOutputs,

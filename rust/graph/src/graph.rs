@@ -11,6 +11,7 @@ use crate::ops;
 use crate::ops::OpKind;
 use crate::packed::{BlockOrder, Encoding};
 use crate::pass::{self, Program};
+use crate::target::{Forms, Target, Tuning};
 use crate::tensor::{HalfLayout, Storage, TensorSpec};
 use crate::trace::{Op, TensorId, Trace};
 
@@ -86,8 +87,21 @@ pub struct ExtractOptions {
     /// Weights written in the layout their use wants (default) or as held.
     pub layout: WeightLayout,
     /// With the layout chosen for use: the codes of Q8_0 and Q4_0 weights kept packed in block rows (default) or
-    /// in row bands.
+    /// in row bands (a CPU form: [`Forms::Cpu`] only).
     pub packed_codes: PackedCodesLayout,
+    /// The device the module is for (default `llvm-cpu`): which device pass, if any, adds its forms to the
+    /// portable lowering.
+    pub target: Target,
+    /// Whether the target's forms are written (default) or the portable lowering alone.
+    pub tuning: Tuning,
+}
+
+impl ExtractOptions {
+    /// The forms [`finalize`] writes with these options.
+    #[must_use]
+    pub fn forms(&self) -> Forms {
+        Forms::of(self.target, self.tuning)
+    }
 }
 
 /// A key that had to be changed because another constant already had it.
@@ -113,6 +127,7 @@ pub struct ComputeGraph<'a> {
     nodes: Vec<Op>,
     outputs: Vec<TensorId>,
     key_collisions: Vec<KeyCollision>,
+    forms: Forms,
 }
 
 impl<'a> ComputeGraph<'a> {
@@ -129,6 +144,12 @@ impl<'a> ComputeGraph<'a> {
     #[must_use]
     pub fn tensors(&self) -> &[TensorSpec] {
         &self.tensors
+    }
+
+    /// The forms its rewrites wrote: the portable lowering alone, or with a device pass's forms.
+    #[must_use]
+    pub fn forms(&self) -> Forms {
+        self.forms
     }
 
     /// Runtime inputs (function arguments), in the order the trace declared them (its tensor table).
@@ -479,6 +500,7 @@ fn assign_keys(constants: &mut [Constant<'_>], specs: &[TensorSpec]) -> Vec<KeyC
 /// Any [`GraphError`]: what the recorded graph or its storage breaks, a weight that cannot be kept packed, or
 /// [`GraphError::PassBroke`].
 pub fn finalize<'a>(trace: &Trace<'a>, opts: &ExtractOptions) -> Result<ComputeGraph<'a>> {
+    check_options(opts)?;
     let producer = check_structure(trace)?;
     let order = topological_order(trace, &producer)?;
     let (tensors, ops) = (trace.tensors(), trace.ops());
@@ -524,18 +546,42 @@ pub fn finalize<'a>(trace: &Trace<'a>, opts: &ExtractOptions) -> Result<ComputeG
     let mut program =
         Program { specs, inputs, constants, nodes, outputs: trace.outputs().to_vec(), next_index: ops.len() };
     // The rewrites, each verified: what they produce passes the checks the recorded graph passed.
+    // The device pass's say in them: the CPU's forms, or none (the portable lowering).
+    let forms = opts.forms();
+    let bands = opts.layout == WeightLayout::ChosenForUse && opts.packed_codes == PackedCodesLayout::RowBands;
+    let device: &dyn pass::DeviceForms = match forms {
+        Forms::Cpu => &pass::CpuForms { code_bands: bands },
+        Forms::Portable => &pass::Portable,
+    };
     if opts.packed == PackedConstantHandling::Keep {
-        let bands = opts.layout == WeightLayout::ChosenForUse && opts.packed_codes == PackedCodesLayout::RowBands;
-        program = pass::keep_packed(program, bands)?;
+        program = pass::keep_packed(program, device)?;
         verify(&program, "keep_packed")?;
     }
     if opts.layout == WeightLayout::ChosenForUse {
-        program = pass::transpose_at_export(program);
+        program = pass::transpose_at_export(program, device);
         verify(&program, "transpose_at_export")?;
     }
     let Program { specs, inputs, constants, nodes, outputs, .. } = program;
     let constant_of = constants.iter().enumerate().map(|(i, c)| (c.tensor, i)).collect();
-    Ok(ComputeGraph { tensors: specs, inputs, constants, constant_of, nodes, outputs, key_collisions })
+    Ok(ComputeGraph { tensors: specs, inputs, constants, constant_of, nodes, outputs, key_collisions, forms })
+}
+
+/// Refuses options that contradict each other: codes in row bands are a CPU form, which an export for another
+/// target, or with its tuning off, does not write.
+fn check_options(opts: &ExtractOptions) -> Result<()> {
+    if opts.packed_codes == PackedCodesLayout::RowBands && opts.forms() != Forms::Cpu {
+        let why = match opts.tuning {
+            Tuning::Off => "with the target's tuning off".to_owned(),
+            Tuning::On => format!("for the target {}", opts.target),
+        };
+        return Err(GraphError::Options {
+            detail: format!(
+                "codes in row bands (packed codes layout RowBands) are a form of the llvm-cpu pass, which an export \
+                 {why} does not write; use the block-rows layout, or export for llvm-cpu with tuning on"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Checks what the rewrite `pass` produced as [`finalize`] checks what the user recorded: every tensor id names a

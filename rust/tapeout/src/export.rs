@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tapeout_graph::io::{FileAccess, GraphFile, WeightSet};
 use tapeout_graph::{
     ComputeGraph, ConstantData, ExtractOptions, HalfConstantHandling, KeyCollision, PackedCodesLayout,
-    PackedConstantHandling, Trace, WeightLayout,
+    PackedConstantHandling, Target, Trace, Tuning, WeightLayout,
 };
 use tapeout_hlo::{EmitOptions, HloError, MaterializationPolicy};
 use tapeout_irpa::{ArchiveWriter, AtomicFile, FileRegionSource, Progress};
@@ -184,11 +184,13 @@ pub fn export_functions(
     })
 }
 
-/// Writes the CPU tuning spec to `path` (atomically) when a constant of `functions` is stored in a form the spec
-/// tunes ([`tapeout_hlo::is_tuned`]: codes kept packed in 32-value blocks, bf16 / f16 row bands), and returns its path.
+/// Writes the CPU tuning spec to `path` (atomically) when `functions` hold the CPU pass's forms
+/// ([`tapeout_graph::Forms::Cpu`]) and a constant of theirs is stored in a form the spec tunes ([`tapeout_hlo::is_tuned`]: codes kept packed in 32-value blocks, bf16 / f16 row bands), and returns its path.
 /// Otherwise removes a spec an earlier export left there, so that a compile never picks up a spec for another module.
 fn write_tuning_spec(functions: &[(&str, &ComputeGraph<'_>)], path: &Path) -> Result<Option<PathBuf>> {
-    let tuned = functions.iter().flat_map(|(_, g)| g.constants()).any(|c| tapeout_hlo::is_tuned(&c.data));
+    // Only the CPU pass's forms are the spec's to tile: a portable module is compiled with IREE's defaults.
+    let cpu = functions.iter().all(|(_, g)| g.forms() == tapeout_graph::Forms::Cpu);
+    let tuned = cpu && functions.iter().flat_map(|(_, g)| g.constants()).any(|c| tapeout_hlo::is_tuned(&c.data));
     if !tuned {
         return match std::fs::remove_file(path) {
             Ok(()) => Ok(None),
@@ -273,6 +275,10 @@ pub struct GraphFileExport<'p> {
     /// With the layout chosen for use: the codes of Q8_0 / Q4_0 weights kept packed in block rows (default) or
     /// in row bands ([`PackedCodesLayout`]).
     pub packed_codes: PackedCodesLayout,
+    /// The device the module is for ([`Target`]: which device pass adds its forms to the portable lowering).
+    pub target: Target,
+    /// Whether the target's forms are written (default) or the portable lowering alone ([`Tuning`]).
+    pub tuning: Tuning,
     /// Split the parameters over archives of at most this many bytes each (`None`: one archive).
     pub max_archive_bytes: Option<u64>,
 }
@@ -300,6 +306,8 @@ pub fn export_graph_file(
             half: opts.half,
             layout: opts.layout,
             packed_codes: opts.packed_codes,
+            target: opts.target,
+            tuning: opts.tuning,
         };
         let graph = finalize(&trace, &extract).map_err(|e| {
             if names.len() > 1 { Error::InFunction { function: names[f].to_owned(), source: Box::new(e) } } else { e }

@@ -5,10 +5,12 @@
 //! Passes read and write the IR ([`Op`], [`TensorSpec`], [`Constant`]) and nothing of the graph module, which runs
 //! them and verifies each one's output with the checks the recorded graph passed.
 
+mod cpu;
 mod keep_packed;
 mod transpose_at_export;
 
-pub use keep_packed::FEW_ROWS;
+pub(crate) use cpu::CpuForms;
+pub use cpu::FEW_ROWS;
 pub(crate) use keep_packed::keep_packed;
 pub(crate) use transpose_at_export::transpose_at_export;
 
@@ -16,6 +18,39 @@ use crate::constant::Constant;
 use crate::ops::OpKind;
 use crate::tensor::TensorSpec;
 use crate::trace::{Attr, Attrs, Op, TensorId};
+
+/// What a device's pass adds to the portable lowering, asked by the rewrites where a form is the device's to
+/// choose. [`Portable`] adds nothing: every answer is the portable form, so a device with no pass of its own gets
+/// exactly that lowering, and a device's forms are one implementation of this trait in a module of its own
+/// ([`CpuForms`]). The rewrites never name a device.
+pub(crate) trait DeviceForms {
+    /// Rows per band in which the codes of a weight kept packed in `encoding` (`kb` blocks per row, `np` plane
+    /// rows; no use gathers its rows) are stored (`[Np / T, Kb, B, T]`); `None`: `[Kb, B, Np]`.
+    fn code_bands(&self, encoding: &crate::packed::Encoding, kb: u64, np: u64) -> Option<u64>;
+    /// Writes `y = x @ Wᵀ` for the linear `m`, whose `x` has `?` dimensions, onto the planes `pl`, and says so;
+    /// `false` leaves it to the portable form (the weight dequantized for that product).
+    fn dynamic_linear(&self, b: &mut keep_packed::Builder<'_>, pl: &mut keep_packed::Planes, m: &Op) -> bool;
+    /// Source rows per band of a linear's weight written transposed (`[rows / tile, cols, tile]`); `rows`: a plain
+    /// transpose.
+    fn weight_row_tile(&self, rows: u64) -> u64;
+}
+
+/// The portable lowering alone: no device's forms.
+pub(crate) struct Portable;
+
+impl DeviceForms for Portable {
+    fn code_bands(&self, _: &crate::packed::Encoding, _: u64, _: u64) -> Option<u64> {
+        None
+    }
+
+    fn dynamic_linear(&self, _: &mut keep_packed::Builder<'_>, _: &mut keep_packed::Planes, _: &Op) -> bool {
+        false
+    }
+
+    fn weight_row_tile(&self, rows: u64) -> u64 {
+        rows
+    }
+}
 
 /// What a pass takes and returns: every tensor's spec, the runtime inputs and constants that define tensors no
 /// node produces, the nodes in topological order, and the results.
@@ -106,16 +141,27 @@ pub(crate) fn uses(nodes: &[Op]) -> std::collections::HashMap<TensorId, Vec<usiz
 #[cfg(test)]
 mod tests {
     /// The dependency goes one way: the graph module runs the passes, the passes read the IR; constants stream
-    /// through the transposer, which reads what they lend.
+    /// through the transposer, which reads what they lend. The portable rewrites never name a device's pass: what
+    /// a device adds reaches them through [`super::DeviceForms`].
     #[test]
     fn passes_and_the_transposer_do_not_import_what_uses_them() {
         let graph = concat!("crate", "::graph");
-        for (file, text) in [
+        let core = [
             ("pass/mod.rs", include_str!("mod.rs")),
-            ("pass/keep_packed.rs", include_str!("keep_packed.rs")),
+            ("pass/keep_packed/mod.rs", include_str!("keep_packed/mod.rs")),
+            ("pass/keep_packed/planes.rs", include_str!("keep_packed/planes.rs")),
             ("pass/transpose_at_export.rs", include_str!("transpose_at_export.rs")),
-        ] {
+        ];
+        let cpu = [
+            ("pass/cpu/mod.rs", include_str!("cpu/mod.rs")),
+            ("pass/cpu/few_rows.rs", include_str!("cpu/few_rows.rs")),
+            ("pass/cpu/dequantized.rs", include_str!("cpu/dequantized.rs")),
+        ];
+        for (file, text) in core.iter().chain(&cpu) {
             assert!(!text.contains(graph), "{file} imports the graph module");
+        }
+        for (file, text) in &core[1..] {
+            assert!(!text.contains("cpu::") && !text.contains("CpuForms"), "{file} names the CPU pass");
         }
         let constant = concat!("crate", "::constant");
         assert!(!include_str!("../transpose.rs").contains(constant), "transpose.rs imports the constants");

@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use super::{Fresh, Program, gathers_rows_of, swaps_two_dims, uses};
+use super::{DeviceForms, Fresh, Program, gathers_rows_of, swaps_two_dims, uses};
 use crate::constant::ConstantData;
 use crate::ops::OpKind;
 use crate::shape::Shape;
@@ -19,22 +19,12 @@ use crate::trace::{Attr, Attrs, Op, TensorId};
 ///   (docs/performance.md): for a decode step, the table as held makes IREE keep a transposed copy of it (2.0×
 ///   the archive in RSS); stored transposed, 1.03×.
 ///
-/// A weight whose only uses are then the right operand of matmuls (a linear) is written in row bands of
-/// [`ROW_TILES`] (`[rows / tile, cols, tile]`, [`ConstantData::row_tile`]); the emitter contracts it as stored, in one contraction over the bands.
+/// A weight whose only uses are then the right operand of matmuls (a linear) is written in the row bands the
+/// device pass asks for ([`DeviceForms::weight_row_tile`]: `[rows / tile, cols, tile]`,
+/// [`ConstantData::row_tile`]); the emitter contracts it as stored, in one contraction over the bands.
 ///
 /// Constants whose values cannot be streamed transposed within the tile budget stay as held.
-/// Source rows per band of a linear's weight written in row bands ([`ConstantData::Transposed`]): 32 where they
-/// divide the rows, else the largest of 16 and 8 that does, else all rows (a plain transpose). Measured with IREE
-/// 3.13 on the llvm-cpu target (docs/performance.md, "Decode at the memory floor"): a decode step's
-/// matrix-vector product over `[rows / 32, cols, 32]` bf16 bands, one contraction over the stored bands, reads the
-/// weight at several times the rate of the same product over `[cols, rows]`, with no copy of the weight.
-pub(crate) const ROW_TILES: [u64; 3] = [32, 16, 8];
-
-fn row_tile(rows: u64) -> u64 {
-    ROW_TILES.into_iter().find(|&t| rows % t == 0 && rows > t).unwrap_or(rows)
-}
-
-pub(crate) fn transpose_at_export(program: Program<'_>) -> Program<'_> {
+pub(crate) fn transpose_at_export<'a>(program: Program<'a>, forms: &dyn DeviceForms) -> Program<'a> {
     let Program { mut specs, inputs, mut constants, mut nodes, outputs, next_index } = program;
     let mut fresh = Fresh::from(next_index);
     let uses = uses(&nodes);
@@ -85,7 +75,7 @@ pub(crate) fn transpose_at_export(program: Program<'_>) -> Program<'_> {
                     n.op == OpKind::Matmul && n.inputs.len() == 2 && n.inputs[1] == out && n.inputs[0] != out
                 })
             });
-        let tile = if only_matmuls { row_tile(rows) } else { rows };
+        let tile = if only_matmuls { forms.weight_row_tile(rows) } else { rows };
         c.tensor = out;
         let held = std::mem::replace(&mut c.data, ConstantData::F32(Lent::Slice(&[])));
         c.data = ConstantData::Transposed { of: Box::new(held), rows, cols, tile };
