@@ -7,6 +7,7 @@
 use tapeout::Remedy;
 #[cfg(test)]
 use tapeout::graph::DType;
+use tapeout::graph::Target;
 
 /// What kind of JVM array a tensor's data is (the `kinds[i]` argument).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,9 +64,36 @@ pub(crate) const KEEP_PACKED: i32 = 4;
 /// With [`KEEP_PACKED`] only: the codes of Q8_0 / Q4_0 weights in row bands (`PackedCodesLayout::RowBands`).
 pub(crate) const ROW_BAND_CODES: i32 = 8;
 
-/// Every bit of `options`; any other bit is refused, and so are [`DEQUANTIZE_PACKED`] and [`KEEP_PACKED`] together,
-/// and [`ROW_BAND_CODES`] without [`KEEP_PACKED`].
-pub(crate) const OPTIONS: [OptionBit; 4] = [
+/// The portable lowering alone, without the target's forms (`Tuning::Off`).
+pub(crate) const NO_TUNING: i32 = 16;
+/// The export's target is the code ([`TARGETS`]) held in the four bits from this one.
+pub(crate) const TARGET_SHIFT: i32 = 8;
+/// The bits that hold the target's code.
+pub(crate) const TARGET_BITS: i32 = 0xF << TARGET_SHIFT;
+
+/// Every target the `options` argument names, by code (its position), with its Kotlin constant and what it asks
+/// for. The Kotlin `ExportTarget` enum is rendered from it.
+pub(crate) const TARGETS: [(Target, &str, &str); 5] = [
+    (
+        Target::LlvmCpu,
+        "LLVM_CPU",
+        "IREE's CPU backend (the default): the portable lowering plus the CPU's forms and a tuning spec.",
+    ),
+    (Target::Vulkan, "VULKAN", "IREE's Vulkan backend (`vulkan-spirv`): the portable lowering."),
+    (Target::Cuda, "CUDA", "IREE's CUDA backend: the portable lowering."),
+    (Target::Rocm, "ROCM", "IREE's ROCm backend: the portable lowering."),
+    (Target::Portable, "PORTABLE", "No backend in particular: the portable lowering, which every backend compiles."),
+];
+
+/// The target whose code `options` holds, if it holds one.
+pub(crate) fn target_of(options: i32) -> Option<Target> {
+    let code = usize::try_from((options & TARGET_BITS) >> TARGET_SHIFT).ok()?;
+    TARGETS.get(code).map(|&(t, _, _)| t)
+}
+
+/// Every bit of `options` but the target's; any other bit is refused, and so are [`DEQUANTIZE_PACKED`] and
+/// [`KEEP_PACKED`] together, and [`ROW_BAND_CODES`] without [`KEEP_PACKED`].
+pub(crate) const OPTIONS: [OptionBit; 5] = [
     OptionBit {
         bit: DEQUANTIZE_PACKED,
         name: "DEQUANTIZE_PACKED",
@@ -81,6 +109,11 @@ pub(crate) const OPTIONS: [OptionBit; 4] = [
         bit: ROW_BAND_CODES,
         name: "ROW_BAND_CODES",
         doc: "With KEEP_PACKED only: the codes of Q8_0 / Q4_0 weights in row bands of 32 rows.",
+    },
+    OptionBit {
+        bit: NO_TUNING,
+        name: "NO_TUNING",
+        doc: "The portable lowering alone, without the target's own forms (and so without a tuning spec).",
     },
 ];
 
@@ -115,6 +148,18 @@ pub(crate) fn kotlin() -> String {
     for o in &OPTIONS {
         out += &format!("    /** {} */\n    const val {} = {}\n", o.doc, o.name, o.bit);
     }
+    out += &format!(
+        "    /** The export's target ([ExportTarget.code]) is held in the four bits from this one. */\n    \
+         const val TARGET_SHIFT = {TARGET_SHIFT}\n"
+    );
+    out += "}\n\n/** The IREE backend an export is for: which device's forms join the portable lowering. [id] is its name on \
+            every front end\n *  (`--target`, Gradle's `ireeTargets`). */\n\
+            enum class ExportTarget(val id: String, internal val code: Int) {\n";
+    for (code, (t, name, doc)) in TARGETS.iter().enumerate() {
+        out += &format!("    /** {doc} */\n    {name}(\"{}\", {code}),\n", t.name());
+    }
+    out += "    ;\n\n    companion object {\n        /** The target called [id], or null. */\n        \
+            fun of(id: String): ExportTarget? = entries.firstOrNull { it.id == id }\n    }\n";
     out += "}\n\n/** What the user can do about a [TapeoutException], as data: the Kotlin API words it in its message, the Gradle\n \
             *  task words it as a `tapeout { … }` setting. */\nenum class Remedy {\n";
     for r in Remedy::ALL {
@@ -154,7 +199,15 @@ mod tests {
         }
         assert_eq!(Kind::from_code(6), None);
         assert_eq!(Kind::from_code(-1), None);
+        for (code, (t, _, _)) in TARGETS.iter().enumerate() {
+            let options = i32::try_from(code).expect("five targets") << TARGET_SHIFT;
+            assert_eq!(target_of(options), Some(*t));
+            assert_eq!(options & !TARGET_BITS, 0, "{t}: its code passes the target's bits");
+        }
+        assert_eq!(target_of(7 << TARGET_SHIFT), None);
+        assert_eq!(TARGETS.map(|(t, _, _)| t), Target::ALL, "a target the contract cannot name");
         let bits: i32 = OPTIONS.iter().map(|o| o.bit).sum();
+        assert_eq!(bits & TARGET_BITS, 0, "an option bit among the target's");
         assert_eq!(bits, OPTIONS.iter().fold(0, |acc, o| acc | o.bit), "option bits overlap");
         for r in Remedy::ALL {
             assert!(!remedy_doc(r).is_empty(), "remedy {} has no documentation", r.name());

@@ -10,11 +10,14 @@ use jni::sys::{jint, jlong};
 use tapeout::graph::io::{FileAccess, GraphFile, WeightSet};
 use tapeout::graph::{
     BlockOrder, ComputeGraph, Encoding, ExtractOptions, HalfConstantHandling, HalfLayout, Lent, PackedCodesLayout,
-    PackedConstantHandling, Storage, TensorId,
+    PackedConstantHandling, Storage, Target, TensorId, Tuning,
 };
 use tapeout::hlo::{EmitOptions, MaterializationPolicy};
 
-use crate::contract::{DEQUANTIZE_PACKED, KEEP_PACKED, Kind, OPTIONS, ROW_BAND_CODES, WIDEN_HALF};
+use crate::contract::{
+    DEQUANTIZE_PACKED, KEEP_PACKED, Kind, NO_TUNING, OPTIONS, ROW_BAND_CODES, TARGET_BITS, TARGET_SHIFT, WIDEN_HALF,
+    target_of,
+};
 use crate::error::Failure;
 use crate::pin::{ByteUse, JvmArray, JvmBytes, JvmShorts, Lender, Pins};
 
@@ -24,6 +27,8 @@ pub(crate) struct Request {
     pub(crate) packed: PackedConstantHandling,
     pub(crate) packed_codes: PackedCodesLayout,
     pub(crate) half: HalfConstantHandling,
+    pub(crate) target: Target,
+    pub(crate) tuning: Tuning,
     pub(crate) forced: Vec<usize>,
 }
 
@@ -54,7 +59,7 @@ pub(crate) fn parse(
         .into_iter()
         .map(|i| usize::try_from(i).map_err(|_| Failure::invalid(format!("forced input index {i} is negative"))))
         .collect::<Result<_, _>>()?;
-    let known = OPTIONS.iter().fold(0, |acc, o| acc | o.bit);
+    let known = OPTIONS.iter().fold(TARGET_BITS, |acc, o| acc | o.bit);
     let both = DEQUANTIZE_PACKED | KEEP_PACKED;
     if options & !known != 0 || options & both == both {
         return Err(Failure::invalid(format!("unknown option bits {options:#x}")));
@@ -74,7 +79,14 @@ pub(crate) fn parse(
         PackedConstantHandling::Fail
     };
     let half = if options & WIDEN_HALF != 0 { HalfConstantHandling::Widen } else { HalfConstantHandling::Keep };
-    Ok(Request { graph, packed, packed_codes, half, forced })
+    let target = target_of(options).ok_or_else(|| {
+        Failure::invalid(format!(
+            "option bits {options:#x}: no export target has code {}",
+            (options & TARGET_BITS) >> TARGET_SHIFT
+        ))
+    })?;
+    let tuning = if options & NO_TUNING != 0 { Tuning::Off } else { Tuning::On };
+    Ok(Request { graph, packed, packed_codes, half, target, tuning, forced })
 }
 
 /// Builds the lenders for every tensor with JVM data (`kinds[i] != 0`); a packed tensor's encoding is
@@ -168,6 +180,8 @@ pub(crate) fn finalize_function<'a>(
         packed: req.packed,
         packed_codes: req.packed_codes,
         half: req.half,
+        target: req.target,
+        tuning: req.tuning,
         ..ExtractOptions::default()
     };
     Ok(tapeout::finalize(&trace, &opts)?)

@@ -20,6 +20,11 @@ enum class PackedConstantHandling {
     KEEP_ROW_BANDS,
 }
 
+/** The device an export is for, and whether its own forms are written: [target] picks the device pass that joins the
+ *  portable lowering (only [ExportTarget.LLVM_CPU] has one today: row bands, a prefill's few-rows forms, a tuning
+ *  spec); [tuning] `false` writes the portable lowering alone, whatever the target, with no tuning spec. */
+data class ExportOptions(val target: ExportTarget = ExportTarget.LLVM_CPU, val tuning: Boolean = true)
+
 /** What to do with frozen f16/bf16 weights. */
 enum class HalfConstantHandling {
     /** Store their own 16-bit bytes (default): the module converts them to f32 where they are used. No conversion
@@ -30,13 +35,19 @@ enum class HalfConstantHandling {
 }
 
 /** The native side's option bits ([NativeOption]) for these settings. */
-internal fun nativeOptions(packed: PackedConstantHandling, half: HalfConstantHandling): Int =
+internal fun nativeOptions(
+    packed: PackedConstantHandling,
+    half: HalfConstantHandling,
+    target: ExportTarget = ExportTarget.LLVM_CPU,
+    tuning: Boolean = true,
+): Int =
     when (packed) {
         PackedConstantHandling.DEQUANTIZE -> NativeOption.DEQUANTIZE_PACKED
         PackedConstantHandling.KEEP -> NativeOption.KEEP_PACKED
         PackedConstantHandling.KEEP_ROW_BANDS -> NativeOption.KEEP_PACKED or NativeOption.ROW_BAND_CODES
         PackedConstantHandling.FAIL -> 0
-    } or (if (half == HalfConstantHandling.WIDEN) NativeOption.WIDEN_HALF else 0)
+    } or (if (half == HalfConstantHandling.WIDEN) NativeOption.WIDEN_HALF else 0) or
+        (if (tuning) 0 else NativeOption.NO_TUNING) or (target.code shl NativeOption.TARGET_SHIFT)
 
 /** Which constants are written inline in the module and which become external parameters. */
 sealed class MaterializationPolicy {
@@ -220,7 +231,8 @@ internal fun lend(d: TensorData, i: Int, data: Array<Any?>, kinds: IntArray, enc
  * dequantized lazily; mapped regions are inputs.
  *
  * With [synthesizeExternalInputs] `false`, a tensor that becomes an input without having been declared with
- * [ExecutionTape.input] is an error instead.
+ * [ExecutionTape.input] is an error instead. [options] name the device the module is for ([ExportOptions]); codes in
+ * row bands ([PackedConstantHandling.KEEP_ROW_BANDS]) are a form of the CPU's and refused for any other.
  *
  * The graph is a snapshot of the tape: ops and outputs recorded after this call are not in it.
  */
@@ -229,13 +241,14 @@ fun ExecutionTape.toComputeGraph(
     inputTensorIds: Set<Int> = emptySet(),
     packedConstants: PackedConstantHandling = PackedConstantHandling.FAIL,
     halfConstants: HalfConstantHandling = HalfConstantHandling.KEEP,
+    options: ExportOptions = ExportOptions(),
 ): ComputeGraph {
     val snapshot = snapshot()
     val a = Marshalled(snapshot.tensors)
     val forced = inputTensorIds.toIntArray()
-    val options = nativeOptions(packedConstants, halfConstants)
-    val json = snapshot.located { NativeBridge.finalize(snapshot.toGraphJson("model"), a.data, a.kinds, a.encodings, options, forced) }
-    val graph = ComputeGraph(snapshot, options, forced, GraphSummary.parse(json))
+    val bits = nativeOptions(packedConstants, halfConstants, options.target, options.tuning)
+    val json = snapshot.located { NativeBridge.finalize(snapshot.toGraphJson("model"), a.data, a.kinds, a.encodings, bits, forced) }
+    val graph = ComputeGraph(snapshot, bits, forced, GraphSummary.parse(json))
     if (!synthesizeExternalInputs) {
         val declared = snapshot.tensors.filter { it.id in inputIds || it.id in inputTensorIds }.map { snapshot.nameOf(it) }.toSet()
         val synthesized = graph.inputs.filter { it !in declared }

@@ -41,6 +41,8 @@ internal class ExportRequest(
     val args: List<String>,
     /** Where [ExportResponse] goes. */
     val response: File,
+    /** The device the module is for (`exportTarget`, `tuning`; absent: the CPU's forms, as before they existed). */
+    val options: ExportOptions = ExportOptions(),
 ) {
     companion object {
         const val FORMAT = "tapeout-export/1"
@@ -53,9 +55,20 @@ internal class ExportRequest(
             fun field(name: String): String = requireNotNull(p.getProperty(name)) { "$file: '$name' is missing" }
             fun long(name: String): Long = requireNotNull(field(name).toLongOrNull()) { "$file: '$name' is not a number" }
             val args = (0 until long("args.count").toInt()).map { field("args.$it") }
+            val target = p.getProperty("exportTarget")?.let { id ->
+                requireNotNull(ExportTarget.of(id)) {
+                    "$file: exportTarget '$id' is none of ${ExportTarget.entries.joinToString { it.id }}"
+                }
+            } ?: ExportTarget.LLVM_CPU
+            val tuning = when (val t = p.getProperty("tuning")) {
+                null, "true" -> true
+                "false" -> false
+                else -> throw IllegalArgumentException("$file: tuning '$t' is neither true nor false")
+            }
             return ExportRequest(field("model"), field("outputDir"), field("moduleName"), field("scope"), long("inlineBelowBytes"),
                 PackedConstantHandling.valueOf(field("packedConstants").uppercase()),
-                HalfConstantHandling.valueOf(field("halfConstants").uppercase()), long("maxArchiveBytes"), args, File(field("response")))
+                HalfConstantHandling.valueOf(field("halfConstants").uppercase()), long("maxArchiveBytes"), args, File(field("response")),
+                ExportOptions(target, tuning))
         }
     }
 }
@@ -173,14 +186,14 @@ object ExportMain {
                 fail(listOf("the model threw ${cause.javaClass.name}${cause.message?.let { ": $it" } ?: ""}$during") + modelFrames(cause))
             }
             if (built.size != 1 || built.keys.single() != "main") {
-                val r = exportFunctions(built, outDir, name, scope, req.inlineBelowBytes, req.packed, req.half, req.maxArchiveBytes, t0)
+                val r = exportFunctions(built, outDir, name, scope, req, t0)
                 for (k in r.keyCollisions) out.warnings += k.warning
                 out.warnings += r.warnings
                 out.ok(r)
                 return
             }
             val tape = built.getValue("main")
-            val graph = tape.toComputeGraph(packedConstants = req.packed, halfConstants = req.half)
+            val graph = tape.toComputeGraph(packedConstants = req.packed, halfConstants = req.half, options = req.options)
             for (k in graph.keyCollisions) out.warnings += k.warning
             val total = graph.constants.sumOf { it.bytes }
             println("tapeout: ${tape.ops.size} ops, ${graph.inputs.size} inputs, ${graph.constants.size} constants (${total} bytes)")
@@ -223,11 +236,12 @@ object ExportMain {
     }
 
     /** The export of a [ModuleProvider]'s tapes as one module. */
-    private fun exportFunctions(tapes: Map<String, ExecutionTape>, outDir: String, name: String, scope: String, inlineBelow: Long,
-                                packed: PackedConstantHandling, half: HalfConstantHandling, maxArchiveBytes: Long, t0: Long): ExportResult {
+    private fun exportFunctions(tapes: Map<String, ExecutionTape>, outDir: String, name: String, scope: String,
+                                req: ExportRequest, t0: Long): ExportResult {
         println("tapeout: functions ${tapes.keys.joinToString()}: ${tapes.values.sumOf { it.ops.size }} ops")
         println("tapeout: exporting to $outDir/$name.mlir and the parameter archive")
-        val r = exportModule(File(outDir), name, tapes, packed, half, MaterializationPolicy.SizeThreshold(inlineBelow, scope), maxArchiveBytes)
+        val r = exportModule(File(outDir), name, tapes, req.packed, req.half,
+            MaterializationPolicy.SizeThreshold(req.inlineBelowBytes, scope), req.maxArchiveBytes, req.options)
         writeInputs(File(outDir, "$name.inputs"), tapes.values.toList())
         println("tapeout: wrote ${r.irpa} (${r.externals} parameters, ${r.irpaBytes} bytes) in %.2f s".format((System.nanoTime() - t0) / 1e9))
         println("tapeout: wrote ${r.mlir} (${r.mlirBytes} bytes) and ${r.signature.name}")

@@ -19,7 +19,8 @@ import java.io.File
  * function fails naming the line of your code that recorded the node, and [ExportResult.keyCollisions] lists
  * the weights of every function that were given another weight's key; [ExportResult.warnings] the checkpoint tensors
  * no function read and the declared parameters nothing bound ([CheckpointReport]). The module is then the functions as those
- * graphs took them: ops recorded on a tape while this runs are not exported.
+ * graphs took them: ops recorded on a tape while this runs are not exported. [options] name the device the module
+ * is for ([ExportOptions]: the CPU's forms by default, or the portable lowering every IREE backend compiles).
  */
 fun exportModule(
     outputDir: File,
@@ -29,14 +30,17 @@ fun exportModule(
     halfConstants: HalfConstantHandling = HalfConstantHandling.KEEP,
     policy: MaterializationPolicy = MaterializationPolicy.SizeThreshold(),
     maxArchiveBytes: Long = 0,
+    options: ExportOptions = ExportOptions(),
 ): ExportResult {
     require(functions.isNotEmpty()) { "exportModule needs at least one function" }
     require(maxArchiveBytes >= 0) { "maxArchiveBytes must be 0 (one archive) or a positive size, not $maxArchiveBytes" }
-    val graphs = functions.mapValues { (_, tape) -> tape.toComputeGraph(packedConstants = packedConstants, halfConstants = halfConstants) }
+    val graphs = functions.mapValues { (_, tape) ->
+        tape.toComputeGraph(packedConstants = packedConstants, halfConstants = halfConstants, options = options)
+    }
     val m = ModuleTables(functions.mapValues { (_, tape) -> tape.snapshot() })
     // A node index the native side names is one function's: the tape is known when there is only one.
     val only = m.functions.values.singleOrNull()
-    return nativeExport(only, m.json(name), m.arrays, nativeOptions(packedConstants, halfConstants), IntArray(0), outputDir, name,
+    return nativeExport(only, m.json(name), m.arrays, nativeOptions(packedConstants, halfConstants, options.target, options.tuning), IntArray(0), outputDir, name,
         policy, maxArchiveBytes).copy(keyCollisions = graphs.values.flatMap { it.keyCollisions },
         warnings = checkpointReportOf(functions.values).warnings)
 }

@@ -28,6 +28,31 @@ internal object NativeOption {
     const val KEEP_PACKED = 4
     /** With KEEP_PACKED only: the codes of Q8_0 / Q4_0 weights in row bands of 32 rows. */
     const val ROW_BAND_CODES = 8
+    /** The portable lowering alone, without the target's own forms (and so without a tuning spec). */
+    const val NO_TUNING = 16
+    /** The export's target ([ExportTarget.code]) is held in the four bits from this one. */
+    const val TARGET_SHIFT = 8
+}
+
+/** The IREE backend an export is for: which device's forms join the portable lowering. [id] is its name on every front end
+ *  (`--target`, Gradle's `ireeTargets`). */
+enum class ExportTarget(val id: String, internal val code: Int) {
+    /** IREE's CPU backend (the default): the portable lowering plus the CPU's forms and a tuning spec. */
+    LLVM_CPU("llvm-cpu", 0),
+    /** IREE's Vulkan backend (`vulkan-spirv`): the portable lowering. */
+    VULKAN("vulkan", 1),
+    /** IREE's CUDA backend: the portable lowering. */
+    CUDA("cuda", 2),
+    /** IREE's ROCm backend: the portable lowering. */
+    ROCM("rocm", 3),
+    /** No backend in particular: the portable lowering, which every backend compiles. */
+    PORTABLE("portable", 4),
+    ;
+
+    companion object {
+        /** The target called [id], or null. */
+        fun of(id: String): ExportTarget? = entries.firstOrNull { it.id == id }
+    }
 }
 
 /** What the user can do about a [TapeoutException], as data: the Kotlin API words it in its message, the Gradle

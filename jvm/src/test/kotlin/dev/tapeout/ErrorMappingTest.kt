@@ -99,9 +99,14 @@ class ErrorMappingTest {
         }
         assertTrue(e.message!!.contains("not the JVM array its kind needs"), e.message)
         val bits = assertThrows<GraphValidationException> {
-            NativeBridge.finalize(tape.toGraphJson("m"), m.data, IntArray(m.kinds.size), m.encodings, 16, IntArray(0))
+            NativeBridge.finalize(tape.toGraphJson("m"), m.data, IntArray(m.kinds.size), m.encodings, 64, IntArray(0))
         }
-        assertTrue(bits.message!!.contains("unknown option bits 0x10"), bits.message)
+        assertTrue(bits.message!!.contains("unknown option bits 0x40"), bits.message)
+        val target = assertThrows<GraphValidationException> { // a target code the native side has no target for
+            NativeBridge.finalize(tape.toGraphJson("m"), m.data, IntArray(m.kinds.size), m.encodings,
+                7 shl NativeOption.TARGET_SHIFT, IntArray(0))
+        }
+        assertTrue(target.message!!.contains("no export target has code 7"), target.message)
         val bands = assertThrows<GraphValidationException> { // a layout of kept codes, with nothing kept
             NativeBridge.finalize(tape.toGraphJson("m"), m.data, IntArray(m.kinds.size), m.encodings,
                 NativeOption.ROW_BAND_CODES, IntArray(0))

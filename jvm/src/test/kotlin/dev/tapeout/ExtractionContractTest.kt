@@ -5,6 +5,7 @@ import dev.tapeout.TestSupport.readF32
 import dev.tapeout.TestSupport.tempDir
 import org.junit.jupiter.api.Assertions.assertArrayEquals
 import org.junit.jupiter.api.Assertions.assertEquals
+import org.junit.jupiter.api.Assertions.assertThrows
 import org.junit.jupiter.api.Assertions.assertTrue
 import org.junit.jupiter.api.Test
 import java.io.File
@@ -166,6 +167,37 @@ class ExtractionContractTest {
         assertTrue(bands.mlir.readText().contains("tensor<2x2x32x32xi8>"), "the module names the stored bands")
         rowsDir.deleteRecursively()
         bandsDir.deleteRecursively()
+    }
+
+    @Test
+    fun `ExportOptions pick the device - the CPU's forms and spec by default, the portable lowering for any other`() {
+        // Q8_0 W [64 rows, 64] used by `?` rows: the CPU pass writes its few-rows forms (gated, ordered) and a tuning
+        // spec; every other target, and tuning off, the portable lowering: one product over the weight dequantized.
+        val bytes = ByteArray(64 * 2 * 34) { if (it % 34 == 1) 0x38 else (it % 7).toByte() }
+        val export = { options: ExportOptions, handling: PackedConstantHandling, dir: File ->
+            val tape = ExecutionTape()
+            val x = tape.input("x", longArrayOf(DYNAMIC, 64))
+            tape.output(tape.matmul(x, tape.transpose(tape.packedWeight("model.q.weight", bytes, "Q8_0", 64, 64))))
+            tape.toComputeGraph(packedConstants = handling, options = options).export(dir, "m", MaterializationPolicy.ExternalAlways())
+        }
+        val cpuDir = tempDir("tapeout-cpu")
+        val cpu = export(ExportOptions(), PackedConstantHandling.KEEP, cpuDir)
+        assertTrue(cpu.tuningSpec != null && cpu.mlir.readText().contains("tensor<8x64xf32>"), "no few-rows form")
+        for (options in listOf(ExportOptions(ExportTarget.PORTABLE), ExportOptions(ExportTarget.VULKAN),
+                ExportOptions(ExportTarget.LLVM_CPU, tuning = false))) {
+            val dir = tempDir("tapeout-portable")
+            val r = export(options, PackedConstantHandling.KEEP, dir)
+            val text = r.mlir.readText()
+            assertEquals(null, r.tuningSpec, "$options")
+            assertTrue(!text.contains("tensor<8x64xf32>") && !text.contains("optimization_barrier"), "$options: $text")
+            assertTrue(text.contains("tensor<2x32x64xi8>"), "$options: the codes kept packed in block rows")
+            val e = assertThrows(TapeoutException::class.java) { export(options, PackedConstantHandling.KEEP_ROW_BANDS, dir) }
+            assertTrue(e.message!!.contains("llvm-cpu"), e.message)
+            dir.deleteRecursively()
+        }
+        assertEquals(ExportTarget.VULKAN, ExportTarget.of("vulkan"))
+        assertEquals(null, ExportTarget.of("metal"))
+        cpuDir.deleteRecursively()
     }
 
     @Test

@@ -34,6 +34,8 @@ final class ExportExchange {
         long inlineBelowBytes;
         String packedConstants;
         String halfConstants;
+        String exportTarget = "llvm-cpu";
+        boolean tuning = true;
         long maxArchiveBytes;
         List<String> args = Collections.emptyList();
         File response;
@@ -49,6 +51,8 @@ final class ExportExchange {
             p.setProperty("inlineBelowBytes", Long.toString(inlineBelowBytes));
             p.setProperty("packedConstants", packedConstants);
             p.setProperty("halfConstants", halfConstants);
+            p.setProperty("exportTarget", exportTarget);
+            p.setProperty("tuning", Boolean.toString(tuning));
             p.setProperty("maxArchiveBytes", Long.toString(maxArchiveBytes));
             p.setProperty("response", response.getAbsolutePath());
             putList(p, "args", args);

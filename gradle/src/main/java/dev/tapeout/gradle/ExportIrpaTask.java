@@ -98,6 +98,39 @@ public class ExportIrpaTask extends DefaultTask {
     @Input
     public String getHalfConstants() { return oneOf("halfConstants", spec.getHalfConstants().get(), Half.values()).name(); }
 
+    /**
+     * The device the export writes for, from {@code ireeTargets} (what {@code compileIree} compiles it for):
+     * {@code llvm-cpu} when that is the only target (the default), the target itself when there is one other
+     * ({@code vulkan}, {@code cuda}, {@code rocm} for {@code hip}), and {@code portable} when there are several (one
+     * module that every one of them compiles) or for {@code vmvx}.
+     */
+    @Input
+    public String getExportTarget() {
+        List<String> targets = spec.getIreeTargets().isEmpty() && parent != null ? parent.getIreeTargets() : spec.getIreeTargets();
+        java.util.Set<String> devices = new java.util.LinkedHashSet<>();
+        for (String t : targets) {
+            switch (t) {
+                case "llvm-cpu": devices.add("llvm-cpu"); break;
+                case "vulkan": case "vulkan-spirv": devices.add("vulkan"); break;
+                case "cuda": devices.add("cuda"); break;
+                case "hip": case "rocm": devices.add("rocm"); break;
+                case "vmvx": devices.add("portable"); break;
+                default:
+                    throw new GradleException(spec + " ireeTargets has '" + t + "': use llvm-cpu, vmvx, vulkan, cuda or hip");
+            }
+        }
+        if (devices.isEmpty()) return "llvm-cpu";
+        return devices.size() == 1 ? devices.iterator().next() : "portable";
+    }
+
+    /** Whether the target's own forms are written ({@code tuning = false}: the portable lowering alone, no spec). */
+    @Input
+    public Boolean getTuning() {
+        Boolean own = spec.getTuning().getOrNull();
+        if (own == null && parent != null) own = parent.getTuning().getOrNull();
+        return own == null || own;
+    }
+
     /** The block's, then the model's own. */
     @Input
     public Map<String, String> getSystemProperties() {
@@ -184,6 +217,8 @@ public class ExportIrpaTask extends DefaultTask {
         request.inlineBelowBytes = getInlineBelowBytes();
         request.packedConstants = getPackedConstants();
         request.halfConstants = getHalfConstants();
+        request.exportTarget = getExportTarget();
+        request.tuning = getTuning();
         request.maxArchiveBytes = getMaxArchiveBytes();
         request.args = getArgs();
         request.response = responseFile;

@@ -14,8 +14,8 @@ import org.gradle.api.Project;
  *     scope = 'model'                   // default
  *     inlineBelowBytes = 4096           // default: smaller constants are inline, the rest external
  *     packedConstants = 'FAIL'          // or 'DEQUANTIZE', or 'KEEP' (planes of codes and scales), or
- *                                       // 'KEEP_ROW_BANDS' (Q8_0 / Q4_0 codes in row bands: decode faster on AMD
- *                                       // EPYC, slower on an Intel Xeon)
+ *                                       // 'KEEP_ROW_BANDS' (Q8_0 / Q4_0 codes in row bands, a CPU form: decode
+ *                                       // faster on some CPUs, slower on others)
  *     halfConstants = 'KEEP'            // or 'WIDEN': f16/bf16 weights as stored, or widened to f32
  *     maxArchiveBytes = 0               // > 0: split the archive into files of at most this size (a set + index)
  *     maxHeapSize = '2g'                // heap of the export JVM
@@ -23,7 +23,9 @@ import org.gradle.api.Project;
  *     systemProperty 'ckpt', file('w.safetensors').path  // -D for the export JVM (System.getProperty in the model)
  *     args 'small'                      // ModelProvider.buildTape(args)
  *     inputFiles.from('weights')        // files the model reads: changing one reruns exportIrpa
- *     ireeTargets = ['llvm-cpu']        // compileIree: default; or vmvx, vulkan, cuda, hip
+ *     ireeTargets = ['llvm-cpu']        // compileIree: default; or vmvx, vulkan, cuda, hip. exportIrpa writes the
+ *                                       // CPU's forms for llvm-cpu alone, the portable lowering otherwise
+ *     tuning = true                     // default; false: the portable lowering whatever the target, no spec
  *     ireeCpu = 'host'                  // compileIree: --iree-llvmcpu-target-cpu (default host; generic runs anywhere)
  *     ireeCpuFeatures = '+avx2,+fma'    // compileIree: --iree-llvmcpu-target-cpu-features (default: the CPU's own)
  *     ireeFlags = ['--iree-llvmcpu-enable-ukernels=all']  // compileIree: more iree-compile flags
