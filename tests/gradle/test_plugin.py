@@ -662,7 +662,7 @@ class Q8Linear : ModelProvider {
 def test_compile_iree_passes_the_exports_tuning_spec_to_a_cpu_compile_unless_the_user_names_one(built_jars, tmp_path, monkeypatch):
     """A Q8_0 linear of 96 outputs kept packed at one row: the export writes `<name>.tuning.mlir` and compileIree
     passes it to iree-compile (the flag in the logged command); a spec named in ireeFlags wins; the vmfb runs with
-    the archive and equals numpy."""
+    the archive and equals numpy. With `tuning = false`, or a non-CPU target, the export writes no spec."""
     import numpy as np
 
     monkeypatch.setenv("TAPEOUT_IREE_COMPILE", str(ROOT / ".venv/bin/iree-compile"))
@@ -687,6 +687,20 @@ def test_compile_iree_passes_the_exports_tuning_spec_to_a_cpu_compile_unless_the
     r = gradle(p, "compileIree", "--info")
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"--iree-codegen-tuning-spec-path={own}" in r.stdout and f"tuning-spec-path={spec}" not in r.stdout, r.stdout
+
+    # tuning = false: the portable lowering, no spec (the stale one removed), compiled with IREE's defaults, the same
+    # numbers. ireeTargets naming another device writes the portable lowering as well, byte for byte.
+    (p / "build.gradle").write_text(build_file(block % "; tuning = false"))
+    r = gradle(p, "compileIree", "--info")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not spec.exists() and "tuning-spec-path" not in r.stdout, r.stdout
+    np.testing.assert_allclose(np.asarray(load_compiled(out, "lin").main(x).to_host()), x.astype(np.float64) @ w.T,
+                               rtol=1e-5, atol=1e-5)
+    portable = (out / "lin.mlir").read_bytes()
+    (p / "build.gradle").write_text(build_file(block % "; ireeTargets = ['vulkan']"))
+    r = gradle(p, "exportIrpa")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not spec.exists() and (out / "lin.mlir").read_bytes() == portable
 
 
 def test_the_readme_serving_snippet_serves_the_tiny_llm_from_kotlin(built_jars, tmp_path, monkeypatch):

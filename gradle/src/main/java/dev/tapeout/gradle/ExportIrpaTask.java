@@ -126,8 +126,8 @@ public class ExportIrpaTask extends DefaultTask {
     /** Whether the target's own forms are written ({@code tuning = false}: the portable lowering alone, no spec). */
     @Input
     public Boolean getTuning() {
-        Boolean own = spec.getTuning().getOrNull();
-        if (own == null && parent != null) own = parent.getTuning().getOrNull();
+        Boolean own = spec.getTuning();
+        if (own == null && parent != null) own = parent.getTuning();
         return own == null || own;
     }
 

@@ -36,7 +36,8 @@ public class ModelSpec {
     private final Property<String> ireeCpu;
     private final Property<String> ireeCpuFeatures;
     private final Property<String> ireeCompiler;
-    private final Property<Boolean> tuning;
+    // A plain field: Gradle 4.4.1's Property<Boolean> is false until set, and unset must mean "the block's".
+    private Boolean tuning;
 
     /** The project's own model: the {@code tapeout { }} block. */
     ModelSpec(Project project) {
@@ -59,7 +60,6 @@ public class ModelSpec {
         ireeCpu = project.getObjects().property(String.class);
         ireeCpuFeatures = project.getObjects().property(String.class);
         ireeCompiler = project.getObjects().property(String.class);
-        tuning = project.getObjects().property(Boolean.class);
         if (parent == null) {
             moduleName.set(project.getName().replaceAll("[^A-Za-z0-9_.-]", "_"));
             outputDir.set(KotlinPlugin.buildDir(project, "tapeout"));
@@ -128,7 +128,7 @@ public class ModelSpec {
     public Property<String> getIreeCompiler() { return ireeCompiler; }
     /** Whether the export writes the forms of the device {@code ireeTargets} names (unset: yes); {@code false}
      *  writes the portable lowering alone, with no tuning spec. A named model's unset value is the block's. */
-    public Property<Boolean> getTuning() { return tuning; }
+    public Boolean getTuning() { return tuning; }
 
     /** Sets the export JVM's system property {@code name} ({@code System.getProperty(name)} in the model). */
     public void systemProperty(String key, Object value) { systemProperties.put(key, String.valueOf(value)); }
@@ -154,7 +154,7 @@ public class ModelSpec {
     public void setIreeCpu(String v) { ireeCpu.set(v); }
     public void setIreeCpuFeatures(String v) { ireeCpuFeatures.set(v); }
     public void setIreeCompiler(String v) { ireeCompiler.set(v); }
-    public void setTuning(boolean v) { tuning.set(v); }
+    public void setTuning(Boolean v) { tuning = v; }
 
     @Override
     public String toString() { return name.isEmpty() ? "tapeout { }" : "tapeout { models { " + name + " { } } }"; }
