@@ -13,7 +13,7 @@ use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 use tapeout::ArchiveSet;
 use tapeout::graph::io::FileAccess;
 use tapeout::graph::{
-    Forms, HalfConstantHandling, PackedCodesLayout, PackedConstantHandling, Target, Tuning, WeightLayout,
+    Forms, HalfConstantHandling, PackedCodesLayout, PackedConstantHandling, PassOps, Target, Tuning, WeightLayout,
 };
 use tapeout::hlo::MaterializationPolicy;
 use tapeout::irpa::{self, ArchiveWriter, FileRegionSource, IrpaError, Payload, Progress};
@@ -112,6 +112,10 @@ enum Command {
         /// reference the tuned forms are checked against.
         #[arg(long)]
         no_tuning: bool,
+        /// Accept the ops and attributes only tapeout's passes write (row gates, barriers, banded matmuls): for
+        /// tapeout's own tests of the emitter, never for a model.
+        #[arg(long, hide = true)]
+        accept_pass_ops: bool,
         /// Let the graph's data entries read files outside its own directory tree (absolute paths, `..`,
         /// symlinks out). Only for graphs you trust: their bytes end up in the archive or module.
         #[arg(long)]
@@ -290,6 +294,7 @@ fn main() -> ExitCode {
             packed_codes,
             target,
             no_tuning,
+            accept_pass_ops,
         } => 'export: {
             let bands = matches!(packed_codes, PackedCodesArg::RowBands);
             if bands && (!matches!(packed, PackedArg::Keep) || matches!(layout, LayoutArg::AsHeld)) {
@@ -342,6 +347,7 @@ fn main() -> ExitCode {
                 packed_codes,
                 target,
                 tuning,
+                pass_ops: if accept_pass_ops { PassOps::AcceptForEmitterTests } else { PassOps::Refuse },
                 max_archive_bytes,
             };
             export(&graph, &opts, &output)

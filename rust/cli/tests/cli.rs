@@ -12,6 +12,10 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
 #[test]
 fn pack_keeps_argument_order_across_data_and_splats() {
     let dir = tempfile::tempdir().unwrap();
@@ -72,6 +76,28 @@ fn verify_and_extract_report_bad_archives_and_keys() {
 
 fn graphs() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/graphs")
+}
+
+/// The ops and attributes only passes write are not recordable: a graph file naming one (a row gate, a banded
+/// matmul) is refused naming the node and what to record instead, and nothing is written; the emitter's own tests
+/// pass a hidden flag.
+#[test]
+fn export_refuses_what_only_passes_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = graphs();
+    for (graph, what) in [("row_count_ops", "op 'pad_rows'"), ("banded_rows", "attribute 'banded' of op 'matmul'")] {
+        let (json, st) = (g.join(format!("{graph}.json")), g.join(format!("{graph}.safetensors")));
+        let (json, st) = (json.display().to_string(), st.display().to_string());
+        let o = tapeout(&["export", &json, "--weights", &st, "-o", "out"], dir.path());
+        assert_eq!(o.status.code(), Some(1), "{graph}");
+        let e = stderr(&o);
+        assert!(e.contains(what) && e.contains("written by tapeout's own passes") && e.contains("--target"), "{e}");
+        assert!(!dir.path().join(format!("out/{graph}.mlir")).exists());
+        let o = tapeout(&["export", &json, "--weights", &st, "-o", "out", "--accept-pass-ops"], dir.path());
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let help = stdout(&tapeout(&["export", "--help"], dir.path()));
+    assert!(!help.contains("accept-pass-ops") && help.contains("--target"), "{help}");
 }
 
 #[test]

@@ -124,6 +124,19 @@ pub enum GraphError {
         tensor: usize,
     },
 
+    /// A recorded graph names an op, or sets an attribute, that only tapeout's own passes write.
+    #[error(
+        "{node}: {what} is written by tapeout's own passes, not recorded: a graph file, a trace or a tape cannot \
+         name it; record the plain op (a matmul without it, no row gates or barriers) and let the export choose the \
+         device's forms (--target)"
+    )]
+    PassOnly {
+        /// The node, as messages name nodes.
+        node: String,
+        /// The op (`op 'gate_rows'`) or attribute (`attribute 'banded'`).
+        what: String,
+    },
+
     /// The export's options contradict each other.
     #[error("the export's options contradict each other: {detail}")]
     Options {

@@ -94,6 +94,20 @@ pub struct ExtractOptions {
     pub target: Target,
     /// Whether the target's forms are written (default) or the portable lowering alone.
     pub tuning: Tuning,
+    /// Whether the recorded graph may name the ops and attributes only passes write
+    /// ([`OpKind::inserted_by_passes`], [`OpKind::pass_attribute`]): refused (the default) for every front end;
+    /// accepted only by tapeout's own tests of how the emitter lowers them.
+    pub pass_ops: PassOps,
+}
+
+/// Whether a recorded graph may name what only passes write ([`ExtractOptions::pass_ops`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PassOps {
+    /// Refused with [`GraphError::PassOnly`] (the default).
+    #[default]
+    Refuse,
+    /// Accepted, for tapeout's own tests of the emitter's lowering of them.
+    AcceptForEmitterTests,
 }
 
 impl ExtractOptions {
@@ -501,6 +515,9 @@ fn assign_keys(constants: &mut [Constant<'_>], specs: &[TensorSpec]) -> Vec<KeyC
 /// [`GraphError::PassBroke`].
 pub fn finalize<'a>(trace: &Trace<'a>, opts: &ExtractOptions) -> Result<ComputeGraph<'a>> {
     check_options(opts)?;
+    if opts.pass_ops == PassOps::Refuse {
+        check_recordable(trace)?;
+    }
     let producer = check_structure(trace)?;
     let order = topological_order(trace, &producer)?;
     let (tensors, ops) = (trace.tensors(), trace.ops());
@@ -564,6 +581,22 @@ pub fn finalize<'a>(trace: &Trace<'a>, opts: &ExtractOptions) -> Result<ComputeG
     let Program { specs, inputs, constants, nodes, outputs, .. } = program;
     let constant_of = constants.iter().enumerate().map(|(i, c)| (c.tensor, i)).collect();
     Ok(ComputeGraph { tensors: specs, inputs, constants, constant_of, nodes, outputs, key_collisions, forms })
+}
+
+/// Refuses a recorded op, or attribute, that only passes write ([`GraphError::PassOnly`]).
+fn check_recordable(trace: &Trace<'_>) -> Result<()> {
+    let tensors = trace.tensors();
+    for op in trace.ops() {
+        let what = if op.op.inserted_by_passes() {
+            format!("op '{}'", op.op)
+        } else if let Some(attr) = op.op.pass_attribute(&op.attrs) {
+            format!("attribute '{attr}' of op '{}'", op.op)
+        } else {
+            continue;
+        };
+        return Err(GraphError::PassOnly { node: op.describe(|t| tensors.get(t.index()).map(|x| &x.spec)), what });
+    }
+    Ok(())
 }
 
 /// Refuses options that contradict each other: codes in row bands are a CPU form, which an export for another

@@ -32,7 +32,7 @@ pub use dtype::DType;
 pub use error::{GraphError, Result};
 pub use graph::{
     ComputeGraph, Constant, ExtractOptions, HalfConstantHandling, KeyCollision, PackedCodesLayout,
-    PackedConstantHandling, WeightLayout, finalize,
+    PackedConstantHandling, PassOps, WeightLayout, finalize,
 };
 pub use ops::OpKind;
 pub use packed::{BlockOrder, DecodeError, Encoding, dequantize};

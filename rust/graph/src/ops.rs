@@ -229,16 +229,37 @@ op_table! {
     Transpose = "transpose": Exactly(1), Exactly(1), Own;
 }
 
+impl OpKind {
+    /// Whether only tapeout's own passes write this op: the ordering barrier and the row-count gates of the CPU
+    /// pass's forms. A recorded graph (a trace, a graph file, a Kotlin tape) cannot name one: `finalize` refuses it
+    /// ([`crate::GraphError::PassOnly`]), they are not in the Kotlin op table, and docs/graph-format.md lists them
+    /// apart. The emitter lowers them for the passes.
+    #[must_use]
+    pub fn inserted_by_passes(self) -> bool {
+        matches!(self, OpKind::After | OpKind::GateRows | OpKind::PadRows | OpKind::PlaceRows)
+    }
+
+    /// The attribute of this op that only passes set, if `attrs` hold one: `matmul`'s `banded` (its right side in
+    /// row bands) and `grouped` (its right side's columns in two dims), layouts a pass chose for a weight.
+    #[must_use]
+    pub fn pass_attribute(self, attrs: &Attrs) -> Option<&'static str> {
+        match self {
+            OpKind::Matmul => ["banded", "grouped"].into_iter().find(|a| attrs.contains_key(*a)),
+            _ => None,
+        }
+    }
+}
+
 impl std::fmt::Display for OpKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
     }
 }
 
-/// The names of every op, comma-separated (for "unknown op" messages).
+/// The names of every op a graph can record, comma-separated (for "unknown op" messages).
 #[must_use]
 pub fn known_op_names() -> String {
-    OpKind::ALL.iter().map(|o| o.name()).collect::<Vec<_>>().join(", ")
+    OpKind::ALL.iter().filter(|o| !o.inserted_by_passes()).map(|o| o.name()).collect::<Vec<_>>().join(", ")
 }
 
 /// NumPy broadcast of two shapes (right-aligned), or `None` when they are incompatible.
@@ -1201,7 +1222,15 @@ mod tests {
             assert_eq!(OpKind::from_name(op.name()), Some(op));
         }
         assert_eq!(OpKind::from_name("frobnicate"), None);
-        assert!(known_op_names().starts_with("abs, add, after, argmax, avg_pool2d"));
+        assert!(known_op_names().starts_with("abs, add, argmax, avg_pool2d"), "after is no op a graph records");
+        let pass_only: Vec<&str> = OpKind::ALL.iter().filter(|o| o.inserted_by_passes()).map(|o| o.name()).collect();
+        assert_eq!(pass_only, ["after", "gate_rows", "pad_rows", "place_rows"]);
+        assert!(pass_only.iter().all(|n| !known_op_names().split(", ").any(|k| k == *n)));
+        let mut attrs = Attrs::new();
+        assert_eq!(OpKind::Matmul.pass_attribute(&attrs), None);
+        attrs.insert("banded".into(), Attr::Bool(false));
+        assert_eq!(OpKind::Matmul.pass_attribute(&attrs), Some("banded"), "set at all, whatever its value");
+        assert_eq!(OpKind::Add.pass_attribute(&attrs), None);
     }
 
     #[test]

@@ -64,10 +64,11 @@ fn render() -> String {
     s.push_str(
         "/**\n * The native op table as the tape records it: each op's name in the graph JSON and how many operands\n \
          * ([inputs]) and results ([outputs]) it takes. Every recording function names its op by one of these;\n \
-         * [ExecutionTape.record] checks the operand count against it.\n */\n",
+         * [ExecutionTape.record] checks the operand count against it. The ops only tapeout's passes write are not\n \
+         * in it: a tape cannot record them.\n */\n",
     );
     s.push_str("internal enum class Op(val opName: String, val inputs: OpArity, val outputs: OpArity) {\n");
-    for op in OpKind::ALL {
+    for op in OpKind::ALL.iter().filter(|o| !o.inserted_by_passes()) {
         let sig = op.signature();
         let _ = writeln!(
             s,

@@ -6,7 +6,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
 use tapeout_graph::ops::Arity;
-use tapeout_graph::{Attr, Attrs, DType, ExtractOptions, GraphError, OpKind, Shape, TensorSpec, Trace, finalize};
+use tapeout_graph::{
+    Attr, Attrs, DType, ExtractOptions, GraphError, OpKind, PassOps, Shape, TensorSpec, Trace, finalize,
+};
 use tapeout_hlo::{EmitOptions, emit};
 
 /// Operand specs, attributes and the result spec of one node.
@@ -170,7 +172,9 @@ fn lower(op: OpKind, c: &Case) -> Result<String, String> {
     let y = t.add_placeholder(out);
     t.record(op, c.attrs.clone(), &ins, &[y]);
     t.set_outputs(&[y]);
-    let g = finalize(&t, &ExtractOptions::default()).map_err(|e| format!("finalize: {e}"))?;
+    // Every op of the table, the ones only passes write included: this tests their lowering.
+    let opts = ExtractOptions { pass_ops: PassOps::AcceptForEmitterTests, ..ExtractOptions::default() };
+    let g = finalize(&t, &opts).map_err(|e| format!("finalize: {e}"))?;
     emit(&g, &EmitOptions::default()).map(|m| m.text).map_err(|e| format!("emit: {e}"))
 }
 
@@ -203,7 +207,7 @@ fn finalize_refuses_an_input_count_outside_the_table_as_an_arity_error() {
         let y = t.add_placeholder(TensorSpec::new("y", Shape::of(&[2]), DType::F32));
         t.record(op, Attrs::new(), &ins, &[y]);
         t.set_outputs(&[y]);
-        match finalize(&t, &ExtractOptions::default()) {
+        match finalize(&t, &ExtractOptions { pass_ops: PassOps::AcceptForEmitterTests, ..ExtractOptions::default() }) {
             Err(GraphError::Arity { port: "input", found, .. }) => assert_eq!(found, n, "{op}"),
             other => panic!("{op} with {n} inputs: expected an arity error from finalize, got {other:?}"),
         }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tapeout_graph::io::{FileAccess, GraphFile, WeightSet};
 use tapeout_graph::{
     ComputeGraph, ConstantData, ExtractOptions, HalfConstantHandling, KeyCollision, PackedCodesLayout,
-    PackedConstantHandling, Target, Trace, Tuning, WeightLayout,
+    PackedConstantHandling, PassOps, Target, Trace, Tuning, WeightLayout,
 };
 use tapeout_hlo::{EmitOptions, HloError, MaterializationPolicy};
 use tapeout_irpa::{ArchiveWriter, AtomicFile, FileRegionSource, Progress};
@@ -279,6 +279,8 @@ pub struct GraphFileExport<'p> {
     pub target: Target,
     /// Whether the target's forms are written (default) or the portable lowering alone ([`Tuning`]).
     pub tuning: Tuning,
+    /// Whether the graph may name what only passes write ([`PassOps`]: refused by default).
+    pub pass_ops: PassOps,
     /// Split the parameters over archives of at most this many bytes each (`None`: one archive).
     pub max_archive_bytes: Option<u64>,
 }
@@ -308,6 +310,7 @@ pub fn export_graph_file(
             packed_codes: opts.packed_codes,
             target: opts.target,
             tuning: opts.tuning,
+            pass_ops: opts.pass_ops,
         };
         let graph = finalize(&trace, &extract).map_err(|e| {
             if names.len() > 1 { Error::InFunction { function: names[f].to_owned(), source: Box::new(e) } } else { e }

@@ -28,12 +28,12 @@ internal class OpArity private constructor(private val lo: Int, private val hi: 
 /**
  * The native op table as the tape records it: each op's name in the graph JSON and how many operands
  * ([inputs]) and results ([outputs]) it takes. Every recording function names its op by one of these;
- * [ExecutionTape.record] checks the operand count against it.
+ * [ExecutionTape.record] checks the operand count against it. The ops only tapeout's passes write are not
+ * in it: a tape cannot record them.
  */
 internal enum class Op(val opName: String, val inputs: OpArity, val outputs: OpArity) {
     ABS("abs", OpArity.exactly(1), OpArity.exactly(1)),
     ADD("add", OpArity.exactly(2), OpArity.exactly(1)),
-    AFTER("after", OpArity.exactly(2), OpArity.exactly(1)),
     ARGMAX("argmax", OpArity.exactly(1), OpArity.exactly(1)),
     AVG_POOL2D("avg_pool2d", OpArity.exactly(1), OpArity.exactly(1)),
     BROADCAST("broadcast", OpArity.between(1, 2), OpArity.exactly(1)),
@@ -48,7 +48,6 @@ internal enum class Op(val opName: String, val inputs: OpArity, val outputs: OpA
     DYNAMIC_SLICE("dynamic_slice", OpArity.atLeast(2), OpArity.exactly(1)),
     DYNAMIC_UPDATE_SLICE("dynamic_update_slice", OpArity.atLeast(3), OpArity.exactly(1)),
     EXP("exp", OpArity.exactly(1), OpArity.exactly(1)),
-    GATE_ROWS("gate_rows", OpArity.exactly(2), OpArity.exactly(1)),
     GATHER("gather", OpArity.exactly(2), OpArity.exactly(1)),
     GELU("gelu", OpArity.exactly(1), OpArity.exactly(1)),
     IOTA("iota", OpArity.between(0, 1), OpArity.exactly(1)),
@@ -60,8 +59,6 @@ internal enum class Op(val opName: String, val inputs: OpArity, val outputs: OpA
     MIN("min", OpArity.exactly(2), OpArity.exactly(1)),
     MUL("mul", OpArity.exactly(2), OpArity.exactly(1)),
     NEG("neg", OpArity.exactly(1), OpArity.exactly(1)),
-    PAD_ROWS("pad_rows", OpArity.exactly(1), OpArity.exactly(1)),
-    PLACE_ROWS("place_rows", OpArity.exactly(2), OpArity.exactly(1)),
     POW("pow", OpArity.exactly(2), OpArity.exactly(1)),
     REDUCE_MAX("reduce_max", OpArity.exactly(1), OpArity.exactly(1)),
     REDUCE_MEAN("reduce_mean", OpArity.exactly(1), OpArity.exactly(1)),
