@@ -153,11 +153,72 @@ pub(crate) fn emit_functions_into(
             });
         }
     }
-    let func_symbols: HashSet<String> = functions.iter().map(|(n, _)| symbol(n)).collect();
     let mut text = String::new();
     let _ = writeln!(text, "module {} {{", symbol(&opts.module_name));
+    let (externals, placements) = declare_globals(functions, opts, &mut text)?;
+    let mut next = 0;
+    let several = functions.len() > 1;
+    for ((fname, graph), placement) in functions.iter().zip(&placements) {
+        let in_function = |e: HloError| match e {
+            HloError::Output(_) => e,
+            e if several => HloError::InFunction { function: (*fname).to_owned(), source: Box::new(e) },
+            e => e,
+        };
+        let func_symbol = symbol(fname);
+        // Argument and result names travel as discardable `tapeout.name` attributes, so a caller can
+        // match tensors to positions (IREE ignores them).
+        let named = |id: TensorId| {
+            format!("{} {{tapeout.name = {}}}", graph.spec(id).mlir_type(), string_literal(&graph.spec(id).name))
+        };
+        let args = list(graph.inputs().iter().enumerate().map(|(i, &id)| format!("%arg{i}: {}", named(id))));
+        let result_decls = list(graph.outputs().iter().map(|&o| named(o)));
+        let _ = writeln!(text, "  func.func {func_symbol}({args}) -> ({result_decls}) {{");
 
-    // Globals first: decide where every constant of every function goes.
+        let mut e = Emitter {
+            g: graph,
+            body: std::mem::take(&mut text),
+            out: &mut *out,
+            next,
+            vals: HashMap::new(),
+            banded: HashMap::new(),
+            widened: HashSet::new(),
+            node: None,
+        };
+        for (i, &id) in graph.inputs().iter().enumerate() {
+            let s = graph.spec(id);
+            e.vals.insert(id, Val { name: format!("%arg{i}"), shape: s.shape.clone(), dtype: s.dtype });
+        }
+        load_constants(&mut e, graph, placement, &in_function)?;
+        for node in graph.nodes() {
+            e.lower(node).map_err(in_function)?;
+            e.spill(false)?;
+        }
+        e.node = None;
+
+        let results: Vec<Val> =
+            graph.outputs().iter().map(|&o| e.val(o)).collect::<Result<_>>().map_err(in_function)?;
+        let result_types = list(results.iter().map(Val::ty));
+        let _ = writeln!(e.body, "    return {} : {result_types}", list(results.iter().map(|r| r.name.clone())));
+        e.body.push_str("  }\n");
+        e.spill(false)?;
+        next = e.next;
+        text = std::mem::take(&mut e.body);
+    }
+    text.push_str("}\n");
+    spill(&mut text, out, true)?;
+    Ok(externals)
+}
+
+/// Where every constant of every function goes, decided first: a `util.global` declared into `text` per external
+/// parameter key (its symbol in the placement), or inline (`None`). Returns the external parameters and, per
+/// function, each constant's placement.
+#[allow(clippy::type_complexity, reason = "two results the caller takes apart at once")]
+fn declare_globals(
+    functions: &[(&str, &ComputeGraph<'_>)],
+    opts: &EmitOptions,
+    text: &mut String,
+) -> Result<(Vec<ExternalParameter>, Vec<Vec<Option<String>>>)> {
+    let func_symbols: HashSet<String> = functions.iter().map(|(n, _)| symbol(n)).collect();
     let mut externals = Vec::new();
     // key -> (symbol, declared type, first function)
     let mut declared: HashMap<String, (String, String, usize)> = HashMap::new();
@@ -226,125 +287,86 @@ pub(crate) fn emit_functions_into(
         }
         placements.push(placement);
     }
+    Ok((externals, placements))
+}
 
-    let mut next = 0;
-    let several = functions.len() > 1;
-    for ((fname, graph), placement) in functions.iter().zip(&placements) {
-        let in_function = |e: HloError| match e {
-            HloError::Output(_) => e,
-            e if several => HloError::InFunction { function: (*fname).to_owned(), source: Box::new(e) },
-            e => e,
+/// Loads (or writes inline) every constant of `graph` in the function `e` is emitting, as `placement` says, and
+/// gives each tensor its value: converted where a 16-bit weight is used as f32, read as stored bands where a
+/// product reads bands.
+fn load_constants(
+    e: &mut Emitter<'_, '_, '_>,
+    graph: &ComputeGraph<'_>,
+    placement: &[Option<String>],
+    in_function: &dyn Fn(HloError) -> HloError,
+) -> Result<()> {
+    for (c, place) in graph.constants().iter().zip(placement) {
+        let spec = graph.spec(c.tensor);
+        let stored = c.data.dtype();
+        let shape = stored_shape(&c.data, &spec.shape);
+        let t = ty(&shape, stored);
+        let v = match place {
+            Some(sym) => {
+                let held = parameter_dtype(stored);
+                let loaded = e.assign(&format!("util.global.load {sym} : {}", ty(&shape, held)), shape.clone(), held);
+                if held == stored { loaded } else { e.bitcast(&loaded, stored) }
+            }
+            None => {
+                let name = e.fresh();
+                let _ = write!(e.body, "    {name} = stablehlo.constant dense<\"0x");
+                let streamed = splat_element(&c.data).and_then(|splat| match splat {
+                    Some(one) => {
+                        push_hex(&mut e.body, &one);
+                        Ok(())
+                    }
+                    None => c.data.stream(&mut HexSink { text: &mut e.body, out: &mut *e.out }),
+                });
+                streamed.map_err(|err| in_function(constant_failed(spec.label(), err)))?;
+                let _ = writeln!(e.body, "\"> : {t}");
+                e.spill(false)?;
+                Val { name, shape: shape.clone(), dtype: stored }
+            }
         };
-        let func_symbol = symbol(fname);
-        // Argument and result names travel as discardable `tapeout.name` attributes, so a caller can
-        // match tensors to positions (IREE ignores them).
-        let named = |id: TensorId| {
-            format!("{} {{tapeout.name = {}}}", graph.spec(id).mlir_type(), string_literal(&graph.spec(id).name))
-        };
-        let args = list(graph.inputs().iter().enumerate().map(|(i, &id)| format!("%arg{i}: {}", named(id))));
-        let result_decls = list(graph.outputs().iter().map(|&o| named(o)));
-        let _ = writeln!(text, "  func.func {func_symbol}({args}) -> ({result_decls}) {{");
-
-        let mut e = Emitter {
-            g: graph,
-            body: std::mem::take(&mut text),
-            out: &mut *out,
-            next,
-            vals: HashMap::new(),
-            banded: HashMap::new(),
-            widened: HashSet::new(),
-            node: None,
-        };
-        for (i, &id) in graph.inputs().iter().enumerate() {
-            let s = graph.spec(id);
-            e.vals.insert(id, Val { name: format!("%arg{i}"), shape: s.shape.clone(), dtype: s.dtype });
-        }
-        for (c, place) in graph.constants().iter().zip(placement) {
-            let spec = graph.spec(c.tensor);
-            let stored = c.data.dtype();
-            let shape = stored_shape(&c.data, &spec.shape);
-            let t = ty(&shape, stored);
-            let v = match place {
-                Some(sym) => {
-                    let held = parameter_dtype(stored);
-                    let loaded =
-                        e.assign(&format!("util.global.load {sym} : {}", ty(&shape, held)), shape.clone(), held);
-                    if held == stored { loaded } else { e.bitcast(&loaded, stored) }
-                }
-                None => {
-                    let name = e.fresh();
-                    let _ = write!(e.body, "    {name} = stablehlo.constant dense<\"0x");
-                    let streamed = splat_element(&c.data).and_then(|splat| match splat {
-                        Some(one) => {
-                            push_hex(&mut e.body, &one);
-                            Ok(())
-                        }
-                        None => c.data.stream(&mut HexSink { text: &mut e.body, out: &mut *e.out }),
-                    });
-                    streamed.map_err(|err| in_function(constant_failed(spec.label(), err)))?;
-                    let _ = writeln!(e.body, "\"> : {t}");
-                    e.spill(false)?;
-                    Val { name, shape: shape.clone(), dtype: stored }
-                }
-            };
-            match c.data.row_tile() {
-                // The codes of a weight kept packed in row bands `[Np / T, Kb, B, T]`: its per-block products read
-                // them as stored (converted inside the contraction, [`Emitter::banded_matmul`]); any other use (a
-                // prefill's dequantization) reads them as the `[Kb, B, Np]` the program names, which IREE folds
-                // into the reading dispatch (and drops when nothing reads it).
-                Some(_) if matches!(c.data, ConstantData::Plane { .. }) => {
-                    // The few-rows forms' products read the stored bands too (gated along the band axis,
-                    // `Emitter::lower`), which leaves the view to dequantizations only. Behind a barrier IREE 3.13
-                    // folds it into each dequantizing dispatch; without one it computes the view once at load, a
-                    // second, anonymous copy of the codes (docs/performance.md, "Few rows over the stored bands").
-                    let seen = e.opaque(&v);
-                    let view = e.band_view(&seen).map_err(|err| match err {
-                        HloError::Unsupported { detail, .. } => in_function(HloError::Unsupported {
-                            node: format!("parameter '{}'", c.key),
-                            op: "module",
-                            detail,
-                        }),
-                        other => in_function(other),
-                    })?;
-                    e.vals.insert(c.tensor, view);
-                    e.banded.insert(c.tensor, v);
-                }
-                // Row bands `[N / T, K, T]`: only matmuls use it (`transpose_at_export`), each reading the bands as
-                // stored (a 16-bit weight widened inside the contraction).
-                Some(_) => {
-                    e.banded.insert(c.tensor, v);
-                }
-                // A 16-bit weight kept as stored is widened where it is used: IREE fuses the convert into the
-                // consumer.
-                None => {
-                    let v = if stored == spec.dtype {
-                        v
-                    } else {
-                        let rhs = format!("stablehlo.convert {} : ({t}) -> {}", v.name, ty(&shape, spec.dtype));
-                        e.assign(&rhs, shape, spec.dtype)
-                    };
-                    e.vals.insert(c.tensor, v);
-                }
+        match c.data.row_tile() {
+            // The codes of a weight kept packed in row bands `[Np / T, Kb, B, T]`: its per-block products read
+            // them as stored (converted inside the contraction, [`Emitter::banded_matmul`]); any other use (a
+            // prefill's dequantization) reads them as the `[Kb, B, Np]` the program names, which IREE folds
+            // into the reading dispatch (and drops when nothing reads it).
+            Some(_) if matches!(c.data, ConstantData::Plane { .. }) => {
+                // The few-rows forms' products read the stored bands too (gated along the band axis,
+                // `Emitter::lower`), which leaves the view to dequantizations only. Behind a barrier IREE 3.13
+                // folds it into each dequantizing dispatch; without one it computes the view once at load, a
+                // second, anonymous copy of the codes (docs/performance.md, "Few rows over the stored bands").
+                let seen = e.opaque(&v);
+                let view = e.band_view(&seen).map_err(|err| match err {
+                    HloError::Unsupported { detail, .. } => in_function(HloError::Unsupported {
+                        node: format!("parameter '{}'", c.key),
+                        op: "module",
+                        detail,
+                    }),
+                    other => in_function(other),
+                })?;
+                e.vals.insert(c.tensor, view);
+                e.banded.insert(c.tensor, v);
+            }
+            // Row bands `[N / T, K, T]`: only matmuls use it (`transpose_at_export`), each reading the bands as
+            // stored (a 16-bit weight widened inside the contraction).
+            Some(_) => {
+                e.banded.insert(c.tensor, v);
+            }
+            // A 16-bit weight kept as stored is widened where it is used: IREE fuses the convert into the
+            // consumer.
+            None => {
+                let v = if stored == spec.dtype {
+                    v
+                } else {
+                    let rhs = format!("stablehlo.convert {} : ({t}) -> {}", v.name, ty(&shape, spec.dtype));
+                    e.assign(&rhs, shape, spec.dtype)
+                };
+                e.vals.insert(c.tensor, v);
             }
         }
-        for node in graph.nodes() {
-            e.lower(node).map_err(in_function)?;
-            e.spill(false)?;
-        }
-        e.node = None;
-
-        let results: Vec<Val> =
-            graph.outputs().iter().map(|&o| e.val(o)).collect::<Result<_>>().map_err(in_function)?;
-        let result_types = list(results.iter().map(Val::ty));
-        let _ = writeln!(e.body, "    return {} : {result_types}", list(results.iter().map(|r| r.name.clone())));
-        e.body.push_str("  }\n");
-        e.spill(false)?;
-        next = e.next;
-        text = std::mem::take(&mut e.body);
     }
-    text.push_str("}\n");
-    spill(&mut text, out, true)?;
-    Ok(externals)
+    Ok(())
 }
 
 /// The shape a constant is stored in: its tensor's, or the row bands of a linear's weight

@@ -41,6 +41,7 @@ use crate::constant::{Constant, ConstantData};
 use crate::dtype::DType;
 use crate::error::{GraphError, Result};
 use crate::ops::OpKind;
+use crate::packed::Encoding;
 use crate::planar::{Plane, Split};
 use crate::shape::{Dim, Shape};
 use crate::tensor::{Lent, TensorSpec};
@@ -202,89 +203,9 @@ impl Rewrite<'_> {
             };
             planes_out.push(Constant { tensor: t, key: format!("{}.{}", c.key, p.suffix()), data });
         }
-        // One constant per scalar value and weight, however many terms use it (Q5_1 and Q5_K offset their codes
-        // by 16 and weight their high bits by 16): keys stay unique.
-        let mut scalars: HashMap<i32, TensorId> = HashMap::new();
-        let mut scalar = |b: &mut Builder<'_>, planes_out: &mut Vec<Constant<'a>>, v: i32| {
-            if let Some(&t) = scalars.get(&v) {
-                return Ok(t);
-            }
-            let Some(bytes) = scalar_bytes(v) else {
-                return Err(GraphError::PassBroke {
-                    pass: "keep_packed",
-                    node: format!("weight '{}'", spec.label()),
-                    detail: format!("the {encoding} planes need the scalar {v}, which the rewrite has no constant for"),
-                });
-            };
-            let t = b.tensor(format!("{name}.const{v}"), &[], DType::F32);
-            planes_out.push(Constant {
-                tensor: t,
-                key: format!("{}.const{v}", c.key),
-                data: ConstantData::Raw { dtype: DType::F32, bytes: Lent::Slice(bytes) },
-            });
-            scalars.insert(v, t);
-            Ok(t)
-        };
-        let f32_of = |b: &mut Builder<'_>, p: Plane, dims: &[u64]| {
-            b.op(
-                OpKind::Convert,
-                Attrs::new(),
-                &[plane_ids[&p]],
-                format!("{name}.{}_f32", p.suffix()),
-                dims,
-                DType::F32,
-            )
-        };
-        // A [Kb, N] and C [Kb, N].
-        let per_super = |b: &mut Builder<'_>, t: TensorId, what: &str| {
-            let spread = b.op(
-                OpKind::Broadcast,
-                ints("dims", [0, 2]),
-                &[t],
-                format!("{name}.{what}_b"),
-                &[ks, kb / ks, np],
-                DType::F32,
-            );
-            b.op(OpKind::Reshape, Attrs::new(), &[spread], format!("{name}.{what}_kb"), &[kb, np], DType::F32)
-        };
-        let scale = if split.two_level {
-            let d = f32_of(b, Plane::Scale, &[ks, np]);
-            let d = per_super(b, d, "d");
-            let sc = f32_of(b, Plane::SubScales, &[kb, np]);
-            b.op(OpKind::Mul, Attrs::new(), &[d, sc], format!("{name}.a"), &[kb, np], DType::F32)
-        } else {
-            f32_of(b, Plane::Scale, &[kb, np])
-        };
-        let base_offset = if split.has_offset_term {
-            let o = scalar(b, planes_out, split.offset)?;
-            let oa = b.op(OpKind::Mul, Attrs::new(), &[scale, o], format!("{name}.oa"), &[kb, np], DType::F32);
-            Some(if split.two_level {
-                let dmin = f32_of(b, Plane::SuperMin, &[ks, np]);
-                let dmin = per_super(b, dmin, "dmin");
-                let mn = f32_of(b, Plane::SubMins, &[kb, np]);
-                let m = b.op(OpKind::Mul, Attrs::new(), &[dmin, mn], format!("{name}.mk"), &[kb, np], DType::F32);
-                b.op(OpKind::Sub, Attrs::new(), &[oa, m], format!("{name}.c"), &[kb, np], DType::F32)
-            } else {
-                let m = f32_of(b, Plane::Min, &[kb, np]);
-                b.op(OpKind::Add, Attrs::new(), &[oa, m], format!("{name}.c"), &[kb, np], DType::F32)
-            })
-        } else {
-            None
-        };
-        // With a high plane the contracted codes are `qs + 16·qh`; the bias that centres them joins C.
-        let (offset, high) = match split.high {
-            Some(hb) => {
-                let bias = scalar(b, planes_out, hb.bias)?;
-                let ba = b.op(OpKind::Mul, Attrs::new(), &[scale, bias], format!("{name}.ba"), &[kb, np], DType::F32);
-                let c = match base_offset {
-                    Some(c) => b.op(OpKind::Add, Attrs::new(), &[c, ba], format!("{name}.cb"), &[kb, np], DType::F32),
-                    None => ba,
-                };
-                let sixteen = scalar(b, planes_out, 16)?;
-                (Some(c), Some((plane_ids[&Plane::QuantsHigh], sixteen)))
-            }
-            None => (base_offset, None),
-        };
+        let weight = Weight { name: &name, key: &c.key, label: spec.label(), encoding };
+        let Derived { scale, offset, high } =
+            scale_and_offset(b, split, &plane_ids, &weight, (kb, ks, np), planes_out)?;
         Ok(Planes {
             name,
             n,
@@ -363,6 +284,116 @@ impl Rewrite<'_> {
             b.op_into(OpKind::Transpose, ints("perm", [1, 0]), &[wt], w);
         }
     }
+}
+
+/// The kept weight a rewrite is deriving values for: its tensor's name, its archive key, how messages name it, and
+/// its format.
+struct Weight<'w> {
+    name: &'w str,
+    key: &'w str,
+    label: &'w str,
+    encoding: &'w Encoding,
+}
+
+/// What [`scale_and_offset`] derives from a weight's planes.
+struct Derived {
+    /// `A [Kb, N]` f32.
+    scale: TensorId,
+    /// `C [Kb, N]` f32, for formats with an offset term.
+    offset: Option<TensorId>,
+    /// The high-bit plane and the scalar 16 it is weighted by.
+    high: Option<(TensorId, TensorId)>,
+}
+
+/// `A [Kb, N]` (the per-sub-block scale), `C [Kb, N]` (the offset term, for formats that have one) and the high-bit
+/// plane with the scalar 16 it is weighted by, derived from the planes `plane_ids` of weight `w`; the scalars they
+/// need are constants appended to `planes_out`, one per value and weight.
+fn scale_and_offset<'a>(
+    b: &mut Builder<'_>,
+    split: &Split,
+    plane_ids: &HashMap<Plane, TensorId>,
+    w: &Weight<'_>,
+    (kb, ks, np): (u64, u64, u64),
+    planes_out: &mut Vec<Constant<'a>>,
+) -> Result<Derived> {
+    let name = w.name;
+    // One constant per scalar value and weight, however many terms use it (Q5_1 and Q5_K offset their codes
+    // by 16 and weight their high bits by 16): keys stay unique.
+    let mut scalars: HashMap<i32, TensorId> = HashMap::new();
+    let mut scalar = |b: &mut Builder<'_>, planes_out: &mut Vec<Constant<'a>>, v: i32| {
+        if let Some(&t) = scalars.get(&v) {
+            return Ok(t);
+        }
+        let Some(bytes) = scalar_bytes(v) else {
+            return Err(GraphError::PassBroke {
+                pass: "keep_packed",
+                node: format!("weight '{}'", w.label),
+                detail: format!("the {} planes need the scalar {v}, which the rewrite has no constant for", w.encoding),
+            });
+        };
+        let t = b.tensor(format!("{name}.const{v}"), &[], DType::F32);
+        planes_out.push(Constant {
+            tensor: t,
+            key: format!("{}.const{v}", w.key),
+            data: ConstantData::Raw { dtype: DType::F32, bytes: Lent::Slice(bytes) },
+        });
+        scalars.insert(v, t);
+        Ok(t)
+    };
+    let f32_of = |b: &mut Builder<'_>, p: Plane, dims: &[u64]| {
+        b.op(OpKind::Convert, Attrs::new(), &[plane_ids[&p]], format!("{name}.{}_f32", p.suffix()), dims, DType::F32)
+    };
+    // A [Kb, N] and C [Kb, N].
+    let per_super = |b: &mut Builder<'_>, t: TensorId, what: &str| {
+        let spread = b.op(
+            OpKind::Broadcast,
+            ints("dims", [0, 2]),
+            &[t],
+            format!("{name}.{what}_b"),
+            &[ks, kb / ks, np],
+            DType::F32,
+        );
+        b.op(OpKind::Reshape, Attrs::new(), &[spread], format!("{name}.{what}_kb"), &[kb, np], DType::F32)
+    };
+    let scale = if split.two_level {
+        let d = f32_of(b, Plane::Scale, &[ks, np]);
+        let d = per_super(b, d, "d");
+        let sc = f32_of(b, Plane::SubScales, &[kb, np]);
+        b.op(OpKind::Mul, Attrs::new(), &[d, sc], format!("{name}.a"), &[kb, np], DType::F32)
+    } else {
+        f32_of(b, Plane::Scale, &[kb, np])
+    };
+    let base_offset = if split.has_offset_term {
+        let o = scalar(b, planes_out, split.offset)?;
+        let oa = b.op(OpKind::Mul, Attrs::new(), &[scale, o], format!("{name}.oa"), &[kb, np], DType::F32);
+        Some(if split.two_level {
+            let dmin = f32_of(b, Plane::SuperMin, &[ks, np]);
+            let dmin = per_super(b, dmin, "dmin");
+            let mn = f32_of(b, Plane::SubMins, &[kb, np]);
+            let m = b.op(OpKind::Mul, Attrs::new(), &[dmin, mn], format!("{name}.mk"), &[kb, np], DType::F32);
+            b.op(OpKind::Sub, Attrs::new(), &[oa, m], format!("{name}.c"), &[kb, np], DType::F32)
+        } else {
+            let m = f32_of(b, Plane::Min, &[kb, np]);
+            b.op(OpKind::Add, Attrs::new(), &[oa, m], format!("{name}.c"), &[kb, np], DType::F32)
+        })
+    } else {
+        None
+    };
+    // With a high plane the contracted codes are `qs + 16·qh`; the bias that centres them joins C.
+    let (offset, high) = match split.high {
+        Some(hb) => {
+            let bias = scalar(b, planes_out, hb.bias)?;
+            let ba = b.op(OpKind::Mul, Attrs::new(), &[scale, bias], format!("{name}.ba"), &[kb, np], DType::F32);
+            let c = match base_offset {
+                Some(c) => b.op(OpKind::Add, Attrs::new(), &[c, ba], format!("{name}.cb"), &[kb, np], DType::F32),
+                None => ba,
+            };
+            let sixteen = scalar(b, planes_out, 16)?;
+            (Some(c), Some((plane_ids[&Plane::QuantsHigh], sixteen)))
+        }
+        None => (base_offset, None),
+    };
+    Ok(Derived { scale, offset, high })
 }
 
 /// `y = x @ Wᵀ` for `x` with `?` dimensions, the portable form: the whole weight dequantized for this product
