@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tapeout_graph::{
     Attr, Attrs, BlockOrder, ByteSink, ChunkLender, ConstantData, DType, Dim, Encoding, ExtractOptions, GraphError,
-    HalfConstantHandling, HalfLayout, Lent, OpKind, PackedCodesLayout, PackedConstantHandling, Shape, Storage,
-    StreamError, Tensor, TensorId, TensorSpec, Trace, WeightLayout, dequantize, finalize,
+    HalfConstantHandling, HalfLayout, Lent, OpKind, PackedConstantHandling, Shape, Storage, StreamError, Tensor,
+    TensorId, TensorSpec, Trace, dequantize, finalize,
 };
 
 // --- allocation accounting --------------------------------------------------------------------
@@ -284,57 +284,6 @@ fn keep_turns_a_packed_linear_weight_into_planes_and_a_per_block_contraction() {
     let GraphError::CannotKeepPacked { tensor, detail, .. } = &err else { panic!("{err}") };
     assert_eq!(tensor, "w48");
     assert!(detail.contains("rows of 48 values are not whole 32-value blocks"), "{detail}");
-}
-
-/// The codes plane of `w` kept packed: its `band` and stored dims, under `layout`, used by a linear and, when
-/// `gathered`, also by a gather of its rows.
-fn codes_layout(
-    encoding: Encoding,
-    rows: u64,
-    cols: u64,
-    gathered: bool,
-    layout: WeightLayout,
-    packed_codes: PackedCodesLayout,
-) -> (Option<u64>, Vec<u64>) {
-    let block = encoding.block_geometry().unwrap();
-    let blocks = vec![0u8; usize::try_from(rows * cols / block.0 * block.1).unwrap()];
-    let w = Tensor {
-        spec: spec("w", &[rows, cols], DType::F32).with_path("w"),
-        storage: Storage::Packed { encoding, order: BlockOrder::RowMajor, bytes: Lent::Slice(&blocks) },
-    };
-    let (mut trace, wid, mut outs) = linear_trace(w, 1);
-    if gathered {
-        let ids = trace.add_placeholder(spec("ids", &[3], DType::I32));
-        let e = trace.add_placeholder(spec("e", &[3, cols], DType::F32));
-        trace.record(OpKind::Gather, Attrs::new(), &[wid, ids], &[e]);
-        outs.push(e);
-        trace.set_outputs(&outs);
-    }
-    let opts =
-        ExtractOptions { packed: PackedConstantHandling::Keep, layout, packed_codes, ..ExtractOptions::default() };
-    let g = finalize(&trace, &opts).unwrap();
-    let qs = g.constants().iter().find(|c| c.key == "w.qs").expect("a codes plane");
-    let ConstantData::Plane { band, .. } = qs.data else { panic!("{:?}", qs.data) };
-    (band, qs.data.stored_dims(&g.spec(qs.tensor).shape.static_dims().unwrap()))
-}
-
-#[test]
-fn q8_0_and_q4_0_codes_are_kept_in_row_bands_when_asked_and_only_products_read_them() {
-    let (chosen, bands) = (WeightLayout::ChosenForUse, PackedCodesLayout::RowBands);
-    let layout = |e, rows, cols, gathered| codes_layout(e, rows, cols, gathered, chosen, bands);
-    // Q8_0 [64, 96]: two bands of 32 rows, each `[Kb = 3, 32, 32]`.
-    assert_eq!(layout(Encoding::Q8_0, 64, 96, false), (Some(32), vec![2, 3, 32, 32]));
-    // Q4_0 [5, 64]: rows padded to 64, two bands.
-    assert_eq!(layout(Encoding::Q4_0, 5, 64, false), (Some(32), vec![2, 2, 32, 32]));
-    // Q8_0 rows 32 does not divide keep `[Kb, 32, N]`, as does a weight an embedding gathers rows of, and a format
-    // the band product is not measured for.
-    assert_eq!(layout(Encoding::Q8_0, 33, 64, false), (None, vec![2, 32, 33]));
-    assert_eq!(layout(Encoding::Q8_0, 64, 64, true), (None, vec![2, 32, 64]));
-    assert_eq!(layout(Encoding::Q4_1, 64, 64, false), (None, vec![2, 32, 64]));
-    // Block rows by default, and always when the export keeps weights as held.
-    let default = PackedCodesLayout::default();
-    assert_eq!(codes_layout(Encoding::Q4_0, 64, 64, false, chosen, default), (None, vec![2, 32, 64]));
-    assert_eq!(codes_layout(Encoding::Q4_0, 64, 64, false, WeightLayout::AsHeld, bands), (None, vec![2, 32, 64]));
 }
 
 #[test]
