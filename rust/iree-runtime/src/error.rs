@@ -1,0 +1,214 @@
+//! What can go wrong serving a module ([`IreeError`]), and how IREE's statuses become it.
+
+use std::ffi::{CStr, CString, c_char};
+use std::path::PathBuf;
+use std::ptr;
+
+use crate::ffi;
+use crate::signature::DType;
+
+/// What can go wrong serving a module.
+#[derive(Debug, thiserror::Error)]
+pub enum IreeError {
+    /// IREE refused an operation; `code` is IREE's status name (`INVALID_ARGUMENT`, ...).
+    #[error("IREE failed {during}: {code}: {message}")]
+    Runtime {
+        /// What tapeout was doing.
+        during: String,
+        /// IREE's status code name.
+        code: &'static str,
+        /// IREE's own message.
+        message: String,
+    },
+    /// The bytes given as a compiled module are not an IREE module.
+    #[error("{what} is not an IREE compiled module (.vmfb): {message}; compile the .mlir with iree-compile first")]
+    NotAModule {
+        /// Which bytes.
+        what: String,
+        /// IREE's message.
+        message: String,
+    },
+    /// The module was compiled for a device this one is not.
+    #[error(
+        "the module was compiled for another device than '{device}': {message}; compile it with \
+             --iree-hal-target-device matching this device (local-task and local-sync run llvm-cpu modules)"
+    )]
+    WrongTarget {
+        /// The device the module was loaded on.
+        device: String,
+        /// IREE's message.
+        message: String,
+    },
+    /// The module needs a parameter no given archive holds.
+    #[error(
+        "the module needs parameter {key} and no parameter file given holds it: {message}; pass the archive \
+             exported with the module (its scope is the part before '::')"
+    )]
+    MissingParameter {
+        /// The key IREE looked for (with its scope).
+        key: String,
+        /// IREE's message.
+        message: String,
+    },
+    /// A parameter file could not be opened, mapped or indexed.
+    #[error("parameter file {path}: {message}")]
+    ParameterFile {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// The module has no function of that name.
+    #[error("the module has no function '{name}'; it has: {}", available.join(", "))]
+    NoSuchFunction {
+        /// The name asked for.
+        name: String,
+        /// The functions it has.
+        available: Vec<String>,
+    },
+    /// A call with the wrong number of arguments.
+    #[error("{function} takes {expected} argument(s) ({}), given {given}", names.join(", "))]
+    Arity {
+        /// The function.
+        function: String,
+        /// How many it takes.
+        expected: usize,
+        /// How many were given.
+        given: usize,
+        /// Their names.
+        names: Vec<String>,
+    },
+    /// An argument of the wrong element type.
+    #[error("{function} argument {index} '{argument}' is {expected}, given {given}")]
+    DType {
+        /// The function.
+        function: String,
+        /// The argument's position.
+        index: usize,
+        /// The argument's name.
+        argument: String,
+        /// The type it must have.
+        expected: String,
+        /// The type it was given.
+        given: String,
+    },
+    /// An argument of the wrong shape.
+    #[error("{function} argument {index} '{argument}' has shape {expected}, given {given}")]
+    Shape {
+        /// The function.
+        function: String,
+        /// The argument's position.
+        index: usize,
+        /// The argument's name.
+        argument: String,
+        /// Its shape (`?` where dynamic).
+        expected: String,
+        /// The shape given.
+        given: String,
+    },
+    /// Host data whose size does not match the value's type and shape.
+    #[error("{what}: {expected} bytes for {dtype} {shape}, given {given}")]
+    Size {
+        /// What the data was for.
+        what: String,
+        /// Bytes the value needs.
+        expected: u64,
+        /// Bytes given.
+        given: u64,
+        /// Its element type.
+        dtype: DType,
+        /// Its shape.
+        shape: String,
+    },
+    /// A file could not be read.
+    #[error("reading {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A value from a module that is not this one.
+    #[error("{what} belongs to another module; values stay with the module (and device) that made them")]
+    ForeignValue {
+        /// Which value.
+        what: String,
+    },
+}
+
+impl IreeError {
+    /// An [`IreeError::Io`] for `path`.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> IreeError {
+        IreeError::Io { path: path.into(), source }
+    }
+}
+
+/// IREE's status code names (iree/base/status.h).
+pub(crate) fn code_name(code: i32) -> &'static str {
+    const NAMES: [&str; 19] = [
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
+        "UNAUTHENTICATED",
+        "DEFERRED",
+        "INCOMPATIBLE",
+    ];
+    usize::try_from(code).ok().and_then(|c| NAMES.get(c)).copied().unwrap_or("UNKNOWN")
+}
+
+/// A native failure: code name and message (freed here).
+pub(crate) struct Native {
+    pub(crate) code: &'static str,
+    pub(crate) message: String,
+}
+
+/// Runs a shim call that returns a code and maybe sets a message.
+pub(crate) fn native(call: impl FnOnce(*mut *mut c_char) -> i32) -> Result<(), Native> {
+    let mut message: *mut c_char = ptr::null_mut();
+    let code = call(&mut message);
+    let text = if message.is_null() {
+        String::new()
+    } else {
+        // SAFETY: the shim sets a NUL-terminated string from malloc, which we free once.
+        let text = unsafe { CStr::from_ptr(message) }.to_string_lossy().into_owned();
+        unsafe { ffi::tio_free_message(message) };
+        text
+    };
+    if code == 0 { Ok(()) } else { Err(Native { code: code_name(code), message: text }) }
+}
+
+pub(crate) fn runtime(during: &str) -> impl FnOnce(Native) -> IreeError + '_ {
+    move |n| IreeError::Runtime { during: during.to_owned(), code: n.code, message: n.message }
+}
+
+/// Takes a string the shim made (freeing it).
+pub(crate) fn take_string(raw: *mut c_char) -> String {
+    if raw.is_null() {
+        return String::new();
+    }
+    // SAFETY: a NUL-terminated string from the shim's malloc, freed once here.
+    let text = unsafe { CStr::from_ptr(raw) }.to_string_lossy().into_owned();
+    unsafe { ffi::tio_free_message(raw) };
+    text
+}
+
+pub(crate) fn c_string(what: &str, text: &str) -> Result<CString, IreeError> {
+    CString::new(text).map_err(|_| IreeError::Runtime {
+        during: what.to_owned(),
+        code: "INVALID_ARGUMENT",
+        message: format!("{text:?} holds a NUL byte"),
+    })
+}
