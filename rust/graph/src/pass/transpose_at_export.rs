@@ -21,7 +21,9 @@ use crate::trace::{Attr, Attrs, Op, TensorId};
 ///
 /// A weight whose only uses are then the right operand of matmuls (a linear) is written in the row bands the
 /// device pass asks for ([`DeviceForms::weight_row_tile`]: `[rows / tile, cols, tile]`,
-/// [`ConstantData::row_tile`]); the emitter contracts it as stored, in one contraction over the bands.
+/// [`ConstantData::row_tile`]): its tensor is then the bands as stored, and each of those matmuls a `banded` one,
+/// which the emitter contracts as stored, in one contraction over the bands (when every one of them can read
+/// bands: otherwise the weight is written as a plain transpose).
 ///
 /// Constants whose values cannot be streamed transposed within the tile budget stay as held.
 pub(crate) fn transpose_at_export<'a>(program: Program<'a>, forms: &dyn DeviceForms) -> Program<'a> {
@@ -75,7 +77,26 @@ pub(crate) fn transpose_at_export<'a>(program: Program<'a>, forms: &dyn DeviceFo
                     n.op == OpKind::Matmul && n.inputs.len() == 2 && n.inputs[1] == out && n.inputs[0] != out
                 })
             });
-        let tile = if only_matmuls { forms.weight_row_tile(rows) } else { rows };
+        let mut tile = if only_matmuls { forms.weight_row_tile(rows) } else { rows };
+        if tile < rows {
+            // The program names the bands as stored, `[rows / tile, cols, tile]`, and each matmul reads them as a
+            // `banded` product: the emitter lowers what the program says, with no layout of its own to remember.
+            let bands = Shape::of(&[rows / tile, cols, tile]);
+            let readers = uses.get(&out).map(Vec::as_slice).unwrap_or(&[]);
+            let fits = |i: &usize| {
+                let n = &nodes[*i];
+                crate::ops::banded_matmul(&specs[n.inputs[0].index()].shape, &bands)
+                    .is_ok_and(|y| y == specs[n.outputs[0].index()].shape)
+            };
+            if readers.iter().all(fits) {
+                specs[out.index()].shape = bands;
+                for &i in readers {
+                    nodes[i].attrs.insert("banded".into(), Attr::Bool(true));
+                }
+            } else {
+                tile = rows;
+            }
+        }
         c.tensor = out;
         let held = std::mem::replace(&mut c.data, ConstantData::F32(Lent::Slice(&[])));
         c.data = ConstantData::Transposed { of: Box::new(held), rows, cols, tile };

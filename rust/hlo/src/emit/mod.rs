@@ -348,10 +348,10 @@ fn load_constants(
                 e.vals.insert(c.tensor, view);
                 e.banded.insert(c.tensor, v);
             }
-            // Row bands `[N / T, K, T]`: only matmuls use it (`transpose_at_export`), each reading the bands as
-            // stored (a 16-bit weight widened inside the contraction).
+            // Row bands `[N / T, K, T]`, which the program names as stored: only `banded` matmuls read them
+            // (`transpose_at_export`), a 16-bit weight widened inside the contraction.
             Some(_) => {
-                e.banded.insert(c.tensor, v);
+                e.vals.insert(c.tensor, v);
             }
             // A 16-bit weight kept as stored is widened where it is used: IREE fuses the convert into the
             // consumer.
