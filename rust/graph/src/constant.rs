@@ -221,29 +221,15 @@ impl ConstantData<'_> {
     }
 
     /// The source rows per band of a constant written in row bands ([`ConstantData::Transposed`] with `tile` less
-    /// than `rows`, or a [`ConstantData::Plane`] with a `band`): its stored shape is then `[rows / tile, cols,
-    /// tile]` (a plane's codes: `[rows / tile, Kb, B, tile]`), not the `[cols, rows]` (`[Kb, B, rows]`) the program
-    /// contracts. `None` for every other constant (stored in the shape of its tensor).
+    /// than `rows`, or a [`ConstantData::Plane`] with a `band`): its stored shape, which its tensor has too, is
+    /// then `[rows / tile, cols, tile]` (a plane's codes: `[rows / tile, Kb, B, tile]`), read by `banded` matmuls and
+    /// by every other use through a view the pass wrote. `None` for every other constant.
     #[must_use]
     pub fn row_tile(&self) -> Option<u64> {
         match self {
             ConstantData::Transposed { rows, tile, .. } if tile < rows => Some(*tile),
             ConstantData::Plane { band, .. } => *band,
             _ => None,
-        }
-    }
-
-    /// The shape this constant is stored in, given its tensor's static shape `dims` (`[cols, rows]`; a plane's
-    /// codes `[Kb, B, rows]`): `dims` itself, or `[rows / tile, cols, tile]` (`[rows / tile, Kb, B, tile]`) for one
-    /// written in row bands ([`ConstantData::row_tile`]).
-    #[must_use]
-    pub fn stored_dims(&self, dims: &[u64]) -> Vec<u64> {
-        match (self, self.row_tile(), dims) {
-            (ConstantData::Transposed { rows, cols, .. }, Some(tile), _) => vec![rows / tile, *cols, tile],
-            (ConstantData::Plane { .. }, Some(tile), &[kb, b, rows]) if tile > 0 && rows % tile == 0 => {
-                vec![rows / tile, kb, b, tile]
-            }
-            _ => dims.to_vec(),
         }
     }
 

@@ -70,7 +70,7 @@ fn codes_layout(
     let g = finalize(&trace, &opts).unwrap();
     let qs = g.constants().iter().find(|c| c.key == "w.qs").expect("a codes plane");
     let ConstantData::Plane { band, .. } = qs.data else { panic!("{:?}", qs.data) };
-    (band, qs.data.stored_dims(&g.spec(qs.tensor).shape.static_dims().unwrap()))
+    (band, g.spec(qs.tensor).shape.static_dims().unwrap())
 }
 
 #[test]

@@ -70,8 +70,7 @@ fn metadata(graph: &ComputeGraph<'_>, data: &ConstantData<'_>, tensor: tapeout_g
     let spec = graph.spec(tensor);
     let shape =
         spec.shape.static_dims().expect("constants have static shapes: finalize makes dynamic-shaped ones inputs");
-    let stored = data.stored_dims(&shape);
-    let mut m = TensorMetadata::new(data.dtype().name(), &stored);
+    let mut m = TensorMetadata::new(data.dtype().name(), &shape);
     let held = match data {
         ConstantData::Transposed { of, rows, cols, .. } => {
             m.transposed_from = Some([*rows, *cols]);

@@ -170,7 +170,7 @@ op_table! {
     /// `ln x`.
     Log = "log": Exactly(1), Exactly(1), ElementwiseUnary;
     /// Matrix product (batched over leading dimensions).
-    Matmul = "matmul": Exactly(2), Exactly(1), SameDType;
+    Matmul = "matmul": Exactly(2), Exactly(1), Own;
     /// `max(a, b)`, broadcast.
     Max = "max": Exactly(2), Exactly(1), ElementwiseBinary;
     /// 2-D max pooling (NCHW).
@@ -294,6 +294,9 @@ pub fn broadcast(a: &Shape, b: &Shape) -> Option<Shape> {
 /// When `b` is not `[N / T, K, T]` with static bands, `a` has no dims or rows the product cannot read as one, or
 /// the `K`s differ.
 pub fn banded_matmul(a: &Shape, b: &Shape) -> Result<Shape, String> {
+    if b.rank() == 4 {
+        return banded_block_matmul(a, b);
+    }
     let ([lead @ .., ka], [Dim::Static(bands), kb, Dim::Static(t)]) = (a.0.as_slice(), b.0.as_slice()) else {
         return Err(format!("[{a}] x bands [{b}]: a banded matmul is [.., K] x [N / T, K, T] with N / T and T static"));
     };
@@ -310,6 +313,32 @@ pub fn banded_matmul(a: &Shape, b: &Shape) -> Result<Shape, String> {
     }
     let n = bands.checked_mul(*t).ok_or_else(|| format!("bands [{b}]: {bands} x {t} columns overflow u64"))?;
     Ok(Shape(lead.iter().copied().chain([Dim::Static(n)]).collect()))
+}
+
+/// The result shape of the per-block product over codes stored in row bands (`matmul` with `banded = true` and a
+/// right side of rank 4): `[Kb, M, B] x [NB, Kb, B, T] -> [Kb, M, NB·T]`, the codes' `[Kb, B, N]` values being band
+/// `n / T`, column `n % T`. `Kb`, `B` and `T` are static; `M` and the band count `NB` may be `?` (a few-rows form's
+/// codes gated along their bands).
+///
+/// # Errors
+/// When the shapes are not of that form or their `Kb` or `B` differ.
+fn banded_block_matmul(a: &Shape, b: &Shape) -> Result<Shape, String> {
+    let (&[Dim::Static(akb), m, Dim::Static(ab)], &[bands, Dim::Static(kb), Dim::Static(bs), Dim::Static(t)]) =
+        (a.0.as_slice(), b.0.as_slice())
+    else {
+        return Err(format!(
+            "[{a}] x bands [{b}]: a per-block product over codes in row bands is [Kb, M, B] x [NB, Kb, B, T] with Kb, \
+             B and T static"
+        ));
+    };
+    if (akb, ab) != (kb, bs) {
+        return Err(format!("[{a}] x bands [{b}]: the blocks differ"));
+    }
+    let n = match bands {
+        Dim::Static(nb) => Dim::Static(nb.checked_mul(t).ok_or_else(|| format!("bands [{b}]: too many columns"))?),
+        Dim::Dynamic => Dim::Dynamic,
+    };
+    Ok(Shape(vec![Dim::Static(kb), m, n]))
 }
 
 /// The result shape of `a @ b`: `[.., K] x [K, N]` (a `?` K of `a` matches any K), the equal-rank batched

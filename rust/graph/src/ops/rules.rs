@@ -78,7 +78,19 @@ pub(crate) fn check_types(op: OpKind, attrs: &Attrs, ins: &[Spec<'_>], outs: &[S
         OpKind::ReduceMax | OpKind::ReduceMean | OpKind::ReduceSum => reduce(&a, ins[0], outs[0]),
         OpKind::Matmul => {
             let (grouped, banded) = (a.bool("grouped", false)?, a.bool("banded", false)?);
-            let ((a, _), (b, _), (r, _)) = (ins[0], ins[1], outs[0]);
+            let ((a, ad), (b, bd), (r, rd)) = (ins[0], ins[1], outs[0]);
+            // One dtype throughout, but for the codes of a per-block product over bands: signed integers, each
+            // converted to the rows' float type inside the product.
+            let codes = banded && b.rank() == 4 && ad.is_float() && matches!(bd, DType::I4 | DType::I8);
+            if ad != rd || (ad != bd && !codes) {
+                return Err(format!(
+                    "matmul of {} and {} into {}: its operands and result share one dtype{}",
+                    ad.name(),
+                    bd.name(),
+                    rd.name(),
+                    if banded { " (or, over bands of codes, float rows and i4 / i8 codes)" } else { "" }
+                ));
+            }
             if banded {
                 if grouped {
                     return Err("a matmul is banded or grouped, not both".into());

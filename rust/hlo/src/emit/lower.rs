@@ -50,49 +50,11 @@ impl<'g> Emitter<'g, '_, '_> {
         };
         let spec = self.g.spec(*id);
         let out = Out { shape: &spec.shape, dtype: spec.dtype };
-        // A linear's weight stored in row bands has no `[K, N]` value: its matmuls read the bands.
-        let banded = match (node.op, node.inputs.as_slice()) {
-            (OpKind::Matmul, [a, w]) => self.banded.get(w).cloned().map(|w| (*a, w)),
-            _ => None,
-        };
-        let ins: Vec<Val> = match banded {
-            Some((a, _)) => vec![self.val(a)?],
-            None => node.inputs.iter().map(|&i| self.val(i)).collect::<Result<_>>()?,
-        };
-        // Codes in row bands converted to floats (a per-block product's right side): its matmuls read the bands as
-        // stored and convert each code inside the contraction.
-        if let (OpKind::Convert, [codes], true) = (node.op, node.inputs.as_slice(), out.dtype.is_float()) {
-            if let Some(stored) = self.banded.get(codes).cloned() {
-                self.banded.insert(*id, stored);
-            }
-        }
-        // Codes in row bands gated along the columns of their `[Kb, B, Np]` view (a few-rows form's), or a column
-        // part of whole bands of them (its parts at 7B widths): the same gate on the band axis of the codes as
-        // stored, or the same bands sliced from them, so that the form's product reads them in place. A product
-        // over the view would make IREE 3.13 compute the view (a transpose of the parameter) once at load, into a
-        // second, anonymous copy of the codes (docs/performance.md, "Few rows over the stored bands").
-        if let Some(stored) = node.inputs.first().and_then(|i| self.banded.get(i)).filter(|s| s.rank() == 4).cloned() {
-            let in_place = match node.op {
-                OpKind::GateRows
-                    if self.axis("axis", self.attr_int("axis", 0)?, ins[0].rank())? + 1 == ins[0].rank() =>
-                {
-                    let mut shape = stored.shape.clone();
-                    shape.0[0] = Dim::Dynamic;
-                    Some(self.gate_rows_along(&stored, &ins[1], 0, &shape)?)
-                }
-                OpKind::Slice => self.band_part(&stored, &ins[0])?,
-                _ => None,
-            };
-            if let Some(v) = in_place {
-                self.banded.insert(*id, v);
-            }
-        }
+        let ins: Vec<Val> = node.inputs.iter().map(|&i| self.val(i)).collect::<Result<_>>()?;
         if widens(node.op, &ins, out.dtype, node.inputs.iter().any(|i| self.widened.contains(i))) {
             self.widened.insert(*id);
         }
-        let result = if let Some((_, stored)) = &banded {
-            self.banded_matmul(&ins[0], stored, ins[0].dtype, out.shape)?
-        } else {
+        let result = {
             match node.op {
                 OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div | OpKind::Pow | OpKind::Max | OpKind::Min => {
                     self.elementwise_binary(node.op, &ins, &out)?
@@ -111,15 +73,10 @@ impl<'g> Emitter<'g, '_, '_> {
                 OpKind::Convert => self.convert_to(&ins[0], out.dtype)?,
                 // Codes in row bands pass the barrier as stored and are read as `[Kb, B, Np]` after it: IREE then
                 // folds the view into the dispatch after the barrier instead of copying the codes before it.
-                OpKind::After => match self.banded.get(&node.inputs[0]).cloned() {
-                    Some(stored)
-                        if stored.rank() == 4 && stored.dtype == ins[0].dtype && !stored.shape.is_dynamic() =>
-                    {
-                        let ordered = self.after(&stored, &ins[1]);
-                        self.band_view(&ordered)?
-                    }
-                    _ => self.after(&ins[0], &ins[1]),
-                },
+                // After itself: a value behind a barrier with nothing to wait for (a view of codes in row bands that
+                // IREE 3.13 would otherwise compute once at load, as a second copy of the codes).
+                OpKind::After if node.inputs[0] == node.inputs[1] => self.opaque(&ins[0]),
+                OpKind::After => self.after(&ins[0], &ins[1]),
                 OpKind::Broadcast => self.lower_broadcast(&ins[0], ins.get(1), &out)?,
                 OpKind::Reshape => self.reshape(&ins[0], out.shape)?,
                 OpKind::Transpose => self.lower_transpose(&ins[0])?,
@@ -332,32 +289,6 @@ impl<'g> Emitter<'g, '_, '_> {
             None => (0..r).rev().collect(),
         };
         Ok(self.transpose(x, &perm))
-    }
-
-    /// The bands of codes stored in row bands (`stored`, `[Np / T, Kb, B, T]`) that the node's slice of their view
-    /// (`view`, `[Kb, B, Np]`) takes, when it takes whole bands along `Np` only: `stored[first / T .. end / T]`.
-    fn band_part(&mut self, stored: &Val, view: &Val) -> Result<Option<Val>> {
-        let (Some(&Dim::Static(t)), [_, _, Dim::Static(_)]) = (stored.shape.0.last(), &view.shape.0[..]) else {
-            return Ok(None);
-        };
-        let ranges = self.slice_attr_ranges(view)?;
-        let whole = |i: usize| matches!((ranges[i], view.shape.0[i]), ((0, Some(hi), 1), Dim::Static(d)) if hi == d);
-        let (first, Some(end), 1) = ranges[2] else { return Ok(None) };
-        if !whole(0) || !whole(1) || t == 0 || first % t != 0 || end % t != 0 || end <= first {
-            return Ok(None);
-        }
-        let ranges: Vec<(u64, Option<u64>, u64)> = stored
-            .shape
-            .0
-            .iter()
-            .enumerate()
-            .map(|(i, d)| match (i, d) {
-                (0, _) => (first / t, Some(end / t), 1),
-                (_, Dim::Static(n)) => (0, Some(*n), 1),
-                (_, Dim::Dynamic) => (0, None, 1),
-            })
-            .collect();
-        self.slice_ranges(stored, &ranges).map(Some)
     }
 
     /// A strided slice; a `?` dimension is sliced to the end from a static start and stride (the type rule

@@ -14,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::io::Write;
 
-use tapeout_graph::{ComputeGraph, ConstantData, DType, Dim, Shape, TensorId};
+use tapeout_graph::{ComputeGraph, DType, TensorId};
 
 use crate::error::{HloError, Result};
 use crate::text::{push_hex, string_literal, symbol};
@@ -180,7 +180,6 @@ pub(crate) fn emit_functions_into(
             out: &mut *out,
             next,
             vals: HashMap::new(),
-            banded: HashMap::new(),
             widened: HashSet::new(),
             node: None,
         };
@@ -232,7 +231,7 @@ fn declare_globals(
                     // The parameter has the dtype it is stored in (bf16 kept as bf16; an unsigned integer as the
                     // signless one of its width, which IREE 3.13 requires of a `util.global`) and the shape (row
                     // bands of a linear's weight); the program converts it.
-                    let t = ty(&stored_shape(&c.data, &spec.shape), parameter_dtype(c.data.dtype()));
+                    let t = ty(&spec.shape, parameter_dtype(c.data.dtype()));
                     if let Some((sym, first_ty, first_fn)) = declared.get(&c.key) {
                         if *first_ty != t {
                             return Err(HloError::Unsupported {
@@ -302,7 +301,7 @@ fn load_constants(
     for (c, place) in graph.constants().iter().zip(placement) {
         let spec = graph.spec(c.tensor);
         let stored = c.data.dtype();
-        let shape = stored_shape(&c.data, &spec.shape);
+        let shape = spec.shape.clone();
         let t = ty(&shape, stored);
         let v = match place {
             Some(sym) => {
@@ -327,29 +326,9 @@ fn load_constants(
             }
         };
         match c.data.row_tile() {
-            // The codes of a weight kept packed in row bands `[Np / T, Kb, B, T]`: its per-block products read
-            // them as stored (converted inside the contraction, [`Emitter::banded_matmul`]); any other use (a
-            // prefill's dequantization) reads them as the `[Kb, B, Np]` the program names, which IREE folds
-            // into the reading dispatch (and drops when nothing reads it).
-            Some(_) if matches!(c.data, ConstantData::Plane { .. }) => {
-                // The few-rows forms' products read the stored bands too (gated along the band axis,
-                // `Emitter::lower`), which leaves the view to dequantizations only. Behind a barrier IREE 3.13
-                // folds it into each dequantizing dispatch; without one it computes the view once at load, a
-                // second, anonymous copy of the codes (docs/performance.md, "Few rows over the stored bands").
-                let seen = e.opaque(&v);
-                let view = e.band_view(&seen).map_err(|err| match err {
-                    HloError::Unsupported { detail, .. } => in_function(HloError::Unsupported {
-                        node: format!("parameter '{}'", c.key),
-                        op: "module",
-                        detail,
-                    }),
-                    other => in_function(other),
-                })?;
-                e.vals.insert(c.tensor, view);
-                e.banded.insert(c.tensor, v);
-            }
-            // Row bands `[N / T, K, T]`, which the program names as stored: only `banded` matmuls read them
-            // (`transpose_at_export`), a 16-bit weight widened inside the contraction.
+            // Row bands, which the program names as stored (a linear's weight `[N / T, K, T]`, codes kept packed
+            // `[Np / T, Kb, B, T]`): `banded` matmuls read them as stored, a 16-bit weight or a code widened inside
+            // the contraction, and any other use through a view the pass wrote.
             Some(_) => {
                 e.vals.insert(c.tensor, v);
             }
@@ -367,15 +346,6 @@ fn load_constants(
         }
     }
     Ok(())
-}
-
-/// The shape a constant is stored in: its tensor's, or the row bands of a linear's weight
-/// ([`ConstantData::row_tile`]).
-fn stored_shape(data: &ConstantData<'_>, shape: &Shape) -> Shape {
-    match (data.row_tile(), shape.static_dims()) {
-        (Some(_), Some(dims)) => Shape(data.stored_dims(&dims).into_iter().map(Dim::Static).collect()),
-        _ => shape.clone(),
-    }
 }
 
 pub(crate) fn spill(text: &mut String, out: &mut dyn TextOut, force: bool) -> Result<()> {

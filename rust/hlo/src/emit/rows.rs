@@ -48,7 +48,7 @@ impl Emitter<'_, '_, '_> {
 
     /// [`Emitter::gate_rows`] along `axis` rather than the node's own: the node's gate applied to another tensor
     /// (codes in row bands gated along their band axis where the program gates their columns).
-    pub(crate) fn gate_rows_along(&mut self, t: &Val, like: &Val, axis: usize, out: &Shape) -> Result<Val> {
+    fn gate_rows_along(&mut self, t: &Val, like: &Val, axis: usize, out: &Shape) -> Result<Val> {
         let rows = self.rows_attr()?;
         let few = match self.attr("few") {
             None => true,

@@ -1,9 +1,9 @@
 //! A prefill's product with a weight kept packed, dequantized for it: in row bands, in parts, gated.
 
-use super::{Gate, flag, gated, gated_rows, lcm, one_row_dim};
+use super::{Gate, gated, gated_rows, lcm, one_row_dim};
 use crate::dtype::DType;
 use crate::ops::OpKind;
-use crate::pass::keep_packed::{Builder, Planes, axis, blocks_shape, ints, slice_along};
+use crate::pass::keep_packed::{Builder, Planes, axis, band_view, blocks_shape, flag, ints, slice_along};
 use crate::shape::{Dim, Shape};
 use crate::trace::{Attrs, Op, TensorId};
 
@@ -108,11 +108,22 @@ fn dequantized_part(
     let (kb, bs, np) = (pl.kb, pl.b, pl.np);
     // The block extent of every value after the gate: `?` when gated.
     let kb_dim = if gate.is_some() { Dim::Dynamic } else { Dim::Static(kb) };
+    // Codes stored in row bands are read through their `[Kb, B, Np]` view: the shared one, or one of the bands
+    // ordered after `wait`.
+    let (stored, view) = (pl.quants, if pl.banded && wait.is_none() { Some(pl.codes(b)) } else { None });
+    let banded = pl.banded;
     let rows_of = |b: &mut Builder<'_>, plane: TensorId, suffix: &str| {
         let dtype = b.specs[plane.index()].dtype;
-        let p = match wait {
-            Some(w) => b.op(OpKind::After, Attrs::new(), &[plane, w], format!("{label}.{suffix}"), &all, dtype),
-            None => plane,
+        let p = match (wait, view) {
+            (Some(w), _) if banded && plane == stored => {
+                let shape = b.specs[plane.index()].shape.clone();
+                let ordered =
+                    b.op_shaped(OpKind::After, Attrs::new(), &[plane, w], format!("{label}.{suffix}"), shape, dtype);
+                band_view(b, ordered, all, format!("{label}.{suffix}"))
+            }
+            (Some(w), _) => b.op(OpKind::After, Attrs::new(), &[plane, w], format!("{label}.{suffix}"), &all, dtype),
+            (None, Some(view)) if plane == stored => view,
+            (None, _) => plane,
         };
         let p = gated_rows(b, p, (label, suffix), (kb, bs, np), rows, gate);
         if bands { in_bands(b, p, [kb_dim, Dim::Static(bs)], len, format!("{label}.{suffix}_bands")) } else { p }

@@ -1,10 +1,10 @@
 //! A prefill's few rows over codes kept packed: the per-block product of the rows padded to 8, 16 or 32.
 
 use super::dequantized::DEQUANTIZED_BYTES;
-use super::{flag, gated, rows_attrs};
+use super::{PLANE_BAND_ROWS, gated, rows_attrs};
 use crate::dtype::DType;
 use crate::ops::OpKind;
-use crate::pass::keep_packed::{Builder, Planes, axis, ints, slice_along};
+use crate::pass::keep_packed::{Builder, Planes, axis, flag, ints, slice_along};
 use crate::shape::{Dim, Shape};
 use crate::trace::{Attrs, TensorId};
 
@@ -73,11 +73,12 @@ fn few_rows_part(
         s.0.extend(group.map(Dim::Static));
         s
     };
-    // A plane `[.., Np]` (columns along `axis`, its last): its groups, this part's of them, gated.
-    let gate_plane = |b: &mut Builder<'_>, plane: TensorId, axis: u8, name: String| {
+    // A plane `[.., Np]` (columns along `axis`, its last): its groups, this part's of them, gated. `per`: the
+    // columns one index along `axis` holds without groups (32 for codes in row bands, gated along their bands).
+    let gate_plane = |b: &mut Builder<'_>, plane: TensorId, (axis, per): (u8, u64), name: String| {
         let spec = &b.specs[plane.index()];
         let (mut shape, dtype) = (spec.shape.clone(), spec.dtype);
-        let t = group.unwrap_or(1);
+        let t = group.unwrap_or(per);
         let plane = match group {
             Some(t) => {
                 shape.0.pop();
@@ -107,15 +108,21 @@ fn few_rows_part(
     // A product over grouped planes has its right side's columns in two dims (`matmul`'s `grouped`).
     let grouped_attrs = || if group.is_some() { flag("grouped") } else { Attrs::new() };
     // No high-bit plane: `dynamic_linear_use` keeps 5- and 6-bit codes out of this form.
-    let g = gate_plane(b, pl.quants, 2, format!("{label}.qs{r}"));
-    let f = f32_op(b, OpKind::Convert, Attrs::new(), &[g], format!("{label}.qs{r}_f32"), &[kb, bs, 1]);
-    let s = f32_op(b, OpKind::Matmul, grouped_attrs(), &[xt, f], format!("{label}.qs{r}_s"), &[kb, r, 1]);
+    let s = if pl.banded {
+        // Codes stored in row bands: this part's bands, gated along the band axis, contracted as stored.
+        let g = gate_plane(b, pl.quants, (0, PLANE_BAND_ROWS), format!("{label}.qs{r}"));
+        f32_op(b, OpKind::Matmul, flag("banded"), &[xt, g], format!("{label}.qs{r}_s"), &[kb, r, 1])
+    } else {
+        let g = gate_plane(b, pl.quants, (2, 1), format!("{label}.qs{r}"));
+        let f = f32_op(b, OpKind::Convert, Attrs::new(), &[g], format!("{label}.qs{r}_f32"), &[kb, bs, 1]);
+        f32_op(b, OpKind::Matmul, grouped_attrs(), &[xt, f], format!("{label}.qs{r}_s"), &[kb, r, 1])
+    };
     let a3 = pl.scale_3d(b);
-    let a = gate_plane(b, a3, 2, format!("{label}.a{r}"));
+    let a = gate_plane(b, a3, (2, 1), format!("{label}.a{r}"));
     let sa = f32_op(b, OpKind::Mul, Attrs::new(), &[s, a], format!("{label}.sa{r}"), &[kb, r, 1]);
     let mut out = f32_op(b, OpKind::ReduceSum, ints("axes", [0]), &[sa], format!("{label}.y{r}"), &[r, 1]);
     if let Some(c) = pl.offset {
-        let c = gate_plane(b, c, 1, format!("{label}.c{r}"));
+        let c = gate_plane(b, c, (1, 1), format!("{label}.c{r}"));
         let xst = *xst.get_or_insert_with(|| {
             let xs = b.op(OpKind::ReduceSum, ints("axes", [2]), &[xt], format!("{label}.x{r}s"), &[kb, r], DType::F32);
             b.op(OpKind::Transpose, ints("perm", [1, 0]), &[xs], format!("{label}.x{r}st"), &[r, kb], DType::F32)

@@ -168,13 +168,6 @@ fn dynamic_linear_use(b: &mut Builder<'_>, pl: &mut Planes, m: &Op) {
     }
 }
 
-/// A node's one boolean attribute `name`, set (`matmul`'s `grouped` or `banded`, [`OpKind::Matmul`]).
-pub(super) fn flag(name: &str) -> Attrs {
-    let mut a = Attrs::new();
-    a.insert(name.into(), Attr::Bool(true));
-    a
-}
-
 /// [`plane_rows`](super::keep_packed::plane_rows) through a [`OpKind::GateRows`] on `gate`'s rows (emptying its
 /// blocks) when there is one.
 pub(super) fn gated_rows(

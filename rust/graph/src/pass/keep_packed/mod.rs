@@ -34,7 +34,7 @@ mod planes;
 use std::collections::HashMap;
 
 pub(crate) use planes::{Builder, Planes};
-pub(in crate::pass) use planes::{MAX_DIM, axis, blocks_shape, ints, plane_rows, slice_along};
+pub(in crate::pass) use planes::{MAX_DIM, axis, band_view, blocks_shape, flag, ints, plane_rows, slice_along};
 
 use super::{DeviceForms, Fresh, Program, gathers_rows_of, swaps_two_dims, uses};
 use crate::constant::{Constant, ConstantData};
@@ -186,6 +186,11 @@ impl Rewrite<'_> {
         let mut plane_ids = HashMap::new();
         for p in split.planes(encoding) {
             let pdims: Vec<u64> = match p {
+                // Codes in row bands are named as stored: `[Np / T, Kb, B, T]` ([`Planes::codes`] views them).
+                Plane::Quants if band.is_some_and(|t| t > 0) => {
+                    let t = band.unwrap_or(1);
+                    vec![np / t, kb, bsub, t]
+                }
                 Plane::Quants | Plane::QuantsHigh => vec![kb, bsub, np],
                 // K-quants' `d` and `dmin` are per super-block; every other number is per sub-block.
                 Plane::Scale | Plane::SuperMin if split.two_level => vec![ks, np],
@@ -219,6 +224,7 @@ impl Rewrite<'_> {
             high,
             high_f32: None,
             codes_whole: None,
+            codes_view: None,
             scale,
             offset,
             codes_f32: None,
@@ -456,8 +462,9 @@ fn linear_use(b: &mut Builder<'_>, pl: &mut Planes, x: TensorId, xd: &[u64], y: 
     let y_name = b.specs[y.index()].name.clone();
     let xb = b.op(OpKind::Reshape, Attrs::new(), &[x], format!("{y_name}.xb"), &[p, kb, bs], DType::F32);
     let xt = b.op(OpKind::Transpose, ints("perm", [1, 0, 2]), &[xb], format!("{y_name}.xt"), &[kb, p, bs], DType::F32);
-    let q = pl.codes_f32(b);
-    let mut s = b.op(OpKind::Matmul, Attrs::new(), &[xt, q], format!("{y_name}.s"), &[kb, p, n], DType::F32);
+    // Codes in row bands are contracted as stored (each code converted inside the product); others as f32.
+    let (attrs, q) = if pl.banded { (flag("banded"), pl.quants) } else { (Attrs::new(), pl.codes_f32(b)) };
+    let mut s = b.op(OpKind::Matmul, attrs, &[xt, q], format!("{y_name}.s"), &[kb, p, n], DType::F32);
     if let (Some(hf), Some((_, sixteen))) = (pl.high_f32(b), pl.high) {
         // 5/6-bit codes: a second contraction on the high bits (IREE reads the i2 plane directly), weighted 16.
         let sh = b.op(OpKind::Matmul, Attrs::new(), &[xt, hf], format!("{y_name}.sh"), &[kb, p, n], DType::F32);
@@ -500,16 +507,17 @@ fn linear_use(b: &mut Builder<'_>, pl: &mut Planes, x: TensorId, xd: &[u64], y: 
 /// `g = W[ids]` (rows), from the planes gathered by columns. The ids may have `?` dimensions (a prefill's token
 /// ids): every value is then as wide as the ids, never the whole table.
 fn gather_use(b: &mut Builder<'_>, pl: &mut Planes, ids: TensorId, id_dims: &[Dim], g: TensorId) {
+    let codes = pl.codes(b);
     let (kb, bs, k) = (pl.kb, pl.b, pl.k);
     let g_name = b.specs[g.index()].name.clone();
     let with = |head: &[u64]| Shape(head.iter().map(|&d| Dim::Static(d)).chain(id_dims.iter().copied()).collect());
     let gq = b.op_shaped(
         OpKind::Gather,
         axis(2),
-        &[pl.quants, ids],
+        &[codes, ids],
         format!("{g_name}.qs"),
         with(&[kb, bs]),
-        b.specs[pl.quants.index()].dtype,
+        b.specs[codes.index()].dtype,
     );
     let mut gqf =
         b.op_shaped(OpKind::Convert, Attrs::new(), &[gq], format!("{g_name}.qs_f32"), with(&[kb, bs]), DType::F32);

@@ -144,6 +144,8 @@ pub(crate) struct Planes {
     pub(in crate::pass) high: Option<(TensorId, TensorId)>,
     pub(in crate::pass) high_f32: Option<TensorId>,
     pub(in crate::pass) codes_whole: Option<TensorId>,
+    /// Codes stored in row bands read as `[Kb, B, Np]` ([`Planes::codes`]), built on first use.
+    pub(in crate::pass) codes_view: Option<TensorId>,
     /// `A [Kb, N]` f32.
     pub(in crate::pass) scale: TensorId,
     /// `C [Kb, N]` f32, when the format has an offset term.
@@ -190,10 +192,31 @@ impl Planes {
         if let Some(t) = self.codes_f32 {
             return t;
         }
-        let (q, dims) = (self.quants, [self.kb, self.b, self.np]);
+        let (q, dims) = (self.codes(b), [self.kb, self.b, self.np]);
         let t =
             b.share(|b| b.op(OpKind::Convert, Attrs::new(), &[q], format!("{}.qs_f32", self.name), &dims, DType::F32));
         *self.codes_f32.insert(t)
+    }
+
+    /// The codes as `[Kb, B, Np]`, as every use but a per-block product over the stored bands reads them: the
+    /// plane itself, or for codes stored in row bands ([`Planes::banded`]) a view of them, shared, taken behind a
+    /// barrier (`after` of the codes and themselves) so that no backend computes the view once, as a second copy
+    /// of the codes, rather than in each dispatch that reads it.
+    pub(in crate::pass) fn codes(&mut self, b: &mut Builder<'_>) -> TensorId {
+        if !self.banded {
+            return self.quants;
+        }
+        if let Some(t) = self.codes_view {
+            return t;
+        }
+        let (q, name, dims) = (self.quants, format!("{}.qs", self.name), [self.kb, self.b, self.np]);
+        let t = b.share(|b| {
+            let dtype = b.specs[q.index()].dtype;
+            let shape = b.specs[q.index()].shape.clone();
+            let seen = b.op_shaped(OpKind::After, Attrs::new(), &[q, q], format!("{name}_seen"), shape, dtype);
+            band_view(b, seen, dims, name)
+        });
+        *self.codes_view.insert(t)
     }
     pub(in crate::pass) fn scale_3d(&mut self, b: &mut Builder<'_>) -> TensorId {
         if let Some(t) = self.scale_3d {
@@ -298,11 +321,32 @@ impl Planes {
     /// per weight from the call's start.
     pub(in crate::pass) fn dequantized_for_use(&mut self, b: &mut Builder<'_>, label: &str) -> TensorId {
         let whole = (0, self.np);
-        let codes = self.codes_for_use(b, label, &Shape::of(&[self.kb, self.b, self.np]), |_, t, _| t);
+        let (stored, view) = (self.quants, self.codes(b));
+        let read = move |_: &mut Builder<'_>, t: TensorId, _: &str| if t == stored { view } else { t };
+        let codes = self.codes_for_use(b, label, &Shape::of(&[self.kb, self.b, self.np]), read);
         let wt = b.tensor(format!("{label}.wt"), &[self.k, self.n], DType::F32);
         self.scaled_t(b, (codes, label), (whole, false), |_, t, _| t, wt);
         wt
     }
+}
+
+/// Codes stored in row bands, `stored` (`[Np / T, Kb, B, T]`), as the `[Kb, B, Np]` (`dims`) the rewrite computes
+/// on: a transpose and a reshape, which a backend folds into the dispatch that reads them.
+pub(in crate::pass) fn band_view(b: &mut Builder<'_>, stored: TensorId, dims: [u64; 3], name: String) -> TensorId {
+    let spec = &b.specs[stored.index()];
+    let (dtype, shape) = (spec.dtype, spec.shape.clone());
+    let [bands, kb, bs, t] = shape.0[..] else { return stored };
+    let moved = Shape(vec![kb, bs, bands, t]);
+    let moved =
+        b.op_shaped(OpKind::Transpose, ints("perm", [1, 2, 0, 3]), &[stored], format!("{name}_moved"), moved, dtype);
+    b.op(OpKind::Reshape, Attrs::new(), &[moved], format!("{name}_view"), &dims, dtype)
+}
+
+/// A node's one boolean attribute `name`, set (`matmul`'s `grouped` or `banded`, [`OpKind::Matmul`]).
+pub(in crate::pass) fn flag(name: &str) -> Attrs {
+    let mut a = Attrs::new();
+    a.insert(name.into(), Attr::Bool(true));
+    a
 }
 
 /// Plane `t` (`[Kb, B, Np]`: codes, high bits, or `A` or `C` with `B` = 1) as the rows `first .. first + len` a

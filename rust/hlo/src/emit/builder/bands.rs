@@ -128,17 +128,6 @@ impl Emitter<'_, '_, '_> {
         if merged.shape == *out { Ok(merged) } else { self.reshape(&merged, out) }
     }
 
-    /// Codes stored in row bands (`[Np / T, Kb, B, T]`) read as the `[Kb, B, Np]` the program names them by: a
-    /// transpose and a reshape, which IREE folds into the dispatch that reads them.
-    pub(crate) fn band_view(&mut self, stored: &Val) -> Result<Val> {
-        let [Dim::Static(bands), Dim::Static(kb), Dim::Static(b), Dim::Static(t)] = stored.shape.0[..] else {
-            return Err(self.err(format!("codes in row bands are [Np / T, Kb, B, T], not [{}]", stored.shape)));
-        };
-        let rows = bands.checked_mul(t).ok_or_else(|| self.err(format!("{bands} bands of {t} rows overflow u64")))?;
-        let moved = self.transpose(stored, &[1, 2, 0, 3]);
-        self.reshape(&moved, &Shape::of(&[kb, b, rows]))
-    }
-
     /// A `shape` tensor of `compute` zeros (`tensor.empty` then `linalg.fill`), the accumulator of a
     /// `linalg.generic` contraction; its one `?` extent, if any, is dimension `dim` of `like`.
     pub(crate) fn zeros(&mut self, shape: &Shape, compute: DType, (like, dim): (&Val, usize)) -> Val {

@@ -78,11 +78,6 @@ pub(crate) struct Emitter<'g, 'a, 'w> {
     pub(crate) out: &'w mut dyn TextOut,
     pub(crate) next: usize,
     pub(crate) vals: HashMap<TensorId, Val>,
-    /// Values stored in row bands, as stored, which matmuls read ([`Emitter::banded_matmul`]): a linear's weight
-    /// (`[N / T, K, T]`, no other value), and the codes of a weight kept packed (`[Np / T, Kb, B, T]`), the gates
-    /// and column parts a few-rows form takes of them (`[?, Kb, B, T]`, `[parts, Kb, B, T]`) and their float
-    /// conversions, which every other use reads through the `[Kb, B, Np]` view (gated, sliced) in `vals`.
-    pub(crate) banded: HashMap<TensorId, Val>,
     /// Tensors computed from a narrower element type by ops IREE 3.13 counts as a "bit extend" (a widening
     /// convert, then only arithmetic and reshaping): see [`Emitter::unfused`].
     pub(crate) widened: HashSet<TensorId>,
