@@ -14,6 +14,7 @@
 //! and bf16 / f16 row bands on CPUs. This crate writes text only: archives are the pipeline's (`tapeout`).
 #![deny(missing_docs)]
 
+mod contraction;
 mod emit;
 mod error;
 mod pipe;

@@ -71,6 +71,13 @@
 
 use tapeout_graph::{ConstantData, DType, Encoding, FEW_ROWS, Plane};
 
+use crate::contraction::{BAND, BLOCK, BLOCK_BAND, BLOCK_GROUPS, Folded};
+
+/// A product of one row: IREE 3.13 drops its unit row loop.
+const ONE_ROW: Folded = Folded { dropped: Some("m"), lhs: None };
+/// A product of rows read as `[Kb, M, B]` through a transpose of `[M, Kb, B]`, which IREE 3.13 folds in.
+const ROWS_FOLDED: Folded = Folded { dropped: None, lhs: Some(&["m", "b", "k"]) };
+
 /// Whether a product over the constant `data` is tiled by [`cpu_tuning_spec`]: the codes of a weight kept packed
 /// in 32-value blocks (Q8_0's `i8`; Q4_0, Q4_1, Q4_K and the low 4 bits of Q5_0, Q5_1 and Q5_K, all `i4`), or a
 /// bf16 or f16 weight stored in row bands a multiple of 32 wide (the band matchers'; a weight of fewer rows is
@@ -121,21 +128,21 @@ fn matcher(name: &str, rhs: &str, maps: &str, check: &str, lowering: &str) -> St
 #[must_use]
 pub fn cpu_tuning_spec() -> String {
     // The per-block product: loops (block, row, column, k); one row, blocks of 32.
-    let block_maps = "affine_map<(d0, d1, d2, d3) -> (d0, d1, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d3, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>";
+    let block_maps = BLOCK.as_iree_holds(Folded::default());
     let block_check = "\x20   transform.iree.match.dims_equal %m, [1] : !transform.param<i64>\n\
                        \x20   transform.iree.match.dims_equal %k, [32] : !transform.param<i64>\n";
     // A workgroup per block row (`0`: `N` not tiled), vector tiles of at most 4 KiB (`[32, 32]` f32 values).
     let block = "cache_parallel = [1, 0, 0, 0], distribution = [1, 0, 0, 0], vector_common_parallel = [1, 1, 32, 0], vector_reduction = [0, 0, 0, 32]";
     // The band product at one row, its unit row loop dropped by IREE: loops (band, column, k) over rows `[K]` and
     // bands `[B, K, T]`; bands of 32 columns (the emitter's) or a multiple of it.
-    let band_maps = "affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d0, d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>";
+    let band_maps = BAND.as_iree_holds(ONE_ROW);
     let band_check = "\x20   %bands = transform.get_operand %op[1] : (!transform.any_op) -> !transform.any_value\n\
                       \x20   transform.iree.match.dim_is_multiple_of %bands[2], 32 : !transform.any_value\n";
     // `[4, 32]` f32 values over a reduction of 8: 4 KiB.
     let band = "cache_parallel = [8, 32, 0], distribution = [8, 32, 0], vector_common_parallel = [4, 32, 0], vector_reduction = [0, 0, 8]";
     // The per-block product over codes in row bands at one row, its unit row loop dropped by IREE: loops (block,
     // band, column, k) over rows `[Kb, 32]` and codes `[Np / 32, Kb, 32, 32]`.
-    let block_band_maps = "affine_map<(d0, d1, d2, d3) -> (d0, d3)>, affine_map<(d0, d1, d2, d3) -> (d1, d0, d3, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>";
+    let block_band_maps = BLOCK_BAND.as_iree_holds(ONE_ROW);
     let block_band_check = "\x20   transform.iree.match.dims_equal %k, [32] : !transform.param<i64>\n";
     // A workgroup per band (`0`: every block of it), the band's 32 columns in one vector tile, the block's 32
     // values as the reduction tile: `[32]` f32 values, 128 bytes.
@@ -146,7 +153,7 @@ pub fn cpu_tuning_spec() -> String {
     // tiles of one row by 8 groups, unpacking each code once per row; the spec takes the 8 rows at once (the static
     // product's tiles) over 4 groups of 64 per workgroup, a reduction tile of 4 (16 is faster on AVX-512 but makes 16 KiB vectors an AVX2 or generic CPU
     // refuses): one 1024 -> 2816 Q4_0 linear at 1-8 rows 0.44-0.49 ms against 1.1-1.6 (docs/performance.md).
-    let few_maps = "affine_map<(d0, d1, d2, d3, d4) -> (d1, d0, d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d4, d2, d3)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3)>";
+    let few_maps = BLOCK_GROUPS.as_iree_holds(ROWS_FOLDED);
     let few_check = |rows: u64| {
         format!(
             "\x20   transform.iree.match.dims_equal %m, [{rows}] : !transform.param<i64>\n\
@@ -167,7 +174,7 @@ pub fn cpu_tuning_spec() -> String {
     // transpose to `[?, N / 32, 32]` folded in by IREE. IREE 3.13 gives a workgroup 8 bands (4 or 1 for a weight of
     // 32 or 8 bands) of 64 rows: a prompt of 33 to 63 rows then fills one partial row tile per band group, a few
     // workgroups for two threads. One band of 16 rows per workgroup (figures in the module notes above).
-    let prefill_band_maps = "affine_map<(d0, d1, d2, d3) -> (d1, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d3, d2)>, affine_map<(d0, d1, d2, d3) -> (d1, d0, d2)>";
+    let prefill_band_maps = BAND.as_iree_holds(Folded::default());
     // `[8, 32]` f32 values over a reduction of 4: 4 KiB (IREE's own reduction tile of 16 makes 16 KiB vectors, which
     // it refuses for a CPU with 16-byte vectors once the spec asks for them; 4 was as fast as 16 on AVX-512).
     let dequantized = "cache_parallel = [1, 16, 32, 0], distribution = [1, 16, 32, 0], vector_common_parallel = [1, 8, 32, 0], vector_reduction = [0, 0, 0, 4]";
@@ -189,7 +196,7 @@ pub fn cpu_tuning_spec() -> String {
     // The same forms over Q8_0's or Q4_0's codes in row bands, gated along their band axis (`[?, Kb, 32, 32]`, read as
     // stored): loops (block, row, band, column, k), the rows' transpose folded in by IREE. The block-row tiles:
     // 8 bands of 32 columns a workgroup, `[8, 32]` vector tiles over a reduction of 4.
-    let few_band_maps = "affine_map<(d0, d1, d2, d3, d4) -> (d1, d0, d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d2, d0, d4, d3)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3)>";
+    let few_band_maps = BLOCK_BAND.as_iree_holds(ROWS_FOLDED);
     let few_band = |rows: u64| {
         format!(
             "cache_parallel = [1, {rows}, 8, 32, 0], distribution = [1, {rows}, 8, 32, 0], vector_common_parallel = [1, 8, 1, 32, 0], vector_reduction = [0, 0, 0, 0, 4]"
@@ -198,23 +205,35 @@ pub fn cpu_tuning_spec() -> String {
     // One matcher per few-rows form `keep_packed` writes (`FEW_ROWS`) and code layout, then the others.
     let few_rows = FEW_ROWS.map(u64::from).into_iter().flat_map(|r| {
         [
-            (format!("match_few_rows_{r}_i4"), "i4", few_maps, few_check(r), few(r)),
-            (format!("match_few_rows_{r}_i8"), "i8", block_maps, few_check(r), few_i8(r)),
-            (format!("match_few_rows_{r}_band_i8"), "i8", few_band_maps, few_check(r), few_band(r)),
-            (format!("match_few_rows_{r}_band_i4"), "i4", few_band_maps, few_check(r), few_band(r)),
+            (format!("match_few_rows_{r}_i4"), "i4", few_maps.clone(), few_check(r), few(r)),
+            (format!("match_few_rows_{r}_i8"), "i8", block_maps.clone(), few_check(r), few_i8(r)),
+            (format!("match_few_rows_{r}_band_i8"), "i8", few_band_maps.clone(), few_check(r), few_band(r)),
+            (format!("match_few_rows_{r}_band_i4"), "i4", few_band_maps.clone(), few_check(r), few_band(r)),
         ]
     });
     let matchers = few_rows.chain([
-        ("match_block_bands_i8".to_owned(), "i8", block_band_maps, block_band_check.to_owned(), block_band.to_owned()),
-        ("match_block_bands_i4".to_owned(), "i4", block_band_maps, block_band_check.to_owned(), block_band.to_owned()),
-        ("match_blocks_i8".to_owned(), "i8", block_maps, block_check.to_owned(), block.to_owned()),
-        ("match_blocks_i4".to_owned(), "i4", block_maps, block_check.to_owned(), block.to_owned()),
-        ("match_bands_bf16".to_owned(), "bf16", band_maps, band_check.to_owned(), band.to_owned()),
-        ("match_bands_f16".to_owned(), "f16", band_maps, band_check.to_owned(), band.to_owned()),
+        (
+            "match_block_bands_i8".to_owned(),
+            "i8",
+            block_band_maps.clone(),
+            block_band_check.to_owned(),
+            block_band.to_owned(),
+        ),
+        (
+            "match_block_bands_i4".to_owned(),
+            "i4",
+            block_band_maps.clone(),
+            block_band_check.to_owned(),
+            block_band.to_owned(),
+        ),
+        ("match_blocks_i8".to_owned(), "i8", block_maps.clone(), block_check.to_owned(), block.to_owned()),
+        ("match_blocks_i4".to_owned(), "i4", block_maps.clone(), block_check.to_owned(), block.to_owned()),
+        ("match_bands_bf16".to_owned(), "bf16", band_maps.clone(), band_check.to_owned(), band.to_owned()),
+        ("match_bands_f16".to_owned(), "f16", band_maps.clone(), band_check.to_owned(), band.to_owned()),
         (
             "match_dequantized_bands_f32".to_owned(),
             "f32",
-            prefill_band_maps,
+            prefill_band_maps.clone(),
             band_check.to_owned(),
             dequantized.to_owned(),
         ),

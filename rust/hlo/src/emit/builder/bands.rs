@@ -3,6 +3,8 @@
 
 use tapeout_graph::{DType, Dim, Shape};
 
+use crate::contraction::{BAND, BLOCK_BAND};
+
 use super::{Emitter, Val, list, signless, ty};
 use crate::error::{HloError, Result};
 
@@ -113,10 +115,10 @@ impl Emitter<'_, '_, '_> {
         let (x, w, acc, wide, p, sum) =
             (self.fresh(), self.fresh(), self.fresh(), self.fresh(), self.fresh(), self.fresh());
         let rhs = format!(
-            "linalg.generic {{indexing_maps = [affine_map<(b, m, p, t, k) -> (b, m, k)>, affine_map<(b, m, p, t, k) -> (p, b, k, t)>, \
-             affine_map<(b, m, p, t, k) -> (b, m, p, t)>], iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"parallel\", \"reduction\"]}} \
+            "linalg.generic {{indexing_maps = [{}], iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"parallel\", \"reduction\"]}} \
              ins({}, {} : {}, {}) outs({} : {out_ty}) {{\n    ^bb0({x}: {c}, {w}: {s}, {acc}: {c}):\n      {wide} = {widen} {w} : {s} to {c}\n      \
              {p} = arith.mulf {x}, {wide} : {c}\n      {sum} = arith.addf {acc}, {p} : {c}\n      linalg.yield {sum} : {c}\n    }} -> {out_ty}",
+            BLOCK_BAND.emitted(),
             a.name,
             stored.name,
             a.ty(),
@@ -227,10 +229,10 @@ impl Emitter<'_, '_, '_> {
         };
         let (p, sum) = (self.fresh(), self.fresh());
         let rhs = format!(
-            "linalg.generic {{indexing_maps = [affine_map<(b, m, t, k) -> (m, k)>, affine_map<(b, m, t, k) -> (b, k, t)>, \
-             affine_map<(b, m, t, k) -> (m, b, t)>], iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"reduction\"]}} \
+            "linalg.generic {{indexing_maps = [{}], iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"reduction\"]}} \
              ins({}, {} : {}, {}) outs({} : {out_ty}) {{\n    ^bb0({x}: {c}, {w}: {s}, {acc}: {c}):\n{wide}      \
              {p} = {mul} {x}, {w_val} : {c}\n      {sum} = {add} {acc}, {p} : {c}\n      linalg.yield {sum} : {c}\n    }} -> {out_ty}",
+            BAND.emitted(),
             flat.name,
             stored.name,
             flat.ty(),
