@@ -25,32 +25,28 @@ use crate::trace::{Attr, Attrs, Op, TensorId};
 /// ([`CpuForms`]). The rewrites never name a device.
 pub(crate) trait DeviceForms {
     /// Rows per band in which the codes of a weight kept packed in `encoding` (`kb` blocks per row, `np` plane
-    /// rows; no use gathers its rows) are stored (`[Np / T, Kb, B, T]`); `None`: `[Kb, B, Np]`.
-    fn code_bands(&self, encoding: &crate::packed::Encoding, kb: u64, np: u64) -> Option<u64>;
+    /// rows; no use gathers its rows) are stored (`[Np / T, Kb, B, T]`); `None` (the portable form): `[Kb, B, Np]`.
+    fn code_bands(&self, _encoding: &crate::packed::Encoding, _kb: u64, _np: u64) -> Option<u64> {
+        None
+    }
+
     /// Writes `y = x @ Wᵀ` for the linear `m`, whose `x` has `?` dimensions, onto the planes `pl`, and says so;
-    /// `false` leaves it to the portable form (the weight dequantized for that product).
-    fn dynamic_linear(&self, b: &mut keep_packed::Builder<'_>, pl: &mut keep_packed::Planes, m: &Op) -> bool;
-    /// Source rows per band of a linear's weight written transposed (`[rows / tile, cols, tile]`); `rows`: a plain
-    /// transpose.
-    fn weight_row_tile(&self, rows: u64) -> u64;
+    /// `false` (the portable form) leaves it to the weight dequantized for that product.
+    fn dynamic_linear(&self, _b: &mut keep_packed::Builder<'_>, _pl: &mut keep_packed::Planes, _m: &Op) -> bool {
+        false
+    }
+
+    /// Source rows per band of a linear's weight written transposed (`[rows / tile, cols, tile]`); `rows` (the
+    /// portable form): a plain transpose.
+    fn weight_row_tile(&self, rows: u64) -> u64 {
+        rows
+    }
 }
 
 /// The portable lowering alone: no device's forms.
 pub(crate) struct Portable;
 
-impl DeviceForms for Portable {
-    fn code_bands(&self, _: &crate::packed::Encoding, _: u64, _: u64) -> Option<u64> {
-        None
-    }
-
-    fn dynamic_linear(&self, _: &mut keep_packed::Builder<'_>, _: &mut keep_packed::Planes, _: &Op) -> bool {
-        false
-    }
-
-    fn weight_row_tile(&self, rows: u64) -> u64 {
-        rows
-    }
-}
+impl DeviceForms for Portable {}
 
 /// What a pass takes and returns: every tensor's spec, the runtime inputs and constants that define tensors no
 /// node produces, the nodes in topological order, and the results.
