@@ -16,7 +16,7 @@ import pytest
 
 from harness import iree_tool, run, signature
 from test_packed import FORMATS
-from test_shape_sweep import cols_of, sweep_gguf, write_safetensors
+from test_shape_sweep import cols_of, stored_as, sweep_gguf, write_safetensors
 
 WEIGHT_ROWS = [7, 67, 96]  # odd, prime, three bands of 32
 FED = [1, 2, 5, 7, 8, 9, 13, 16, 17, 31, 32, 33, 64, 65]
@@ -141,15 +141,7 @@ def test_weights_kept_as_stored_tuned_for_the_cpu_agree_with_the_portable_loweri
     k = 161  # a reduction that leaves a tail
     stored, dense = {}, {}
     for n in WEIGHT_ROWS:
-        w = rng.standard_normal((n, k)).astype(np.float32)
-        if dtype == "bf16":
-            bits = (w.view(np.uint32) >> 16).astype("<u2")
-            stored[f"w{n}"], dense[n] = ("BF16", bits), (bits.astype(np.uint32) << 16).view(np.float32)
-        elif dtype == "f16":
-            stored[f"w{n}"], dense[n] = ("F16", w.astype("<f2")), w.astype(np.float16).astype(np.float32)
-        else:
-            stored[f"w{n}"], dense[n] = ("F32", w), w
-        dense[n] = dense[n].astype(np.float64)
+        stored[f"w{n}"], dense[n] = stored_as(rng.standard_normal((n, k)).astype(np.float32), dtype)
     write_safetensors(tmp_path / "w.safetensors", stored)
     (tmp_path / "g.json").write_text(json.dumps(linear_graph(k, WEIGHT_ROWS, dtype)))
     w = tmp_path / "w.safetensors"

@@ -3,7 +3,8 @@ static and `?` shapes, recorded through the public Kotlin API by jvm/src/test/ko
 RandomGraphPropertyTest.kt. That test checks every refusal names the op and the line that recorded it and writes
 each graph it could export as a case directory; here each case is compiled once by iree-compile and run by IREE at
 the two run-time sizes of its `?` dimension, and every result is compared with the numpy interpreter
-(tests/graphs/reference.py). An iree-compile refusal, a run failure or a mismatch fails the test, naming the case,
+(tests/graphs/reference.py); the portable lowering of each case (`--target portable`, exported beside it) is
+checked the same way. An iree-compile refusal, a run failure or a mismatch fails the test, naming the case,
 its seed and its recorded calls.
 
 The generator runs first, from here (one Gradle run of that test into target/test-tmp/random-graphs), so the gate
@@ -110,15 +111,30 @@ def check_case(d, work):
             t["data"] = {"safetensors": t["path"]}
     (work / "graph.json").write_text(json.dumps(doc))
     graph = reference.Graph(work / "graph.json", d / "weights.safetensors")
+    # The export for the CPU (its forms), and the portable lowering of the same graph (`portable/`): both against
+    # the reference, on the same inputs.
+    forms = [("", d / case["mlir"], d / case["irpa"])]
+    if (d / "portable" / case["mlir"]).is_file():
+        forms.append(("the portable lowering: ", d / "portable" / case["mlir"], d / "portable" / case["irpa"]))
+    for which, mlir, irpa in forms:
+        wrong = check_module(case, doc, graph, work, (mlir, irpa))
+        if wrong:
+            return which + wrong
+    return None
+
+
+def check_module(case, doc, graph, work, module):
+    """Compiles `module` (its .mlir and .irpa) and runs it at both sizes against the reference."""
+    mlir, irpa = module
     try:
-        vmfb = compile_iree(work, d / case["mlir"])
+        vmfb = compile_iree(work, mlir)
     except subprocess.CalledProcessError as e:
         return f"iree-compile rejects the module:\n{errors_first(e.stderr)}"
     rtol, atol = tolerance(case)
     for size in case["sizes"]:
         feeds = feeds_for(case, graph, size)
         try:
-            got = run_iree(work, vmfb, [d / case["irpa"]], [feeds[a["name"]] for a in case["arguments"]],
+            got = run_iree(work, vmfb, [irpa], [feeds[a["name"]] for a in case["arguments"]],
                            outputs=len(doc["outputs"]), tag=f"s{size}_")
         except subprocess.CalledProcessError as e:
             return f"iree-run-module fails at S={size}:\n{errors_first(e.stderr)}"

@@ -213,6 +213,17 @@ def test_codes_in_row_bands_are_exact_at_every_row_count(fmt, cpu, tapeout, tmp_
     assert not wrong, f"{fmt}: {len(wrong)} of {count} results wrong: {wrong}"
 
 
+def stored_as(w, dtype):
+    """f32 values `w` as a safetensors entry of `dtype` (f32, bf16 by truncation, f16), and the values it stores in
+    float64."""
+    if dtype == "bf16":
+        bits = (w.view(np.uint32) >> 16).astype("<u2")
+        return ("BF16", bits), (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    if dtype == "f16":
+        return ("F16", w.astype("<f2")), w.astype(np.float16).astype(np.float64)
+    return ("F32", w), w.astype(np.float64)
+
+
 def write_safetensors(path, tensors):
     """`tensors`: name -> (safetensors dtype, numpy array of the stored bits)."""
     header, blobs, at = {}, [], 0
@@ -236,15 +247,7 @@ def test_weights_kept_as_stored_are_exact_at_every_row_count(dtype, layout, tape
     k = 48
     stored, dense = {}, {}
     for n in ROWS:
-        w = rng.standard_normal((n, k)).astype(np.float32)
-        if dtype == "bf16":
-            bits = (w.view(np.uint32) >> 16).astype("<u2")
-            stored[f"w{n}"], dense[n] = ("BF16", bits), (bits.astype(np.uint32) << 16).view(np.float32)
-        elif dtype == "f16":
-            stored[f"w{n}"], dense[n] = ("F16", w.astype("<f2")), w.astype(np.float16).astype(np.float32)
-        else:
-            stored[f"w{n}"], dense[n] = ("F32", w), w
-        dense[n] = dense[n].astype(np.float64)
+        stored[f"w{n}"], dense[n] = stored_as(rng.standard_normal((n, k)).astype(np.float32), dtype)
         stored[f"mask{n}"] = ("BOOL", (rng.integers(0, 2, (3, n)) == 1))
     write_safetensors(tmp_path / "w.safetensors", stored)
     # Transposed at export needs a weight whose only uses are its transpose and gathers of its rows.

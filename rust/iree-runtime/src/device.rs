@@ -156,11 +156,11 @@ impl Device {
 
     /// Whether a thread that waits on this device's work ([`Module::call`], [`Module::value`],
     /// [`Value::read_into`](crate::Value::read_into)) waits under Linux's SCHED_BATCH policy: on by default. IREE
-    /// 3.13 ends a blocking wait by spinning until the worker thread that woke the waiter has finished; woken on that worker's CPU, the waiter
-    /// preempts it and spins until the worker runs again. A SCHED_BATCH thread's wakeup does not preempt a normal or
-    /// batch task, so the worker finishes first. The thread goes back to its own policy when the wait returns, and only a SCHED_OTHER thread
-    /// is switched. Off gives IREE's own wait (what `serve_bench --batch-waits off` measures against); elsewhere
-    /// than Linux, nothing changes.
+    /// 3.13 ends a blocking wait by spinning until the worker thread that woke the waiter has finished; woken on that
+    /// worker's CPU, the waiter preempts it and spins until the worker runs again. A SCHED_BATCH thread's wakeup does
+    /// not preempt a normal or batch task, so the worker finishes first. The thread goes back to its own policy when
+    /// the wait returns, and only a SCHED_OTHER thread is switched. Off gives IREE's own wait (what `serve_bench
+    /// --batch-waits off` measures against); elsewhere than Linux, nothing changes.
     pub fn set_batch_waits(&self, on: bool) {
         self.inner.batch_waits.store(on, Ordering::Relaxed);
     }

@@ -531,6 +531,9 @@ class RandomGraphPropertyTest {
         try {
             val g = c.t.toComputeGraph()
             val res = g.export(caseDir, "model", MaterializationPolicy.ExternalAlways())
+            // The portable lowering of the same graph beside it: the IREE half runs both and compares them.
+            c.t.toComputeGraph(options = ExportOptions(ExportTarget.PORTABLE))
+                .export(File(caseDir, "portable"), "model", MaterializationPolicy.ExternalAlways())
             val snap = c.t.snapshot()
             File(caseDir, "graph.json").writeText(snap.toGraphJson("model"))
             writeSafetensors(File(caseDir, "weights.safetensors"), c.weights)
