@@ -566,10 +566,8 @@ pub fn finalize<'a>(trace: &Trace<'a>, opts: &ExtractOptions) -> Result<ComputeG
     // The device pass's say in them: the CPU's forms, or none (the portable lowering).
     let forms = opts.forms();
     let bands = opts.layout == WeightLayout::ChosenForUse && opts.packed_codes == PackedCodesLayout::RowBands;
-    let device: &dyn pass::DeviceForms = match forms {
-        Forms::Cpu => &pass::CpuForms { code_bands: bands },
-        Forms::Portable => &pass::Portable,
-    };
+    let device = crate::target::device_forms(forms, bands);
+    let device = device.as_ref();
     if opts.packed == PackedConstantHandling::Keep {
         program = pass::keep_packed(program, device)?;
         verify(&program, "keep_packed")?;

@@ -36,9 +36,8 @@ pub use graph::{
 };
 pub use ops::OpKind;
 pub use packed::{BlockOrder, DecodeError, Encoding, dequantize};
-pub use pass::FEW_ROWS;
 pub use planar::Plane;
 pub use shape::{Dim, Shape};
-pub use target::{Forms, Target, Tuning};
+pub use target::{FEW_ROWS, Forms, Target, Tuning};
 pub use tensor::{ChunkLender, HalfLayout, LendError, Lent, Storage, StreamError, Tensor, TensorSpec};
 pub use trace::{Attr, Attrs, Op, TensorId, Trace};

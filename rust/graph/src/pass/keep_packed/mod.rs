@@ -2,7 +2,7 @@
 //! ([`crate::planar`]) and the ops that use it become ops on the planes, so that IREE reads the integer codes in
 //! its matrix products and never materializes the f32 weight for them. This is the portable lowering: every form
 //! here is plain StableHLO that every IREE backend compiles, with no layout, tile hint or scheduling op chosen for
-//! one device. A device's pass ([`DeviceForms`]: the CPU's in `pass::cpu`) may store the codes in another layout
+//! one device. A device's pass ([`DeviceForms`]: the CPU's in `target::cpu`) may store the codes in another layout
 //! and write its own form of a product of `?` rows; it is checked against these forms by the IREE gate.
 //!
 //! For a packed `W [N, K]` (blocks along `K`), with `A` the per-sub-block scale and `C` the offset term:
@@ -34,7 +34,7 @@ mod planes;
 use std::collections::HashMap;
 
 pub(crate) use planes::{Builder, Planes};
-pub(in crate::pass) use planes::{MAX_DIM, axis, band_view, blocks_shape, flag, ints, plane_rows, slice_along};
+pub(crate) use planes::{MAX_DIM, axis, band_view, blocks_shape, flag, ints, plane_rows, slice_along};
 
 use super::{DeviceForms, Fresh, Program, gathers_rows_of, swaps_two_dims, uses};
 use crate::constant::{Constant, ConstantData};

@@ -9,46 +9,40 @@ use crate::tensor::TensorSpec;
 use crate::trace::{Attr, Attrs, Op, TensorId};
 
 /// The largest extent the rewrite writes into an `i64` attribute (slice limits, reshaped dims).
-pub(in crate::pass) const MAX_DIM: u64 = i64::MAX.unsigned_abs();
+pub(crate) const MAX_DIM: u64 = i64::MAX.unsigned_abs();
 
 /// New tensors and ops, appended as the rewrite goes.
 pub(crate) struct Builder<'s> {
-    pub(in crate::pass) specs: &'s mut Vec<TensorSpec>,
-    pub(in crate::pass) ops: Vec<Op>,
+    pub(crate) specs: &'s mut Vec<TensorSpec>,
+    pub(crate) ops: Vec<Op>,
     /// Per op: whether it derives a value from the planes alone that several uses share (the f32 codes, `A` as
     /// `[Kb, 1, N]`, …). Those stay in the prelude wherever they were first built, so that every use sees them.
     shared: Vec<bool>,
     sharing: bool,
     /// The recorded node the ops built now stand for (see [`Op::origin`]).
-    pub(in crate::pass) origin: Option<usize>,
+    pub(crate) origin: Option<usize>,
     /// Fresh indices for them.
-    pub(in crate::pass) fresh: Fresh,
+    pub(crate) fresh: Fresh,
 }
 
 impl<'s> Builder<'s> {
     /// A builder of new tensors in `specs` and ops with indices from `fresh`, standing for the recorded node
     /// `origin`.
-    pub(in crate::pass) fn new(specs: &'s mut Vec<TensorSpec>, origin: Option<usize>, fresh: Fresh) -> Self {
+    pub(crate) fn new(specs: &'s mut Vec<TensorSpec>, origin: Option<usize>, fresh: Fresh) -> Self {
         Builder { specs, ops: Vec::new(), shared: Vec::new(), sharing: false, origin, fresh }
     }
 
-    pub(in crate::pass) fn tensor(&mut self, name: String, dims: &[u64], dtype: DType) -> TensorId {
+    pub(crate) fn tensor(&mut self, name: String, dims: &[u64], dtype: DType) -> TensorId {
         self.tensor_shaped(name, Shape::of(dims), dtype)
     }
 
-    pub(in crate::pass) fn tensor_shaped(&mut self, name: String, shape: Shape, dtype: DType) -> TensorId {
+    pub(crate) fn tensor_shaped(&mut self, name: String, shape: Shape, dtype: DType) -> TensorId {
         let id = TensorId::at(self.specs.len());
         self.specs.push(TensorSpec::new(name, shape, dtype));
         id
     }
 
-    pub(in crate::pass) fn op_into(
-        &mut self,
-        op: OpKind,
-        attrs: Attrs,
-        inputs: &[TensorId],
-        out: TensorId,
-    ) -> TensorId {
+    pub(crate) fn op_into(&mut self, op: OpKind, attrs: Attrs, inputs: &[TensorId], out: TensorId) -> TensorId {
         let op = self.fresh.op(self.origin, op, attrs, inputs.to_vec(), vec![out]);
         self.ops.push(op);
         self.shared.push(self.sharing);
@@ -56,7 +50,7 @@ impl<'s> Builder<'s> {
     }
 
     /// Builds a shared value with `f` (see [`Builder::shared`]).
-    pub(in crate::pass) fn share<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
+    pub(crate) fn share<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
         let was = std::mem::replace(&mut self.sharing, true);
         let t = f(self);
         self.sharing = was;
@@ -64,7 +58,7 @@ impl<'s> Builder<'s> {
     }
 
     /// The ops built since `start` for one use, which replace its node; the shared ones among them stay behind.
-    pub(in crate::pass) fn take_use(&mut self, start: usize) -> Vec<Op> {
+    pub(crate) fn take_use(&mut self, start: usize) -> Vec<Op> {
         let (ops, shared) = (self.ops.split_off(start), self.shared.split_off(start));
         let mut seq = Vec::new();
         for (op, s) in ops.into_iter().zip(shared) {
@@ -78,7 +72,7 @@ impl<'s> Builder<'s> {
         seq
     }
 
-    pub(in crate::pass) fn op(
+    pub(crate) fn op(
         &mut self,
         op: OpKind,
         attrs: Attrs,
@@ -92,7 +86,7 @@ impl<'s> Builder<'s> {
     }
 
     /// [`Builder::op`] with a result shape that may have `?` dimensions.
-    pub(in crate::pass) fn op_shaped(
+    pub(crate) fn op_shaped(
         &mut self,
         op: OpKind,
         attrs: Attrs,
@@ -107,7 +101,7 @@ impl<'s> Builder<'s> {
 }
 
 /// An attribute of integers: axes, permutations, or extents the rewrite has checked are at most [`MAX_DIM`].
-pub(in crate::pass) fn ints(name: &str, v: impl IntoIterator<Item = u64>) -> Attrs {
+pub(crate) fn ints(name: &str, v: impl IntoIterator<Item = u64>) -> Attrs {
     let mut a = Attrs::new();
     a.insert(name.into(), Attr::Ints(v.into_iter().map(as_i64).collect()));
     a
@@ -115,11 +109,11 @@ pub(in crate::pass) fn ints(name: &str, v: impl IntoIterator<Item = u64>) -> Att
 
 /// An extent the rewrite has checked is at most [`MAX_DIM`], as the `i64` attributes hold.
 #[allow(clippy::expect_used, reason = "an internal invariant: every extent is checked against MAX_DIM first")]
-pub(in crate::pass) fn as_i64(d: u64) -> i64 {
+pub(crate) fn as_i64(d: u64) -> i64 {
     i64::try_from(d).expect("keep_packed checks that every extent it writes fits i64")
 }
 
-pub(in crate::pass) fn axis(a: i64) -> Attrs {
+pub(crate) fn axis(a: i64) -> Attrs {
     let mut attrs = Attrs::new();
     attrs.insert("axis".into(), Attr::Int(a));
     attrs
@@ -127,38 +121,38 @@ pub(in crate::pass) fn axis(a: i64) -> Attrs {
 
 /// One kept weight's planes and the shared values derived from them.
 pub(crate) struct Planes {
-    pub(in crate::pass) name: String,
+    pub(crate) name: String,
     /// The weight's rows, and the rows its planes hold ([`Split::padded_rows`]).
-    pub(in crate::pass) n: u64,
-    pub(in crate::pass) np: u64,
+    pub(crate) n: u64,
+    pub(crate) np: u64,
     /// The multiple `np` is of ([`Split::row_multiple`]): a slice of sub-byte planes starts at one.
-    pub(in crate::pass) row_multiple: u64,
+    pub(crate) row_multiple: u64,
     /// Whether the codes are stored in row bands of [`PLANE_BAND_ROWS`] (the emitter gates and slices them along
     /// their band axis, so sub-byte codes need no groups).
-    pub(in crate::pass) banded: bool,
-    pub(in crate::pass) k: u64,
-    pub(in crate::pass) kb: u64,
-    pub(in crate::pass) b: u64,
-    pub(in crate::pass) quants: TensorId,
+    pub(crate) banded: bool,
+    pub(crate) k: u64,
+    pub(crate) kb: u64,
+    pub(crate) b: u64,
+    pub(crate) quants: TensorId,
     /// The high bits of 5/6-bit codes, and the scalar 16 they are weighted by.
-    pub(in crate::pass) high: Option<(TensorId, TensorId)>,
-    pub(in crate::pass) high_f32: Option<TensorId>,
-    pub(in crate::pass) codes_whole: Option<TensorId>,
+    pub(crate) high: Option<(TensorId, TensorId)>,
+    pub(crate) high_f32: Option<TensorId>,
+    pub(crate) codes_whole: Option<TensorId>,
     /// Codes stored in row bands read as `[Kb, B, Np]` ([`Planes::codes`]), built on first use.
-    pub(in crate::pass) codes_view: Option<TensorId>,
+    pub(crate) codes_view: Option<TensorId>,
     /// `A [Kb, N]` f32.
-    pub(in crate::pass) scale: TensorId,
+    pub(crate) scale: TensorId,
     /// `C [Kb, N]` f32, when the format has an offset term.
-    pub(in crate::pass) offset: Option<TensorId>,
+    pub(crate) offset: Option<TensorId>,
     /// The codes as f32 `[Kb, B, N]` and `A` as `[Kb, 1, N]`, built on first use.
-    pub(in crate::pass) codes_f32: Option<TensorId>,
-    pub(in crate::pass) scale_3d: Option<TensorId>,
-    pub(in crate::pass) offset_3d: Option<TensorId>,
+    pub(crate) codes_f32: Option<TensorId>,
+    pub(crate) scale_3d: Option<TensorId>,
+    pub(crate) offset_3d: Option<TensorId>,
 }
 
 impl Planes {
     /// The high-bit plane as f32 `[Kb, B, N]`, for formats that have one.
-    pub(in crate::pass) fn high_f32(&mut self, b: &mut Builder<'_>) -> Option<TensorId> {
+    pub(crate) fn high_f32(&mut self, b: &mut Builder<'_>) -> Option<TensorId> {
         let (h, _) = self.high?;
         if let Some(t) = self.high_f32 {
             return Some(t);
@@ -169,7 +163,7 @@ impl Planes {
         Some(*self.high_f32.insert(t))
     }
     /// The whole codes as f32 (`qs + 16·qh` where there is a high plane; the bias is in `C`).
-    pub(in crate::pass) fn whole_codes(&mut self, b: &mut Builder<'_>) -> TensorId {
+    pub(crate) fn whole_codes(&mut self, b: &mut Builder<'_>) -> TensorId {
         if let Some(t) = self.codes_whole {
             return t;
         }
@@ -188,7 +182,7 @@ impl Planes {
         };
         *self.codes_whole.insert(t)
     }
-    pub(in crate::pass) fn codes_f32(&mut self, b: &mut Builder<'_>) -> TensorId {
+    pub(crate) fn codes_f32(&mut self, b: &mut Builder<'_>) -> TensorId {
         if let Some(t) = self.codes_f32 {
             return t;
         }
@@ -202,7 +196,7 @@ impl Planes {
     /// plane itself, or for codes stored in row bands ([`Planes::banded`]) a view of them, shared, taken behind a
     /// barrier (`after` of the codes and themselves) so that no backend computes the view once, as a second copy
     /// of the codes, rather than in each dispatch that reads it.
-    pub(in crate::pass) fn codes(&mut self, b: &mut Builder<'_>) -> TensorId {
+    pub(crate) fn codes(&mut self, b: &mut Builder<'_>) -> TensorId {
         if !self.banded {
             return self.quants;
         }
@@ -218,7 +212,7 @@ impl Planes {
         });
         *self.codes_view.insert(t)
     }
-    pub(in crate::pass) fn scale_3d(&mut self, b: &mut Builder<'_>) -> TensorId {
+    pub(crate) fn scale_3d(&mut self, b: &mut Builder<'_>) -> TensorId {
         if let Some(t) = self.scale_3d {
             return t;
         }
@@ -226,7 +220,7 @@ impl Planes {
         let t = b.share(|b| b.op(OpKind::Reshape, Attrs::new(), &[a], format!("{}.a3", self.name), &dims, DType::F32));
         *self.scale_3d.insert(t)
     }
-    pub(in crate::pass) fn offset_3d(&mut self, b: &mut Builder<'_>) -> Option<TensorId> {
+    pub(crate) fn offset_3d(&mut self, b: &mut Builder<'_>) -> Option<TensorId> {
         let c = self.offset?;
         if let Some(t) = self.offset_3d {
             return Some(t);
@@ -236,14 +230,14 @@ impl Planes {
         Some(*self.offset_3d.insert(t))
     }
     /// The whole weight, dequantized in the program, as `Wᵀ [K, N]` into `out` (the padding rows sliced off).
-    pub(in crate::pass) fn dequantized_t(&mut self, b: &mut Builder<'_>, out: TensorId) {
+    pub(crate) fn dequantized_t(&mut self, b: &mut Builder<'_>, out: TensorId) {
         let codes = self.whole_codes(b);
         let name = self.name.clone();
         self.scaled_t(b, (codes, &name), ((0, self.np), false), |_, t, _| t, out);
     }
     /// The codes (f32, of `shape`) times `A`, plus `C` when the format has one, each read through `part` (the
     /// plane rows a use takes, gated, in its layout).
-    pub(in crate::pass) fn scaled(
+    pub(crate) fn scaled(
         &mut self,
         b: &mut Builder<'_>,
         codes: TensorId,
@@ -266,7 +260,7 @@ impl Planes {
     /// scaled, offset, reshaped, and the padding rows among them sliced off. `A` and `C` are read through `part`
     /// (the plane rows the codes hold, in the use's layout); `gated` says that the codes' blocks are `?` (a device
     /// pass's gate), and `K` with them.
-    pub(in crate::pass) fn scaled_t(
+    pub(crate) fn scaled_t(
         &mut self,
         b: &mut Builder<'_>,
         (codes, label): (TensorId, &str),
@@ -295,7 +289,7 @@ impl Planes {
 
     /// The codes as f32 of `shape` for one use only (not shared): `qs + 16·qh` where there is a high plane, each
     /// plane read through `read` (the rows, gates and layout the use takes of it).
-    pub(in crate::pass) fn codes_for_use(
+    pub(crate) fn codes_for_use(
         &mut self,
         b: &mut Builder<'_>,
         label: &str,
@@ -319,7 +313,7 @@ impl Planes {
     /// The whole weight as `Wᵀ [K, N]` f32, dequantized for one use (`label`'s) only: its ops are not shared and
     /// are written where the use is, so that IREE computes this copy when the use needs it rather than holding one
     /// per weight from the call's start.
-    pub(in crate::pass) fn dequantized_for_use(&mut self, b: &mut Builder<'_>, label: &str) -> TensorId {
+    pub(crate) fn dequantized_for_use(&mut self, b: &mut Builder<'_>, label: &str) -> TensorId {
         let whole = (0, self.np);
         let (stored, view) = (self.quants, self.codes(b));
         let read = move |_: &mut Builder<'_>, t: TensorId, _: &str| if t == stored { view } else { t };
@@ -332,7 +326,7 @@ impl Planes {
 
 /// Codes stored in row bands, `stored` (`[Np / T, Kb, B, T]`), as the `[Kb, B, Np]` (`dims`) the rewrite computes
 /// on: a transpose and a reshape, which a backend folds into the dispatch that reads them.
-pub(in crate::pass) fn band_view(b: &mut Builder<'_>, stored: TensorId, dims: [u64; 3], name: String) -> TensorId {
+pub(crate) fn band_view(b: &mut Builder<'_>, stored: TensorId, dims: [u64; 3], name: String) -> TensorId {
     let spec = &b.specs[stored.index()];
     let (dtype, shape) = (spec.dtype, spec.shape.clone());
     let [bands, kb, bs, t] = shape.0[..] else { return stored };
@@ -343,7 +337,7 @@ pub(in crate::pass) fn band_view(b: &mut Builder<'_>, stored: TensorId, dims: [u
 }
 
 /// A node's one boolean attribute `name`, set (`matmul`'s `grouped` or `banded`, [`OpKind::Matmul`]).
-pub(in crate::pass) fn flag(name: &str) -> Attrs {
+pub(crate) fn flag(name: &str) -> Attrs {
     let mut a = Attrs::new();
     a.insert(name.into(), Attr::Bool(true));
     a
@@ -351,7 +345,7 @@ pub(in crate::pass) fn flag(name: &str) -> Attrs {
 
 /// Plane `t` (`[Kb, B, Np]`: codes, high bits, or `A` or `C` with `B` = 1) as the rows `first .. first + len` a
 /// use reads: sliced unless that is all `np` of them.
-pub(in crate::pass) fn plane_rows(
+pub(crate) fn plane_rows(
     b: &mut Builder<'_>,
     t: TensorId,
     (label, suffix): (&str, &str),
@@ -367,7 +361,7 @@ pub(in crate::pass) fn plane_rows(
 }
 
 /// `Shape` of `dims`, with the first dimension `?` when `gated` (a plane's blocks read through a [`OpKind::GateRows`]).
-pub(in crate::pass) fn blocks_shape(dims: &[u64], gated: bool) -> Shape {
+pub(crate) fn blocks_shape(dims: &[u64], gated: bool) -> Shape {
     let mut s = Shape::of(dims);
     if gated {
         s.0[0] = Dim::Dynamic;
@@ -376,7 +370,7 @@ pub(in crate::pass) fn blocks_shape(dims: &[u64], gated: bool) -> Shape {
 }
 
 /// Attributes of a `slice` of extents `dims` from `start` (stride 1).
-pub(in crate::pass) fn slice_range(start: &[u64], dims: &[u64]) -> Attrs {
+pub(crate) fn slice_range(start: &[u64], dims: &[u64]) -> Attrs {
     let mut a = ints("start", start.iter().copied());
     a.extend(ints("limit", start.iter().zip(dims).map(|(s, d)| s + d)));
     a
@@ -384,13 +378,13 @@ pub(in crate::pass) fn slice_range(start: &[u64], dims: &[u64]) -> Attrs {
 
 /// Attributes of a `slice` of `start .. end` along `axis` of a rank-`rank` tensor, every other dim whole (limit -1:
 /// to its end, static or `?`).
-pub(in crate::pass) fn slice_along(rank: usize, axis: usize, (start, end): (u64, u64)) -> Attrs {
+pub(crate) fn slice_along(rank: usize, axis: usize, (start, end): (u64, u64)) -> Attrs {
     let mut a = ints("start", (0..rank).map(|i| if i == axis { start } else { 0 }));
     a.insert("limit".into(), Attr::Ints((0..rank).map(|i| if i == axis { as_i64(end) } else { -1 }).collect()));
     a
 }
 
 /// Attributes of a `slice` of the leading `dims` of a tensor (start 0, stride 1).
-pub(in crate::pass) fn slice_to(dims: &[u64]) -> Attrs {
+pub(crate) fn slice_to(dims: &[u64]) -> Attrs {
     slice_range(&vec![0; dims.len()], dims)
 }

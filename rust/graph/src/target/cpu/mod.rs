@@ -14,11 +14,11 @@
 mod dequantized;
 mod few_rows;
 
-use super::DeviceForms;
-use super::keep_packed::{Builder, Planes};
 use crate::dtype::DType;
 use crate::ops::OpKind;
 use crate::packed::Encoding;
+use crate::pass::DeviceForms;
+use crate::pass::keep_packed::{Builder, Planes};
 use crate::shape::{Dim, Shape};
 use crate::trace::{Attr, Attrs, Op, TensorId};
 use dequantized::dequantized_product;
@@ -168,7 +168,7 @@ fn dynamic_linear_use(b: &mut Builder<'_>, pl: &mut Planes, m: &Op) {
     }
 }
 
-/// [`plane_rows`](super::keep_packed::plane_rows) through a [`OpKind::GateRows`] on `gate`'s rows (emptying its
+/// [`plane_rows`](crate::pass::keep_packed::plane_rows) through a [`OpKind::GateRows`] on `gate`'s rows (emptying its
 /// blocks) when there is one.
 pub(super) fn gated_rows(
     b: &mut Builder<'_>,
@@ -178,7 +178,7 @@ pub(super) fn gated_rows(
     rows: (u64, u64),
     gate: Option<Gate>,
 ) -> TensorId {
-    let t = super::keep_packed::plane_rows(b, t, (label, suffix), dims, rows);
+    let t = crate::pass::keep_packed::plane_rows(b, t, (label, suffix), dims, rows);
     match gate {
         Some(g) => gated(b, t, g.x, (false, g.above), 0, format!("{label}.{suffix}_g")),
         None => t,

@@ -3,7 +3,22 @@
 //! Every target starts from one portable lowering: each weight form (f32, 16-bit kept, packed kept and contracted
 //! per block, dequantized) in its plainest StableHLO, with no layout, tile hint or scheduling op chosen for one
 //! kind of device. A target whose code generation is faster with other forms adds them in a pass of its own beside
-//! that lowering (`pass::cpu` for `llvm-cpu`), and [`Tuning::Off`] leaves them out.
+//! that lowering (`target::cpu` for `llvm-cpu`, a private module here), and [`Tuning::Off`] leaves them out.
+
+mod cpu;
+
+pub use cpu::FEW_ROWS;
+
+use crate::pass::{DeviceForms, Portable};
+
+/// The device pass for `forms`: the CPU's (with its codes in row bands when `code_bands`), or none. Each device's
+/// pass is a private module here, so the portable rewrites reach it only through [`DeviceForms`].
+pub(crate) fn device_forms(forms: Forms, code_bands: bool) -> Box<dyn DeviceForms> {
+    match forms {
+        Forms::Cpu => Box::new(cpu::CpuForms { code_bands }),
+        Forms::Portable => Box::new(Portable),
+    }
+}
 
 /// The IREE backend a module is exported for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
