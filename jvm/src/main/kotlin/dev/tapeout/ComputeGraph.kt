@@ -16,7 +16,8 @@ enum class PackedConstantHandling {
      *  memory for IREE's code. Which decodes faster depends on the CPU the module is compiled for: row bands on the AMD
      *  EPYC machines measured (Zen 4 and Zen 5), block rows on an Intel Xeon (docs/performance.md, "Codes in row
      *  bands"). Every product reads the stored bands (a prefill's too): the codes stay mapped in place, as in block
-     *  rows. A weight one function of a module gathers rows of and another only multiplies is refused. */
+     *  rows. A weight one function of a module gathers rows of and another only multiplies is refused. A form of the
+     *  CPU's ([ExportTarget.LLVM_CPU] with tuning on): refused for any other [ExportOptions]. */
     KEEP_ROW_BANDS,
 }
 
