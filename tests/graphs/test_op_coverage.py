@@ -1,4 +1,4 @@
-"""Fails when an op of the Rust table (rust/graph/src/ops.rs, `op_table!`) is missing from the numpy
+"""Fails when an op of the Rust table (rust/graph/src/ops/mod.rs, `op_table!`) is missing from the numpy
 reference (reference.py, the oracle of tests/iree/test_graphs.py) or from every snapshot graph here, so that
 a new op cannot be added without a reference and a locked, IREE-run lowering. (The Rust side checks the
 snapshot graphs against `OpKind::ALL` too: rust/hlo/tests/snapshots.rs.)"""
@@ -8,7 +8,7 @@ import re
 import sys
 
 HERE = pathlib.Path(__file__).parent
-OPS_RS = HERE.parent.parent / "rust/graph/src/ops.rs"
+OPS_RS = HERE.parent.parent / "rust/graph/src/ops/mod.rs"
 sys.path.insert(0, str(HERE))
 import reference  # noqa: E402
 

@@ -33,7 +33,7 @@ fn constant_name(op: &str) -> String {
 fn render() -> String {
     let mut s = String::new();
     s.push_str(
-        "// Generated from tapeout_graph::OpKind (rust/graph/src/ops.rs) by rust/graph/tests/kotlin_op_table.rs: do not \
+        "// Generated from tapeout_graph::OpKind (rust/graph/src/ops/mod.rs) by rust/graph/tests/kotlin_op_table.rs: do not \
          edit.\n",
     );
     let _ = writeln!(s, "// Regenerate with: {REGENERATE}");

@@ -1,4 +1,4 @@
-// Generated from tapeout_graph::OpKind (rust/graph/src/ops.rs) by rust/graph/tests/kotlin_op_table.rs: do not edit.
+// Generated from tapeout_graph::OpKind (rust/graph/src/ops/mod.rs) by rust/graph/tests/kotlin_op_table.rs: do not edit.
 // Regenerate with: TAPEOUT_REGENERATE=1 cargo test -p tapeout-graph --test kotlin_op_table
 package dev.tapeout
 

@@ -6,7 +6,7 @@ import org.junit.jupiter.api.Assertions.assertTrue
 import org.junit.jupiter.api.Test
 
 /** Grouped-query sdpa, rope's two pair layouts and table widths, repeatKv and rotary: what is accepted, and what is
- *  refused at the recording line (the native validator refuses the same graphs: rust/graph/src/ops.rs tests). */
+ *  refused at the recording line (the native validator refuses the same graphs: rust/graph/src/ops/tests.rs). */
 class AttentionTest {
     private fun refused(block: (ExecutionTape) -> Unit): String {
         val e = assertThrows<GraphValidationException> { block(ExecutionTape()) }
