@@ -7,7 +7,7 @@ use crate::shape::{Dim, Shape};
 use crate::trace::{Attr, Attrs};
 
 /// Checks one node (its operands, results and attributes) against its op's type rules: the family rule of
-/// its [`Signature`], then the op's own rule. The arity is checked before (so `ins` and `outs` have counts the
+/// its [`Signature`](super::Signature), then the op's own rule. The arity is checked before (so `ins` and `outs` have counts the
 /// table accepts). Returns a description of the first problem; a malformed attribute is described as
 /// `attribute 'name' …`.
 pub(crate) fn check_types(op: OpKind, attrs: &Attrs, ins: &[Spec<'_>], outs: &[Spec<'_>]) -> Result<(), String> {
@@ -197,7 +197,7 @@ fn same_dtype((_, d): Spec<'_>, (_, rd): Spec<'_>) -> Result<(), String> {
 }
 
 /// The declared result shape `got` must agree with the inferred `want`; `how` says where `want` comes from
-/// ("the operand's shape is", "reducing [2x3] over axes [1] gives").
+/// ("the operand's shape is", "reducing \[2x3\] over axes \[1\] gives").
 fn expect_shape(want: &Shape, got: &Shape, how: &str) -> Result<(), String> {
     if shapes_agree(want, got) {
         Ok(())

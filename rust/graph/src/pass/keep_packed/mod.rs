@@ -417,7 +417,7 @@ enum Linear {
     /// `x` of these static dims: contracted per block ([`linear_use`]).
     PerBlock(Vec<u64>),
     /// `x [.., K]` with `?` dimensions (a prefill's rows), where the per-block product's partials grow with the rows:
-    /// the weight dequantized for it alone ([`dynamic_linear_use`]).
+    /// the weight dequantized for it alone ([`dequantized_use`]), or the device pass's form.
     Dynamic,
 }
 

@@ -122,13 +122,14 @@ pub(crate) fn axis(a: i64) -> Attrs {
 /// One kept weight's planes and the shared values derived from them.
 pub(crate) struct Planes {
     pub(crate) name: String,
-    /// The weight's rows, and the rows its planes hold ([`Split::padded_rows`]).
+    /// The weight's rows, and the rows its planes hold ([`Split::padded_rows`](crate::planar::Split::padded_rows)).
     pub(crate) n: u64,
     pub(crate) np: u64,
-    /// The multiple `np` is of ([`Split::row_multiple`]): a slice of sub-byte planes starts at one.
+    /// The multiple `np` is of ([`Split::row_multiple`](crate::planar::Split::row_multiple)): a slice of sub-byte
+    /// planes starts at one.
     pub(crate) row_multiple: u64,
-    /// Whether the codes are stored in row bands of [`PLANE_BAND_ROWS`] (the emitter gates and slices them along
-    /// their band axis, so sub-byte codes need no groups).
+    /// Whether the codes are stored in row bands (the device pass's choice): `quants` is then `[Np / T, Kb, B, T]`,
+    /// which per-block products contract as stored and every other use reads through [`Planes::codes`].
     pub(crate) banded: bool,
     pub(crate) k: u64,
     pub(crate) kb: u64,

@@ -15,7 +15,7 @@ pub(super) const DEQUANTIZED_BYTES: u64 = 16 << 20;
 /// whose contraction IREE 3.13 compiles well (docs/performance.md, "One contraction over the stored bands").
 const BAND_COLUMNS: u64 = 32;
 
-/// A part of a weight dequantized for one `?`-row product ([`Planes::dequantized_part`]).
+/// A part of a weight dequantized for one `?`-row product ([`dequantized_part`]).
 enum Dequantized {
     /// `Wᵀ [K, rows]`, padding rows sliced off: a plain `matmul` reads it.
     Transposed(TensorId),
@@ -25,7 +25,7 @@ enum Dequantized {
 }
 
 /// `y = x @ Wᵀ` for `x` with `?` rows into `y`: the weight dequantized just before the product, or, past
-/// [`DEQUANTIZED_BYTES`], part by part ([`Planes::row_chunks`]), each part after the previous part's product (the
+/// [`DEQUANTIZED_BYTES`], part by part ([`row_chunks`]), each part after the previous part's product (the
 /// first after `x`) and the parts' products concatenated along the last axis. With `gate`, the planes and `x`'s `K`
 /// are read through a [`OpKind::GateRows`] that empties them when `x` has at most the gate's rows (a few-rows form
 /// is taken then): the product is then zeros, computed from nothing.

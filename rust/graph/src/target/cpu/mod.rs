@@ -59,7 +59,7 @@ impl DeviceForms for CpuForms {
 /// [`ConstantData::Transposed`]: crate::ConstantData::Transposed
 pub(crate) const ROW_TILES: [u64; 3] = [32, 16, 8];
 
-/// Rows per band of the codes of a Q8_0 or Q4_0 weight stored in row bands ([`ConstantData::Plane`]'s `band`):
+/// Rows per band of the codes of a Q8_0 or Q4_0 weight stored in row bands ([`ConstantData::Plane`](crate::ConstantData::Plane)'s `band`):
 /// a decode step's product reads `[Kb, 32, 32]` codes per band, contiguous, which IREE 3.13 gives one workgroup
 /// each under the tuning spec (`tapeout_hlo::cpu_tuning_spec`; docs/performance.md, "Codes in row bands, built").
 pub(super) const PLANE_BAND_ROWS: u64 = 32;
@@ -122,8 +122,8 @@ pub(super) fn rows_attrs(rows: u32) -> Attrs {
 /// The columns per group in which a few-rows product reads sub-byte planes ([`few_rows_product`]).
 pub(super) const GROUP_COLUMNS: u64 = 64;
 
-/// `y = x @ Wᵀ` for `x` with `?` rows ([`Linear::Dynamic`]). When `x` has one `?` dimension: the per-block product
-/// of `x` padded to each of [`FEW_ROWS`] ([`few_rows_product`], in column parts past [`DEQUANTIZED_BYTES`])
+/// `y = x @ Wᵀ` for `x` with `?` rows (`Linear::Dynamic` of the portable rewrite). When `x` has one `?` dimension: the per-block product
+/// of `x` padded to each of [`FEW_ROWS`] ([`few_rows_product`], in column parts past [`DEQUANTIZED_BYTES`](dequantized::DEQUANTIZED_BYTES))
 /// and the dequantized weight's product ([`dequantized_product`]), each reading the planes through
 /// [`OpKind::GateRows`] that leave every form but the one for `x`'s rows without work (the 8-row form up to 8 rows,
 /// the 16-row one 9 to 16, the 32-row one 17 to 32, the dequantized weight more); the few-rows forms' rows placed

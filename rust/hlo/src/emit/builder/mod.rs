@@ -73,7 +73,7 @@ pub(crate) fn scalar_literal(value: f64, dtype: DType) -> String {
 
 pub(crate) struct Emitter<'g, 'a, 'w> {
     pub(crate) g: &'g ComputeGraph<'a>,
-    /// Pending text, written to `out` in pieces of about [`SPILL_BYTES`].
+    /// Pending text, written to `out` in pieces of about `SPILL_BYTES`.
     pub(crate) body: String,
     pub(crate) out: &'w mut dyn TextOut,
     pub(crate) next: usize,
