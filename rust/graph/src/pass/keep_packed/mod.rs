@@ -184,14 +184,15 @@ impl Rewrite<'_> {
 
         // The planes, as constants of their own.
         let mut plane_ids = HashMap::new();
+        // Codes in row bands are named as stored: `[Np / T, Kb, B, T]` ([`Planes::codes`] views them).
+        let codes_dims = match band {
+            Some(t) if t > 0 => vec![np / t, kb, bsub, t],
+            _ => vec![kb, bsub, np],
+        };
         for p in split.planes(encoding) {
             let pdims: Vec<u64> = match p {
-                // Codes in row bands are named as stored: `[Np / T, Kb, B, T]` ([`Planes::codes`] views them).
-                Plane::Quants if band.is_some_and(|t| t > 0) => {
-                    let t = band.unwrap_or(1);
-                    vec![np / t, kb, bsub, t]
-                }
-                Plane::Quants | Plane::QuantsHigh => vec![kb, bsub, np],
+                Plane::Quants => codes_dims.clone(),
+                Plane::QuantsHigh => vec![kb, bsub, np],
                 // K-quants' `d` and `dmin` are per super-block; every other number is per sub-block.
                 Plane::Scale | Plane::SuperMin if split.two_level => vec![ks, np],
                 Plane::Scale | Plane::SuperMin | Plane::Min | Plane::SubScales | Plane::SubMins => vec![kb, np],
