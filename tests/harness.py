@@ -4,6 +4,7 @@ import os
 import pathlib
 import re
 import subprocess
+from dataclasses import dataclass
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 VENV_BIN = pathlib.Path(os.environ.get("TAPEOUT_VENV", ROOT / ".venv")) / "bin"
@@ -51,18 +52,39 @@ def benchmark_median_ms(who, out) -> float:
     return float(m.group(1))
 
 
-def compile_iree(work, mlir, name="m"):
-    """Compiles `mlir` for a generic CPU into `work/<name>.vmfb` and returns its path (CalledProcessError with
-    iree-compile's stderr when it refuses the module)."""
+@dataclass(frozen=True)
+class Device:
+    """Where the IREE gate runs a module: the `tapeout export --target` it asks for, iree-compile's flags for it and
+    the runtime driver that runs it. `vulkan` is IREE's default Vulkan profile (32-bit storage only, no subgroups),
+    what a module compiled without naming a GPU gets, run on Mesa's lavapipe (installed by scripts/setup)."""
+    name: str
+    target: str
+    compile_flags: tuple
+    driver: str
+
+
+CPU = Device("cpu", "llvm-cpu", ("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
+                                 "--iree-llvmcpu-target-cpu=generic"), "local-task")
+VULKAN = Device("vulkan", "vulkan", ("--iree-hal-target-device=vulkan",), "vulkan")
+# Compiled only (no device here): every module of the gate must compile for them (tests/iree/test_gpu_compile.py).
+CUDA = Device("cuda", "cuda", ("--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80"), "cuda")
+ROCM = Device("rocm", "rocm", ("--iree-hal-target-device=hip", "--iree-rocm-target=gfx942"), "hip")
+DEVICES = {d.name: d for d in (CPU, VULKAN, CUDA, ROCM)}
+# The devices the gate runs on here.
+RUN_DEVICES = ["cpu", "vulkan"]
+
+
+def compile_iree(work, mlir, name="m", device=CPU):
+    """Compiles `mlir` for `device` (a generic CPU by default) into `work/<name>.vmfb` and returns its path
+    (CalledProcessError with iree-compile's stderr when it refuses the module)."""
     vmfb = pathlib.Path(work) / f"{name}.vmfb"
-    run(iree_tool("iree-compile"), mlir, "--iree-hal-target-device=local",
-        "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=generic", "-o", vmfb)
+    run(iree_tool("iree-compile"), mlir, *device.compile_flags, "-o", vmfb)
     return vmfb
 
 
-def run_iree(work, vmfb, archives, inputs, outputs=1, scope="model", function="main", tag=""):
-    """Runs `function` of the compiled `vmfb` on the `inputs` (numpy arrays, in argument order) with every archive
-    bound to `scope`, and returns the `outputs` results as numpy arrays (files `work/in<tag><i>.npy` and
+def run_iree(work, vmfb, archives, inputs, outputs=1, scope="model", function="main", tag="", device=CPU):
+    """Runs `function` of the compiled `vmfb` on `device` with the `inputs` (numpy arrays, in argument order) and
+    every archive bound to `scope`, and returns the `outputs` results as numpy arrays (files `work/in<tag><i>.npy` and
     `work/out<tag><i>.npy`, so runs with different tags can share `work`)."""
     import numpy as np
     work = pathlib.Path(work)
@@ -71,16 +93,16 @@ def run_iree(work, vmfb, archives, inputs, outputs=1, scope="model", function="m
         np.save(work / f"in{tag}{i}.npy", x)
         args.append(f"--input=@{work / f'in{tag}{i}.npy'}")
     outs = [work / f"out{tag}{i}.npy" for i in range(outputs)]
-    run(iree_tool("iree-run-module"), "--device=local-task", f"--module={vmfb}", f"--function={function}",
+    run(iree_tool("iree-run-module"), f"--device={device.driver}", f"--module={vmfb}", f"--function={function}",
         *[f"--parameters={scope}={a}" for a in archives], *args, *[f"--output=@{o}" for o in outs])
     return [np.load(o) for o in outs]
 
 
-def compile_and_run_iree(work, mlir, archives, inputs, outputs=1, scope="model", function="main"):
-    """Compiles `mlir` for a generic CPU, runs `function` on the `inputs` (numpy arrays, in argument order) with
-    every archive bound to `scope`, and returns the `outputs` results as numpy arrays."""
-    vmfb = compile_iree(work, mlir)
-    return run_iree(work, vmfb, archives, inputs, outputs, scope, function)
+def compile_and_run_iree(work, mlir, archives, inputs, outputs=1, scope="model", function="main", device=CPU):
+    """Compiles `mlir` for `device`, runs `function` on the `inputs` (numpy arrays, in argument order) with every
+    archive bound to `scope`, and returns the `outputs` results as numpy arrays."""
+    vmfb = compile_iree(work, mlir, device=device)
+    return run_iree(work, vmfb, archives, inputs, outputs, scope, function, device=device)
 
 
 def write_safetensors_2d(path, name, w, dtype):

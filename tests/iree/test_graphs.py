@@ -9,7 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from harness import ROOT, banded, compile_and_run_iree, iree_tool, run, transposes_of, write_safetensors_2d
+from harness import (CPU, DEVICES, ROOT, RUN_DEVICES, banded, compile_and_run_iree, iree_tool, run, transposes_of,
+                     write_safetensors_2d)
 
 GRAPHS_DIR = ROOT / "tests/graphs"
 sys.path.insert(0, str(GRAPHS_DIR))
@@ -53,12 +54,12 @@ def make_inputs(graph, test, rng):
     return feeds
 
 
-def compile_and_run(tapeout, name, tmp_path, feeds=None, extra=()):
+def compile_and_run(tapeout, name, tmp_path, feeds=None, extra=(), device=CPU):
     test = json.loads((GRAPHS_DIR / f"{name}.test.json").read_text())
     tmp_path.mkdir(parents=True, exist_ok=True)
     out = tmp_path / "out"
     run(tapeout, "export", GRAPHS_DIR / f"{name}.json", "--weights", GRAPHS_DIR / f"{name}.safetensors", "-o", out,
-        *export_flags(test), *extra)
+        "--target", device.target, *export_flags(test), *extra)
     (mlir,) = out.glob("*.mlir")
     (irpa,) = out.glob("*.irpa")
     text = mlir.read_text()
@@ -67,9 +68,8 @@ def compile_and_run(tapeout, name, tmp_path, feeds=None, extra=()):
     assert sorted(order) == sorted(graph.inputs), (order, graph.inputs)
     feeds = feeds or make_inputs(graph, test, np.random.default_rng(0))
     vmfb = tmp_path / "m.vmfb"
-    run(iree_tool("iree-compile"), mlir, "--iree-hal-target-device=local",
-        "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=generic", "-o", vmfb)
-    args = [iree_tool("iree-run-module"), "--device=local-task", f"--module={vmfb}", "--function=main",
+    run(iree_tool("iree-compile"), mlir, *device.compile_flags, "-o", vmfb)
+    args = [iree_tool("iree-run-module"), f"--device={device.driver}", f"--module={vmfb}", "--function=main",
             f"--parameters={test['scope']}={irpa}"]
     for i, name_ in enumerate(order):
         np.save(tmp_path / f"in{i}.npy", feeds[name_])
@@ -89,9 +89,10 @@ def assert_matches(got, want, label):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True, err_msg=label)
 
 
+@pytest.mark.parametrize("device", RUN_DEVICES)
 @pytest.mark.parametrize("name", GRAPHS)
-def test_graph_compiles_runs_and_matches_numpy(name, tapeout, tmp_path):
-    graph, feeds, outs, _ = compile_and_run(tapeout, name, tmp_path)
+def test_graph_compiles_runs_and_matches_numpy(name, device, tapeout, tmp_path):
+    graph, feeds, outs, _ = compile_and_run(tapeout, name, tmp_path, device=DEVICES[device])
     for i, (got, want) in enumerate(zip(outs, graph.evaluate(feeds))):
         assert_matches(got, want, f"{name} output {i} ({graph.doc['outputs'][i]})")
 

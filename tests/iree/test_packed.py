@@ -12,7 +12,7 @@ import iree.runtime as rt
 from gguf import GGUFReader, GGUFWriter, GGML_QUANT_SIZES, GGMLQuantizationType as T
 from gguf.quants import dequantize
 
-from harness import compile_and_run_iree, compile_iree, run, run_iree, signature
+from harness import DEVICES, RUN_DEVICES, compile_and_run_iree, compile_iree, run, run_iree, signature
 
 FORMATS = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]
 N, K, N2 = 64, 512, 256  # W [N, K]: linear, gather, tied head; Wm [K, N2]: plain matmul
@@ -80,12 +80,15 @@ def graph(fmt):
         "outputs": ["y", "e", "logits", "y2"]}
 
 
+@pytest.mark.parametrize("device", RUN_DEVICES)
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_packed_weights_kept_packed_compute_what_gguf_dequantizes(fmt, weights, tapeout, tmp_path):
+def test_packed_weights_kept_packed_compute_what_gguf_dequantizes(fmt, device, weights, tapeout, tmp_path):
     path, dense = weights
+    device = DEVICES[device]
     (tmp_path / "g.json").write_text(json.dumps(graph(fmt)))
     out = tmp_path / "out"
-    run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", out, "--packed", "keep")
+    run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", out, "--packed", "keep",
+        "--target", device.target)
     text = (out / "packed.mlir").read_text()
     idx = rt.ParameterIndex()
     idx.load(str(out / "packed.irpa"))
@@ -93,13 +96,16 @@ def test_packed_weights_kept_packed_compute_what_gguf_dequantizes(fmt, weights, 
     assert f"blk.{fmt}.w.qs" in entries and f"blk.{fmt}.w" not in entries, sorted(entries)
     meta = json.loads(bytes(entries[f"blk.{fmt}.w.qs"].metadata).decode().removeprefix("TENSORv0:"))
     assert (meta["from"], meta["plane"], meta["packed_shape"]) == (fmt, "qs", [N, K]), meta
-    # Codes as i4 (Q8_0: i8); 5- and 6-bit codes split into i4 low bits and an i2 plane of high bits.
-    assert meta["dtype"] == ("i8" if fmt == "Q8_0" else "i4"), meta
+    # Codes as i4 (Q8_0: i8); 5- and 6-bit codes split into i4 low bits and an i2 plane of high bits. For Vulkan
+    # the same bytes are typed as i32 words, the narrow dtype named by `words_of`.
+    narrow = lambda m: m.get("words_of", m["dtype"])  # noqa: E731
+    assert narrow(meta) == ("i8" if fmt == "Q8_0" else "i4"), meta
+    assert meta["dtype"] == ("i32" if device.target == "vulkan" else narrow(meta)), meta
     high = fmt in ("Q5_0", "Q5_1", "Q5_K", "Q6_K")
     assert (f"blk.{fmt}.w.qh" in entries) == high, sorted(entries)
     if high:
         qh = json.loads(bytes(entries[f"blk.{fmt}.w.qh"].metadata).decode().removeprefix("TENSORv0:"))
-        assert qh["dtype"] == "i2" and entries[f"blk.{fmt}.w.qh"].length == N * K // 4, qh
+        assert narrow(qh) == "i2" and entries[f"blk.{fmt}.w.qh"].length == N * K // 4, qh
     # The archive holds about the GGUF bytes, not f32 (the small scale planes are inline here).
     kept = sum(e.length for k, e in entries.items() if k.startswith(f"blk.{fmt}.w."))
     gguf_bytes = N * K // GGML_QUANT_SIZES[T[fmt]][0] * GGML_QUANT_SIZES[T[fmt]][1]
@@ -113,7 +119,7 @@ def test_packed_weights_kept_packed_compute_what_gguf_dequantizes(fmt, weights, 
     order, _ = signature(out / "packed.mlir")
     assert sorted(order) == ["ids", "x", "x2"], order
     outs = compile_and_run_iree(tmp_path, out / "packed.mlir", [out / "packed.irpa"], [feeds[n] for n in order],
-                                outputs=4)
+                                outputs=4, device=device)
     w, wm = dense[f"{fmt}.w"], dense[f"{fmt}.wm"]
     want = {"y": x @ w.T, "e": w[ids], "logits": w[ids] @ w.T, "y2": x2 @ wm}
     for got, name in zip(outs, ["y", "e", "logits", "y2"]):

@@ -88,6 +88,14 @@ pub enum ConstantData<'a> {
         /// banded, and `band` divides `padded_rows`; the writer refuses anything else.
         band: Option<u64>,
     },
+    /// The bytes of another constant of a narrower type (16-bit floats, 8-bit and sub-byte integers) as they
+    /// are, zero-padded to whole 32-bit words and typed `i32` (`[ceil(bytes / 4)]`): the form in which a device that
+    /// stores only 32-bit values (IREE's default Vulkan profile) reads them, each decoded in the program by a
+    /// `decode_words` op. Its tensor is that of the words; the narrow tensor is the decoded one.
+    Words {
+        /// The narrow values, as the other forms write them.
+        of: Box<ConstantData<'a>>,
+    },
     /// Values of another dtype written as stored (little-endian bytes).
     Raw {
         /// Their dtype.
@@ -171,6 +179,7 @@ impl ConstantData<'_> {
             | ConstantData::Widen { .. }
             | ConstantData::Dequantize { .. }
             | ConstantData::Transposed { .. }
+            | ConstantData::Words { .. }
             | ConstantData::Plane { .. } => None,
         }
     }
@@ -191,6 +200,7 @@ impl ConstantData<'_> {
                 None => format!("plane {encoding} {} {}", plane.suffix(), bytes.identity()),
             },
             ConstantData::Raw { dtype, bytes } => format!("raw {dtype} {}", bytes.identity()),
+            ConstantData::Words { of } => format!("words {}", of.identity()),
         }
     }
 
@@ -209,6 +219,7 @@ impl ConstantData<'_> {
             ConstantData::Raw { .. }
             | ConstantData::Widen { layout: HalfLayout::ColumnMajor, .. }
             | ConstantData::Transposed { .. }
+            | ConstantData::Words { .. }
             | ConstantData::Plane { .. } => None,
         }
     }
@@ -241,6 +252,7 @@ impl ConstantData<'_> {
             ConstantData::Raw { dtype, .. } => *dtype,
             ConstantData::Transposed { of, .. } => of.dtype(),
             ConstantData::Plane { encoding, plane, .. } => plane_split(encoding).dtype(*plane),
+            ConstantData::Words { .. } => DType::I32,
             ConstantData::F32(_) | ConstantData::Widen { .. } | ConstantData::Dequantize { .. } => DType::F32,
         }
     }
@@ -254,6 +266,7 @@ impl ConstantData<'_> {
             ConstantData::Dequantize { elements, .. } => *elements,
             ConstantData::Raw { dtype, bytes } => bytes.len() / dtype.byte_width(),
             ConstantData::Transposed { of, .. } => of.element_count(),
+            ConstantData::Words { of } => of.byte_len().div_ceil(4),
             ConstantData::Plane { encoding, dims: [_, cols], padded_rows, plane, .. } => {
                 let s = plane_split(encoding);
                 padded_rows * (cols / s.block_values) * s.values_per_block(*plane)
@@ -267,6 +280,7 @@ impl ConstantData<'_> {
         match self {
             ConstantData::Raw { bytes, .. } => bytes.len(),
             ConstantData::Transposed { of, .. } => of.byte_len(),
+            ConstantData::Words { of } => of.byte_len().div_ceil(4) * 4,
             ConstantData::Plane { .. } => {
                 let (dtype, n) = (self.dtype(), self.element_count());
                 // Sub-byte codes share bytes; the other planes (i8 codes, f16 scales) are as wide as their type.
@@ -294,6 +308,12 @@ impl ConstantData<'_> {
             },
             ConstantData::Raw { bytes, .. } => {
                 lend(out, bytes, MAX_LEND_BYTES, |o: &mut dyn ByteSink, chunk: &[_]| o.put(chunk))
+            }
+            ConstantData::Words { of } => {
+                of.stream(out)?;
+                // At most three zero bytes complete the last word.
+                let pad = usize::try_from(of.byte_len() % 4).map_or(0, |r| (4 - r) % 4);
+                out.put(&[0u8; 3][..pad])
             }
             ConstantData::Transposed { of, rows, cols, tile } => match of.held() {
                 Some(held) => transpose::stream_tiled(&held, *rows, *cols, *tile, out),

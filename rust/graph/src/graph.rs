@@ -576,6 +576,8 @@ pub fn finalize<'a>(trace: &Trace<'a>, opts: &ExtractOptions) -> Result<ComputeG
         program = pass::transpose_at_export(program, device);
         verify(&program, "transpose_at_export")?;
     }
+    program = device.rewrite(program);
+    verify(&program, "the device's rewrite")?;
     let Program { specs, inputs, constants, nodes, outputs, .. } = program;
     let constant_of = constants.iter().enumerate().map(|(i, c)| (c.tensor, i)).collect();
     Ok(ComputeGraph { tensors: specs, inputs, constants, constant_of, nodes, outputs, key_collisions, forms })

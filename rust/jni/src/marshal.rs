@@ -321,6 +321,7 @@ pub(crate) fn summary(graph: &ComputeGraph<'_>, stats: &Pins) -> serde_json::Val
                 tapeout::graph::ConstantData::Raw { .. } => "raw",
                 tapeout::graph::ConstantData::Transposed { .. } => "transposed",
                 tapeout::graph::ConstantData::Plane { .. } => "packed_plane",
+                tapeout::graph::ConstantData::Words { .. } => "words",
             },
         })).collect::<Vec<_>>(),
         "key_collisions": graph.key_collisions().iter().map(|k| serde_json::json!({"tensor": k.tensor, "wanted": k.wanted, "assigned": k.assigned})).collect::<Vec<_>>(),

@@ -71,6 +71,13 @@ fn metadata(graph: &ComputeGraph<'_>, data: &ConstantData<'_>, tensor: tapeout_g
     let shape =
         spec.shape.static_dims().expect("constants have static shapes: finalize makes dynamic-shaped ones inputs");
     let mut m = TensorMetadata::new(data.dtype().name(), &shape);
+    let data = match data {
+        ConstantData::Words { of } => {
+            m.words_of = Some(of.dtype().name());
+            of
+        }
+        other => other,
+    };
     let held = match data {
         ConstantData::Transposed { of, rows, cols, .. } => {
             m.transposed_from = Some([*rows, *cols]);

@@ -8,6 +8,7 @@
 //! | `encoding` | packed blocks kept as stored (`convert`) | the block encoding (`Q4_K`, …) |
 //! | `from` | the bytes were converted | what they were converted from: a dtype (widened) or an encoding |
 //! | `transposed_from` | stored transposed (`export`) | `[rows, cols]` of the tensor as held |
+//! | `words_of` | narrow values held in 32-bit words (`export --target vulkan`) | the narrow dtype the `i32` words hold, lowest bits first, zero-padded to a whole word |
 //! | `plane`, `packed_shape`, `padded_rows` | one plane of a packed weight (`export`) | the plane's suffix, the packed weight's `[N, K]`, and its padded row count when that differs from `N` |
 
 /// What every metadata blob starts with; the JSON object follows. `tapeout dump` reads blobs by it.
@@ -37,12 +38,14 @@ pub(crate) struct TensorMetadata<'a> {
     pub(crate) transposed_from: Option<[u64; 2]>,
     /// The plane, for one plane of a packed weight.
     pub(crate) plane: Option<PlaneOf<'a>>,
+    /// The narrow dtype 32-bit words hold.
+    pub(crate) words_of: Option<&'a str>,
 }
 
 impl<'a> TensorMetadata<'a> {
     /// Metadata with only the dtype and shape.
     pub(crate) fn new(dtype: &'a str, shape: &'a [u64]) -> Self {
-        TensorMetadata { dtype, shape, encoding: None, from: None, transposed_from: None, plane: None }
+        TensorMetadata { dtype, shape, encoding: None, from: None, transposed_from: None, plane: None, words_of: None }
     }
 
     /// The blob: `TENSORv0:` and the JSON object (keys sorted).
@@ -53,6 +56,9 @@ impl<'a> TensorMetadata<'a> {
         }
         if let Some(f) = self.from {
             m["from"] = f.into();
+        }
+        if let Some(w) = self.words_of {
+            m["words_of"] = w.into();
         }
         if let Some(t) = self.transposed_from {
             m["transposed_from"] = serde_json::json!(t);

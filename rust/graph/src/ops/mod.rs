@@ -145,6 +145,11 @@ op_table! {
     Convert = "convert": Exactly(1), Exactly(1), Own;
     /// `cos x`.
     Cos = "cos": Exactly(1), Exactly(1), ElementwiseUnary;
+    /// `words [W]` (`i32`) read as `[W · 32 / bits]` values of the narrower dtype `from` (each word's from its
+    /// lowest bits, as little-endian bytes hold them), widened exactly: `f32` for `f16` / `bf16`, `i32` for integers
+    /// (sign-extended when `from` is signed). How a device that stores only 32-bit values reads a narrow constant
+    /// ([`crate::ConstantData::Words`]).
+    DecodeWords = "decode_words": Exactly(1), Exactly(1), Own;
     /// `a / b`, broadcast.
     Div = "div": Exactly(2), Exactly(1), ElementwiseBinary;
     /// A window of static `sizes` at run-time offsets (one integer scalar per dimension), clamped into range.
@@ -236,7 +241,7 @@ impl OpKind {
     /// apart. The emitter lowers them for the passes.
     #[must_use]
     pub fn inserted_by_passes(self) -> bool {
-        matches!(self, OpKind::After | OpKind::GateRows | OpKind::PadRows | OpKind::PlaceRows)
+        matches!(self, OpKind::After | OpKind::DecodeWords | OpKind::GateRows | OpKind::PadRows | OpKind::PlaceRows)
     }
 
     /// The attribute of this op that only passes set, if `attrs` hold one: `matmul`'s `banded` (its right side in
@@ -247,6 +252,30 @@ impl OpKind {
             OpKind::Matmul => ["banded", "grouped"].into_iter().find(|a| attrs.contains_key(*a)),
             _ => None,
         }
+    }
+}
+
+/// What a `decode_words` node with these attributes decodes: its `from` dtype, that dtype's bits, and the dtype of
+/// the values it yields (`f32` for 16-bit floats, `i32` for integers).
+///
+/// # Errors
+/// `from` missing, not a string, or not one of `f16`, `bf16`, `i16`, `u16`, `i8`, `u8`, `i4`, `i2`.
+pub fn decode_words_from(attrs: &Attrs) -> Result<(DType, u32, DType), String> {
+    let Some(crate::trace::Attr::Str(name)) = attrs.get("from") else {
+        return Err("attribute 'from' (the narrow dtype, a string) is required".into());
+    };
+    let from = match name.as_str() {
+        "i4" => DType::I4,
+        "i2" => DType::I2,
+        other => DType::parse(other).ok_or_else(|| format!("attribute 'from': unknown dtype '{other}'"))?,
+    };
+    match from {
+        DType::F16 | DType::BF16 => Ok((from, 16, DType::F32)),
+        DType::I16 | DType::U16 => Ok((from, 16, DType::I32)),
+        DType::I8 | DType::U8 => Ok((from, 8, DType::I32)),
+        DType::I4 => Ok((from, 4, DType::I32)),
+        DType::I2 => Ok((from, 2, DType::I32)),
+        other => Err(format!("attribute 'from': {other} is not a narrow dtype words hold")),
     }
 }
 

@@ -70,6 +70,7 @@ pub(crate) fn check_types(op: OpKind, attrs: &Attrs, ins: &[Spec<'_>], outs: &[S
         }
         OpKind::GateRows => gate_rows(&a, ins, outs[0]),
         OpKind::PadRows => pad_rows(&a, ins[0], outs[0]),
+        OpKind::DecodeWords => decode_words(a.0, ins[0], outs[0]),
         OpKind::PlaceRows => place_rows(&a, ins, outs[0]),
         OpKind::DynamicSlice => dynamic_slice(&a, ins, outs[0]),
         OpKind::DynamicUpdateSlice => dynamic_update_slice(ins, outs[0]),
@@ -712,6 +713,19 @@ fn rows_attr(a: &AttrView<'_>) -> Result<u64, String> {
         return Err(AttrView::bad("rows", "is required"));
     }
     u64::try_from(a.int("rows", 0)?).ok().filter(|&r| r >= 1).ok_or_else(|| AttrView::bad("rows", "must be at least 1"))
+}
+
+fn decode_words(attrs: &Attrs, (w, wd): Spec<'_>, (r, rd): Spec<'_>) -> Result<(), String> {
+    let (from, bits, to) = super::decode_words_from(attrs)?;
+    let words = match (wd, w.static_dims().as_deref()) {
+        (DType::I32, Some(&[n])) => n,
+        _ => return Err(format!("decode_words takes static i32 words [W], not {wd} [{w}]")),
+    };
+    let want = Shape(vec![Dim::Static(words * u64::from(32 / bits))]);
+    if rd != to || *r != want {
+        return Err(format!("decoding {words} words of {from} gives {to} [{want}], but the node declares {rd} [{r}]"));
+    }
+    Ok(())
 }
 
 fn pad_rows(a: &AttrView<'_>, (x, _): Spec<'_>, (r, _): Spec<'_>) -> Result<(), String> {

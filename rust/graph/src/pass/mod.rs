@@ -38,6 +38,11 @@ pub(crate) trait DeviceForms {
     fn weight_row_tile(&self, rows: u64) -> u64 {
         rows
     }
+
+    /// The device's own rewrite of the whole program, run after the portable ones; the portable lowering has none.
+    fn rewrite<'a>(&self, program: Program<'a>) -> Program<'a> {
+        program
+    }
 }
 
 /// The portable lowering alone: no device's forms.

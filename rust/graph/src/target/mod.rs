@@ -6,6 +6,7 @@
 //! that lowering (`target::cpu` for `llvm-cpu`, a private module here), and [`Tuning::Off`] leaves them out.
 
 mod cpu;
+mod vulkan;
 
 pub use cpu::FEW_ROWS;
 
@@ -16,6 +17,7 @@ use crate::pass::{DeviceForms, Portable};
 pub(crate) fn device_forms(forms: Forms, code_bands: bool) -> Box<dyn DeviceForms> {
     match forms {
         Forms::Cpu => Box::new(cpu::CpuForms { code_bands }),
+        Forms::Vulkan => Box::new(vulkan::VulkanForms),
         Forms::Portable => Box::new(Portable),
     }
 }
@@ -85,7 +87,7 @@ impl std::fmt::Display for Target {
 /// Whether the target's own forms are written on top of the portable lowering.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Tuning {
-    /// The target's forms where it has any (the default; today `llvm-cpu` only).
+    /// The target's forms where it has any (the default; `llvm-cpu` and `vulkan`).
     #[default]
     On,
     /// The portable lowering alone, whatever the target: the reference every tuned form is checked against.
@@ -101,6 +103,9 @@ pub enum Forms {
     /// The portable lowering with the CPU pass's forms (`llvm-cpu`, [`Tuning::On`]): its products are the ones the
     /// CPU tuning spec tiles.
     Cpu,
+    /// The portable lowering with narrow constants stored as 32-bit words and decoded in the program (`vulkan`,
+    /// [`Tuning::On`]): what IREE's default Vulkan profile, which stores only 32-bit values, reads exactly.
+    Vulkan,
 }
 
 impl Forms {
@@ -109,6 +114,7 @@ impl Forms {
     pub fn of(target: Target, tuning: Tuning) -> Forms {
         match (target, tuning) {
             (Target::LlvmCpu, Tuning::On) => Forms::Cpu,
+            (Target::Vulkan, Tuning::On) => Forms::Vulkan,
             _ => Forms::Portable,
         }
     }
@@ -119,7 +125,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_target_is_found_by_its_name_and_only_the_cpu_is_tuned() {
+    fn every_target_is_found_by_its_name_and_the_cpu_and_vulkan_have_forms() {
         for t in Target::ALL {
             assert_eq!(Target::from_name(t.name()), Some(t));
             assert_eq!(Forms::of(t, Tuning::Off), Forms::Portable, "{t}");
@@ -128,7 +134,7 @@ mod tests {
         assert_eq!(Target::from_name("LLVM-CPU"), None, "names are exact");
         assert_eq!(Target::from_name("metal"), None);
         assert_eq!(Forms::of(Target::LlvmCpu, Tuning::On), Forms::Cpu);
-        assert_eq!(Forms::of(Target::Vulkan, Tuning::On), Forms::Portable);
+        assert_eq!(Forms::of(Target::Vulkan, Tuning::On), Forms::Vulkan);
         assert_eq!(Target::Portable.iree_backend(), None);
     }
 }

@@ -96,6 +96,11 @@ impl<'g> Emitter<'g, '_, '_> {
                 }
                 OpKind::Slice => self.lower_slice(&ins[0])?,
                 OpKind::PadRows => self.pad_rows(&ins[0], out.shape)?,
+                OpKind::DecodeWords => {
+                    let (from, bits, _) =
+                        tapeout_graph::ops::decode_words_from(&node.attrs).map_err(|e| self.attr_err("from", e))?;
+                    self.decode_words(&ins[0], from, bits)?
+                }
                 OpKind::GateRows => self.gate_rows(&ins[0], &ins[1], out.shape)?,
                 OpKind::PlaceRows => self.place_rows(&ins[0], &ins[1], out.shape)?,
                 OpKind::Gather => self.gather(&ins[0], &ins[1], &out)?,

@@ -34,7 +34,7 @@ mod planes;
 use std::collections::HashMap;
 
 pub(crate) use planes::{Builder, Planes};
-pub(crate) use planes::{MAX_DIM, axis, band_view, blocks_shape, flag, ints, plane_rows, slice_along};
+pub(crate) use planes::{MAX_DIM, axis, band_view, blocks_shape, flag, ints, plane_rows, slice_along, slice_to};
 
 use super::{DeviceForms, Fresh, Program, gathers_rows_of, swaps_two_dims, uses};
 use crate::constant::{Constant, ConstantData};
@@ -46,7 +46,6 @@ use crate::planar::{Plane, Split};
 use crate::shape::{Dim, Shape};
 use crate::tensor::{Lent, TensorSpec};
 use crate::trace::{Attrs, Op, TensorId};
-use planes::slice_to;
 
 static EIGHT: [u8; 4] = 8.0f32.to_le_bytes();
 static MINUS_EIGHT: [u8; 4] = (-8.0f32).to_le_bytes();

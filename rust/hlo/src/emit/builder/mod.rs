@@ -14,6 +14,7 @@ mod contract;
 mod reduce;
 mod shapes;
 mod values;
+mod words;
 use crate::error::{HloError, Result};
 
 /// An SSA value with its type.
