@@ -67,7 +67,8 @@ sealed class MaterializationPolicy {
 
 /** A frozen value of the graph. [kind]: `borrowed_f32`, `kept_16bit` (stored as its own bf16/f16 bytes), `widened`,
  *  `dequantized`, `raw`, `transposed` (written `[in, out]` because the program only uses it transposed), or
- *  `packed_plane` (one plane of a weight kept packed). */
+ *  `packed_plane` (one plane of a weight kept packed), or `words` (a narrow constant held in 32-bit words for a
+ *  device that stores only those: `ExportTarget.VULKAN`). */
 data class ConstantInfo(val name: String, val key: String, val bytes: Long, val kind: String)
 
 /** A weight that asked for key [wanted] and got [assigned] because another weight had it. */
