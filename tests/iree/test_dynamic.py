@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from harness import ROOT, compile_and_run_iree, n, run, signature, t, write_graph
+from harness import DEVICES, ROOT, compile_and_run_iree, n, run, signature, t, write_graph
 
 sys.path.insert(0, str(ROOT / "tests/graphs"))
 import reference  # noqa: E402
@@ -281,17 +281,49 @@ def test_a_dynamic_op_that_cannot_be_lowered_is_an_export_error_naming_node_and_
         assert not (tmp_path / f"o{i}" / f"bad{i}.mlir").exists(), "no MLIR is written"
 
 
+# Wrong on lavapipe with IREE 3.13 and not yet avoided by the Vulkan forms (issue 60 goes on): the module computes
+# other numbers than the CPU's, so the test expects the failure (strict: it fails once they are right).
+VULKAN_WRONG = {
+    "concat_33_parts": "IREE 3.13 on Vulkan: a concatenation of 33 `?`-row parts (34 buffers) computes wrong values",
+    "concat_widened_static_axis": "IREE 3.13 on Vulkan: f32 -> f16 -> f32 in the program is not rounded to f16",
+}
+
+
+def narrow_boundary(tensors, nodes, outputs):
+    """The first function argument narrower than 32 bits (bool too), or narrow result other than bool, if any."""
+    produced = {o for nd in nodes for o in nd["outputs"]}
+    narrow = {"f16", "bf16", "i16", "u16", "i8", "u8"}
+    for spec in tensors:
+        is_arg = spec["name"] not in produced and "_value" not in spec
+        if (is_arg and spec["dtype"] in narrow | {"bool"}) or (spec["name"] in outputs and spec["dtype"] in narrow):
+            return spec["name"]
+    return None
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("dims", ["dynamic", "static"])
-def test_op_with_dynamic_dims_compiles_once_and_runs_at_two_sizes(case, dims, tapeout, tmp_path):
+@pytest.mark.parametrize("dims, device", [("dynamic", "cpu"), ("static", "cpu"), ("dynamic", "vulkan")])
+def test_op_with_dynamic_dims_compiles_once_and_runs_at_two_sizes(case, dims, device, tapeout, tmp_path):
     if dims == "static" and case in DYNAMIC_ONLY:
         pytest.skip("the result's static size is not the input's")
+    device = DEVICES[device]
     tensors, nodes, shapes, *outs = CASES[case]
     outputs = outs[0] if outs else [nodes[-1]["outputs"][0]]
+    if device.target == "vulkan":
+        if case in VULKAN_WRONG:
+            pytest.xfail(VULKAN_WRONG[case])
+        narrow = narrow_boundary(tensors, nodes, outputs)
+        if narrow:
+            # IREE 3.13 misreads narrow buffers passed to a Vulkan function: the export refuses, naming the value.
+            g = write_graph(tmp_path, case, tensors, nodes, outputs)
+            r = run(tapeout, "export", g, "--weights", tmp_path / f"{case}.safetensors", "-o", tmp_path / "out",
+                    "--target", "vulkan", check=False)
+            assert r.returncode == 1 and f"'{narrow}'" in r.stderr and "on vulkan, IREE 3.13" in r.stderr, r.stderr
+            return
     sizes = [3, 5] if dims == "dynamic" else [4]
     g = write_graph(tmp_path, case, tensors, nodes, outputs, static=None if dims == "dynamic" else sizes[0])
     out = tmp_path / "out"
-    run(tapeout, "export", g, "--weights", tmp_path / f"{case}.safetensors", "-o", out, "--inline-below", "0")
+    run(tapeout, "export", g, "--weights", tmp_path / f"{case}.safetensors", "-o", out, "--inline-below", "0",
+        "--target", device.target)
     graph = reference.Graph(g, tmp_path / f"{case}.safetensors")
     order, _ = signature(out / f"{case}.mlir")
     for i, size in enumerate(sizes):
@@ -299,7 +331,7 @@ def test_op_with_dynamic_dims_compiles_once_and_runs_at_two_sizes(case, dims, ta
         work = tmp_path / f"run{i}"
         work.mkdir()
         got = compile_and_run_iree(work, out / f"{case}.mlir", [out / f"{case}.irpa"], [feeds[k] for k in order],
-                                   outputs=len(outputs))
+                                   outputs=len(outputs), device=device)
         for o, (g_, w) in enumerate(zip(got, graph.evaluate(feeds))):
             np.testing.assert_allclose(g_, w, rtol=1e-5, atol=1e-5, err_msg=f"{case} at size {size}, output {o}")
 

@@ -4,6 +4,7 @@ independent numpy interpreter of the graph (tests/graphs/reference.py)."""
 import json
 import pathlib
 import re
+import subprocess
 import sys
 
 import numpy as np
@@ -92,6 +93,16 @@ def assert_matches(got, want, label):
 @pytest.mark.parametrize("device", RUN_DEVICES)
 @pytest.mark.parametrize("name", GRAPHS)
 def test_graph_compiles_runs_and_matches_numpy(name, device, tapeout, tmp_path):
+    graph = reference.Graph(GRAPHS_DIR / f"{name}.json", GRAPHS_DIR / f"{name}.safetensors")
+    narrow = {"f16", "bf16", "i16", "u16", "i8", "u8"}
+    boundary = [t for t in graph.inputs if graph.specs[t]["dtype"] in narrow | {"bool"}] + \
+        [t for t in graph.doc["outputs"] if graph.specs[t]["dtype"] in narrow]
+    if device == "vulkan" and boundary:
+        # IREE 3.13 misreads narrow buffers passed to a Vulkan function: the export refuses, naming the value.
+        with pytest.raises(subprocess.CalledProcessError) as e:
+            compile_and_run(tapeout, name, tmp_path, device=DEVICES[device])
+        assert f"'{boundary[0]}'" in e.value.stderr and "on vulkan, IREE 3.13" in e.value.stderr, e.value.stderr
+        return
     graph, feeds, outs, _ = compile_and_run(tapeout, name, tmp_path, device=DEVICES[device])
     for i, (got, want) in enumerate(zip(outs, graph.evaluate(feeds))):
         assert_matches(got, want, f"{name} output {i} ({graph.doc['outputs'][i]})")

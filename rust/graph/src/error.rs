@@ -144,6 +144,23 @@ pub enum GraphError {
         detail: String,
     },
 
+    /// The target device cannot hold a value of the graph exactly, and no form of tapeout's avoids it: a function
+    /// argument or result narrower than 32 bits on IREE 3.13's default Vulkan profile, which stores only 32-bit
+    /// values and reads narrower buffers passed to it wrongly (docs/devices.md).
+    #[error(
+        "{what} is {dtype}: on {target}, IREE 3.13 misreads buffers of values narrower than 32 bits passed in or out          of a function (its default Vulkan profile stores only 32-bit values); {remedy}"
+    )]
+    Target {
+        /// The target (`vulkan`).
+        target: String,
+        /// The value: `argument 'x'` or `result 'y'`.
+        what: String,
+        /// Its dtype.
+        dtype: String,
+        /// What to do instead.
+        remedy: String,
+    },
+
     /// The graph declares no outputs: the module would compute nothing.
     #[error("the graph has no outputs: it would compute nothing")]
     NoOutputs,

@@ -576,7 +576,7 @@ pub fn finalize<'a>(trace: &Trace<'a>, opts: &ExtractOptions) -> Result<ComputeG
         program = pass::transpose_at_export(program, device);
         verify(&program, "transpose_at_export")?;
     }
-    program = device.rewrite(program);
+    program = device.rewrite(program)?;
     verify(&program, "the device's rewrite")?;
     let Program { specs, inputs, constants, nodes, outputs, .. } = program;
     let constant_of = constants.iter().enumerate().map(|(i, c)| (c.tensor, i)).collect();

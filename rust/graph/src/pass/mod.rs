@@ -40,8 +40,11 @@ pub(crate) trait DeviceForms {
     }
 
     /// The device's own rewrite of the whole program, run after the portable ones; the portable lowering has none.
-    fn rewrite<'a>(&self, program: Program<'a>) -> Program<'a> {
-        program
+    ///
+    /// # Errors
+    /// What the device cannot compute exactly in any form ([`crate::GraphError::Target`]).
+    fn rewrite<'a>(&self, program: Program<'a>) -> crate::Result<Program<'a>> {
+        Ok(program)
     }
 }
 

@@ -17,10 +17,37 @@ impl Emitter<'_, '_, '_> {
     pub(crate) fn conv2d(&mut self, ins: &[Val], out_shape: &Shape) -> Result<Val> {
         // Ranks, groups and the result shape: the type rule checked them. Static shapes: the lowering's limit.
         let (x, w) = (&ins[0], &ins[1]);
-        let wd = self.static_dims(w)?;
-        self.static_dims(x)?;
+        let (xd, wd) = (self.static_dims(x)?, self.static_dims(w)?);
         let groups = self.attr_int("groups", 1)?;
         let window = self.window(ops::conv2d_window(self.node_attrs(), [wd[2], wd[3]]))?;
+        let y = match u64::try_from(groups) {
+            // IREE 3.13's SPIR-V code computes some grouped convolutions wrongly (lavapipe: a result of the bias
+            // alone, docs/devices.md): for Vulkan each group is a convolution of its own, joined along channels.
+            Ok(g) if g > 1 && self.g.forms() == tapeout_graph::Forms::Vulkan => {
+                let (cin, cout) = (xd[1] / g, wd[0] / g);
+                let mut parts = Vec::new();
+                for i in 0..g {
+                    let xs = self.slice(x, &[(0, xd[0], 1), (i * cin, (i + 1) * cin, 1), (0, xd[2], 1), (0, xd[3], 1)]);
+                    let ws = self.slice(w, &[(i * cout, (i + 1) * cout, 1), (0, wd[1], 1), (0, wd[2], 1), (0, wd[3], 1)]);
+                    let mut part = out_shape.clone();
+                    part.0[1] = Dim::Static(cout);
+                    parts.push(self.convolution(&xs, &ws, 1, &window, &part));
+                }
+                self.concat(&parts, 1)?
+            }
+            _ => self.convolution(x, w, groups, &window, out_shape),
+        };
+        match ins.get(2) {
+            Some(bias) => {
+                let bb = self.broadcast_to(bias, &[1], out_shape, Some(&y))?;
+                Ok(self.binary_same("add", &y, &bb))
+            }
+            None => Ok(y),
+        }
+    }
+
+    /// `stablehlo.convolution` of NCHW `x` and OIHW `w` over `window`, in `groups` feature groups.
+    fn convolution(&mut self, x: &Val, w: &Val, groups: i64, window: &Window, out_shape: &Shape) -> Val {
         let (stride, dilation, [t, b, l, r]) = (window.stride, window.dilation, window.pad);
         let rhs = format!(
             "stablehlo.convolution({}, {}) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {{stride = [{}, {}], pad = [[{t}, {b}], [{l}, {r}]], rhs_dilate = [{}, {}]}} {{batch_group_count = 1 : i64, feature_group_count = {groups} : i64}} : ({}, {}) -> {}",
@@ -34,14 +61,7 @@ impl Emitter<'_, '_, '_> {
             w.ty(),
             ty(out_shape, x.dtype)
         );
-        let y = self.assign(&rhs, out_shape.clone(), x.dtype);
-        match ins.get(2) {
-            Some(bias) => {
-                let bb = self.broadcast_to(bias, &[1], out_shape, Some(&y))?;
-                Ok(self.binary_same("add", &y, &bb))
-            }
-            None => Ok(y),
-        }
+        self.assign(&rhs, out_shape.clone(), x.dtype)
     }
 
     pub(crate) fn pool(&mut self, x: &Val, out_shape: &Shape, max: bool) -> Result<Val> {

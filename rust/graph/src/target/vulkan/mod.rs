@@ -22,9 +22,34 @@ use crate::trace::{Attr, Attrs, Op, TensorId};
 pub(crate) struct VulkanForms;
 
 impl DeviceForms for VulkanForms {
-    fn rewrite<'a>(&self, program: Program<'a>) -> Program<'a> {
-        narrow_constants_as_words(program)
+    fn rewrite<'a>(&self, program: Program<'a>) -> crate::Result<Program<'a>> {
+        refuse_narrow_arguments(&program)?;
+        Ok(narrow_constants_as_words(program))
     }
+}
+
+/// Refuses a function argument narrower than 32 bits (bool included), or a narrow result other than bool: the
+/// caller's buffer itself is what IREE's default Vulkan profile misreads (lavapipe: a `[3]` bool argument read as
+/// all false, a `[3, 5]` u16 one's last value wrong: the last word is partly past the buffer), and no form of the
+/// program can change the caller's buffer. Bool results were written right in every case tried.
+fn refuse_narrow_arguments(program: &Program<'_>) -> crate::Result<()> {
+    let args = program.inputs.iter().map(|t| ("argument", t));
+    for (kind, t) in args.chain(program.outputs.iter().map(|t| ("result", t))) {
+        let spec = &program.specs[t.index()];
+        if narrow_bits(spec.dtype).is_some() || (spec.dtype == DType::Bool && kind == "argument") {
+            let wide = if spec.dtype.is_float() { "f32" } else { "i32" };
+            return Err(crate::GraphError::Target {
+                target: "vulkan".into(),
+                what: format!("{kind} '{}'", spec.name),
+                dtype: spec.dtype.name().into(),
+                remedy: format!(
+                    "record it as {wide} (convert it inside the model), or export for another target \
+                     (--target llvm-cpu / cuda / rocm)"
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The bits of one value of `dtype` when words hold it: the narrow dtypes only.

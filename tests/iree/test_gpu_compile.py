@@ -1,0 +1,87 @@
+"""Every module of the IREE gate compiles for NVIDIA and AMD GPUs: IREE 3.13's iree-compile takes each one exported
+with `tapeout export --target cuda` for CUDA (`harness.CUDA`: sm_80, Ampere) and with `--target rocm` for ROCm
+(`harness.ROCM`: the HIP device, gfx942, MI300). No GPU is needed for this (the compiler's CUDA and ROCm backends
+run on the host), so a module a GPU would refuse is caught on every machine; scripts/gpu-check runs the same cases
+on a GPU and checks their numbers.
+
+The modules are the gate's: every test graph (tests/graphs, exported with the flags tests/iree/test_graphs.py gives
+it, so f32 weights, bf16 / f16 weights kept as stored and integer constants, inline and external), every packed
+format of tests/iree/test_packed.py's graph kept packed (a linear, a gather, a tied head and a `[K, N]` matmul of
+each), and the 16-bit graph widened as well as kept. The tiny LLM's prefill and decode modules are exported by
+Gradle (examples/tiny-llm) and are not compiled here: tests/graphs/transformer stands in for a decoder.
+
+A refusal fails its case with iree-compile's own error lines: a module a GPU backend refuses is a tapeout bug to fix
+(or an IREE one to name), not a case to skip."""
+import json
+import re
+import subprocess
+
+import pytest
+
+from harness import DEVICES, compile_iree, run
+from test_graphs import GRAPHS, GRAPHS_DIR, export_flags, half_weights_of
+from test_packed import FORMATS, graph as packed_graph, weights  # noqa: F401 (the GGUF file of every format)
+
+GPUS = ["cuda", "rocm"]
+
+
+def compile_for(device, mlir, work):
+    """Compiles `mlir` for `device`; a refusal fails the test with iree-compile's error lines (each once, cut at 400
+    characters: IREE prints the whole target and dispatch it failed on) and the command to rerun."""
+    try:
+        compile_iree(work, mlir, device=device)
+        return
+    except subprocess.CalledProcessError as e:
+        refused = e
+    lines = refused.stderr.splitlines()
+    errors = list(dict.fromkeys(line[:400] for line in lines if "error:" in line)) or lines[-5:]
+    pytest.fail(f"iree-compile refused {mlir.name} for {device.name} (exit {refused.returncode}):\n" + "\n".join(errors)
+                + f"\nrerun: {' '.join(map(str, refused.cmd))}", pytrace=False)
+
+
+def export_graph(tapeout, name, out, device, extra=()):
+    """`tapeout export` of the test graph `name` for `device`, as tests/iree/test_graphs.py's compile_and_run does;
+    returns the module's path."""
+    test = json.loads((GRAPHS_DIR / f"{name}.test.json").read_text())
+    run(tapeout, "export", GRAPHS_DIR / f"{name}.json", "--weights", GRAPHS_DIR / f"{name}.safetensors", "-o", out,
+        "--target", device.target, *export_flags(test), *extra)
+    (mlir,) = out.glob("*.mlir")
+    return mlir
+
+
+@pytest.mark.parametrize("device", GPUS)
+@pytest.mark.parametrize("name", GRAPHS)
+def test_every_test_graph_compiles_for_the_gpu(name, device, tapeout, tmp_path):
+    device = DEVICES[device]
+    compile_for(device, export_graph(tapeout, name, tmp_path / "out", device), tmp_path)
+
+
+@pytest.mark.parametrize("device", GPUS)
+@pytest.mark.parametrize("half", ["keep", "widen"])
+def test_16_bit_weights_compile_for_the_gpu_kept_and_widened(half, device, tapeout, tmp_path):
+    """tests/graphs/half_weights holds bf16 and f16 weights: kept, the module's parameters are those types (the GPU
+    converts them where they are used); widened, f32. Both must compile."""
+    device = DEVICES[device]
+    mlir = export_graph(tapeout, "half_weights", tmp_path / "out", device, ["--half", half])
+    text = mlir.read_text()
+    params = re.findall(r"util\.global private @\S+ = #flow\.parameter\.named<[^>]*> : tensor<[^>]*x(\w+)>", text)
+    dtypes = {t["dtype"] for t in half_weights_of("half_weights")}
+    assert dtypes == {"bf16", "f16"}, dtypes
+    assert set(params) == (dtypes if half == "keep" else {"f32"}), (half, params)
+    compile_for(device, mlir, tmp_path)
+
+
+@pytest.mark.parametrize("device", GPUS)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_packed_format_kept_packed_compiles_for_the_gpu(fmt, device, weights, tapeout, tmp_path):  # noqa: F811
+    """The packed gate's graph (a linear, a gather, a tied head and a `[K, N]` matmul of one `fmt` weight) kept
+    packed for the GPU target: its codes stay planes of integers (`<key>.qs`) the module contracts per block."""
+    path, _ = weights
+    device = DEVICES[device]
+    (tmp_path / "g.json").write_text(json.dumps(packed_graph(fmt)))
+    out = tmp_path / "out"
+    run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", out, "--packed", "keep",
+        "--target", device.target)
+    mlir = out / "packed.mlir"
+    assert f"@blk.{fmt}.w.qs = #flow.parameter.named" in mlir.read_text(), "the codes are not a plane of their own"
+    compile_for(device, mlir, tmp_path)
