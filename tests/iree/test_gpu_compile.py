@@ -24,6 +24,21 @@ from test_packed import FORMATS, graph as packed_graph, weights  # noqa: F401 (t
 
 GPUS = ["cuda", "rocm"]
 
+# Refused by IREE 3.13 today, each with the export-side form found to compile (issue 60 goes on; docs/devices.md).
+# Strict: a case that starts to compile fails here, so the list cannot outlive the bug.
+SUB_BYTE_GATHER = ("IREE 3.13 cannot gather from an i4 / i2 plane on {} ('vector.gather' illegal, 'failed to emulate "
+                   "bit width'); the Vulkan words form, gathered after decoding, compiles")
+KNOWN_REFUSED = {
+    **{("packed", fmt, gpu): SUB_BYTE_GATHER.format(gpu) for fmt in ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K",
+                                                                       "Q6_K"] for gpu in GPUS},
+    ("graph", "pooling", "cuda"): "IREE 3.13 on CUDA: two reduce_windows sharing one init constant fail to bufferize",
+}
+
+
+def expect_refusal(request, *case):
+    if case in KNOWN_REFUSED:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=KNOWN_REFUSED[case]))
+
 
 def compile_for(device, mlir, work):
     """Compiles `mlir` for `device`; a refusal fails the test with iree-compile's error lines (each once, cut at 400
@@ -51,7 +66,8 @@ def export_graph(tapeout, name, out, device, extra=()):
 
 @pytest.mark.parametrize("device", GPUS)
 @pytest.mark.parametrize("name", GRAPHS)
-def test_every_test_graph_compiles_for_the_gpu(name, device, tapeout, tmp_path):
+def test_every_test_graph_compiles_for_the_gpu(name, device, tapeout, tmp_path, request):
+    expect_refusal(request, "graph", name, device)
     device = DEVICES[device]
     compile_for(device, export_graph(tapeout, name, tmp_path / "out", device), tmp_path)
 
@@ -73,9 +89,11 @@ def test_16_bit_weights_compile_for_the_gpu_kept_and_widened(half, device, tapeo
 
 @pytest.mark.parametrize("device", GPUS)
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_every_packed_format_kept_packed_compiles_for_the_gpu(fmt, device, weights, tapeout, tmp_path):  # noqa: F811
+def test_every_packed_format_kept_packed_compiles_for_the_gpu(fmt, device, weights, tapeout, tmp_path,  # noqa: F811
+                                                              request):
     """The packed gate's graph (a linear, a gather, a tied head and a `[K, N]` matmul of one `fmt` weight) kept
     packed for the GPU target: its codes stay planes of integers (`<key>.qs`) the module contracts per block."""
+    expect_refusal(request, "packed", fmt, device)
     path, _ = weights
     device = DEVICES[device]
     (tmp_path / "g.json").write_text(json.dumps(packed_graph(fmt)))

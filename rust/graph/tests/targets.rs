@@ -112,8 +112,17 @@ fn the_cpu_pass_writes_its_forms_and_every_other_target_the_portable_lowering() 
         (Target::LlvmCpu, Tuning::Off),
     ] {
         let g = finalize(&trace, &ExtractOptions { target, tuning, ..keep() }).unwrap();
-        assert_eq!(g.forms(), Forms::Portable, "{target} {tuning:?}");
-        assert_eq!(pass_only(&g), Vec::<String>::new(), "{target} {tuning:?}");
+        let vulkan = target == Target::Vulkan;
+        assert_eq!(g.forms(), if vulkan { Forms::Vulkan } else { Forms::Portable }, "{target} {tuning:?}");
+        // Vulkan's pass adds only the decoding of its narrow planes (i4 codes, f16 scales), held in 32-bit words.
+        let decodes = if vulkan { vec!["decode_words".to_owned(); 2] } else { vec![] };
+        assert_eq!(pass_only(&g), decodes, "{target} {tuning:?}");
+        if vulkan {
+            for c in g.constants() {
+                assert!(matches!(c.data, ConstantData::Words { .. }), "{}: {:?}", c.key, c.data);
+                assert_eq!(c.data.dtype(), DType::I32);
+            }
+        }
         let matmuls = g.nodes().iter().filter(|n| n.op == OpKind::Matmul).count();
         assert_eq!(matmuls, 1, "{target}: one product");
         // Codes in row bands are a CPU form: asked for with another target, the options contradict each other.
@@ -151,4 +160,24 @@ fn a_recorded_graph_cannot_name_what_only_passes_write() {
     t.set_outputs(&[y]);
     let err = finalize(&t, &ExtractOptions::default()).unwrap_err();
     assert!(err.to_string().contains("attribute 'grouped' of op 'matmul'") && err.to_string().contains("--target"));
+}
+
+#[test]
+fn vulkan_refuses_narrow_arguments_and_results_with_the_remedy() {
+    // A u8 input or an f16 result is a buffer IREE 3.13's default Vulkan profile misreads: refused, typed, naming
+    // the value; a bool result is written right and passes; every other target takes them.
+    let vulkan = ExtractOptions { target: Target::Vulkan, ..ExtractOptions::default() };
+    for (dtype, out, refused) in
+        [(DType::U8, DType::F32, Some("argument 'x'")), (DType::F32, DType::F16, Some("result 'y'"))]
+    {
+        let mut t = Trace::new();
+        let x = t.add_placeholder(TensorSpec::new("x", Shape::of(&[3]), dtype));
+        let y = t.add_placeholder(TensorSpec::new("y", Shape::of(&[3]), out));
+        t.record(OpKind::Convert, Attrs::new(), &[x], &[y]);
+        t.set_outputs(&[y]);
+        let err = finalize(&t, &vulkan).unwrap_err();
+        assert!(matches!(&err, GraphError::Target { what, .. } if Some(what.as_str()) == refused), "{err}");
+        assert!(err.to_string().contains("IREE 3.13") && err.to_string().contains("--target"), "{err}");
+        finalize(&t, &ExtractOptions::default()).unwrap();
+    }
 }

@@ -28,7 +28,8 @@ impl Emitter<'_, '_, '_> {
                 let mut parts = Vec::new();
                 for i in 0..g {
                     let xs = self.slice(x, &[(0, xd[0], 1), (i * cin, (i + 1) * cin, 1), (0, xd[2], 1), (0, xd[3], 1)]);
-                    let ws = self.slice(w, &[(i * cout, (i + 1) * cout, 1), (0, wd[1], 1), (0, wd[2], 1), (0, wd[3], 1)]);
+                    let ws =
+                        self.slice(w, &[(i * cout, (i + 1) * cout, 1), (0, wd[1], 1), (0, wd[2], 1), (0, wd[3], 1)]);
                     let mut part = out_shape.clone();
                     part.0[1] = Dim::Static(cout);
                     parts.push(self.convolution(&xs, &ws, 1, &window, &part));

@@ -68,10 +68,7 @@ fn narrow_bits(dtype: DType) -> Option<u32> {
 fn moves_elements(node: &Op, t: TensorId) -> bool {
     node.inputs.first() == Some(&t)
         && !node.inputs[1..].contains(&t)
-        && matches!(
-            node.op,
-            OpKind::Reshape | OpKind::Transpose | OpKind::Slice | OpKind::Gather | OpKind::Broadcast
-        )
+        && matches!(node.op, OpKind::Reshape | OpKind::Transpose | OpKind::Slice | OpKind::Gather | OpKind::Broadcast)
 }
 
 /// Rewrites every narrow constant as words and a decode, and each of its uses to read the decoded values.
@@ -92,7 +89,8 @@ fn narrow_constants_as_words(program: Program<'_>) -> Program<'_> {
         b.specs[words_id.index()].path.clone_from(&spec.path);
         let mut from = Attrs::new();
         from.insert("from".into(), Attr::Str(held.name().into()));
-        let mut v = b.op(OpKind::DecodeWords, from, &[words_id], format!("{}.decoded", spec.name), &[words * per_word], to);
+        let mut v =
+            b.op(OpKind::DecodeWords, from, &[words_id], format!("{}.decoded", spec.name), &[words * per_word], to);
         if words * per_word != n {
             v = b.op(OpKind::Slice, slice_to(&[n]), &[v], format!("{}.values", spec.name), &[n], to);
         }

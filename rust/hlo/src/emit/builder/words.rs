@@ -20,7 +20,11 @@ impl Emitter<'_, '_, '_> {
         // Value j of a word moved to its top bits: shifted left by 32 - bits·(j + 1).
         let lefts: Vec<u32> = (0..per_word).map(|j| 32 - bits * (j + 1)).collect();
         let lefts = self.assign(
-            &format!("stablehlo.constant dense<[{}]> : {}", list(&lefts), ty(&Shape::of(&[u64::from(per_word)]), DType::I32)),
+            &format!(
+                "stablehlo.constant dense<[{}]> : {}",
+                list(&lefts),
+                ty(&Shape::of(&[u64::from(per_word)]), DType::I32)
+            ),
             Shape::of(&[u64::from(per_word)]),
             DType::I32,
         );
