@@ -24,13 +24,9 @@ from test_packed import FORMATS, graph as packed_graph, weights  # noqa: F401 (t
 
 GPUS = ["cuda", "rocm"]
 
-# Refused by IREE 3.13 today, each with the export-side form found to compile (issue 60 goes on; docs/devices.md).
+# Refused by IREE 3.13 today, with the export-side form found to compile (issue 60 goes on; docs/devices.md).
 # Strict: a case that starts to compile fails here, so the list cannot outlive the bug.
-SUB_BYTE_GATHER = ("IREE 3.13 cannot gather from an i4 / i2 plane on {} ('vector.gather' illegal, 'failed to emulate "
-                   "bit width'); the Vulkan words form, gathered after decoding, compiles")
 KNOWN_REFUSED = {
-    **{("packed", fmt, gpu): SUB_BYTE_GATHER.format(gpu) for fmt in ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K",
-                                                                       "Q6_K"] for gpu in GPUS},
     ("graph", "pooling", "cuda"): "IREE 3.13 on CUDA: two reduce_windows sharing one init constant fail to bufferize",
 }
 

@@ -112,16 +112,19 @@ fn the_cpu_pass_writes_its_forms_and_every_other_target_the_portable_lowering() 
         (Target::LlvmCpu, Tuning::Off),
     ] {
         let g = finalize(&trace, &ExtractOptions { target, tuning, ..keep() }).unwrap();
-        let vulkan = target == Target::Vulkan;
-        assert_eq!(g.forms(), if vulkan { Forms::Vulkan } else { Forms::Portable }, "{target} {tuning:?}");
-        // Vulkan's pass adds only the decoding of its narrow planes (i4 codes, f16 scales), held in 32-bit words.
-        let decodes = if vulkan { vec!["decode_words".to_owned(); 2] } else { vec![] };
-        assert_eq!(pass_only(&g), decodes, "{target} {tuning:?}");
-        if vulkan {
-            for c in g.constants() {
-                assert!(matches!(c.data, ConstantData::Words { .. }), "{}: {:?}", c.key, c.data);
-                assert_eq!(c.data.dtype(), DType::I32);
-            }
+        let (forms, words) = match (target, tuning) {
+            // Vulkan's pass adds only the decoding of its narrow planes (i4 codes, f16 scales) held in 32-bit
+            // words; CUDA's and ROCm's that of the sub-byte codes alone.
+            (Target::Vulkan, Tuning::On) => (Forms::Vulkan, vec!["w.qs", "w.d"]),
+            (Target::Cuda | Target::Rocm, Tuning::On) => (Forms::Gpu, vec!["w.qs"]),
+            _ => (Forms::Portable, vec![]),
+        };
+        assert_eq!(g.forms(), forms, "{target} {tuning:?}");
+        assert_eq!(pass_only(&g), vec!["decode_words".to_owned(); words.len()], "{target} {tuning:?}");
+        for c in g.constants() {
+            let in_words = matches!(c.data, ConstantData::Words { .. });
+            assert_eq!(in_words, words.contains(&c.key.as_str()), "{target}: {}: {:?}", c.key, c.data);
+            assert_eq!(in_words, c.data.dtype() == DType::I32, "{}", c.key);
         }
         let matmuls = g.nodes().iter().filter(|n| n.op == OpKind::Matmul).count();
         assert_eq!(matmuls, 1, "{target}: one product");

@@ -6,7 +6,9 @@
 //! that lowering (`target::cpu` for `llvm-cpu`, a private module here), and [`Tuning::Off`] leaves them out.
 
 mod cpu;
+mod gpu;
 mod vulkan;
+mod words;
 
 pub use cpu::FEW_ROWS;
 
@@ -18,6 +20,7 @@ pub(crate) fn device_forms(forms: Forms, code_bands: bool) -> Box<dyn DeviceForm
     match forms {
         Forms::Cpu => Box::new(cpu::CpuForms { code_bands }),
         Forms::Vulkan => Box::new(vulkan::VulkanForms),
+        Forms::Gpu => Box::new(gpu::GpuForms),
         Forms::Portable => Box::new(Portable),
     }
 }
@@ -29,11 +32,11 @@ pub enum Target {
     /// few-rows forms of a prefill, weights dequantized in parts) and a tuning spec.
     #[default]
     LlvmCpu,
-    /// IREE's Vulkan backend (`vulkan-spirv`): the portable lowering.
+    /// IREE's Vulkan backend (`vulkan-spirv`): the portable lowering with narrow constants as 32-bit words.
     Vulkan,
-    /// IREE's CUDA backend (`cuda`): the portable lowering.
+    /// IREE's CUDA backend (`cuda`): the portable lowering with sub-byte planes as 32-bit words.
     Cuda,
-    /// IREE's ROCm backend (`rocm`): the portable lowering.
+    /// IREE's ROCm backend (`rocm`): the portable lowering with sub-byte planes as 32-bit words.
     Rocm,
     /// No device in particular: the portable lowering, which every IREE backend compiles.
     Portable,
@@ -87,7 +90,7 @@ impl std::fmt::Display for Target {
 /// Whether the target's own forms are written on top of the portable lowering.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Tuning {
-    /// The target's forms where it has any (the default; `llvm-cpu` and `vulkan`).
+    /// The target's forms where it has any (the default; every target but `portable`).
     #[default]
     On,
     /// The portable lowering alone, whatever the target: the reference every tuned form is checked against.
@@ -106,6 +109,9 @@ pub enum Forms {
     /// The portable lowering with narrow constants stored as 32-bit words and decoded in the program (`vulkan`,
     /// [`Tuning::On`]): what IREE's default Vulkan profile, which stores only 32-bit values, reads exactly.
     Vulkan,
+    /// The portable lowering with the sub-byte planes of packed weights stored as 32-bit words (`cuda`, `rocm`,
+    /// [`Tuning::On`]): IREE 3.13's CUDA and ROCm code cannot gather from i4 / i2 tensors.
+    Gpu,
 }
 
 impl Forms {
@@ -115,6 +121,7 @@ impl Forms {
         match (target, tuning) {
             (Target::LlvmCpu, Tuning::On) => Forms::Cpu,
             (Target::Vulkan, Tuning::On) => Forms::Vulkan,
+            (Target::Cuda | Target::Rocm, Tuning::On) => Forms::Gpu,
             _ => Forms::Portable,
         }
     }
@@ -125,7 +132,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_target_is_found_by_its_name_and_the_cpu_and_vulkan_have_forms() {
+    fn every_target_is_found_by_its_name_and_has_its_forms_unless_portable() {
         for t in Target::ALL {
             assert_eq!(Target::from_name(t.name()), Some(t));
             assert_eq!(Forms::of(t, Tuning::Off), Forms::Portable, "{t}");
@@ -135,6 +142,8 @@ mod tests {
         assert_eq!(Target::from_name("metal"), None);
         assert_eq!(Forms::of(Target::LlvmCpu, Tuning::On), Forms::Cpu);
         assert_eq!(Forms::of(Target::Vulkan, Tuning::On), Forms::Vulkan);
+        assert_eq!(Forms::of(Target::Cuda, Tuning::On), Forms::Gpu);
+        assert_eq!(Forms::of(Target::Rocm, Tuning::On), Forms::Gpu);
         assert_eq!(Target::Portable.iree_backend(), None);
     }
 }

@@ -1,13 +1,7 @@
-//! The Vulkan pass: every constant narrower than 32 bits (a 16-bit weight kept as stored, the i8 / i4 / i2 codes
-//! and f16 scales of a weight kept packed) is stored as its own bytes in whole 32-bit words and decoded in the
-//! program (`decode_words`), so that IREE's SPIR-V code reads and computes only 32-bit values.
-//!
-//! IREE 3.13's default Vulkan profile stores only 32-bit values. It emulates narrower ones by reading whole words:
-//! a `tensor<3x5xbf16>` (30 bytes) read its last element past the end of its 30-byte binding, which a robust
-//! driver (lavapipe) returns as 0; i4 planes and inline 16-bit constants were refused outright (`failed to
-//! legalize operation 'vector.bitcast'`, `'spirv.Bitcast' op mismatch in result type bitwidth`). Words sidestep
-//! every one of those paths: the archive holds the same bytes (padded by at most three zero bytes), and the
-//! decode is exact integer arithmetic (docs/devices.md).
+//! Narrow constants as 32-bit words: a constant narrower than 32 bits, stored as its own bytes in `i32` words
+//! ([`ConstantData::Words`]) and decoded in the program by `decode_words`, for a device whose compiler reads
+//! narrower storage wrongly or not at all (docs/devices.md): every narrow dtype for Vulkan, the sub-byte planes of
+//! packed weights for CUDA and ROCm.
 
 use std::collections::HashMap;
 
@@ -15,45 +9,11 @@ use crate::constant::ConstantData;
 use crate::dtype::DType;
 use crate::ops::OpKind;
 use crate::pass::keep_packed::{Builder, slice_to};
-use crate::pass::{DeviceForms, Fresh, Program};
+use crate::pass::{Fresh, Program};
 use crate::trace::{Attr, Attrs, Op, TensorId};
 
-/// The Vulkan target's forms: the portable lowering with narrow constants read as words.
-pub(crate) struct VulkanForms;
-
-impl DeviceForms for VulkanForms {
-    fn rewrite<'a>(&self, program: Program<'a>) -> crate::Result<Program<'a>> {
-        refuse_narrow_arguments(&program)?;
-        Ok(narrow_constants_as_words(program))
-    }
-}
-
-/// Refuses a function argument narrower than 32 bits (bool included), or a narrow result other than bool: the
-/// caller's buffer itself is what IREE's default Vulkan profile misreads (lavapipe: a `[3]` bool argument read as
-/// all false, a `[3, 5]` u16 one's last value wrong: the last word is partly past the buffer), and no form of the
-/// program can change the caller's buffer. Bool results were written right in every case tried.
-fn refuse_narrow_arguments(program: &Program<'_>) -> crate::Result<()> {
-    let args = program.inputs.iter().map(|t| ("argument", t));
-    for (kind, t) in args.chain(program.outputs.iter().map(|t| ("result", t))) {
-        let spec = &program.specs[t.index()];
-        if narrow_bits(spec.dtype).is_some() || (spec.dtype == DType::Bool && kind == "argument") {
-            let wide = if spec.dtype.is_float() { "f32" } else { "i32" };
-            return Err(crate::GraphError::Target {
-                target: "vulkan".into(),
-                what: format!("{kind} '{}'", spec.name),
-                dtype: spec.dtype.name().into(),
-                remedy: format!(
-                    "record it as {wide} (convert it inside the model), or export for another target \
-                     (--target llvm-cpu / cuda / rocm)"
-                ),
-            });
-        }
-    }
-    Ok(())
-}
-
 /// The bits of one value of `dtype` when words hold it: the narrow dtypes only.
-fn narrow_bits(dtype: DType) -> Option<u32> {
+pub(super) fn narrow_bits(dtype: DType) -> Option<u32> {
     match dtype {
         DType::F16 | DType::BF16 | DType::I16 | DType::U16 => Some(16),
         DType::I8 | DType::U8 => Some(8),
@@ -71,15 +31,16 @@ fn moves_elements(node: &Op, t: TensorId) -> bool {
         && matches!(node.op, OpKind::Reshape | OpKind::Transpose | OpKind::Slice | OpKind::Gather | OpKind::Broadcast)
 }
 
-/// Rewrites every narrow constant as words and a decode, and each of its uses to read the decoded values.
-fn narrow_constants_as_words(program: Program<'_>) -> Program<'_> {
+/// Rewrites every constant whose dtype `held_in_words` picks (a narrow one) as words and a decode, and each of its
+/// uses to read the decoded values.
+pub(super) fn constants_as_words(program: Program<'_>, held_in_words: fn(DType) -> bool) -> Program<'_> {
     let Program { mut specs, inputs, mut constants, nodes, mut outputs, next_index } = program;
     let mut b = Builder::new(&mut specs, None, Fresh::from(next_index));
     // The tensors now holding decoded (wider) values, with the narrow dtype their spec had.
     let mut widened: HashMap<TensorId, DType> = HashMap::new();
     for c in &mut constants {
         let held = c.data.dtype();
-        let Some(bits) = narrow_bits(held) else { continue };
+        let Some(bits) = narrow_bits(held).filter(|_| held_in_words(held)) else { continue };
         let spec = b.specs[c.tensor.index()].clone();
         let n = c.data.element_count();
         let words = c.data.byte_len().div_ceil(4);
@@ -105,7 +66,8 @@ fn narrow_constants_as_words(program: Program<'_>) -> Program<'_> {
     let constants = constants
         .into_iter()
         .map(|mut c| {
-            if narrow_bits(c.data.dtype()).is_some() {
+            let held = c.data.dtype();
+            if narrow_bits(held).is_some() && held_in_words(held) {
                 c.data = ConstantData::Words { of: Box::new(c.data) };
             }
             c
