@@ -1,12 +1,18 @@
 //! Builds IREE's runtime (with the io_parameters module and the parameter-file parsers) and tapeout's C shim
 //! into one static archive, `libtapeout_iree.a`, with IREE's own CMake.
 //!
+//! Drivers: `local-sync` and `local-task` (the CPU), and `vulkan` unless `TAPEOUT_IREE_VULKAN=OFF` (off by default
+//! on Apple targets, which have Metal). IREE's Vulkan driver opens the Vulkan loader (`libvulkan.so.1`) with
+//! `dlopen` when a `vulkan` device is asked for, so the library links and loads where no loader is installed; the
+//! headers it compiles against are IREE's vendored `third_party/vulkan_headers`.
+//!
 //! IREE's runtime sources come from the `eerie-sys` crate (a pinned dependency of this one, never built with its
 //! own features: its static library lacks io_parameters and the IRPA parser). Override with
 //! `TAPEOUT_IREE_SOURCE=<IREE checkout>`. CMake >= 3.26 is `$CMAKE`, the project's `.venv/bin/cmake` (PyPI's
 //! `cmake`, which `scripts/setup` installs) or the one on PATH. The CMake build lives in
 //! `<workspace>/target/iree-runtime/<release|debug>`, shared by every cargo profile and kept between builds:
-//! a fresh build costs about 3 CPU-minutes, a no-op rebuild a second.
+//! a fresh build costs about a CPU-minute (55 CPU-seconds on a 2-core x86-64 VM, 47 without Vulkan), a no-op
+//! rebuild a second.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -31,7 +37,7 @@ fn run() -> Result<(), String> {
     for file in ["build.rs", "native/CMakeLists.txt", "native/tapeout_iree.c", "native/tapeout_iree.h"] {
         println!("cargo:rerun-if-changed={}", manifest.join(file).display());
     }
-    for var in ["TAPEOUT_IREE_SOURCE", "CMAKE", "TAPEOUT_IREE_BUILD_DIR"] {
+    for var in ["TAPEOUT_IREE_SOURCE", "CMAKE", "TAPEOUT_IREE_BUILD_DIR", "TAPEOUT_IREE_VULKAN"] {
         println!("cargo:rerun-if-env-changed={var}");
     }
 
@@ -45,18 +51,18 @@ fn run() -> Result<(), String> {
     std::fs::create_dir_all(&build).map_err(|e| format!("creating {}: {e}", build.display()))?;
 
     let ninja = Command::new("ninja").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !build.join("CMakeCache.txt").is_file() {
+    let definitions = [
+        "-DCMAKE_BUILD_TYPE=Release".to_owned(),
+        format!("-DTAPEOUT_IREE_SOURCE_DIR={}", source.display()),
+        "-DTAPEOUT_IREE_CUDA=OFF".to_owned(),
+        format!("-DTAPEOUT_IREE_VULKAN={}", if vulkan_wanted()? { "ON" } else { "OFF" }),
+    ];
+    // Configured once; again when a definition changed (a build dir configured before Vulkan was built, say): the
+    // cache keeps what it was first given.
+    if !configured_with(&build.join("CMakeCache.txt"), &definitions) {
         let mut configure = Command::new(&cmake);
-        configure
-            .arg("-S")
-            .arg(manifest.join("native"))
-            .arg("-B")
-            .arg(&build)
-            .arg("-DCMAKE_BUILD_TYPE=Release")
-            .arg(format!("-DTAPEOUT_IREE_SOURCE_DIR={}", source.display()))
-            .arg("-DTAPEOUT_IREE_CUDA=OFF")
-            .arg("-DTAPEOUT_IREE_VULKAN=OFF");
-        if ninja {
+        configure.arg("-S").arg(manifest.join("native")).arg("-B").arg(&build).args(&definitions);
+        if ninja && !build.join("CMakeCache.txt").is_file() {
             configure.arg("-GNinja");
         }
         run_command(&mut configure, "configuring IREE's runtime")?;
@@ -106,6 +112,31 @@ fn iree_source() -> Result<PathBuf, String> {
          TAPEOUT_IREE_SOURCE to an IREE checkout",
         registry.display()
     ))
+}
+
+/// Whether to build IREE's Vulkan driver: `$TAPEOUT_IREE_VULKAN` (`ON`/`OFF`, `1`/`0`, `true`/`false`), else yes
+/// except on Apple targets.
+fn vulkan_wanted() -> Result<bool, String> {
+    match env::var("TAPEOUT_IREE_VULKAN") {
+        Ok(v) => match v.to_ascii_lowercase().as_str() {
+            "on" | "1" | "true" | "yes" => Ok(true),
+            "off" | "0" | "false" | "no" => Ok(false),
+            _ => Err(format!("TAPEOUT_IREE_VULKAN={v} is neither ON nor OFF")),
+        },
+        Err(_) => Ok(env::var("CARGO_CFG_TARGET_VENDOR").as_deref() != Ok("apple")),
+    }
+}
+
+/// Whether the CMake cache holds every `-DNAME=VALUE` of `definitions` (as `NAME:TYPE=VALUE`).
+fn configured_with(cache: &Path, definitions: &[String]) -> bool {
+    let Ok(text) = std::fs::read_to_string(cache) else { return false };
+    definitions.iter().all(|d| {
+        let Some((name, value)) = d.trim_start_matches("-D").split_once('=') else { return false };
+        text.lines().any(|line| {
+            line.split_once('=')
+                .is_some_and(|(key, v)| v == value && key.split_once(':').map_or(key, |(k, _)| k) == name)
+        })
+    })
 }
 
 /// A CMake of at least 3.26 (IREE's minimum).

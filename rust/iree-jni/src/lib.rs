@@ -43,6 +43,9 @@ impl From<IreeError> for Failure {
         let message = e.to_string();
         let (kind, fields): (&'static str, Vec<String>) = match e {
             IreeError::Runtime { code, during, .. } => ("runtime", vec![code.to_owned(), during]),
+            IreeError::DeviceUnavailable { driver, uri, code, .. } => {
+                ("device-unavailable", vec![driver, uri, code.to_owned()])
+            }
             IreeError::NotAModule { .. } => ("not-a-module", vec![]),
             IreeError::WrongTarget { device, .. } => ("wrong-target", vec![device]),
             IreeError::MissingParameter { key, .. } => ("missing-parameter", vec![key]),

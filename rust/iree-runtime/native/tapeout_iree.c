@@ -15,6 +15,7 @@
 #include <unistd.h>
 #endif
 
+#include "iree/async/frontier_tracker.h"
 #include "iree/base/api.h"
 #include "iree/base/tooling/flags.h"
 #include "iree/hal/api.h"
@@ -22,6 +23,7 @@
 #include "iree/io/formats/parser_registry.h"
 #include "iree/io/parameter_index.h"
 #include "iree/io/parameter_index_provider.h"
+#include "iree/modules/hal/module.h"
 #include "iree/modules/io/parameters/module.h"
 #include "iree/runtime/api.h"
 #include "iree/vm/bytecode/module.h"
@@ -32,10 +34,18 @@ struct tio_instance {
 
 struct tio_device {
   iree_hal_device_t* hal;
+  // The device's group, made once with the device: every session's HAL module shares it. Making a group assigns
+  // the device's queues their place in the group's frontier tracker, and IREE 3.13's Vulkan driver refuses a second
+  // assignment for the device's life ("Vulkan queue frontier already assigned"), so a group per session (what
+  // iree_runtime_session_create_with_device makes) would serve one module per Vulkan device, ever. One group per
+  // device serves any number of modules, at once or in turn, on every driver.
+  iree_hal_device_group_t* group;
 };
 
+// A VM context of its own (IREE's HAL module over the device's group, the io_parameters module, the user's module)
+// rather than an iree_runtime_session_t, which makes its own device group: see tio_device.
 struct tio_session {
-  iree_runtime_session_t* runtime;
+  iree_vm_context_t* context;
   iree_vm_module_t* module;  // the user's bytecode module (retained)
   iree_hal_device_t* device;  // retained
 };
@@ -141,8 +151,17 @@ int32_t tio_device_create(tio_instance* instance, const char* uri, int32_t worke
     status = iree_runtime_instance_try_create_default_device(instance->runtime, iree_make_cstring_view(uri),
                                                              &device->hal);
   }
+  iree_async_frontier_tracker_t* tracker = NULL;
+  if (iree_status_is_ok(status)) {
+    status = iree_async_frontier_tracker_create(iree_async_frontier_tracker_options_default(),
+                                                iree_allocator_system(), &tracker);
+  }
+  if (iree_status_is_ok(status)) {
+    status = iree_hal_device_group_create_from_device(device->hal, tracker, iree_allocator_system(), &device->group);
+  }
+  iree_async_frontier_tracker_release(tracker);  // the group and the device retain it
   if (!iree_status_is_ok(status)) {
-    free(device);
+    tio_device_release(device);
     return tio_consume(status, out_message);
   }
   *out_device = device;
@@ -151,6 +170,7 @@ int32_t tio_device_create(tio_instance* instance, const char* uri, int32_t worke
 
 void tio_device_release(tio_device* device) {
   if (!device) return;
+  iree_hal_device_group_release(device->group);
   iree_hal_device_release(device->hal);
   free(device);
 }
@@ -249,22 +269,28 @@ int32_t tio_session_create(tio_instance* instance, tio_device* device, const uin
                                             &session->module);
     if (!iree_status_is_ok(status)) status = iree_status_annotate(status, IREE_SV("loading the compiled module"));
   }
-  iree_runtime_session_options_t options;
-  iree_runtime_session_options_initialize(&options);
   if (iree_status_is_ok(status)) {
-    status = iree_runtime_session_create_with_device(instance->runtime, &options, device->hal, allocator,
-                                                     &session->runtime);
+    status = iree_vm_context_create(vm, IREE_VM_CONTEXT_FLAG_NONE, allocator, &session->context);
+  }
+  // The HAL module, as iree_runtime_session_create_with_device makes it, over the device's own group.
+  if (iree_status_is_ok(status)) {
+    iree_vm_module_t* hal = NULL;
+    status = iree_hal_module_create(vm, iree_hal_module_device_policy_default(), device->group,
+                                    IREE_HAL_MODULE_FLAG_NONE, iree_hal_module_debug_sink_stdio(stderr), allocator,
+                                    &hal);
+    if (iree_status_is_ok(status)) status = iree_vm_context_register_modules(session->context, 1, &hal);
+    iree_vm_module_release(hal);
   }
   // Always, even with no files: a module that needs parameters then fails naming the scope it wanted.
   if (iree_status_is_ok(status)) {
     iree_vm_module_t* parameters = NULL;
     status = tio_parameters_module(vm, file_count, scopes, paths, allocator, &parameters);
-    if (iree_status_is_ok(status)) status = iree_runtime_session_append_module(session->runtime, parameters);
+    if (iree_status_is_ok(status)) status = iree_vm_context_register_modules(session->context, 1, &parameters);
     iree_vm_module_release(parameters);
   }
   if (iree_status_is_ok(status)) {
     // Registering runs the module's initializers: parameters are resolved and loaded here.
-    status = iree_runtime_session_append_module(session->runtime, session->module);
+    status = iree_vm_context_register_modules(session->context, 1, &session->module);
   }
   if (!iree_status_is_ok(status)) {
     tio_session_release(session);
@@ -278,7 +304,7 @@ int32_t tio_session_create(tio_instance* instance, tio_device* device, const uin
 
 void tio_session_release(tio_session* session) {
   if (!session) return;
-  if (session->runtime) iree_runtime_session_release(session->runtime);
+  if (session->context) iree_vm_context_release(session->context);
   if (session->module) iree_vm_module_release(session->module);
   if (session->device) iree_hal_device_release(session->device);
   free(session);
@@ -402,36 +428,52 @@ int32_t tio_value_read(tio_session* session, const tio_value* value, void* dst, 
 int32_t tio_call(tio_session* session, const char* function, size_t input_count, tio_value* const* inputs,
                  size_t output_capacity, tio_value** outputs, size_t* out_count, char** out_message) {
   *out_count = 0;
+  iree_allocator_t allocator = iree_allocator_system();
   iree_vm_function_t vm_function;
   iree_status_t status = iree_vm_module_lookup_function_by_name(session->module, IREE_VM_FUNCTION_LINKAGE_EXPORT,
                                                                 iree_make_cstring_view(function), &vm_function);
-  iree_runtime_call_t call;
-  int initialized = 0;
+  iree_vm_list_t* args = NULL;
+  iree_vm_list_t* results = NULL;
   if (iree_status_is_ok(status)) {
-    status = iree_runtime_call_initialize(session->runtime, vm_function, &call);
-    initialized = iree_status_is_ok(status);
+    status = iree_vm_list_create(iree_vm_make_undefined_type_def(), input_count, allocator, &args);
+  }
+  if (iree_status_is_ok(status)) {
+    status = iree_vm_list_create(iree_vm_make_undefined_type_def(), output_capacity, allocator, &results);
   }
   for (size_t i = 0; i < input_count && iree_status_is_ok(status); ++i) {
-    status = iree_runtime_call_inputs_push_back_buffer_view(&call, (iree_hal_buffer_view_t*)inputs[i]);
+    iree_vm_ref_t ref = {0};
+    status = iree_vm_ref_wrap_assign((iree_hal_buffer_view_t*)inputs[i], iree_hal_buffer_view_type(), &ref);
+    if (iree_status_is_ok(status)) status = iree_vm_list_push_ref_retain(args, &ref);
   }
-  if (iree_status_is_ok(status)) status = iree_runtime_call_invoke(&call, /*flags=*/0);
   if (iree_status_is_ok(status)) {
-    iree_host_size_t count = iree_vm_list_size(iree_runtime_call_outputs(&call));
+    status = iree_vm_invoke(session->context, vm_function, IREE_VM_INVOCATION_FLAG_NONE, /*policy=*/NULL, args,
+                            results, allocator);
+  }
+  if (iree_status_is_ok(status)) {
+    iree_host_size_t count = iree_vm_list_size(results);
     if (count > output_capacity) {
       status = iree_make_status(IREE_STATUS_OUT_OF_RANGE, "function returned %zu values, room for %zu", count,
                                 output_capacity);
     }
     for (iree_host_size_t i = 0; i < count && iree_status_is_ok(status); ++i) {
+      // The list's reference moves to the caller's value.
+      iree_vm_ref_t ref = {0};
       iree_hal_buffer_view_t* view = NULL;
-      status = iree_runtime_call_outputs_pop_front_buffer_view(&call, &view);
-      if (iree_status_is_ok(status)) outputs[(*out_count)++] = (tio_value*)view;
+      status = iree_vm_list_pop_front_ref_move(results, &ref);
+      if (iree_status_is_ok(status)) status = iree_hal_buffer_view_check_deref(ref, &view);
+      if (iree_status_is_ok(status)) {
+        outputs[(*out_count)++] = (tio_value*)view;
+      } else {
+        iree_vm_ref_release(&ref);
+      }
     }
     if (!iree_status_is_ok(status)) {
       for (size_t i = 0; i < *out_count; ++i) tio_value_release(outputs[i]);
       *out_count = 0;
     }
   }
-  if (initialized) iree_runtime_call_deinitialize(&call);
+  iree_vm_list_release(args);
+  iree_vm_list_release(results);
   return tio_consume(status, out_message);
 }
 

@@ -47,7 +47,12 @@ impl Instance {
     }
 
     /// A device: `local-task` (worker threads: `workers`, 0 for IREE's choice), `local-sync` (the calling thread),
-    /// or another driver's URI where the runtime was built with it and a device exists.
+    /// `vulkan` (the first Vulkan 1.3 device: IREE's Vulkan driver opens the system's Vulkan loader only now), or
+    /// another driver's URI where the runtime was built with it.
+    ///
+    /// A driver this runtime has that finds no device here (no Vulkan loader, no Vulkan driver or device) is an
+    /// [`IreeError::DeviceUnavailable`] saying what to install; a driver it lacks is an [`IreeError::Runtime`]
+    /// listing those it has.
     pub fn device(&self, uri: &str, workers: u32) -> Result<Device, IreeError> {
         let c_uri = c_string("creating a device", uri)?;
         let workers = i32::try_from(workers).map_err(|_| IreeError::Runtime {
@@ -60,16 +65,8 @@ impl Instance {
         static DEVICE_CREATION: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _guard = DEVICE_CREATION.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         // SAFETY: live instance, NUL-terminated uri, valid out-pointers.
-        native(|m| unsafe { ffi::tio_device_create(self.inner.0, c_uri.as_ptr(), workers, &mut raw, m) }).map_err(
-            |n| {
-                let known = self.drivers().unwrap_or_default();
-                IreeError::Runtime {
-                    during: format!("creating device '{uri}' (this runtime has: {})", known.join(", ")),
-                    code: n.code,
-                    message: n.message,
-                }
-            },
-        )?;
+        native(|m| unsafe { ffi::tio_device_create(self.inner.0, c_uri.as_ptr(), workers, &mut raw, m) })
+            .map_err(|n| self.classify_device_failure(uri, n))?;
         Ok(Device {
             inner: Arc::new(DeviceInner {
                 raw,
@@ -78,6 +75,36 @@ impl Instance {
                 batch_waits: AtomicBool::new(true),
             }),
         })
+    }
+}
+
+/// Whether a status from creating a device of a driver this runtime has means the machine lacks what it needs:
+/// IREE's Vulkan driver answers NOT_FOUND for a missing loader or no physical device, UNAVAILABLE for no
+/// driver (`vkCreateInstance`: VK_ERROR_INCOMPATIBLE_DRIVER) or no device meeting Vulkan 1.3, FAILED_PRECONDITION
+/// for VK_ERROR_INITIALIZATION_FAILED, OUT_OF_RANGE for a device index beyond those there are.
+fn means_unavailable(code: &str) -> bool {
+    matches!(code, "NOT_FOUND" | "UNAVAILABLE" | "FAILED_PRECONDITION" | "OUT_OF_RANGE" | "INCOMPATIBLE")
+}
+
+impl Instance {
+    /// The error for a failed `tio_device_create` of `uri`.
+    pub(crate) fn classify_device_failure(&self, uri: &str, n: Native) -> IreeError {
+        let known = self.drivers().unwrap_or_default();
+        // `vulkan`, `vulkan://<path>`, `local-task?…`: the driver is the URI's scheme.
+        let driver = uri.split("://").next().unwrap_or(uri).split('?').next().unwrap_or(uri);
+        if known.iter().any(|d| d == driver) && means_unavailable(n.code) {
+            return IreeError::DeviceUnavailable {
+                driver: driver.to_owned(),
+                uri: uri.to_owned(),
+                code: n.code,
+                message: n.message,
+            };
+        }
+        IreeError::Runtime {
+            during: format!("creating device '{uri}' (this runtime has: {})", known.join(", ")),
+            code: n.code,
+            message: n.message,
+        }
     }
 }
 
@@ -273,5 +300,39 @@ impl std::fmt::Debug for Device {
 impl std::fmt::Debug for Instance {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Instance")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+    use super::Instance;
+    use crate::error::{IreeError, Native};
+
+    /// IREE's statuses for a machine without a Vulkan loader (seen with libvulkan.so.1 hidden in a mount namespace)
+    /// and for a driver this runtime lacks: only the first is the machine's lack.
+    #[test]
+    fn a_missing_vulkan_loader_is_device_unavailable_and_an_unknown_driver_is_not() {
+        let instance = Instance::new().unwrap();
+        let loader = "iree/runtime/src/iree/hal/drivers/vulkan/util/libvulkan.c:635: NOT_FOUND; Vulkan loader \
+                      library not found; ensure it is installed and on a valid search path (or specified with \
+                      IREE_HAL_VULKAN_LIBVULKAN_PATH): \n  Tried: libvulkan.so.1\n    failed to load dynamic library";
+        let e = instance.classify_device_failure("vulkan", Native { code: "NOT_FOUND", message: loader.into() });
+        let IreeError::DeviceUnavailable { driver, uri, code, .. } = &e else { panic!("{e:?}") };
+        assert_eq!((driver.as_str(), uri.as_str(), *code), ("vulkan", "vulkan", "NOT_FOUND"));
+        let text = e.to_string();
+        for needle in
+            ["'vulkan' device", "Vulkan loader library not found", "libvulkan1 mesa-vulkan-drivers", "\"local-task\""]
+        {
+            assert!(text.contains(needle), "{needle:?} not in: {text}");
+        }
+        let e = instance.classify_device_failure("vulkan://9", Native { code: "NOT_FOUND", message: "no".into() });
+        assert!(matches!(&e, IreeError::DeviceUnavailable { driver, .. } if driver == "vulkan"), "{e:?}");
+        // A driver the runtime does not have, and a failure that is not the machine's: IREE's own error.
+        let e = instance.classify_device_failure("metal", Native { code: "NOT_FOUND", message: "no".into() });
+        assert!(matches!(&e, IreeError::Runtime { during, .. } if during.contains("local-task")), "{e:?}");
+        let e = instance.classify_device_failure("vulkan", Native { code: "INVALID_ARGUMENT", message: "x".into() });
+        assert!(matches!(e, IreeError::Runtime { .. }), "{e:?}");
     }
 }

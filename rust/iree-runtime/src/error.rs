@@ -20,6 +20,19 @@ pub enum IreeError {
         /// IREE's own message.
         message: String,
     },
+    /// A driver this runtime has could not make a device on this machine: its system library (the Vulkan loader,
+    /// say) or a device it drives is missing. The message says what to install, or to serve on the CPU instead.
+    #[error("cannot create a '{driver}' device ('{uri}'): {code}: {message}; {}", remedy(driver))]
+    DeviceUnavailable {
+        /// The driver asked for (`vulkan`, the URI's scheme).
+        driver: String,
+        /// The device URI as given.
+        uri: String,
+        /// IREE's status code name (`NOT_FOUND` for a missing loader or device, `UNAVAILABLE` for no driver).
+        code: &'static str,
+        /// IREE's own message.
+        message: String,
+    },
     /// The bytes given as a compiled module are not an IREE module.
     #[error("{what} is not an IREE compiled module (.vmfb): {message}; compile the .mlir with iree-compile first")]
     NotAModule {
@@ -31,7 +44,8 @@ pub enum IreeError {
     /// The module was compiled for a device this one is not.
     #[error(
         "the module was compiled for another device than '{device}': {message}; compile it with \
-             --iree-hal-target-device matching this device (local-task and local-sync run llvm-cpu modules)"
+             --iree-hal-target-device matching this device (local-task and local-sync run llvm-cpu modules: \
+             --iree-hal-target-device=local; vulkan runs --iree-hal-target-device=vulkan ones)"
     )]
     WrongTarget {
         /// The device the module was loaded on.
@@ -140,6 +154,21 @@ impl IreeError {
     /// An [`IreeError::Io`] for `path`.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> IreeError {
         IreeError::Io { path: path.into(), source }
+    }
+}
+
+/// What to do when a `driver` device cannot be created: install what it needs, or serve on the CPU.
+pub(crate) fn remedy(driver: &str) -> String {
+    let cpu = "or serve on \"local-task\" (the CPU) a module compiled for it (--iree-hal-target-device=local)";
+    match driver {
+        "vulkan" => format!(
+            "install a Vulkan loader and driver (Debian/Ubuntu: apt install libvulkan1 mesa-vulkan-drivers, whose \
+             lavapipe runs Vulkan on the CPU; or your GPU vendor's driver; `vulkaninfo --summary` lists the devices), \
+             {cpu}"
+        ),
+        "cuda" => format!("install NVIDIA's driver (libcuda.so.1) on a machine with an NVIDIA GPU, {cpu}"),
+        "hip" => format!("install AMD's ROCm runtime (libamdhip64.so) on a machine with an AMD GPU, {cpu}"),
+        _ => format!("check that the '{driver}' driver's system libraries and devices are there, {cpu}"),
     }
 }
 

@@ -8,6 +8,14 @@ open class IreeException(message: String) : RuntimeException(message)
 /** IREE refused an operation; [code] is IREE's status name (`INVALID_ARGUMENT`, `RESOURCE_EXHAUSTED`, ...). */
 class IreeRuntimeException(message: String, val code: String) : IreeException(message)
 
+/**
+ * A driver this runtime has could not make a device here ([driver] `vulkan` for [uri] `vulkan`):
+ * its system library (the Vulkan loader, `libvulkan.so.1`) or a device it drives is missing. The message names
+ * what to install (for Vulkan: a loader and a driver, e.g. Debian's `libvulkan1` and `mesa-vulkan-drivers`) or says
+ * to serve on `local-task`; [code] is IREE's status name (`NOT_FOUND`, `UNAVAILABLE`, ...).
+ */
+class IreeDeviceUnavailableException(message: String, val driver: String, val uri: String, val code: String) : IreeException(message)
+
 /** The bytes given as a compiled module are not an IREE module (.vmfb). */
 class IreeNotAModuleException(message: String) : IreeException(message)
 

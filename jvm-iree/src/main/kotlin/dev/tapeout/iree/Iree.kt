@@ -93,12 +93,17 @@ abstract class IreeHandle internal constructor(handle: Long, private val what: S
 class IreeInstance : IreeHandle(native { IreeNative.instanceCreate() }, "IreeInstance") {
     override fun release(handle: Long) = IreeNative.instanceRelease(handle)
 
-    /** The HAL drivers of this runtime (`local-sync`, `local-task`). */
+    /** The HAL drivers of this runtime (`local-sync`, `local-task`, `vulkan`). */
     fun drivers(): List<String> = held { IreeNative.instanceDrivers(it) }.lines().filter { it.isNotEmpty() }
 
     /**
      * A device: `local-task` (IREE's multi-threaded CPU executor, [workers] threads; 0 lets IREE choose),
-     * `local-sync` (the calling thread), or another driver's URI where the runtime was built with it.
+     * `local-sync` (the calling thread), `vulkan` (the first Vulkan 1.3 device; it runs modules compiled with
+     * `IreeTarget.vulkan()`), or another driver's URI where the runtime was built with it.
+     *
+     * Where the driver finds nothing to run on (no Vulkan loader `libvulkan.so.1`, no Vulkan driver, no device) this
+     * is an [IreeDeviceUnavailableException] saying what to install or to use `local-task`; a driver this runtime
+     * lacks is an [IreeRuntimeException] listing those it has.
      */
     @JvmOverloads
     fun device(uri: String = "local-task", workers: Int = 0): IreeDevice {

@@ -91,6 +91,7 @@ class IreeNativeError(val kind: String, message: String, val fields: Array<Strin
         val m = message ?: kind
         fun f(i: Int) = fields.getOrElse(i) { "" }
         return when (kind) {
+            "device-unavailable" -> IreeDeviceUnavailableException(m, f(0), f(1), f(2))
             "not-a-module" -> IreeNotAModuleException(m)
             "wrong-target" -> IreeWrongTargetException(m, f(0))
             "missing-parameter" -> IreeMissingParameterException(m, f(0))
