@@ -12,6 +12,7 @@ Gradle (examples/tiny-llm) and are not compiled here: tests/graphs/transformer s
 
 A refusal fails its case with iree-compile's own error lines: a module a GPU backend refuses is a tapeout bug to fix
 (or an IREE one to name), not a case to skip."""
+import dataclasses
 import json
 import re
 import subprocess
@@ -19,16 +20,15 @@ import subprocess
 import pytest
 
 from harness import DEVICES, compile_iree, run
-from test_graphs import GRAPHS, GRAPHS_DIR, export_flags, half_weights_of
+from test_graphs import GRAPHS, GRAPHS_DIR, assert_matches, compile_and_run, export_flags, half_weights_of
 from test_packed import FORMATS, graph as packed_graph, weights  # noqa: F401 (the GGUF file of every format)
+import test_packed
 
 GPUS = ["cuda", "rocm"]
 
-# Refused by IREE 3.13 today, with the export-side form found to compile (issue 60 goes on; docs/devices.md).
-# Strict: a case that starts to compile fails here, so the list cannot outlive the bug.
-KNOWN_REFUSED = {
-    ("graph", "pooling", "cuda"): "IREE 3.13 on CUDA: two reduce_windows sharing one init constant fail to bufferize",
-}
+# Refused by IREE 3.13 today (issue 60 goes on; docs/devices.md). Strict: a case that starts to compile fails here,
+# so the list cannot outlive the bug.
+KNOWN_REFUSED = {}
 
 
 def expect_refusal(request, *case):
@@ -99,3 +99,23 @@ def test_every_packed_format_kept_packed_compiles_for_the_gpu(fmt, device, weigh
     mlir = out / "packed.mlir"
     assert f"@blk.{fmt}.w.qs = #flow.parameter.named" in mlir.read_text(), "the codes are not a plane of their own"
     compile_for(device, mlir, tmp_path)
+
+
+# The GPU forms' numbers, where no GPU is: the `--target cuda` export (its sub-byte planes as words, its pooling
+# inits behind barriers) compiled for the CPU and run there against the gate's oracles.
+CUDA_FORMS_ON_CPU = dataclasses.replace(DEVICES["cpu"], name="cuda-forms-on-cpu", target="cuda")
+
+
+@pytest.mark.parametrize("name", ["pooling", "small_cnn", "half_weights"])
+def test_the_gpu_forms_of_a_graph_compute_the_gate_numbers(name, tapeout, tmp_path):
+    graph, feeds, outs, text = compile_and_run(tapeout, name, tmp_path, device=CUDA_FORMS_ON_CPU)
+    if name == "pooling":
+        assert "stablehlo.optimization_barrier" in text, "the second reduce_window's init is behind a barrier"
+    for i, (got, want) in enumerate(zip(outs, graph.evaluate(feeds))):
+        assert_matches(got, want, f"{name} output {i}")
+
+
+@pytest.mark.parametrize("fmt", ["Q4_0", "Q5_K", "Q6_K"])
+def test_the_gpu_forms_of_packed_weights_compute_what_gguf_dequantizes(fmt, weights, tapeout, tmp_path):  # noqa: F811
+    test_packed.test_packed_weights_kept_packed_compute_what_gguf_dequantizes(fmt, CUDA_FORMS_ON_CPU, weights,
+                                                                             tapeout, tmp_path)

@@ -182,6 +182,7 @@ pub(crate) fn emit_functions_into(
             vals: HashMap::new(),
             widened: HashSet::new(),
             node: None,
+            pool_inits: HashMap::new(),
         };
         for (i, &id) in graph.inputs().iter().enumerate() {
             let s = graph.spec(id);

@@ -70,7 +70,16 @@ impl Emitter<'_, '_, '_> {
         self.static_dims(x)?;
         let window = self.window(ops::pool_window(self.node_attrs()))?;
         let (kernel, stride, [t, b, l, r]) = (window.kernel, window.stride, window.pad);
-        let init = self.splat(if max { f64::NEG_INFINITY } else { 0.0 }, &Shape::scalar(), x.dtype);
+        let mut init = self.splat(if max { f64::NEG_INFINITY } else { 0.0 }, &Shape::scalar(), x.dtype);
+        if self.g.forms() == tapeout_graph::Forms::Gpu {
+            // IREE 3.13's CUDA code fails to bufferize two reduce_windows with one init constant (it shares the
+            // constant's fill between their dispatches): each one's init is the one before behind a barrier, a value
+            // no folder can merge (a barrier on the constant itself each time is merged; docs/devices.md).
+            if let Some(prev) = self.pool_inits.get(&(x.dtype, max)).cloned() {
+                init = self.opaque(&prev);
+            }
+            self.pool_inits.insert((x.dtype, max), init.clone());
+        }
         let op = if max { "maximum" } else { "add" };
         let e = x.dtype.mlir_name();
         let rhs = format!(

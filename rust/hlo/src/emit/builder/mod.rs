@@ -83,6 +83,9 @@ pub(crate) struct Emitter<'g, 'a, 'w> {
     /// convert, then only arithmetic and reshaping): see [`Emitter::unfused`].
     pub(crate) widened: HashSet<TensorId>,
     pub(crate) node: Option<&'g Node>,
+    /// For CUDA and ROCm, the last `reduce_window` init value written, per dtype and kind (max or sum): the next is it behind a barrier
+    /// ([`Emitter::pool`]).
+    pub(crate) pool_inits: HashMap<(DType, bool), Val>,
 }
 
 impl<'g, 'a> Emitter<'g, 'a, '_> {
