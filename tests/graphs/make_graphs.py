@@ -412,6 +412,40 @@ def banded_rows():
     g.save([stored, computed, hf, gated])
 
 
+def decode_words():
+    """Narrow values in 32-bit words, as the Vulkan pass stores a narrow constant (docs/devices.md), each read back by
+    `decode_words`: f16 and bf16 (with a NaN, infinities, a subnormal, -0), i8, u8, i16, i4 and i2 codes (signed, every
+    value), then used as the pass uses them (a slice of the real values, a reshape, a convert)."""
+    g = G("decode_words", 31)
+    def words(raw):
+        raw = raw + bytes(-len(raw) % 4)
+        return np.frombuffer(raw, "<i4").copy()
+    halves = np.array([1.5, -0.0, np.inf, -np.inf, np.nan, 6.1e-5, 3e-7, -65504.0, 0.333], np.float16)
+    bf = (np.array([1.5, -0.0, np.inf, np.nan, 1e-39, -3.0e38, 0.1], np.float32).view(np.uint32) >> 16).astype("<u2")
+    nib = np.arange(-8, 8, dtype=np.int8)
+    i4 = bytes(((nib[0::2] & 15) | ((nib[1::2] & 15) << 4)).astype(np.uint8))
+    two = np.array([-2, -1, 0, 1] * 2, np.int8)
+    i2 = bytes((((two[0::4] & 3) | ((two[1::4] & 3) << 2) | ((two[2::4] & 3) << 4) | ((two[3::4] & 3) << 6))
+                .astype(np.uint8)))
+    cases = [("f16", halves.tobytes(), 9, "f32"), ("bf16", bf.tobytes(), 7, "f32"),
+             ("i8", np.arange(-128, 127, 37, dtype=np.int8).tobytes(), 7, "i32"),
+             ("u8", np.array([0, 1, 128, 255, 7], np.uint8).tobytes(), 5, "i32"),
+             ("i16", np.array([-32768, 32767, -1], "<i2").tobytes(), 3, "i32"),
+             ("i4", i4, 16, "i32"), ("i2", i2, 8, "i32")]
+    outs = []
+    for kind, raw, n, to in cases:
+        w = g.weight(f"{kind}_words", words(raw), path=f"model.{kind}.words")
+        per = 32 // {"f16": 16, "bf16": 16, "i16": 16, "i8": 8, "u8": 8, "i4": 4, "i2": 2}[kind]
+        count = len(words(raw)) * per
+        d = g.op("decode_words", [w], [count], to, **{"from": kind})
+        real = g.op("slice", [d], [n], to, start=[0], limit=[n]) if count != n else d
+        outs.append(g.op("convert", [real], [n], "f32") if to == "i32" else real)
+    g.test["policy"] = {"inline_below": 16}
+    # An op only passes write: the export accepts it for this test of its lowering alone.
+    g.test["pass_ops"] = True
+    g.save(outs)
+
+
 def dynamic_unit_dims():
     """A `?` batch against a weight of one column ([K, 1]) and one row ([1, N]): the two matmuls IREE 3.13 rejects
     as `dot_general`s (it folds their unit dimension into a dynamic reshape), lowered otherwise."""
@@ -547,7 +581,7 @@ ALL = [elementwise_binary, elementwise_unary, activations, convert_cast, shape_o
        conv2d, pooling, reductions, normalization, attention, rope, iota_select_compare_clamp, special_constants,
        integer_constants, external_policy, threshold_policy, tied_weights, odd_names, dynamic_batch, dynamic_unit_dims,
        mlp, small_cnn, transformer, half_weights, argmax_dynamic_slices, row_count_ops,
-       grouped_columns, banded_rows]
+       grouped_columns, banded_rows, decode_words]
 
 if __name__ == "__main__":
     for make in ALL:

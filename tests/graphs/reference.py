@@ -266,6 +266,23 @@ def place_rows(a, at, spec):
     return flat.reshape(base.shape)
 
 
+def decode_words(a, at, spec):
+    """i32 words read as the narrow values of `from` they hold, lowest bits first (little-endian), widened: f32 for
+    f16 / bf16 (numpy's and the bit-level widening), i32 for integers (sign-extended unless unsigned)."""
+    raw = np.asarray(a[0], "<i4").tobytes()
+    kind = at["from"]
+    if kind == "f16":
+        return np.frombuffer(raw, "<f2").astype(np.float32)
+    if kind == "bf16":
+        return (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32)
+    if kind in ("i16", "u16", "i8", "u8"):
+        return np.frombuffer(raw, {"i16": "<i2", "u16": "<u2", "i8": "i1", "u8": "u1"}[kind]).astype(np.int32)
+    bits = {"i4": 4, "i2": 2}[kind]
+    u = np.unpackbits(np.frombuffer(raw, np.uint8), bitorder="little").reshape(-1, bits)
+    v = (u * (1 << np.arange(bits))).sum(axis=1).astype(np.int32)
+    return np.where(v >= 1 << (bits - 1), v - (1 << bits), v).astype(np.int32)
+
+
 CMP = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal, "GT": np.greater, "GE": np.greater_equal}
 
 OPS = {
@@ -321,6 +338,7 @@ OPS = {
     "dynamic_update_slice": dynamic_update_slice,
     "argmax": lambda a, at, s: np.argmax(a[0], axis=at.get("axis", -1)),
     "pad_rows": pad_rows,
+    "decode_words": decode_words,
     "gate_rows": gate_rows,
     "place_rows": place_rows,
 }

@@ -75,9 +75,6 @@ fn every_op_of_the_table_appears_in_a_snapshot_graph() {
         let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         used.extend(doc["nodes"].as_array().unwrap().iter().map(|n| n["op"].as_str().unwrap().to_owned()));
     }
-    // decode_words is written only by the Vulkan pass from a narrow constant (tests/iree/test_words.py runs it on
-    // every 16- and 8-bit value); a graph file naming it directly is not yet among the snapshots.
-    let missing: Vec<&str> =
-        OpKind::ALL.iter().map(|o| o.name()).filter(|n| !used.contains(*n) && *n != "decode_words").collect();
+    let missing: Vec<&str> = OpKind::ALL.iter().map(|o| o.name()).filter(|n| !used.contains(*n)).collect();
     assert!(missing.is_empty(), "no test graph uses {missing:?}: add them in tests/graphs/make_graphs.py");
 }
