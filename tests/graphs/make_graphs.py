@@ -415,8 +415,10 @@ def banded_rows():
 def decode_words():
     """Narrow values in 32-bit words, as the Vulkan pass stores a narrow constant (docs/devices.md), each read back by
     `decode_words`: f16 and bf16 (with a NaN, infinities, a subnormal, -0), i8, u8, i16, i4 and i2 codes (signed, every
-    value), then used as the pass uses them (a slice of the real values, a reshape, a convert)."""
+    value), then used as the pass uses them (a slice of the real values, a reshape, a convert); and `round_as`, how the
+    Vulkan pass holds an f16 / bf16 value the program computes: an input rounded to each precision, kept f32."""
     g = G("decode_words", 31)
+    x = g.input("x", [9])
     def words(raw):
         raw = raw + bytes(-len(raw) % 4)
         return np.frombuffer(raw, "<i4").copy()
@@ -440,6 +442,9 @@ def decode_words():
         d = g.op("decode_words", [w], [count], to, **{"from": kind})
         real = g.op("slice", [d], [n], to, start=[0], limit=[n]) if count != n else d
         outs.append(g.op("convert", [real], [n], "f32") if to == "i32" else real)
+    for half in ("f16", "bf16"):
+        outs.append(g.op("round_as", [x], [9]))
+        g.nodes[-1]["attrs"] = {"dtype": half}  # (`dtype` is op()'s result type)
     g.test["policy"] = {"inline_below": 16}
     # An op only passes write: the export accepts it for this test of its lowering alone.
     g.test["pass_ops"] = True

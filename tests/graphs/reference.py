@@ -34,9 +34,13 @@ def read_safetensors(path):
 
 
 def to_bf16(x):
-    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    """f32 to bf16 (to nearest, ties to even), read back as f32; a NaN stays a quiet NaN of its sign (the carry of
+    the rounding would turn some NaN payloads into an infinity or a zero)."""
+    x = np.asarray(x, np.float32)
+    bits = x.view(np.uint32).astype(np.uint64)
     rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
-    return rounded.astype(np.uint32).view(np.float32)
+    nan = (bits & 0xFFFF0000) | 0x00400000
+    return np.where(np.isnan(x), nan, rounded).astype(np.uint32).view(np.float32)
 
 
 class Graph:
@@ -283,6 +287,15 @@ def decode_words(a, at, spec):
     return np.where(v >= 1 << (bits - 1), v - (1 << bits), v).astype(np.int32)
 
 
+def round_as(a, at, spec):
+    """f32 rounded to f16 (numpy) or bf16 (to nearest even, NaN kept) precision, still f32."""
+    x = np.asarray(a[0], np.float32)
+    if at["dtype"] == "f16":
+        with np.errstate(over="ignore"):
+            return x.astype(np.float16).astype(np.float32)
+    return to_bf16(x)
+
+
 CMP = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal, "GT": np.greater, "GE": np.greater_equal}
 
 OPS = {
@@ -339,6 +352,7 @@ OPS = {
     "argmax": lambda a, at, s: np.argmax(a[0], axis=at.get("axis", -1)),
     "pad_rows": pad_rows,
     "decode_words": decode_words,
+    "round_as": round_as,
     "gate_rows": gate_rows,
     "place_rows": place_rows,
 }

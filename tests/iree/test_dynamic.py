@@ -281,14 +281,6 @@ def test_a_dynamic_op_that_cannot_be_lowered_is_an_export_error_naming_node_and_
         assert not (tmp_path / f"o{i}" / f"bad{i}.mlir").exists(), "no MLIR is written"
 
 
-# Wrong on lavapipe with IREE 3.13 and not yet avoided by the Vulkan forms (issue 60 goes on): the module computes
-# other numbers than the CPU's, so the test expects the failure (strict: it fails once they are right).
-VULKAN_WRONG = {
-    "concat_33_parts": "IREE 3.13 on Vulkan: a concatenation of 33 `?`-row parts (34 buffers) computes wrong values",
-    "concat_widened_static_axis": "IREE 3.13 on Vulkan: f32 -> f16 -> f32 in the program is not rounded to f16",
-}
-
-
 def narrow_boundary(tensors, nodes, outputs):
     """The first function argument narrower than 32 bits (bool too), or narrow result other than bool, if any."""
     produced = {o for nd in nodes for o in nd["outputs"]}
@@ -309,8 +301,6 @@ def test_op_with_dynamic_dims_compiles_once_and_runs_at_two_sizes(case, dims, de
     tensors, nodes, shapes, *outs = CASES[case]
     outputs = outs[0] if outs else [nodes[-1]["outputs"][0]]
     if device.target == "vulkan":
-        if case in VULKAN_WRONG:
-            pytest.xfail(VULKAN_WRONG[case])
         narrow = narrow_boundary(tensors, nodes, outputs)
         if narrow:
             # IREE 3.13 misreads narrow buffers passed to a Vulkan function: the export refuses, naming the value.

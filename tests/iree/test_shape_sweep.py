@@ -6,7 +6,13 @@ static batch of 1, a static batch of 3 and a dynamic batch; each result compared
 
 IREE 3.13 silently misreads an `i4`/`i2` tensor whose innermost rows do not fill whole bytes (docs/graph-format.md);
 this sweep is what keeps a shape-dependent error of that kind from hiding again. One module per format (all sizes,
-uses and batches as the results of one function) keeps the compile count small."""
+uses and batches as the results of one function) keeps the compile count small.
+
+On Vulkan (`--target vulkan`: every narrow plane and weight kept as stored is held in i32 words and decoded in the
+program, docs/devices.md; run on lavapipe, a CPU implementation whose shader compiles dominate the time) each weight
+form runs every use at a static batch of 1 and a dynamic batch (run at 3 rows), at three row counts: 1 and two others,
+chosen so that the packed formats together, and the weights kept as stored together, cover every row count of the
+sweep. Codes in row bands are a form of the llvm-cpu target only (the export refuses them for Vulkan)."""
 import json
 import re
 
@@ -16,7 +22,7 @@ import pytest
 from gguf import GGUFReader, GGUFWriter, GGML_QUANT_SIZES, GGMLQuantizationType as T
 from gguf.quants import dequantize
 
-from harness import iree_tool, run, signature
+from harness import VULKAN, compile_iree, iree_tool, run, run_iree, signature
 from test_packed import FORMATS, random_blocks
 
 ROWS = [1, 2, 3, 4, 5, 7, 8, 9, 15, 17, 33, 65, 127]
@@ -27,6 +33,14 @@ USES = ["linear", "gather", "tied", "matmul"]
 # plain matmul dequantizes the weight whole in the program).
 KEPT = ({"b1": 1, "b3": 3}, ["linear", "gather", "tied"])
 EVERY = (BATCHES, USES)
+# Vulkan's subset (see the module's docstring): each packed format's and each stored form's row counts besides 1.
+VULKAN_BATCHES = {"b1": 1, "dyn": "?"}
+VULKAN_DYN = 3
+VULKAN_ROWS = {"Q8_0": [1, 3, 65], "Q4_0": [1, 7, 127], "Q4_1": [1, 4, 33], "Q5_0": [1, 5, 17], "Q5_1": [1, 9, 65],
+               "Q4_K": [1, 2, 127], "Q5_K": [1, 15, 33], "Q6_K": [1, 8, 17],
+               ("f32", "transposed"): [1, 2, 65], ("f32", "as-held"): [1, 3, 8],
+               ("bf16", "transposed"): [1, 7, 33], ("bf16", "as-held"): [1, 4, 127],
+               ("f16", "transposed"): [1, 5, 17], ("f16", "as-held"): [1, 9, 15]}
 
 
 def cols_of(fmt):
@@ -61,11 +75,12 @@ def sweep_graph(name, k, weight, rows=ROWS, batches=BATCHES, uses=USES):
     return {"name": name, "tensors": tensors, "nodes": nodes, "outputs": outputs}
 
 
-def feeds_and_oracle(k, dense, rng, rows=ROWS, batches=BATCHES, uses=USES):
-    """Inputs by name, and the float64 results numpy computes from the dense weights `dense[n]`."""
+def feeds_and_oracle(k, dense, rng, rows=ROWS, batches=BATCHES, uses=USES, dyn=DYN):
+    """Inputs by name, and the float64 results numpy computes from the dense weights `dense[n]` (the dynamic batch
+    run at `dyn` rows)."""
     feeds, want = {}, {}
     for b, size in batches.items():
-        p = DYN if size == "?" else size
+        p = dyn if size == "?" else size
         feeds[f"x_{b}"] = rng.standard_normal((p, k)).astype(np.float32)
         for n in rows:
             feeds[f"m{n}_{b}"] = rng.standard_normal((p, n)).astype(np.float32)
@@ -101,10 +116,17 @@ def sweep_gguf(path, fmt, rows, k, rng):
         [int(d) for d in reversed(t.shape)]) for t in GGUFReader(str(path)).tensors}
 
 
-def run_sweep(tmp_path, out, name, feeds, want, cpu="generic"):
-    """Compiles `out/<name>.mlir`, runs `main` in IREE's Python runtime with the archive, and checks every result."""
+def run_sweep(tmp_path, out, name, feeds, want, cpu="generic", device=None):
+    """Compiles `out/<name>.mlir`, runs `main` in IREE's Python runtime with the archive (on a `device`, Vulkan, with
+    iree-run-module: the Python runtime cannot copy a Vulkan result to the host, `minImportedHostPointerAlignment`),
+    and checks every result."""
     args, results = signature(out / f"{name}.mlir")
     assert sorted(results) == sorted(want), (len(results), len(want))
+    if device is not None:
+        vmfb = compile_iree(tmp_path, out / f"{name}.mlir", name, device=device)
+        outs = run_iree(tmp_path, vmfb, [out / f"{name}.irpa"], [feeds[a] for a in args], outputs=len(results),
+                        device=device)
+        return len(results), compare(results, outs, want)
     vmfb = tmp_path / f"{name}.vmfb"
     run(iree_tool("iree-compile"), out / f"{name}.mlir", "--iree-hal-target-device=local",
         "--iree-hal-local-target-device-backends=llvm-cpu", f"--iree-llvmcpu-target-cpu={cpu}", "-o", vmfb)
@@ -117,15 +139,20 @@ def run_sweep(tmp_path, out, name, feeds, want, cpu="generic"):
     ctx = rt.VmContext(inst, modules=mods)
     main = rt.FunctionInvoker(ctx, dev, mods[-1].lookup_function("main"))
     outs = main(*[feeds[a] for a in args])
+    return len(results), compare(results, [o.to_host() for o in outs], want)
+
+
+def compare(results, outs, want):
+    """The results (by name) that differ from the oracle by more than 1e-5 of its scale, with the error."""
     wrong = []
     for r, o in zip(results, outs):
-        got = np.asarray(o.to_host()).astype(np.float64)
+        got = np.asarray(o).astype(np.float64)
         w = want[r]
         scale = max(np.abs(w).max(), 1e-30)
         if got.shape != w.shape or not np.allclose(got, w, rtol=1e-5, atol=1e-5 * scale):
             err = np.abs(got - w).max() / scale if got.shape == w.shape else f"shape {got.shape} != {w.shape}"
             wrong.append(f"{r}: {err}")
-    return len(results), wrong
+    return wrong
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -163,6 +190,36 @@ def test_packed_weights_kept_packed_are_exact_at_every_row_count(fmt, uses, cpu,
     count, wrong = run_sweep(tmp_path, out, "sweep", feeds, want, cpu=cpu)
     assert count == len(ROWS) * len(batches) * len(names)
     assert not wrong, f"{fmt}: {len(wrong)} of {count} results wrong: {wrong}"
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_packed_weights_kept_packed_are_exact_on_vulkan(fmt, tapeout, tmp_path):
+    """The sweep above on Vulkan, at its subset (VULKAN_ROWS, VULKAN_BATCHES): every plane (codes, high bits, scales)
+    held in i32 words, the codes' rows padded as on the CPU."""
+    rows = VULKAN_ROWS[fmt]
+    rng = np.random.default_rng(ROWS[-1] + FORMATS.index(fmt))
+    k = cols_of(fmt)
+    path = tmp_path / "w.gguf"
+    dense = sweep_gguf(path, fmt, rows, k, rng)
+    g = sweep_graph("sweep", k, lambda n: {"dtype": "f32", "data": {"tensor": f"w{n}"}}, rows=rows,
+                    batches=VULKAN_BATCHES)
+    (tmp_path / "g.json").write_text(json.dumps(g))
+    out = tmp_path / "out"
+    run(tapeout, "export", tmp_path / "g.json", "--weights", path, "-o", out, "--packed", "keep", "--inline-below", "1",
+        "--target", "vulkan")
+    idx = rt.ParameterIndex()
+    idx.load(str(out / "sweep.irpa"))
+    entries = {key: json.loads(bytes(e.metadata).decode().removeprefix("TENSORv0:")) for key, e in idx.items()}
+    sub_byte = fmt != "Q8_0"
+    for n in rows:
+        meta = entries[f"w{n}.qs"]
+        assert (meta["dtype"], meta["words_of"]) == ("i32", "i4" if sub_byte else "i8"), meta
+        padded = -(-n // 64) * 64 if sub_byte else n
+        assert meta.get("padded_rows", n) == padded, meta
+    feeds, want = feeds_and_oracle(k, dense, rng, rows=rows, batches=VULKAN_BATCHES, dyn=VULKAN_DYN)
+    count, wrong = run_sweep(tmp_path, out, "sweep", feeds, want, device=VULKAN)
+    assert count == len(rows) * len(VULKAN_BATCHES) * len(USES)
+    assert not wrong, f"{fmt} on vulkan: {len(wrong)} of {count} results wrong: {wrong}"
 
 
 BAND_ROWS = ROWS + [32, 64, 96, 160]
@@ -243,37 +300,61 @@ def test_weights_kept_as_stored_are_exact_at_every_row_count(dtype, layout, tape
     """f32 borrowed, bf16/f16 kept 16-bit, each transposed at export (the default for a weight used as `x @ Wᵀ`) or
     as held: every use, batch and row count of the sweep against numpy; plus a bool mask of each row count (`i1`,
     inline) selecting between two results."""
+    stored_sweep(dtype, layout, tapeout, tmp_path, ROWS, BATCHES, DYN, None)
+
+
+@pytest.mark.parametrize("layout", ["transposed", "as-held"])
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f16"])
+def test_weights_kept_as_stored_are_exact_on_vulkan(dtype, layout, tapeout, tmp_path):
+    """The sweep above on Vulkan, at its subset (VULKAN_ROWS, VULKAN_BATCHES): bf16 / f16 weights held in i32 words,
+    f32 as they are; the bool masks select between the results of the static batch of 1."""
+    stored_sweep(dtype, layout, tapeout, tmp_path, VULKAN_ROWS[dtype, layout], VULKAN_BATCHES, VULKAN_DYN, VULKAN)
+
+
+def stored_sweep(dtype, layout, tapeout, tmp_path, rows, batches, dyn, device):
+    """The sweep of weights kept as stored at `rows` and `batches` (the dynamic one run at `dyn` rows), exported for
+    and run on `device` (None: the CPU, in IREE's Python runtime); the masks select between the results of the static
+    batch of 3 (else of 1)."""
     rng = np.random.default_rng(ROWS[-1] + len(dtype))
     k = 48
+    mb = "b3" if "b3" in batches else "b1"
     stored, dense = {}, {}
-    for n in ROWS:
+    for n in rows:
         stored[f"w{n}"], dense[n] = stored_as(rng.standard_normal((n, k)).astype(np.float32), dtype)
-        stored[f"mask{n}"] = ("BOOL", (rng.integers(0, 2, (3, n)) == 1))
+        stored[f"mask{n}"] = ("BOOL", (rng.integers(0, 2, (batches[mb], n)) == 1))
     write_safetensors(tmp_path / "w.safetensors", stored)
     # Transposed at export needs a weight whose only uses are its transpose and gathers of its rows.
     names = USES if layout == "as-held" else ["linear", "gather", "tied"]
-    g = sweep_graph("sweep", k, lambda n: {"dtype": dtype, "data": {"tensor": f"w{n}"}}, uses=names)
-    for n in ROWS:
-        g["tensors"] += [{"name": f"mask{n}", "shape": [3, n], "dtype": "bool", "data": {"tensor": f"mask{n}"}},
-                         {"name": f"select_{n}", "shape": [3, n], "dtype": "f32"}]
-        g["nodes"].append({"op": "select", "inputs": [f"mask{n}", f"linear_{n}_b3", f"tied_{n}_b3"],
+    g = sweep_graph("sweep", k, lambda n: {"dtype": dtype, "data": {"tensor": f"w{n}"}}, rows=rows, batches=batches,
+                    uses=names)
+    for n in rows:
+        g["tensors"] += [{"name": f"mask{n}", "shape": [batches[mb], n], "dtype": "bool",
+                          "data": {"tensor": f"mask{n}"}},
+                         {"name": f"select_{n}", "shape": [batches[mb], n], "dtype": "f32"}]
+        g["nodes"].append({"op": "select", "inputs": [f"mask{n}", f"linear_{n}_{mb}", f"tied_{n}_{mb}"],
                            "outputs": [f"select_{n}"]})
         g["outputs"].append(f"select_{n}")
     (tmp_path / "g.json").write_text(json.dumps(g))
     out = tmp_path / "out"
     flags = ["--layout", "as-held"] if layout == "as-held" else []
+    if device is not None:
+        flags += ["--target", device.target]
     run(tapeout, "export", tmp_path / "g.json", "--weights", tmp_path / "w.safetensors", "-o", out,
         "--inline-below", "1", *flags)
     idx = rt.ParameterIndex()
     idx.load(str(out / "sweep.irpa"))
     entries = {key: json.loads(bytes(e.metadata).decode().removeprefix("TENSORv0:")) for key, e in idx.items()}
-    for n in ROWS:
+    words = device is not None and dtype != "f32"  # Vulkan holds 16-bit weights in i32 words
+    for n in rows:
         meta = entries[f"w{n}"]
-        assert meta["dtype"] == dtype and ("transposed_from" in meta) == (layout == "transposed"), meta
-        assert meta["shape"] == ([k, n] if layout == "transposed" else [n, k]), meta
-    feeds, want = feeds_and_oracle(k, dense, rng, uses=names)
-    for n in ROWS:
-        want[f"select_{n}"] = np.where(stored[f"mask{n}"][1], want[f"linear_{n}_b3"], want[f"tied_{n}_b3"])
-    count, wrong = run_sweep(tmp_path, out, "sweep", feeds, want)
-    assert count == len(ROWS) * (len(BATCHES) * len(names) + 1)
-    assert not wrong, f"{dtype} {layout}: {len(wrong)} of {count} results wrong: {wrong}"
+        assert meta.get("words_of", meta["dtype"]) == dtype and (meta["dtype"] == "i32") == words, meta
+        assert ("transposed_from" in meta) == (layout == "transposed"), meta
+        shape = [k, n] if layout == "transposed" else [n, k]
+        assert meta["shape"] == ([shape[0] * shape[1] // 2] if words else shape), meta
+    feeds, want = feeds_and_oracle(k, dense, rng, rows=rows, batches=batches, uses=names, dyn=dyn)
+    for n in rows:
+        want[f"select_{n}"] = np.where(stored[f"mask{n}"][1], want[f"linear_{n}_{mb}"], want[f"tied_{n}_{mb}"])
+    count, wrong = run_sweep(tmp_path, out, "sweep", feeds, want, device=device)
+    assert count == len(rows) * (len(batches) * len(names) + 1)
+    where = f" on {device.name}" if device is not None else ""
+    assert not wrong, f"{dtype} {layout}{where}: {len(wrong)} of {count} results wrong: {wrong}"

@@ -113,3 +113,47 @@ def test_the_portable_export_of_a_30_byte_bf16_weight_is_what_vulkan_reads_wrong
     [on_cpu] = run_iree(tmp_path, compile_iree(tmp_path, out / "plain.mlir", name="cpu", device=CPU),
                         [out / "plain.irpa"], [], device=CPU, tag="cpu")
     same_bits(on_cpu, want, "the portable export on the CPU")
+
+
+def rounding_bits():
+    """f32 bit patterns where rounding to f16 / bf16 is decided: specials, every f16 value and its neighbours and
+    midpoints (subnormals included), the overflow edge, f32 subnormals, and random patterns."""
+    rng = np.random.default_rng(7)
+    f16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+    f16 = f16[np.isfinite(f16)].view(np.uint32)
+    f64 = f16.astype(np.int64)
+    near = np.concatenate([f64 + d for d in (-1, 1, 0xFFF, 0x1000, 0x1001, -0x1000)]) & 0xFFFFFFFF
+    mids = (f16.astype(np.uint64) + np.roll(f16, -1)) // 2
+    special = np.array([0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00000, 0x7F800001, 0xFF800001,
+                        0x7FFFFFFF, 0xFFFFFFFF, 0x7F7FFFFF, 0x477FE000, 0x477FEFFF, 0x477FF000, 0x33000000,
+                        0x33000001, 0x32FFFFFF, 0x38800000, 0x00000001, 0x807FFFFF, 0x3F808000, 0x3F818000],
+                       np.uint32)
+    rand = rng.integers(0, 1 << 32, 200_000, dtype=np.uint64).astype(np.uint32)
+    bits = np.concatenate([special, f16, near.astype(np.uint32), mids.astype(np.uint32), rand])
+    return np.concatenate([bits, bits ^ np.uint32(0x80000000)]).view(np.float32)
+
+
+@pytest.mark.parametrize("device", ["cpu", "vulkan"])
+@pytest.mark.parametrize("half", ["f16", "bf16"])
+def test_16_bit_values_the_program_computes_are_rounded_as_numpy_rounds(half, device, tapeout, tmp_path):
+    """`convert(convert(x, f16), f32)` inside the program: for Vulkan the 16-bit value is held in f32, rounded by
+    `round_as` (IREE's default profile would erase the f32 -> f16 convert and store f16 as f32). Against numpy's f16
+    and ml_dtypes' bf16, bit for bit (a bf16 NaN: a NaN of the same sign), on lavapipe and, for the Vulkan form's
+    arithmetic itself, on the CPU."""
+    import ml_dtypes
+    x = rounding_bits()
+    g = write_graph(tmp_path, "r", [t("x", [x.size]), t("h", [x.size], half), t("y", [x.size])],
+                    [n("convert", ["x"], "h"), n("convert", ["h"], "y")], ["y"])
+    out = tmp_path / "out"
+    run(tapeout, "export", g, "--weights", tmp_path / "r.safetensors", "-o", out, "--target", "vulkan")
+    text = (out / "r.mlir").read_text()
+    assert f"x{half}>" not in text, f"no {half} tensor is left for IREE"
+    vmfb = compile_iree(tmp_path, out / "r.mlir", device=DEVICES[device])
+    [got] = run_iree(tmp_path, vmfb, [], [x], device=DEVICES[device])
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = x.astype(np.float16 if half == "f16" else ml_dtypes.bfloat16).astype(np.float32)
+    if half == "bf16":
+        nan = np.isnan(want)
+        assert np.array_equal(np.isnan(got), nan) and np.array_equal(np.signbit(got[nan]), np.signbit(want[nan]))
+        got, want = got[~nan], want[~nan]
+    same_bits(got, want, f"{half} rounding on {device}")

@@ -103,6 +103,7 @@ fn case(op: OpKind, n: usize) -> Case {
             )
         },
         OpKind::PadRows => c(vec![f(&[3, 4])], attrs(&[("rows", Attr::Int(2))]), f(&[2, 4])),
+        OpKind::RoundAs => c(vec![f(&[2, 3])], attrs(&[("dtype", Attr::Str("bf16".into()))]), f(&[2, 3])),
         OpKind::DecodeWords => c(vec![(vec![3], I32)], attrs(&[("from", Attr::Str("f16".into()))]), f(&[6])),
         OpKind::PlaceRows => c(vec![f(&[2, 4]), f(&[3, 4])], attrs(&[("rows", Attr::Int(2))]), f(&[3, 4])),
         OpKind::Gather => c(vec![f(&[5, 3]), (vec![2], I32)], Attrs::new(), f(&[2, 3])),

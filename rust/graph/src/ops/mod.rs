@@ -202,6 +202,10 @@ op_table! {
     ReduceSum = "reduce_sum": Exactly(1), Exactly(1), Own;
     /// `max(x, 0)`.
     Relu = "relu": Exactly(1), Exactly(1), ElementwiseUnary;
+    /// f32 `x` rounded to the precision of `dtype` (`f16` or `bf16`: to nearest, ties to even, overflowing to
+    /// infinity, a NaN kept a NaN of its sign), still f32: how a device that computes no 16-bit floats (IREE's default
+    /// Vulkan profile) holds a 16-bit value.
+    RoundAs = "round_as": Exactly(1), Exactly(1), Own;
     /// Same elements, another shape.
     Reshape = "reshape": Exactly(1), Exactly(1), Own;
     /// RMS normalization over the last axis (optional gamma).
@@ -241,7 +245,15 @@ impl OpKind {
     /// apart. The emitter lowers them for the passes.
     #[must_use]
     pub fn inserted_by_passes(self) -> bool {
-        matches!(self, OpKind::After | OpKind::DecodeWords | OpKind::GateRows | OpKind::PadRows | OpKind::PlaceRows)
+        matches!(
+            self,
+            OpKind::After
+                | OpKind::DecodeWords
+                | OpKind::GateRows
+                | OpKind::PadRows
+                | OpKind::PlaceRows
+                | OpKind::RoundAs
+        )
     }
 
     /// The attribute of this op that only passes set, if `attrs` hold one: `matmul`'s `banded` (its right side in
@@ -276,6 +288,18 @@ pub fn decode_words_from(attrs: &Attrs) -> Result<(DType, u32, DType), String> {
         DType::I4 => Ok((from, 4, DType::I32)),
         DType::I2 => Ok((from, 2, DType::I32)),
         other => Err(format!("attribute 'from': {other} is not a narrow dtype words hold")),
+    }
+}
+
+/// The 16-bit float a `round_as` node with these attributes rounds to.
+///
+/// # Errors
+/// `dtype` missing, not a string, or not `f16` / `bf16`.
+pub fn round_as_dtype(attrs: &Attrs) -> Result<DType, String> {
+    match attrs.get("dtype") {
+        Some(crate::trace::Attr::Str(d)) if d == "f16" => Ok(DType::F16),
+        Some(crate::trace::Attr::Str(d)) if d == "bf16" => Ok(DType::BF16),
+        _ => Err("attribute 'dtype' must be \"f16\" or \"bf16\"".into()),
     }
 }
 

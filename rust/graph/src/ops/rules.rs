@@ -71,6 +71,14 @@ pub(crate) fn check_types(op: OpKind, attrs: &Attrs, ins: &[Spec<'_>], outs: &[S
         OpKind::GateRows => gate_rows(&a, ins, outs[0]),
         OpKind::PadRows => pad_rows(&a, ins[0], outs[0]),
         OpKind::DecodeWords => decode_words(a.0, ins[0], outs[0]),
+        OpKind::RoundAs => {
+            super::round_as_dtype(a.0)?;
+            let ((s, d), (rs, rd)) = (ins[0], outs[0]);
+            if d != DType::F32 || rd != DType::F32 {
+                return Err(format!("round_as takes and gives f32, not {d} -> {rd}"));
+            }
+            expect_shape(s, rs, "the operand's shape is")
+        }
         OpKind::PlaceRows => place_rows(&a, ins, outs[0]),
         OpKind::DynamicSlice => dynamic_slice(&a, ins, outs[0]),
         OpKind::DynamicUpdateSlice => dynamic_update_slice(ins, outs[0]),

@@ -11,7 +11,10 @@
 
 use super::words::{constants_as_words, narrow_bits};
 use crate::dtype::DType;
-use crate::pass::{DeviceForms, Program};
+use crate::ops::OpKind;
+use crate::pass::{DeviceForms, Fresh, Program};
+use crate::tensor::TensorSpec;
+use crate::trace::{Attr, Attrs, TensorId};
 
 /// The Vulkan target's forms: the portable lowering with narrow constants read as words.
 pub(crate) struct VulkanForms;
@@ -19,7 +22,7 @@ pub(crate) struct VulkanForms;
 impl DeviceForms for VulkanForms {
     fn rewrite<'a>(&self, program: Program<'a>) -> crate::Result<Program<'a>> {
         refuse_narrow_arguments(&program)?;
-        Ok(constants_as_words(program, |_| true))
+        Ok(half_floats_in_f32(constants_as_words(program, |_| true)))
     }
 }
 
@@ -45,4 +48,60 @@ fn refuse_narrow_arguments(program: &Program<'_>) -> crate::Result<()> {
         }
     }
     Ok(())
+}
+/// Every f16 / bf16 value the program computes held in f32, rounded to its precision where it is made
+/// (`round_as`): a `convert` to f16 / bf16 becomes the rounding, any other op computes in f32 and its result is
+/// rounded. IREE 3.13's default Vulkan profile has no 16-bit float: it erases `convert` f32 -> f16 (no rounding at
+/// all) and stores f16 values between dispatches at 2 bytes each but reads them as 4 (values past the first half
+/// read 0); a bf16 value with an odd count crossing dispatches loses its last element (docs/devices.md). Runs after
+/// the narrow constants are words, so no 16-bit value is left but what the program computes.
+fn half_floats_in_f32(program: Program<'_>) -> Program<'_> {
+    let Program { mut specs, inputs, constants, nodes, outputs, next_index } = program;
+    let mut fresh = Fresh::from(next_index);
+    let mut out = Vec::with_capacity(nodes.len());
+    let round = |dtype: DType| {
+        let mut a = Attrs::new();
+        a.insert("dtype".into(), Attr::Str(dtype.name().into()));
+        a
+    };
+    let f32_of = |specs: &mut Vec<TensorSpec>, t: TensorId, suffix: &str| {
+        let s = &specs[t.index()];
+        let spec = TensorSpec::new(format!("{}.{suffix}", s.name), s.shape.clone(), DType::F32);
+        specs.push(spec);
+        TensorId::at(specs.len() - 1)
+    };
+    for mut node in nodes {
+        let halves: Vec<usize> = (0..node.outputs.len())
+            .filter(|&i| matches!(specs[node.outputs[i].index()].dtype, DType::F16 | DType::BF16))
+            .collect();
+        if halves.is_empty() {
+            out.push(node);
+            continue;
+        }
+        let origin = node.origin();
+        if node.op == OpKind::Convert {
+            let (x, t) = (node.inputs[0], node.outputs[0]);
+            let to = std::mem::replace(&mut specs[t.index()].dtype, DType::F32);
+            let x = if specs[x.index()].dtype == DType::F32 {
+                x
+            } else {
+                let wide = f32_of(&mut specs, x, "f32");
+                out.push(fresh.op(origin, OpKind::Convert, Attrs::new(), vec![x], vec![wide]));
+                wide
+            };
+            out.push(fresh.op(origin, OpKind::RoundAs, round(to), vec![x], vec![t]));
+            continue;
+        }
+        let mut rounds = Vec::new();
+        for i in halves {
+            let t = node.outputs[i];
+            let to = std::mem::replace(&mut specs[t.index()].dtype, DType::F32);
+            let wide = f32_of(&mut specs, t, "unrounded");
+            node.outputs[i] = wide;
+            rounds.push(fresh.op(origin, OpKind::RoundAs, round(to), vec![wide], vec![t]));
+        }
+        out.push(node);
+        out.extend(rounds);
+    }
+    Program { specs, inputs, constants, nodes: out, outputs, next_index: fresh.next() }
 }

@@ -96,6 +96,10 @@ impl<'g> Emitter<'g, '_, '_> {
                 }
                 OpKind::Slice => self.lower_slice(&ins[0])?,
                 OpKind::PadRows => self.pad_rows(&ins[0], out.shape)?,
+                OpKind::RoundAs => {
+                    let to = tapeout_graph::ops::round_as_dtype(&node.attrs).map_err(|e| self.attr_err("dtype", e))?;
+                    self.round_as(&ins[0], to)?
+                }
                 OpKind::DecodeWords => {
                     let (from, bits, _) =
                         tapeout_graph::ops::decode_words_from(&node.attrs).map_err(|e| self.attr_err("from", e))?;

@@ -220,7 +220,11 @@ impl Emitter<'_, '_, '_> {
             };
         }
         shape.0[axis] = total.map_or(Dim::Dynamic, Dim::Static);
-        if total.is_none() {
+        // IREE 3.13 lowers a `stablehlo.concatenate` with any `?` extent into one dispatch choosing each element's part
+        // by branches, which its SPIR-V code gets wrong (two merged branches lose a buffer) and which needs two push
+        // constants per part: for Vulkan every such concatenation is insertions (docs/devices.md).
+        let vulkan = self.g.forms() == tapeout_graph::Forms::Vulkan && shape.is_dynamic();
+        if total.is_none() || vulkan {
             // `tensor` ops take signless integers only in IREE 3.13: unsigned parts are joined as their bits.
             if let Some(bits) = signless(parts[0].dtype) {
                 let signless: Vec<Val> = parts.iter().map(|p| self.bitcast(p, bits)).collect();
@@ -316,9 +320,11 @@ impl Emitter<'_, '_, '_> {
 
     /// [`Emitter::concat`] of any number of parts, at most [`CONCAT_FAN_IN`] at a time: IREE 3.13 may write a
     /// concatenation as one dispatch with a binding per part, and refuses one of more than 32 bindings at run time.
-    /// Parts with a `?` extent along `axis` are inserted one by one, with no limit, into one result.
+    /// Parts with a `?` extent along `axis` (for Vulkan, along any axis) are inserted one by one, with no limit, into
+    /// one result.
     pub(crate) fn concat_tree(&mut self, mut parts: Vec<Val>, axis: usize) -> Result<Val> {
-        if parts.iter().any(|p| p.shape.0.get(axis) == Some(&Dim::Dynamic)) {
+        let vulkan = self.g.forms() == tapeout_graph::Forms::Vulkan && parts.iter().any(|p| p.shape.is_dynamic());
+        if vulkan || parts.iter().any(|p| p.shape.0.get(axis) == Some(&Dim::Dynamic)) {
             return self.concat(&parts, axis);
         }
         while parts.len() > CONCAT_FAN_IN {

@@ -79,3 +79,85 @@ impl Emitter<'_, '_, '_> {
         self.bitcast(&signed, DType::F32)
     }
 }
+
+impl Emitter<'_, '_, '_> {
+    /// f32 `x` rounded to the precision of `to` (`F16` or `BF16`) and kept f32, in 32-bit unsigned integer arithmetic
+    /// on its bits: to nearest, ties to even; for f16, overflow to infinity from 65520, subnormals (a multiple of
+    /// 2^-24 computed as an exact integer-to-float conversion) and a NaN kept with numpy's payload; for bf16 a NaN kept
+    /// a quiet NaN of its sign. No 16-bit type appears, so a device that has none (IREE's default Vulkan profile,
+    /// which erases an f32 -> f16 convert and stores f16 as f32) rounds as numpy and ml_dtypes do.
+    pub(crate) fn round_as(&mut self, x: &Val, to: DType) -> Result<Val> {
+        let u32_of = |e: &mut Self, v: u32| e.fill_like(f64::from(v), x, DType::U32);
+        let u = self.bitcast(x, DType::U32);
+        if to == DType::BF16 {
+            let (c16, one, half, high) =
+                (u32_of(self, 16)?, u32_of(self, 1)?, u32_of(self, 0x7FFF)?, u32_of(self, 0xFFFF_0000)?);
+            let quiet = u32_of(self, 0x0040_0000)?;
+            let lsb = self.binary_same("shift_right_logical", &u, &c16);
+            let lsb = self.binary_same("and", &lsb, &one);
+            let bias = self.binary_same("add", &lsb, &half);
+            let up = self.binary_same("add", &u, &bias);
+            let rounded = self.binary_same("and", &up, &high);
+            let kept = self.binary_same("and", &u, &high);
+            let nan = self.binary_same("or", &kept, &quiet);
+            let is_nan = self.compare_same("NE", x, x);
+            let bits = self.select_same(&is_nan, &nan, &rounded);
+            return Ok(self.bitcast(&bits, DType::F32));
+        }
+        let k = |e: &mut Self, v: u32| u32_of(e, v);
+        let (abs_mask, sign_mask, c13, one) = (k(self, 0x7FFF_FFFF)?, k(self, 0x8000_0000)?, k(self, 13)?, k(self, 1)?);
+        let a = self.binary_same("and", &u, &abs_mask);
+        let sign = self.binary_same("and", &u, &sign_mask);
+        // Normal range: 13 bits dropped, ties to even.
+        let lsb = self.binary_same("shift_right_logical", &a, &c13);
+        let lsb = self.binary_same("and", &lsb, &one);
+        let bias = self.with_u32("add", &lsb, 0xFFF, x)?;
+        let up = self.binary_same("add", &a, &bias);
+        let normal = self.with_u32("and", &up, 0xFFFF_E000, x)?;
+        // Subnormal range: q = the value in units of 2^-24, rounded to nearest even by a shift of 14 to 24 bits.
+        let exp = self.with_u32("shift_right_logical", &a, 23, x)?;
+        let exp = self.with_u32("maximum", &exp, 102, x)?;
+        let exp = self.with_u32("minimum", &exp, 112, x)?;
+        let c126 = k(self, 126)?;
+        let sh = self.binary_same("subtract", &c126, &exp);
+        let mant = self.with_u32("and", &a, 0x7F_FFFF, x)?;
+        let m = self.with_u32("or", &mant, 0x80_0000, x)?;
+        let qlsb = self.binary_same("shift_right_logical", &m, &sh);
+        let qlsb = self.binary_same("and", &qlsb, &one);
+        let sh1 = self.binary_same("subtract", &sh, &one);
+        let half = self.binary_same("shift_left", &one, &sh1);
+        let half = self.binary_same("subtract", &half, &one);
+        let bias = self.binary_same("add", &half, &qlsb);
+        let up = self.binary_same("add", &m, &bias);
+        let q = self.binary_same("shift_right_logical", &up, &sh);
+        let qf = self.plain_convert(&q, DType::F32);
+        let qb = self.bitcast(&qf, DType::U32);
+        // q · 2^-24: 24 off the exponent of the exact float q (at least 1, so a normal float).
+        let scaled = self.with_u32("subtract", &qb, 0x0C00_0000, x)?;
+        let zero = k(self, 0)?;
+        let q_zero = self.compare_same("EQ", &q, &zero);
+        let tiny = self.select_same(&q_zero, &zero, &scaled);
+        // A NaN keeps its top 10 payload bits (at least one: numpy's quiet bit when none is left).
+        let payload = self.with_u32("and", &a, 0x7F_E000, x)?;
+        let payload = self.with_u32("maximum", &payload, 0x2000, x)?;
+        let inf = k(self, 0x7F80_0000)?;
+        let nan = self.binary_same("or", &payload, &inf);
+        let r = |e: &mut Self, dir: &str, limit: u32, then: &Val, other: &Val| -> Result<Val> {
+            let l = k(e, limit)?;
+            let c = e.compare_same(dir, &a, &l);
+            Ok(e.select_same(&c, then, other))
+        };
+        let r1 = r(self, "GT", 0x3300_0000, &tiny, &zero)?; // above 2^-25: a subnormal (or the smallest normal)
+        let r2 = r(self, "GE", 0x3880_0000, &normal, &r1)?; // from 2^-14: a normal f16
+        let r3 = r(self, "GE", 0x477F_F000, &inf, &r2)?; // from 65520: infinity
+        let r4 = r(self, "GT", 0x7F80_0000, &nan, &r3)?; // NaN
+        let signed = self.binary_same("or", &r4, &sign);
+        Ok(self.bitcast(&signed, DType::F32))
+    }
+
+    /// `op(a, c)` for the u32 constant `c` as wide as `like`.
+    fn with_u32(&mut self, op: &str, a: &Val, c: u32, like: &Val) -> Result<Val> {
+        let c = self.fill_like(f64::from(c), like, DType::U32)?;
+        Ok(self.binary_same(op, a, &c))
+    }
+}
