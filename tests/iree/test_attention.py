@@ -2,14 +2,15 @@
 materialized), causal with fewer queries than keys (a KV cache), masks, scales; `rope` in the rotate_half and
 the interleaved (GPT-J / GGUF) forms with full and half cos/sin tables. Each graph is exported by tapeout,
 compiled by iree-compile and run by iree-run-module, at two run-time sizes where a dimension is `?`, and compared
-with the numpy interpreter (reference.py) and, for GQA, with an explicit numpy repeat_kv as transformers writes it."""
+with the numpy interpreter (reference.py) and, for GQA, with an explicit numpy repeat_kv as transformers writes it.
+Every case runs on Vulkan too (`--target vulkan`, lavapipe); their inputs and results are all f32."""
 import math
 import sys
 
 import numpy as np
 import pytest
 
-from harness import ROOT, compile_and_run_iree, gradle_run, n, run, signature, t, write_graph
+from harness import DEVICES, ROOT, RUN_DEVICES, compile_and_run_iree, gradle_run, n, run, signature, t, write_graph
 
 sys.path.insert(0, str(ROOT / "tests/graphs"))
 import reference  # noqa: E402
@@ -126,12 +127,15 @@ def sizes_of(shapes):
     return {x for sh in shapes.values() for x in sh if isinstance(x, str)}
 
 
+@pytest.mark.parametrize("device", RUN_DEVICES)
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_attention_and_rope_compile_and_match_numpy(case, tapeout, tmp_path):
+def test_attention_and_rope_compile_and_match_numpy(case, device, tapeout, tmp_path):
+    device = DEVICES[device]
     tensors, nodes, shapes = CASES[case]
     g = write_graph(tmp_path, case, tensors, nodes, ["y"])
     out = tmp_path / "out"
-    run(tapeout, "export", g, "--weights", tmp_path / f"{case}.safetensors", "-o", out, "--inline-below", "0")
+    run(tapeout, "export", g, "--weights", tmp_path / f"{case}.safetensors", "-o", out, "--inline-below", "0",
+        "--target", device.target)
     graph = reference.Graph(g, tmp_path / f"{case}.safetensors")
     order, _ = signature(out / f"{case}.mlir")
     runs = [{"S": 3, "T": 9}, {"S": 6, "T": 17}] if sizes_of(shapes) else [{}]
@@ -140,16 +144,18 @@ def test_attention_and_rope_compile_and_match_numpy(case, tapeout, tmp_path):
                  for name in graph.inputs}
         work = tmp_path / f"run{i}"
         work.mkdir()
-        (got,) = compile_and_run_iree(work, out / f"{case}.mlir", [out / f"{case}.irpa"], [feeds[k] for k in order])
+        (got,) = compile_and_run_iree(work, out / f"{case}.mlir", [out / f"{case}.irpa"], [feeds[k] for k in order],
+                                      device=device)
         (want,) = graph.evaluate(feeds)
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{case} at {size}")
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{case} at {size} on {device.name}")
         attrs = nodes[0]["attrs"]
         if nodes[0]["op"] == "sdpa":
             mask = feeds.get("mask", graph.weights.get("mask"))
             oracle = attention(feeds["q"], feeds["k"], feeds["v"], mask, attrs.get("causal", False), attrs.get("scale"))
         else:
             oracle = rope_oracle(feeds["x"], feeds["c"], feeds["s"], attrs.get("interleaved", False))
-        np.testing.assert_allclose(got, oracle, rtol=1e-5, atol=1e-5, err_msg=f"{case} at {size} (oracle)")
+        np.testing.assert_allclose(got, oracle, rtol=1e-5, atol=1e-5,
+                                   err_msg=f"{case} at {size} (oracle) on {device.name}")
 
 
 def test_grouped_query_attention_does_not_copy_the_kv_heads(tapeout, tmp_path):

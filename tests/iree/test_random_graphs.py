@@ -13,11 +13,11 @@ needs no ordering between its pytest and JVM steps. `TAPEOUT_RANDOM_GRAPHS_COUNT
 `TAPEOUT_RANDOM_GRAPHS_REUSE=1` checks cases generated before instead. Regenerate one case alone with
 `TAPEOUT_RANDOM_GRAPHS_COUNT=1 TAPEOUT_RANDOM_GRAPHS_SEED=<seed>`.
 
-On Vulkan (lavapipe, slow) a few of the same run's cases are checked, each exported again from its graph with
-`--target vulkan` (no second generator run): chosen greedily so that together they record every op the run exported,
-a bf16 round trip and a `?` dimension, then the lowest seeds (`TAPEOUT_RANDOM_GRAPHS_VULKAN_COUNT` cases, default 24). A case with a
-function argument narrower than 32 bits (bool too) or a narrow result other than bool must be refused by that export,
-naming the value (IREE 3.13 misreads such buffers on Vulkan, docs/devices.md).
+On Vulkan (lavapipe, slow) some of the same run's cases are checked, each exported again from its graph with
+`--target vulkan` (no second generator run): `TAPEOUT_RANDOM_GRAPHS_VULKAN_COUNT` cases (default 24), chosen greedily
+so that together they record every op the run exported, a bf16 round trip and a `?` dimension, then the lowest seeds.
+A case with a function argument narrower than 32 bits (bool too) or a narrow result other than bool must be refused
+by that export, naming the value (IREE 3.13 misreads such buffers on Vulkan, docs/devices.md).
 
 Known failures are listed by name in KNOWN_FAILURES with their reproducer: a case they match is still compiled and
 run, and reported as a known failure instead of failing the test; an entry no case matched is reported too (fixed?).
@@ -251,7 +251,8 @@ def test_random_graphs_covering_every_exported_op_run_on_vulkan_and_match_numpy(
         work = tmp_path / d.name
         work.mkdir()
         case, doc, graph = case_graph(d, work)
-        where = f"{d.name} (seed {case['seed']}, sizes {case['sizes']}; calls {case['calls']}; graph {d / 'graph.json'})"
+        where = (f"{d.name} (seed {case['seed']}, sizes {case['sizes']}; calls {case['calls']}; "
+                 f"graph {d / 'graph.json'})")
         out = work / "vulkan"
         r = run(tapeout, "export", work / "graph.json", "--weights", d / "weights.safetensors", "-o", out,
                 "--target", "vulkan", "--inline-below", "0", check=False)

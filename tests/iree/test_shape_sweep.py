@@ -213,6 +213,7 @@ def test_packed_weights_kept_packed_are_exact_on_vulkan(fmt, tapeout, tmp_path):
     sub_byte = fmt != "Q8_0"
     for n in rows:
         meta = entries[f"w{n}.qs"]
+        assert f"w{n}" not in entries, sorted(entries)
         assert (meta["dtype"], meta["words_of"]) == ("i32", "i4" if sub_byte else "i8"), meta
         padded = -(-n // 64) * 64 if sub_byte else n
         assert meta.get("padded_rows", n) == padded, meta

@@ -4,6 +4,7 @@ planes (a 64-row table and a 5-row one, whose planes hold padding rows), and lin
 format and of 16-bit weights kept as stored, at odd and prime row counts (tests/iree/test_packed.py and
 test_graphs.py run the static cases on both devices)."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -75,3 +76,37 @@ def test_a_linear_over_dynamic_rows(fmt, tapeout, tmp_path):
         want = h @ dense.T
         np.testing.assert_allclose(y.astype(np.float64), want, rtol=1e-5, atol=1e-5 * np.abs(want).max(),
                                    err_msg=f"{fmt}, {n} rows")
+
+
+@pytest.mark.parametrize("dtype, cols", [("bf16", 6), ("f16", 6), ("i8", 8), ("bf16", 5)])
+def test_rows_of_a_narrow_table_gathered_by_dynamic_ids(dtype, cols, tapeout, tmp_path):
+    """An embedding kept narrow (`[37, cols]`, a prime row count) gathered by `?` ids: rows of whole words (cols·bits
+    a multiple of 32) are gathered as words and only those decoded; a table whose rows end inside a word (5 bf16
+    values) is decoded whole first. Both equal numpy's rows, at 1 and 4 ids."""
+    import ml_dtypes
+    from safetensors.numpy import save_file
+    rows = 37
+    rng = np.random.default_rng(47)
+    np_dtype = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "i8": np.int8}[dtype]
+    if dtype == "i8":
+        table = rng.integers(-128, 128, (rows, cols)).astype(np.int8)
+    else:
+        table = rng.standard_normal((rows, cols)).astype(np.float32).astype(np_dtype)
+    save_file({"t": table}, str(tmp_path / "w.safetensors"))
+    to = "i32" if dtype == "i8" else "f32"
+    g = {"name": "emb", "tensors": [
+        {"name": "ids", "shape": [1, "?"], "dtype": "i32"},
+        {"name": "w", "shape": [rows, cols], "dtype": dtype, "path": "w", "data": {"tensor": "t"}},
+        {"name": "e", "shape": [1, "?", cols], "dtype": dtype},
+        {"name": "y", "shape": [1, "?", cols], "dtype": to}],
+        "nodes": [{"op": "gather", "inputs": ["w", "ids"], "outputs": ["e"]},
+                  {"op": "convert", "inputs": ["e"], "outputs": ["y"]}], "outputs": ["y"]}
+    vmfb, irpa = export(tapeout, tmp_path, g, tmp_path / "w.safetensors")
+    text = (tmp_path / "out" / "emb.mlir").read_text()
+    whole_words = cols * {"bf16": 16, "f16": 16, "i8": 8}[dtype] % 32 == 0
+    words_gathered = re.search(r'"stablehlo.gather"\(%v\d+, %arg0\).*\(tensor<37x\d+xi32>', text)
+    assert bool(words_gathered) == whole_words, text
+    for ids in (np.array([[rows - 1]], np.int32), np.array([[rows - 1, 0, 17, 2]], np.int32)):
+        (y,) = run_iree(tmp_path, vmfb, [irpa], [ids], tag=str(ids.shape[1]), device=VULKAN)
+        want = table[ids].astype(np.float32 if to == "f32" else np.int32)
+        assert y.dtype == want.dtype and np.array_equal(y, want), f"{dtype}: {y} != {want}"

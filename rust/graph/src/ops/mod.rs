@@ -145,7 +145,7 @@ op_table! {
     Convert = "convert": Exactly(1), Exactly(1), Own;
     /// `cos x`.
     Cos = "cos": Exactly(1), Exactly(1), ElementwiseUnary;
-    /// `words [W]` (`i32`) read as `[W · 32 / bits]` values of the narrower dtype `from` (each word's from its
+    /// `words [.., W]` (`i32`, `W` static) read as `[.., W · 32 / bits]` values of the narrower dtype `from` (each word's from its
     /// lowest bits, as little-endian bytes hold them), widened exactly: `f32` for `f16` / `bf16`, `i32` for integers
     /// (sign-extended when `from` is signed). How a device that stores only 32-bit values reads a narrow constant
     /// ([`crate::ConstantData::Words`]).
@@ -202,16 +202,16 @@ op_table! {
     ReduceSum = "reduce_sum": Exactly(1), Exactly(1), Own;
     /// `max(x, 0)`.
     Relu = "relu": Exactly(1), Exactly(1), ElementwiseUnary;
-    /// f32 `x` rounded to the precision of `dtype` (`f16` or `bf16`: to nearest, ties to even, overflowing to
-    /// infinity, a NaN kept a NaN of its sign), still f32: how a device that computes no 16-bit floats (IREE's default
-    /// Vulkan profile) holds a 16-bit value.
-    RoundAs = "round_as": Exactly(1), Exactly(1), Own;
     /// Same elements, another shape.
     Reshape = "reshape": Exactly(1), Exactly(1), Own;
     /// RMS normalization over the last axis (optional gamma).
     RmsNorm = "rms_norm": Between(1, 2), Exactly(1), SameDType;
     /// Rotary position embedding (x, cos, sin): rotate-half pairs, or adjacent pairs with `interleaved`.
     Rope = "rope": Exactly(3), Exactly(1), SameDType;
+    /// f32 `x` rounded to the precision of `dtype` (`f16` or `bf16`: to nearest, ties to even, overflowing to
+    /// infinity, a NaN kept a NaN of its sign), still f32: how a device that computes no 16-bit floats (IREE's default
+    /// Vulkan profile) holds a 16-bit value.
+    RoundAs = "round_as": Exactly(1), Exactly(1), Own;
     /// `1 / sqrt x`.
     Rsqrt = "rsqrt": Exactly(1), Exactly(1), ElementwiseUnary;
     /// Scaled dot-product attention (q, k, v, optional mask), grouped-query when k and v have fewer heads.

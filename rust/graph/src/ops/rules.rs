@@ -725,13 +725,16 @@ fn rows_attr(a: &AttrView<'_>) -> Result<u64, String> {
 
 fn decode_words(attrs: &Attrs, (w, wd): Spec<'_>, (r, rd): Spec<'_>) -> Result<(), String> {
     let (from, bits, to) = super::decode_words_from(attrs)?;
-    let words = match (wd, w.static_dims().as_deref()) {
-        (DType::I32, Some(&[n])) => n,
-        _ => return Err(format!("decode_words takes static i32 words [W], not {wd} [{w}]")),
+    let words = match (wd, w.0.last()) {
+        (DType::I32, Some(&Dim::Static(n))) => n,
+        _ => return Err(format!("decode_words takes i32 words [.., W] (W static), not {wd} [{w}]")),
     };
-    let want = Shape(vec![Dim::Static(words * u64::from(32 / bits))]);
+    let mut want = w.clone();
+    if let Some(last) = want.0.last_mut() {
+        *last = Dim::Static(words * u64::from(32 / bits));
+    }
     if rd != to || *r != want {
-        return Err(format!("decoding {words} words of {from} gives {to} [{want}], but the node declares {rd} [{r}]"));
+        return Err(format!("decoding [{w}] words of {from} gives {to} [{want}], but the node declares {rd} [{r}]"));
     }
     Ok(())
 }

@@ -10,6 +10,7 @@ use crate::dtype::DType;
 use crate::ops::OpKind;
 use crate::pass::keep_packed::{Builder, slice_to};
 use crate::pass::{Fresh, Program};
+use crate::shape::{Dim, Shape};
 use crate::trace::{Attr, Attrs, Op, TensorId};
 
 /// The bits of one value of `dtype` when words hold it: the narrow dtypes only.
@@ -38,6 +39,8 @@ pub(super) fn constants_as_words(program: Program<'_>, held_in_words: fn(DType) 
     let mut b = Builder::new(&mut specs, None, Fresh::from(next_index));
     // The tensors now holding decoded (wider) values, with the narrow dtype their spec had.
     let mut widened: HashMap<TensorId, DType> = HashMap::new();
+    // The `[rows, cols]` tables whose rows are whole words: a gather of their rows reads the words of those rows.
+    let mut tables: HashMap<TensorId, Table> = HashMap::new();
     for c in &mut constants {
         let held = c.data.dtype();
         let Some(bits) = narrow_bits(held).filter(|_| held_in_words(held)) else { continue };
@@ -57,6 +60,12 @@ pub(super) fn constants_as_words(program: Program<'_>, held_in_words: fn(DType) 
         }
         // The constant's own tensor is now the reshape of the decoded values: in the decoded type.
         b.op_into(OpKind::Reshape, Attrs::new(), &[v], c.tensor);
+        if let Some(&[rows, cols]) = spec.shape.static_dims().as_deref() {
+            if (cols * u64::from(bits)) % 32 == 0 && words * per_word == n {
+                let row_words = cols * u64::from(bits) / 32;
+                tables.insert(c.tensor, Table { words: words_id, rows, row_words, held, to, view: None });
+            }
+        }
         if spec.dtype != to {
             widened.insert(c.tensor, spec.dtype);
             b.specs[c.tensor.index()].dtype = to;
@@ -77,6 +86,11 @@ pub(super) fn constants_as_words(program: Program<'_>, held_in_words: fn(DType) 
     let mut out = Vec::with_capacity(prelude.len() + nodes.len());
     out.extend(prelude);
     for mut node in nodes {
+        if let Some(table) = rows_gathered(&node, &mut tables) {
+            gather_words(&mut b, table, &node, &mut widened);
+            out.extend(std::mem::take(&mut b.ops));
+            continue;
+        }
         let reads: Vec<TensorId> = node.inputs.iter().copied().filter(|t| widened.contains_key(t)).collect();
         for t in reads {
             if node.op == OpKind::Convert {
@@ -107,6 +121,63 @@ pub(super) fn constants_as_words(program: Program<'_>, held_in_words: fn(DType) 
     }
     let next_index = b.fresh.next();
     Program { specs, inputs, constants, nodes: out, outputs, next_index }
+}
+
+/// A narrow `[rows, cols]` constant whose rows are whole words, for gathers of its rows.
+struct Table {
+    /// The constant's words, `[rows · row_words]`.
+    words: TensorId,
+    rows: u64,
+    row_words: u64,
+    /// The narrow dtype held.
+    held: DType,
+    /// The decoded dtype.
+    to: DType,
+    /// The words as `[rows, row_words]`, once a gather has asked for them.
+    view: Option<TensorId>,
+}
+
+/// The table `node` gathers rows of (axis 0, the table its first operand only), if one of `tables`.
+fn rows_gathered<'t>(node: &Op, tables: &'t mut HashMap<TensorId, Table>) -> Option<&'t mut Table> {
+    let axis0 = matches!(node.attrs.get("axis"), None | Some(Attr::Int(0 | -2)));
+    let table = *node.inputs.first()?;
+    if node.op != OpKind::Gather || !axis0 || node.inputs.get(1) == Some(&table) {
+        return None;
+    }
+    tables.get_mut(&table)
+}
+
+/// `node`, a gather of rows of `table`, as the gather of those rows' words and their decoding: IREE then reads the
+/// rows asked for, not the whole table decoded (an embedding's gather is one row per token of a table of the whole
+/// vocabulary). Its result takes the decoded type.
+fn gather_words(b: &mut Builder<'_>, table: &mut Table, node: &Op, widened: &mut HashMap<TensorId, DType>) {
+    let (ids, r) = (node.inputs[1], node.outputs[0]);
+    let was = std::mem::replace(&mut b.origin, node.origin());
+    let view = match table.view {
+        Some(v) => v,
+        None => {
+            let name = format!("{}.rows", b.specs[table.words.index()].name);
+            let v =
+                b.op(OpKind::Reshape, Attrs::new(), &[table.words], name, &[table.rows, table.row_words], DType::I32);
+            *table.view.insert(v)
+        }
+    };
+    let spec = b.specs[r.index()].clone();
+    let mut dims = spec.shape.0.clone();
+    if let Some(last) = dims.last_mut() {
+        *last = Dim::Static(table.row_words);
+    }
+    let mut axis = Attrs::new();
+    axis.insert("axis".into(), Attr::Int(0));
+    let gw = b.op_shaped(OpKind::Gather, axis, &[view, ids], format!("{}.words", spec.name), Shape(dims), DType::I32);
+    let mut from = Attrs::new();
+    from.insert("from".into(), Attr::Str(table.held.name().into()));
+    b.op_into(OpKind::DecodeWords, from, &[gw], r);
+    b.origin = was;
+    if spec.dtype != table.to {
+        widened.insert(r, spec.dtype);
+        b.specs[r.index()].dtype = table.to;
+    }
 }
 
 /// `t` (decoded) converted back to its narrow dtype.
