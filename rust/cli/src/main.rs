@@ -200,11 +200,11 @@ enum PackedCodesArg {
 enum TargetArg {
     /// IREE's CPU backend: the portable lowering, the CPU pass's forms and a tuning spec (default).
     LlvmCpu,
-    /// IREE's Vulkan backend (vulkan-spirv): the portable lowering.
+    /// IREE's Vulkan backend (vulkan-spirv): the portable lowering, narrow constants as 32-bit words.
     Vulkan,
-    /// IREE's CUDA backend: the portable lowering.
+    /// IREE's CUDA backend: the portable lowering, sub-byte planes as 32-bit words.
     Cuda,
-    /// IREE's ROCm backend: the portable lowering.
+    /// IREE's ROCm backend: the portable lowering, sub-byte planes as 32-bit words.
     Rocm,
     /// Any backend: the portable lowering.
     Portable,

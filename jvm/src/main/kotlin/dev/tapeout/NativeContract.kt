@@ -39,11 +39,11 @@ internal object NativeOption {
 enum class ExportTarget(val id: String, internal val code: Int) {
     /** IREE's CPU backend (the default): the portable lowering plus the CPU's forms and a tuning spec. */
     LLVM_CPU("llvm-cpu", 0),
-    /** IREE's Vulkan backend (`vulkan-spirv`): the portable lowering. */
+    /** IREE's Vulkan backend (`vulkan-spirv`): the portable lowering, narrow constants as 32-bit words. */
     VULKAN("vulkan", 1),
-    /** IREE's CUDA backend: the portable lowering. */
+    /** IREE's CUDA backend: the portable lowering, sub-byte planes as 32-bit words. */
     CUDA("cuda", 2),
-    /** IREE's ROCm backend: the portable lowering. */
+    /** IREE's ROCm backend: the portable lowering, sub-byte planes as 32-bit words. */
     ROCM("rocm", 3),
     /** No backend in particular: the portable lowering, which every backend compiles. */
     PORTABLE("portable", 4),
