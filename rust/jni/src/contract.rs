@@ -79,7 +79,11 @@ pub(crate) const TARGETS: [(Target, &str, &str); 5] = [
         "LLVM_CPU",
         "IREE's CPU backend (the default): the portable lowering plus the CPU's forms and a tuning spec.",
     ),
-    (Target::Vulkan, "VULKAN", "IREE's Vulkan backend (`vulkan-spirv`): the portable lowering, narrow constants as 32-bit words."),
+    (
+        Target::Vulkan,
+        "VULKAN",
+        "IREE's Vulkan backend (`vulkan-spirv`): the portable lowering, narrow constants as 32-bit words.",
+    ),
     (Target::Cuda, "CUDA", "IREE's CUDA backend: the portable lowering, sub-byte planes as 32-bit words."),
     (Target::Rocm, "ROCM", "IREE's ROCm backend: the portable lowering, sub-byte planes as 32-bit words."),
     (Target::Portable, "PORTABLE", "No backend in particular: the portable lowering, which every backend compiles."),
