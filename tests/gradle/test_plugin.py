@@ -689,7 +689,8 @@ def test_compile_iree_passes_the_exports_tuning_spec_to_a_cpu_compile_unless_the
     assert f"--iree-codegen-tuning-spec-path={own}" in r.stdout and f"tuning-spec-path={spec}" not in r.stdout, r.stdout
 
     # tuning = false: the portable lowering, no spec (the stale one removed), compiled with IREE's defaults, the same
-    # numbers. ireeTargets naming another device writes the portable lowering as well, byte for byte.
+    # numbers. ireeTargets naming Vulkan writes Vulkan's forms (the codes as 32-bit words), and with tuning = false the
+    # portable lowering, byte for byte.
     (p / "build.gradle").write_text(build_file(block % "; tuning = false"))
     r = gradle(p, "compileIree", "--info")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -698,6 +699,11 @@ def test_compile_iree_passes_the_exports_tuning_spec_to_a_cpu_compile_unless_the
                                rtol=1e-5, atol=1e-5)
     portable = (out / "lin.mlir").read_bytes()
     (p / "build.gradle").write_text(build_file(block % "; ireeTargets = ['vulkan']"))
+    r = gradle(p, "exportIrpa")
+    assert r.returncode == 0, r.stdout + r.stderr
+    vulkan = (out / "lin.mlir").read_text()
+    assert not spec.exists() and "stablehlo.shift_left" in vulkan and vulkan.encode() != portable, vulkan
+    (p / "build.gradle").write_text(build_file(block % "; ireeTargets = ['vulkan']; tuning = false"))
     r = gradle(p, "exportIrpa")
     assert r.returncode == 0, r.stdout + r.stderr
     assert not spec.exists() and (out / "lin.mlir").read_bytes() == portable
