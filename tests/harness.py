@@ -148,6 +148,18 @@ def n(op, inputs, out, **attrs):
     return {"op": op, "inputs": inputs, "outputs": [out], "attrs": attrs}
 
 
+def narrow_boundary(tensors, nodes, outputs):
+    """The first function argument narrower than 32 bits (bool too), or narrow result other than bool, of a graph
+    written with `t` / `n`, if any: what `tapeout export --target vulkan` refuses (docs/devices.md)."""
+    produced = {o for nd in nodes for o in nd["outputs"]}
+    narrow = {"f16", "bf16", "i16", "u16", "i8", "u8"}
+    for spec in tensors:
+        is_arg = spec["name"] not in produced and "_value" not in spec
+        if (is_arg and spec["dtype"] in narrow | {"bool"}) or (spec["name"] in outputs and spec["dtype"] in narrow):
+            return spec["name"]
+    return None
+
+
 def write_graph(tmp, name, tensors, nodes, outputs, static=None):
     """The graph file `tmp/<name>.json` (each `?` made `static` when given) and its weights `<name>.safetensors`."""
     import json

@@ -14,7 +14,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from harness import DEVICES, ROOT, RUN_DEVICES, compile_iree, n, run, run_iree, signature, t, write_graph
+from harness import (DEVICES, ROOT, RUN_DEVICES, compile_iree, n, narrow_boundary, run, run_iree, signature, t,
+                     write_graph)
 
 sys.path.insert(0, str(ROOT / "tests/graphs"))
 import reference  # noqa: E402
@@ -65,17 +66,6 @@ def export(tapeout, tmp_path, name, tensors, nodes, outputs, static=None, device
         return None
     run(tapeout, *cmd)
     return out / f"{name}.mlir", out / f"{name}.irpa"
-
-
-def narrow_boundary(tensors, nodes, outputs):
-    """The first function argument narrower than 32 bits (bool too), or narrow result other than bool, if any."""
-    produced = {o for nd in nodes for o in nd["outputs"]}
-    narrow = {"f16", "bf16", "i16", "u16", "i8", "u8"}
-    for spec in tensors:
-        is_arg = spec["name"] not in produced and "_value" not in spec
-        if (is_arg and spec["dtype"] in narrow | {"bool"}) or (spec["name"] in outputs and spec["dtype"] in narrow):
-            return spec["name"]
-    return None
 
 
 @pytest.mark.parametrize("device", RUN_DEVICES)

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from harness import DEVICES, ROOT, compile_and_run_iree, n, run, signature, t, write_graph
+from harness import DEVICES, ROOT, compile_and_run_iree, n, narrow_boundary, run, signature, t, write_graph
 
 sys.path.insert(0, str(ROOT / "tests/graphs"))
 import reference  # noqa: E402
@@ -279,17 +279,6 @@ def test_a_dynamic_op_that_cannot_be_lowered_is_an_export_error_naming_node_and_
         for needle in needles:
             assert needle in r.stderr, f"{needle!r} missing from {r.stderr}"
         assert not (tmp_path / f"o{i}" / f"bad{i}.mlir").exists(), "no MLIR is written"
-
-
-def narrow_boundary(tensors, nodes, outputs):
-    """The first function argument narrower than 32 bits (bool too), or narrow result other than bool, if any."""
-    produced = {o for nd in nodes for o in nd["outputs"]}
-    narrow = {"f16", "bf16", "i16", "u16", "i8", "u8"}
-    for spec in tensors:
-        is_arg = spec["name"] not in produced and "_value" not in spec
-        if (is_arg and spec["dtype"] in narrow | {"bool"}) or (spec["name"] in outputs and spec["dtype"] in narrow):
-            return spec["name"]
-    return None
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
