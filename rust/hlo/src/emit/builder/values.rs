@@ -117,6 +117,14 @@ impl Emitter<'_, '_, '_> {
     /// backend compiles into a call to compiler-rt's `__truncsfbf2` that the embedded executable cannot link; an
     /// integer source also goes through f32 here (rounded twice above 2^24, as the graph format's reference does).
     pub(crate) fn round_f32_to_bf16(&mut self, x: &Val) -> Result<Val> {
+        let (chosen, _) = self.bf16_bits(x)?;
+        let narrow = self.plain_convert(&chosen, DType::U16);
+        Ok(self.bitcast(&narrow, DType::BF16))
+    }
+
+    /// The bf16 bits of f32 `x` as [`Emitter::round_f32_to_bf16`] rounds it, in the low half of a u32, and the u32
+    /// constant 16 (for a caller that moves them back up).
+    pub(super) fn bf16_bits(&mut self, x: &Val) -> Result<(Val, Val)> {
         let u = DType::U32;
         let bits = self.bitcast(x, u);
         let sixteen = self.fill_like(16.0, x, u)?;
@@ -130,8 +138,6 @@ impl Emitter<'_, '_, '_> {
         let rounded = self.binary_same("shift_right_logical", &biased, &sixteen);
         let nan_bits = self.binary_same("or", &high, &quiet);
         let is_nan = self.compare_same("NE", x, x);
-        let chosen = self.select_same(&is_nan, &nan_bits, &rounded);
-        let narrow = self.plain_convert(&chosen, DType::U16);
-        Ok(self.bitcast(&narrow, DType::BF16))
+        Ok((self.select_same(&is_nan, &nan_bits, &rounded), sixteen))
     }
 }

@@ -98,22 +98,13 @@ impl Emitter<'_, '_, '_> {
     /// which erases an f32 -> f16 convert and stores f16 as f32) rounds as numpy and ml_dtypes do.
     pub(crate) fn round_as(&mut self, x: &Val, to: DType) -> Result<Val> {
         let u32_of = |e: &mut Self, v: u32| e.fill_like(f64::from(v), x, DType::U32);
-        let u = self.bitcast(x, DType::U32);
         if to == DType::BF16 {
-            let (c16, one, half, high) =
-                (u32_of(self, 16)?, u32_of(self, 1)?, u32_of(self, 0x7FFF)?, u32_of(self, 0xFFFF_0000)?);
-            let quiet = u32_of(self, 0x0040_0000)?;
-            let lsb = self.binary_same("shift_right_logical", &u, &c16);
-            let lsb = self.binary_same("and", &lsb, &one);
-            let bias = self.binary_same("add", &lsb, &half);
-            let up = self.binary_same("add", &u, &bias);
-            let rounded = self.binary_same("and", &up, &high);
-            let kept = self.binary_same("and", &u, &high);
-            let nan = self.binary_same("or", &kept, &quiet);
-            let is_nan = self.compare_same("NE", x, x);
-            let bits = self.select_same(&is_nan, &nan, &rounded);
-            return Ok(self.bitcast(&bits, DType::F32));
+            // The CPU's rounding to bf16, its bits moved back to the top of an f32 instead of narrowed to 16 bits.
+            let (bits, sixteen) = self.bf16_bits(x)?;
+            let top = self.binary_same("shift_left", &bits, &sixteen);
+            return Ok(self.bitcast(&top, DType::F32));
         }
+        let u = self.bitcast(x, DType::U32);
         let k = |e: &mut Self, v: u32| u32_of(e, v);
         let (abs_mask, sign_mask, c13, one) = (k(self, 0x7FFF_FFFF)?, k(self, 0x8000_0000)?, k(self, 13)?, k(self, 1)?);
         let a = self.binary_same("and", &u, &abs_mask);
