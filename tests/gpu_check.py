@@ -39,8 +39,6 @@ sys.path[:0] = [str(HERE), str(HERE / "iree")]
 
 import numpy as np  # noqa: E402
 import iree.runtime as rt  # noqa: E402
-from gguf import GGUFReader, GGUFWriter, GGMLQuantizationType  # noqa: E402
-from gguf.quants import dequantize  # noqa: E402
 
 import harness  # noqa: E402
 from harness import CPU, ROOT, VULKAN, Device, iree_tool  # noqa: E402
@@ -128,21 +126,7 @@ def rocm_device(args):
 def packed_weights(work):
     """tests/iree/test_packed.py's GGUF file (an `[N, K]` and a `[K, N2]` weight of every format, the same random
     blocks) and its weights as PyPI gguf dequantizes them."""
-    rng = np.random.default_rng(21)
-    path = work / "packed.gguf"
-    w = GGUFWriter(str(path), "llama")
-    for fmt in test_packed.FORMATS:
-        w.add_tensor(f"{fmt}.w", test_packed.random_blocks(fmt, test_packed.N, test_packed.K, rng),
-                     raw_dtype=GGMLQuantizationType[fmt])
-        w.add_tensor(f"{fmt}.wm", test_packed.random_blocks(fmt, test_packed.K, test_packed.N2, rng),
-                     raw_dtype=GGMLQuantizationType[fmt])
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    dense = {t.name: dequantize(t.data, t.tensor_type).astype(np.float64).reshape([int(d) for d in reversed(t.shape)])
-             for t in GGUFReader(str(path)).tensors}
-    return path, dense
+    return test_packed.every_format_gguf(work / "packed.gguf")
 
 
 def check_graph(tapeout, name, work, device, extra=()):

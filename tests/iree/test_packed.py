@@ -49,8 +49,13 @@ def one_tensor_gguf(path, name, fmt, rows, cols, rng):
 
 @pytest.fixture(scope="module")
 def weights(tmp_path_factory):
+    return every_format_gguf(tmp_path_factory.mktemp("packed") / "w.gguf")
+
+
+def every_format_gguf(path):
+    """A GGUF file at `path` with an `[N, K]` and a `[K, N2]` weight of every format (seeded random blocks), and its
+    weights as PyPI gguf dequantizes them (also scripts/gpu-check's packed cases)."""
     rng = np.random.default_rng(21)
-    path = tmp_path_factory.mktemp("packed") / "w.gguf"
     w = GGUFWriter(str(path), "llama")
     for fmt in FORMATS:
         w.add_tensor(f"{fmt}.w", random_blocks(fmt, N, K, rng), raw_dtype=T[fmt])
