@@ -9,130 +9,24 @@
 //! come back the same way into a pinned array, or straight into a direct `ByteBuffer`'s memory. Parameter files
 //! are memory-mapped by the runtime and never seen by the JVM.
 //!
-//! Every failure becomes a `dev.tapeout.iree.IreeNativeError(kind, message, fields)`, which the Kotlin side turns
-//! into its typed exception; a panic becomes one too (kind `panic`). Nothing aborts the JVM.
+//! Every failure becomes a `dev.tapeout.iree.IreeNativeError`, which the Kotlin side turns into the typed exception
+//! [`contract`] names; a panic becomes one too (an internal failure). Nothing aborts the JVM.
+
+mod contract;
+mod failure;
 
 use std::path::PathBuf;
 
-use jni::errors::ErrorPolicy;
 use jni::objects::{
     JByteArray, JByteBuffer, JClass, JFloatArray, JIntArray, JLongArray, JObject, JObjectArray, JShortArray, JString,
-    JValue,
 };
 use jni::strings::JNIString;
 use jni::sys::{jint, jlong};
 use jni::{Env, EnvUnowned};
-use tapeout_iree::{DType, Device, Instance, IreeError, Module, Parameters, Value};
+use tapeout_iree::{DType, Device, Instance, IreeError, Module, Parameters, StatusCode, Value};
 
-/// A failure to report to Kotlin: `kind` picks the exception class there, `fields` its properties.
-#[derive(Debug)]
-struct Failure {
-    kind: &'static str,
-    message: String,
-    fields: Vec<String>,
-}
-
-impl From<jni::errors::Error> for Failure {
-    fn from(e: jni::errors::Error) -> Self {
-        Failure { kind: "jni", message: format!("JNI call failed: {e}"), fields: Vec::new() }
-    }
-}
-
-impl From<IreeError> for Failure {
-    fn from(e: IreeError) -> Self {
-        let message = e.to_string();
-        let (kind, fields): (&'static str, Vec<String>) = match e {
-            IreeError::Runtime { code, during, .. } => ("runtime", vec![code.to_owned(), during]),
-            IreeError::DeviceUnavailable { driver, uri, code, .. } => {
-                ("device-unavailable", vec![driver, uri, code.to_owned()])
-            }
-            IreeError::NotAModule { .. } => ("not-a-module", vec![]),
-            IreeError::WrongTarget { device, .. } => ("wrong-target", vec![device]),
-            IreeError::MissingParameter { key, .. } => ("missing-parameter", vec![key]),
-            IreeError::ParameterFile { path, .. } => ("parameter-file", vec![path.display().to_string()]),
-            IreeError::NoSuchFunction { name, available } => ("no-such-function", [vec![name], available].concat()),
-            IreeError::Arity { function, expected, given, .. } => {
-                ("arity", vec![function, expected.to_string(), given.to_string()])
-            }
-            IreeError::DType { function, index, argument, expected, given } => {
-                ("dtype", vec![function, index.to_string(), argument, expected, given])
-            }
-            IreeError::Shape { function, index, argument, expected, given } => {
-                ("shape", vec![function, index.to_string(), argument, expected, given])
-            }
-            IreeError::Size { expected, given, .. } => ("size", vec![expected.to_string(), given.to_string()]),
-            IreeError::Io { path, .. } => ("io", vec![path.display().to_string()]),
-            IreeError::ForeignValue { .. } => ("foreign-value", vec![]),
-        };
-        Failure { kind, message, fields }
-    }
-}
-
-fn invalid(message: impl Into<String>) -> Failure {
-    Failure { kind: "invalid", message: message.into(), fields: Vec::new() }
-}
-
-/// Throws `IreeNativeError(kind, message, fields)` for an error, the same with kind `panic` for a panic.
-struct Throw;
-
-const ERROR_CLASS: &str = "dev/tapeout/iree/IreeNativeError";
-
-fn throw(env: &mut Env<'_>, f: Failure) {
-    let attempt = (|| -> jni::errors::Result<()> {
-        let kind = env.new_string(f.kind)?;
-        let message = env.new_string(&f.message)?;
-        let count = i32::try_from(f.fields.len())
-            .map_err(|_| jni::errors::Error::JniCall(jni::errors::JniError::InvalidArguments))?;
-        let fields = env.new_object_array(count, JNIString::from("java/lang/String"), JObject::null())?;
-        for (i, field) in f.fields.iter().enumerate() {
-            let s = env.new_string(field)?;
-            fields.set_element(env, i, &s)?;
-        }
-        let obj = env.new_object(
-            JNIString::from(ERROR_CLASS),
-            jni::jni_sig!("(Ljava/lang/String;Ljava/lang/String;[Ljava/lang/String;)V"),
-            &[JValue::Object(&kind), JValue::Object(&message), JValue::Object(&fields)],
-        )?;
-        let throwable = jni::objects::JThrowable::cast_local(env, obj)?;
-        env.throw(throwable)
-    })();
-    if attempt.is_err() && !env.exception_check() {
-        let _ = env.throw_new(
-            JNIString::from("java/lang/RuntimeException"),
-            JNIString::from(format!("tapeout iree: {}: {}", f.kind, f.message)),
-        );
-    }
-}
-
-impl<T: Default> ErrorPolicy<T, Failure> for Throw {
-    type Captures<'unowned_env_local: 'native_method, 'native_method> = ();
-
-    fn on_error<'unowned_env_local: 'native_method, 'native_method>(
-        env: &mut Env<'unowned_env_local>,
-        _cap: &mut Self::Captures<'unowned_env_local, 'native_method>,
-        err: Failure,
-    ) -> jni::errors::Result<T> {
-        if !env.exception_check() {
-            throw(env, err);
-        }
-        Ok(T::default())
-    }
-
-    fn on_panic<'unowned_env_local: 'native_method, 'native_method>(
-        env: &mut Env<'unowned_env_local>,
-        _cap: &mut Self::Captures<'unowned_env_local, 'native_method>,
-        payload: Box<dyn std::any::Any + Send + 'static>,
-    ) -> jni::errors::Result<T> {
-        let message = match payload.downcast::<String>() {
-            Ok(s) => *s,
-            Err(p) => p.downcast::<&'static str>().map_or_else(|_| "unknown panic".to_owned(), |s| (*s).to_owned()),
-        };
-        if !env.exception_check() {
-            throw(env, Failure { kind: "panic", message: format!("native panic: {message}"), fields: Vec::new() });
-        }
-        Ok(T::default())
-    }
-}
+use crate::contract::ErrorKind;
+use crate::failure::{Failure, Throw, usage};
 
 fn into_handle<T>(value: T) -> jlong {
     Box::into_raw(Box::new(value)) as jlong
@@ -144,7 +38,7 @@ fn into_handle<T>(value: T) -> jlong {
 /// `handle` must come from [`into_handle`] of a `T` and not have been released (the Kotlin classes guarantee it).
 unsafe fn borrow<'a, T>(handle: jlong) -> Result<&'a T, Failure> {
     if handle == 0 {
-        return Err(invalid("a closed or null handle reached the native side"));
+        return Err(usage("a closed or null handle reached the native side"));
     }
     // SAFETY: per the contract above.
     Ok(unsafe { &*(handle as *const T) })
@@ -165,13 +59,20 @@ fn string(env: &Env<'_>, s: &JString<'_>) -> Result<String, Failure> {
     Ok(s.try_to_string(env)?)
 }
 
+/// The strings of a `String[]`, each element's local reference deleted once read: a JNI method may hold only 16 (32
+/// under -Xcheck:jni's count) without asking for more, and a module may come with any number of parameter files.
 fn strings(env: &mut Env<'_>, a: &JObjectArray<'_>) -> Result<Vec<String>, Failure> {
     let n = a.len(env)?;
-    let mut out = Vec::with_capacity(n);
+    let mut out = Vec::new();
     for i in 0..n {
         let obj = a.get_element(env, i)?;
+        if obj.is_null() {
+            return Err(usage(format!("element {i} of a String array is null")));
+        }
         let s = JString::cast_local(env, obj)?;
-        out.push(s.try_to_string(env)?);
+        let text = s.try_to_string(env);
+        env.delete_local_ref(s);
+        out.push(text?);
     }
     Ok(out)
 }
@@ -179,11 +80,11 @@ fn strings(env: &mut Env<'_>, a: &JObjectArray<'_>) -> Result<Vec<String>, Failu
 fn dims_of(env: &Env<'_>, dims: &JLongArray<'_>) -> Result<Vec<u64>, Failure> {
     let mut v = vec![0i64; dims.len(env)?];
     dims.get_region(env, 0, &mut v)?;
-    v.into_iter().map(|d| u64::try_from(d).map_err(|_| invalid(format!("a negative dimension {d}")))).collect()
+    v.into_iter().map(|d| u64::try_from(d).map_err(|_| usage(format!("a negative dimension {d}")))).collect()
 }
 
 fn dtype_of(code: jint) -> Result<DType, Failure> {
-    DType::from_code(code).ok_or_else(|| invalid(format!("unknown dtype code {code}")))
+    DType::from_code(code).ok_or_else(|| usage(format!("unknown dtype code {code}")))
 }
 
 fn code_of(dtype: Option<DType>) -> jlong {
@@ -213,17 +114,15 @@ impl Pinned {
         elem: usize,
         commit: bool,
     ) -> Result<Pinned, Failure> {
-        let bytes = len.checked_mul(elem).ok_or_else(|| invalid("array too large"))?;
+        let bytes = len.checked_mul(elem).ok_or_else(|| usage("array too large"))?;
         let raw = env.get_raw();
         let mut is_copy: jni::sys::jboolean = false;
         // SAFETY: per the contract; the function table is valid for an attached thread.
         let ptr = unsafe { ((**raw).v1_2.GetPrimitiveArrayCritical)(raw, array, &mut is_copy) };
         if ptr.is_null() {
-            return Err(Failure {
-                kind: "runtime",
-                message: "GetPrimitiveArrayCritical returned null (out of memory)".into(),
-                fields: vec!["RESOURCE_EXHAUSTED".into(), "pinning an array".into()],
-            });
+            return Err(Failure::new(ErrorKind::Runtime, "GetPrimitiveArrayCritical returned null (out of memory)")
+                .status(StatusCode::ResourceExhausted)
+                .text("pinning an array"));
         }
         Ok(Pinned { env: raw, array, ptr: ptr.cast(), bytes, commit })
     }
@@ -305,7 +204,7 @@ pub extern "system" fn Java_dev_tapeout_iree_IreeNative_deviceCreate<'l>(
         .with_env(|env| -> Result<jlong, Failure> {
             // SAFETY: a live handle.
             let instance = unsafe { borrow::<Instance>(instance)? };
-            let workers = u32::try_from(workers).map_err(|_| invalid(format!("workers = {workers}: use 0 or more")))?;
+            let workers = u32::try_from(workers).map_err(|_| usage(format!("workers = {workers}: use 0 or more")))?;
             Ok(into_handle(instance.device(&string(env, &uri)?, workers)?))
         })
         .resolve::<Throw>()
@@ -353,7 +252,7 @@ pub extern "system" fn Java_dev_tapeout_iree_IreeNative_moduleLoad<'l>(
             let scopes = strings(env, &scopes)?;
             let paths = strings(env, &paths)?;
             if scopes.len() != paths.len() {
-                return Err(invalid("as many scopes as parameter files"));
+                return Err(usage("as many scopes as parameter files"));
             }
             let parameters: Vec<Parameters> =
                 scopes.into_iter().zip(paths).map(|(s, p)| Parameters::new(s, PathBuf::from(p))).collect();
@@ -372,41 +271,86 @@ pub extern "system" fn Java_dev_tapeout_iree_IreeNative_moduleLoad<'l>(
 
 releaser!(Java_dev_tapeout_iree_IreeNative_moduleRelease, Module);
 
-/// Escapes tab, newline and backslash of a name for the line format of `moduleFunctions`.
-fn escape(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('\t', "\\t").replace('\n', "\\n")
+/// A `String[]` of `texts`, each element's local reference deleted once stored (see [`strings`]).
+fn string_array<'l>(env: &mut Env<'l>, texts: &[String]) -> Result<JObjectArray<'l>, Failure> {
+    let count = i32::try_from(texts.len()).map_err(|_| usage("more strings than a JVM array holds"))?;
+    let array = env.new_object_array(count, JNIString::from("java/lang/String"), JObject::null())?;
+    for (i, text) in texts.iter().enumerate() {
+        let s = env.new_string(text)?;
+        array.set_element(env, i, &s)?;
+        env.delete_local_ref(s);
+    }
+    Ok(array)
 }
 
-/// `IreeNative.moduleFunctions(handle): String` — per function a line `F\t<name>\t<declaration>`, then a line
-/// `I\t<name>\t<dtype code>\t<dims>` per argument and `O\t…` per result (dims comma-separated, `?` dynamic;
-/// dtype -1 for a type tapeout does not name; names escaped).
+/// `IreeNative.moduleTexts(handle): Array<String>` — the texts of the module's signatures, in the order
+/// `moduleLayout` walks them: per function its name and declaration, then its arguments' names, then its results'.
 #[unsafe(no_mangle)]
-pub extern "system" fn Java_dev_tapeout_iree_IreeNative_moduleFunctions<'l>(
+pub extern "system" fn Java_dev_tapeout_iree_IreeNative_moduleTexts<'l>(
     mut unowned: EnvUnowned<'l>,
     _class: JClass<'l>,
     handle: jlong,
-) -> JObject<'l> {
+) -> JObjectArray<'l> {
     unowned
-        .with_env(|env| -> Result<JObject<'l>, Failure> {
+        .with_env(|env| -> Result<JObjectArray<'l>, Failure> {
             // SAFETY: a live handle.
             let module = unsafe { borrow::<Module>(handle)? };
-            let mut out = String::new();
+            let mut texts = Vec::new();
             for f in module.functions() {
-                out.push_str(&format!("F\t{}\t{}\n", escape(&f.name), escape(&f.declaration)));
-                for (tag, params) in [("I", &f.inputs), ("O", &f.outputs)] {
-                    for p in params {
-                        let dims: Vec<String> =
-                            p.dims.iter().map(|d| d.map_or_else(|| "?".to_owned(), |d| d.to_string())).collect();
-                        out.push_str(&format!(
-                            "{tag}\t{}\t{}\t{}\n",
-                            escape(&p.name),
-                            code_of(p.dtype),
-                            dims.join(",")
-                        ));
-                    }
+                texts.push(f.name.clone());
+                texts.push(f.declaration.clone());
+                texts.extend(f.inputs.iter().chain(&f.outputs).map(|p| p.name.clone()));
+            }
+            string_array(env, &texts)
+        })
+        .resolve::<Throw>()
+}
+
+/// `IreeNative.moduleLayout(handle): LongArray` — the numbers of the module's signatures: the function count, then
+/// per function its argument and result counts and per argument, then result: the dtype code (-1 for a type
+/// tapeout does not name), the rank and the dimensions (-1 for `?`).
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_dev_tapeout_iree_IreeNative_moduleLayout<'l>(
+    mut unowned: EnvUnowned<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+) -> JLongArray<'l> {
+    unowned
+        .with_env(|env| -> Result<JLongArray<'l>, Failure> {
+            // SAFETY: a live handle.
+            let module = unsafe { borrow::<Module>(handle)? };
+            let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+            let mut layout = vec![count(module.functions().len())];
+            for f in module.functions() {
+                layout.extend([count(f.inputs.len()), count(f.outputs.len())]);
+                for p in f.inputs.iter().chain(&f.outputs) {
+                    layout.extend([code_of(p.dtype), count(p.dims.len())]);
+                    layout.extend(p.dims.iter().map(|d| d.map_or(-1, |d| i64::try_from(d).unwrap_or(i64::MAX))));
                 }
             }
-            Ok(env.new_string(out)?.into())
+            let out = env.new_long_array(layout.len())?;
+            out.set_region(env, 0, &layout)?;
+            Ok(out)
+        })
+        .resolve::<Throw>()
+}
+
+/// `IreeNative.parametersFromIndex(path): Array<String>` — an archive set's index read by
+/// [`Parameters::from_index`]: its scope, then its files (absolute or relative to the working directory).
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_dev_tapeout_iree_IreeNative_parametersFromIndex<'l>(
+    mut unowned: EnvUnowned<'l>,
+    _class: JClass<'l>,
+    path: JString<'l>,
+) -> JObjectArray<'l> {
+    unowned
+        .with_env(|env| -> Result<JObjectArray<'l>, Failure> {
+            let path = string(env, &path)?;
+            let files = Parameters::from_index(&path)?;
+            let scope = files.first().map(|p| p.scope.clone()).unwrap_or_default();
+            let texts: Vec<String> =
+                std::iter::once(scope).chain(files.iter().map(|p| p.path.display().to_string())).collect();
+            string_array(env, &texts)
         })
         .resolve::<Throw>()
 }
@@ -462,13 +406,12 @@ value_from!(Java_dev_tapeout_iree_IreeNative_valueFromBytes, JByteArray<'l>, 1);
 
 /// The `position..limit` bytes of a direct buffer, as (address, length).
 fn direct(env: &Env<'_>, buffer: &JByteBuffer<'_>, position: jint, limit: jint) -> Result<(*mut u8, usize), Failure> {
-    let address =
-        env.get_direct_buffer_address(buffer).map_err(|_| invalid("the ByteBuffer is not a direct buffer"))?;
+    let address = env.get_direct_buffer_address(buffer).map_err(|_| usage("the ByteBuffer is not a direct buffer"))?;
     let capacity = env.get_direct_buffer_capacity(buffer)?;
     let (p, l) = (usize::try_from(position), usize::try_from(limit));
     match (p, l) {
         (Ok(p), Ok(l)) if p <= l && l <= capacity => Ok((address.wrapping_add(p), l - p)),
-        _ => Err(invalid(format!("position {position} / limit {limit} outside the buffer's capacity {capacity}"))),
+        _ => Err(usage(format!("position {position} / limit {limit} outside the buffer's capacity {capacity}"))),
     }
 }
 
@@ -511,7 +454,7 @@ pub extern "system" fn Java_dev_tapeout_iree_IreeNative_valueInfo<'l>(
         .with_env(|env| -> Result<JLongArray<'l>, Failure> {
             // SAFETY: a live handle.
             let value = unsafe { borrow::<Value>(handle)? };
-            let long = |n: u64| jlong::try_from(n).map_err(|_| invalid(format!("{n} does not fit in a JVM long")));
+            let long = |n: u64| jlong::try_from(n).map_err(|_| usage(format!("{n} does not fit in a JVM long")));
             let dims = value.dims();
             let mut info = vec![code_of(value.dtype()), long(value.byte_len())?, long(dims.len() as u64)?];
             for d in dims {

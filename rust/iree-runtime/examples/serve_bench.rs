@@ -12,7 +12,7 @@
 //! `prefill`, a past length for `decode`). Prints one JSON object: the median and minimum wall time of a call
 //! (results read back to the host, as a caller does), and VmHWM / RssFile / RssAnon in KiB before the module is
 //! loaded, after it is loaded, and after the calls. `--batch-waits off` waits as IREE does by itself (the baseline
-//! of `Device::set_batch_waits`, on by default).
+//! of `Device::set_batch_waits`; the benchmark turns it on, the library leaves it off by default).
 #![allow(clippy::print_stdout, reason = "a command-line benchmark: its JSON goes to stdout")]
 
 use std::time::Instant;

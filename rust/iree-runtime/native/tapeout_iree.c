@@ -205,7 +205,7 @@ static iree_status_t tio_open_mapped(const char* path, iree_allocator_t allocato
 // Indexes every file into one index per scope and makes the io_parameters module serving them.
 static iree_status_t tio_parameters_module(iree_vm_instance_t* vm, size_t file_count, const char* const* scopes,
                                            const char* const* paths, iree_allocator_t allocator,
-                                           iree_vm_module_t** out_module) {
+                                           iree_vm_module_t** out_module, size_t* out_file) {
   *out_module = NULL;
   iree_io_parameter_provider_t** providers =
       (iree_io_parameter_provider_t**)calloc(file_count ? file_count : 1, sizeof(*providers));
@@ -222,6 +222,7 @@ static iree_status_t tio_parameters_module(iree_vm_instance_t* vm, size_t file_c
     for (size_t k = i; k < file_count && iree_status_is_ok(status); ++k) {
       if (strcmp(scopes[i], scopes[k]) != 0) continue;
       iree_io_file_handle_t* file = NULL;
+      *out_file = k;
       status = tio_open_mapped(paths[k], allocator, &file);
       if (iree_status_is_ok(status)) {
         // The format is told by the name's extension; tapeout's archives are .irpa whatever they are called.
@@ -251,8 +252,10 @@ static iree_status_t tio_parameters_module(iree_vm_instance_t* vm, size_t file_c
 
 int32_t tio_session_create(tio_instance* instance, tio_device* device, const uint8_t* vmfb, size_t vmfb_length,
                            size_t file_count, const char* const* scopes, const char* const* paths,
-                           tio_session** out_session, char** out_message) {
+                           tio_session** out_session, int32_t* out_phase, size_t* out_file, char** out_message) {
   *out_session = NULL;
+  *out_phase = TIO_PHASE_MODULE;
+  *out_file = 0;
   iree_allocator_t allocator = iree_allocator_system();
   iree_vm_instance_t* vm = iree_runtime_instance_vm_instance(instance->runtime);
   tio_session* session = (tio_session*)calloc(1, sizeof(*session));
@@ -267,9 +270,11 @@ int32_t tio_session_create(tio_instance* instance, tio_device* device, const uin
                                             iree_make_const_byte_span(copy, vmfb_length),
                                             allocator, allocator,
                                             &session->module);
-    if (!iree_status_is_ok(status)) status = iree_status_annotate(status, IREE_SV("loading the compiled module"));
+    // The module owns the copy only once it exists: a refused module leaves it to us.
+    if (!iree_status_is_ok(status)) iree_allocator_free(allocator, copy);
   }
   if (iree_status_is_ok(status)) {
+    *out_phase = TIO_PHASE_CONTEXT;
     status = iree_vm_context_create(vm, IREE_VM_CONTEXT_FLAG_NONE, allocator, &session->context);
   }
   // The HAL module, as iree_runtime_session_create_with_device makes it, over the device's own group.
@@ -283,12 +288,14 @@ int32_t tio_session_create(tio_instance* instance, tio_device* device, const uin
   }
   // Always, even with no files: a module that needs parameters then fails naming the scope it wanted.
   if (iree_status_is_ok(status)) {
+    *out_phase = TIO_PHASE_PARAMETERS;
     iree_vm_module_t* parameters = NULL;
-    status = tio_parameters_module(vm, file_count, scopes, paths, allocator, &parameters);
+    status = tio_parameters_module(vm, file_count, scopes, paths, allocator, &parameters, out_file);
     if (iree_status_is_ok(status)) status = iree_vm_context_register_modules(session->context, 1, &parameters);
     iree_vm_module_release(parameters);
   }
   if (iree_status_is_ok(status)) {
+    *out_phase = TIO_PHASE_INITIALIZE;
     // Registering runs the module's initializers: parameters are resolved and loaded here.
     status = iree_vm_context_register_modules(session->context, 1, &session->module);
   }
@@ -298,6 +305,7 @@ int32_t tio_session_create(tio_instance* instance, tio_device* device, const uin
   }
   session->device = device->hal;
   iree_hal_device_retain(session->device);
+  *out_phase = TIO_PHASE_NONE;
   *out_session = session;
   return 0;
 }
@@ -335,48 +343,16 @@ int32_t tio_session_functions(tio_session* session, char** out_listing, char** o
   return tio_consume(status, out_message);
 }
 
-static iree_hal_element_type_t tio_element_type(int32_t dtype) {
-  switch (dtype) {
-    case TIO_F32: return IREE_HAL_ELEMENT_TYPE_FLOAT_32;
-    case TIO_F16: return IREE_HAL_ELEMENT_TYPE_FLOAT_16;
-    case TIO_BF16: return IREE_HAL_ELEMENT_TYPE_BFLOAT_16;
-    case TIO_F64: return IREE_HAL_ELEMENT_TYPE_FLOAT_64;
-    case TIO_I8: return IREE_HAL_ELEMENT_TYPE_INT_8;
-    case TIO_I16: return IREE_HAL_ELEMENT_TYPE_INT_16;
-    case TIO_I32: return IREE_HAL_ELEMENT_TYPE_INT_32;
-    case TIO_I64: return IREE_HAL_ELEMENT_TYPE_INT_64;
-    case TIO_U8: return IREE_HAL_ELEMENT_TYPE_UINT_8;
-    case TIO_BOOL: return IREE_HAL_ELEMENT_TYPE_BOOL_8;
-    default: return IREE_HAL_ELEMENT_TYPE_NONE;
-  }
+uint32_t tio_value_element_type(const tio_value* value) {
+  return (uint32_t)iree_hal_buffer_view_element_type((const iree_hal_buffer_view_t*)value);
 }
 
-int32_t tio_value_dtype(const tio_value* value) {
-  switch (iree_hal_buffer_view_element_type((const iree_hal_buffer_view_t*)value)) {
-    case IREE_HAL_ELEMENT_TYPE_FLOAT_32: return TIO_F32;
-    case IREE_HAL_ELEMENT_TYPE_FLOAT_16: return TIO_F16;
-    case IREE_HAL_ELEMENT_TYPE_BFLOAT_16: return TIO_BF16;
-    case IREE_HAL_ELEMENT_TYPE_FLOAT_64: return TIO_F64;
-    case IREE_HAL_ELEMENT_TYPE_INT_8:
-    case IREE_HAL_ELEMENT_TYPE_SINT_8: return TIO_I8;
-    case IREE_HAL_ELEMENT_TYPE_INT_16:
-    case IREE_HAL_ELEMENT_TYPE_SINT_16: return TIO_I16;
-    case IREE_HAL_ELEMENT_TYPE_INT_32:
-    case IREE_HAL_ELEMENT_TYPE_SINT_32: return TIO_I32;
-    case IREE_HAL_ELEMENT_TYPE_INT_64:
-    case IREE_HAL_ELEMENT_TYPE_SINT_64: return TIO_I64;
-    case IREE_HAL_ELEMENT_TYPE_UINT_8: return TIO_U8;
-    case IREE_HAL_ELEMENT_TYPE_BOOL_8:
-    default: return -1;
-  }
-}
-
-int32_t tio_value_create(tio_session* session, int32_t dtype, size_t rank, const int64_t* dims, const void* data,
-                         size_t byte_length, tio_value** out_value, char** out_message) {
+int32_t tio_value_create(tio_session* session, uint32_t element_type, size_t rank, const int64_t* dims,
+                         const void* data, size_t byte_length, tio_value** out_value, char** out_message) {
   *out_value = NULL;
-  iree_hal_element_type_t type = tio_element_type(dtype);
+  iree_hal_element_type_t type = (iree_hal_element_type_t)element_type;
   if (type == IREE_HAL_ELEMENT_TYPE_NONE) {
-    return tio_consume(iree_make_status(IREE_STATUS_INVALID_ARGUMENT, "unknown dtype code %d", dtype), out_message);
+    return tio_consume(iree_make_status(IREE_STATUS_INVALID_ARGUMENT, "no element type"), out_message);
   }
   iree_hal_dim_t shape[16];
   if (rank > IREE_ARRAYSIZE(shape)) {

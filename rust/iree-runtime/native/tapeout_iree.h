@@ -18,18 +18,21 @@ typedef struct tio_session tio_session;
 // A value lives on the device (an iree_hal_buffer_view_t).
 typedef struct tio_value tio_value;
 
-// Element types, as tapeout names them.
+// Element types cross this surface as IREE's own iree_hal_element_type_t values (numerical type << 24 | bits): the
+// one table that names them is the Rust crate's DType (src/signature.rs), which the JNI contract renders for Kotlin.
+
+// The step of tio_session_create that failed (its *out_phase), so that errors are typed by what failed rather than
+// by IREE's message text.
 enum {
-  TIO_F32 = 0,
-  TIO_F16 = 1,
-  TIO_BF16 = 2,
-  TIO_F64 = 3,
-  TIO_I8 = 4,
-  TIO_I16 = 5,
-  TIO_I32 = 6,
-  TIO_I64 = 7,
-  TIO_U8 = 8,
-  TIO_BOOL = 9,
+  TIO_PHASE_NONE = 0,
+  // Reading the compiled module's bytes (header, FlatBuffer verification, types).
+  TIO_PHASE_MODULE = 1,
+  // Making the VM context or the HAL module over the device.
+  TIO_PHASE_CONTEXT = 2,
+  // Opening, mapping or indexing parameter file *out_file.
+  TIO_PHASE_PARAMETERS = 3,
+  // Registering the module: its initializers run, resolving parameters and loading its executables on the device.
+  TIO_PHASE_INITIALIZE = 4,
 };
 
 void tio_free_message(char* message);
@@ -46,19 +49,21 @@ void tio_device_release(tio_device* device);
 
 // Loads a compiled module (its bytes are copied) with parameter files: file i under scopes[i] ("" for none).
 // Each parameter file is memory-mapped read-only and its entries are imported in place where the device can.
+// On failure *out_phase says which step failed (TIO_PHASE_*) and, for TIO_PHASE_PARAMETERS, *out_file which file;
+// everything the call took is freed.
 int32_t tio_session_create(tio_instance* instance, tio_device* device, const uint8_t* vmfb, size_t vmfb_length,
                            size_t file_count, const char* const* scopes, const char* const* paths,
-                           tio_session** out_session, char** out_message);
+                           tio_session** out_session, int32_t* out_phase, size_t* out_file, char** out_message);
 void tio_session_release(tio_session* session);
 // The exported functions: "name\tdeclaration\n" per function (a string to free with tio_free_message).
 int32_t tio_session_functions(tio_session* session, char** out_listing, char** out_message);
 
-// A device value from host bytes (copied); dims has `rank` entries.
-int32_t tio_value_create(tio_session* session, int32_t dtype, size_t rank, const int64_t* dims, const void* data,
+// A device value of IREE element type `element_type` from host bytes (copied); dims has `rank` entries.
+int32_t tio_value_create(tio_session* session, uint32_t element_type, size_t rank, const int64_t* dims, const void* data,
                          size_t byte_length, tio_value** out_value, char** out_message);
 void tio_value_release(tio_value* value);
-// The dtype (TIO_*), or -1 for a type tapeout does not name.
-int32_t tio_value_dtype(const tio_value* value);
+// The value's IREE element type (iree_hal_element_type_t).
+uint32_t tio_value_element_type(const tio_value* value);
 size_t tio_value_rank(const tio_value* value);
 uint64_t tio_value_dim(const tio_value* value, size_t axis);
 uint64_t tio_value_byte_length(const tio_value* value);

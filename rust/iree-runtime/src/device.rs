@@ -6,7 +6,7 @@ use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::error::{IreeError, Native, c_string, native, runtime, take_string};
+use crate::error::{IreeError, Native, StatusCode, c_string, native, runtime, take_string};
 use crate::ffi;
 use crate::module::{Module, SessionInner};
 use crate::signature::{Signature, parse_declaration};
@@ -57,7 +57,7 @@ impl Instance {
         let c_uri = c_string("creating a device", uri)?;
         let workers = i32::try_from(workers).map_err(|_| IreeError::Runtime {
             during: format!("creating device '{uri}'"),
-            code: "INVALID_ARGUMENT",
+            code: StatusCode::InvalidArgument,
             message: format!("{workers} workers is more than i32 holds"),
         })?;
         let mut raw = ptr::null_mut();
@@ -72,7 +72,7 @@ impl Instance {
                 raw,
                 uri: uri.to_owned(),
                 instance: self.clone(),
-                batch_waits: AtomicBool::new(true),
+                batch_waits: AtomicBool::new(false),
             }),
         })
     }
@@ -82,8 +82,9 @@ impl Instance {
 /// IREE's Vulkan driver answers NOT_FOUND for a missing loader or no physical device, UNAVAILABLE for no
 /// driver (`vkCreateInstance`: VK_ERROR_INCOMPATIBLE_DRIVER) or no device meeting Vulkan 1.3, FAILED_PRECONDITION
 /// for VK_ERROR_INITIALIZATION_FAILED, OUT_OF_RANGE for a device index beyond those there are.
-fn means_unavailable(code: &str) -> bool {
-    matches!(code, "NOT_FOUND" | "UNAVAILABLE" | "FAILED_PRECONDITION" | "OUT_OF_RANGE" | "INCOMPATIBLE")
+fn means_unavailable(code: StatusCode) -> bool {
+    use StatusCode::*;
+    matches!(code, NotFound | Unavailable | FailedPrecondition | OutOfRange | Incompatible)
 }
 
 impl Instance {
@@ -224,6 +225,7 @@ impl Device {
         let scope_ptrs: Vec<*const c_char> = scopes.iter().map(|s| s.as_ptr()).collect();
         let path_ptrs: Vec<*const c_char> = paths.iter().map(|s| s.as_ptr()).collect();
         let mut raw = ptr::null_mut();
+        let (mut phase, mut file) = (0i32, 0usize);
         // SAFETY: live instance and device; the byte slice and string arrays outlive the call.
         let result = native(|m| unsafe {
             ffi::tio_session_create(
@@ -235,10 +237,12 @@ impl Device {
                 scope_ptrs.as_ptr(),
                 path_ptrs.as_ptr(),
                 &mut raw,
+                &mut phase,
+                &mut file,
                 m,
             )
         });
-        result.map_err(|n| self.classify_load_failure(n, parameters))?;
+        result.map_err(|n| self.classify_load_failure(n, phase, parameters.get(file)))?;
         let session = Arc::new(SessionInner { raw, lock: std::sync::Mutex::new(()), device: self.clone() });
         let mut listing = ptr::null_mut();
         // SAFETY: live session, valid out-pointers.
@@ -264,30 +268,43 @@ impl Device {
         Ok(Module { session, functions, unchecked })
     }
 
-    pub(crate) fn classify_load_failure(&self, n: Native, parameters: &[Parameters]) -> IreeError {
+    /// The error for a failed `tio_session_create`, typed by the step that failed (`phase`); `file` is the parameter
+    /// file the shim was on when that step is the parameters'.
+    pub(crate) fn classify_load_failure(&self, n: Native, phase: i32, file: Option<&Parameters>) -> IreeError {
         let msg = n.message;
-        let lower = msg.to_lowercase();
-        if lower.contains("loading the compiled module") {
-            return IreeError::NotAModule { what: "the module bytes".into(), message: msg };
-        }
-        for p in parameters {
-            let path = p.path.to_string_lossy();
-            if msg.contains(&format!("'{path}'")) {
-                return IreeError::ParameterFile { path: p.path.clone(), message: msg };
+        match phase {
+            ffi::PHASE_MODULE => IreeError::NotAModule { what: "the module bytes".into(), message: msg },
+            ffi::PHASE_PARAMETERS => match file {
+                Some(p) => IreeError::ParameterFile { path: p.path.clone(), message: msg },
+                None => {
+                    IreeError::Runtime { during: "indexing the parameter files".into(), code: n.code, message: msg }
+                }
+            },
+            ffi::PHASE_INITIALIZE => self.classify_initializer_failure(n.code, msg),
+            ffi::PHASE_CONTEXT => {
+                IreeError::Runtime { during: "making the module's VM context".into(), code: n.code, message: msg }
             }
+            _ => IreeError::Runtime { during: "loading the module".into(), code: n.code, message: msg },
         }
-        // "no parameter found in index with key 'k'" or, for a scope no file was given under,
-        // "no provider registered that handles scopes like 's'".
-        let no_scope = lower.contains("no provider registered");
-        if n.code == "NOT_FOUND" && (no_scope || lower.contains("no parameter found")) {
+    }
+
+    /// A module's initializers failed: they resolve its parameters (a key no file holds, or a scope no file was
+    /// given under: NOT_FOUND) and load its executables on the device (none the device can run: the module was
+    /// compiled for another device).
+    fn classify_initializer_failure(&self, code: StatusCode, msg: String) -> IreeError {
+        // IREE says "does not support any variant of executable" (NOT_FOUND too) or "HAL device … not found or
+        // unavailable" for a module of another device; the two parameter cases name the key or scope in quotes.
+        let wrong_device = msg.contains("does not support any variant") || msg.contains("not found or unavailable");
+        if code == StatusCode::Incompatible || wrong_device {
+            return IreeError::WrongTarget { device: self.inner.uri.clone(), message: msg };
+        }
+        if code == StatusCode::NotFound {
+            let no_scope = msg.contains("no provider registered");
             let quoted = msg.split('\'').nth(1).unwrap_or("(see message)");
             let key = if no_scope { format!("{quoted}::*") } else { quoted.to_owned() };
             return IreeError::MissingParameter { key, message: msg };
         }
-        if n.code == "INCOMPATIBLE" || lower.contains("executable format") {
-            return IreeError::WrongTarget { device: self.inner.uri.clone(), message: msg };
-        }
-        IreeError::Runtime { during: "loading the module".into(), code: n.code, message: msg }
+        IreeError::Runtime { during: "initializing the module".into(), code, message: msg }
     }
 }
 
@@ -308,7 +325,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
     use super::Instance;
-    use crate::error::{IreeError, Native};
+    use crate::error::{IreeError, Native, StatusCode};
 
     /// IREE's statuses for a machine without a Vulkan loader (seen with libvulkan.so.1 hidden in a mount namespace)
     /// and for a driver this runtime lacks: only the first is the machine's lack.
@@ -318,21 +335,24 @@ mod tests {
         let loader = "iree/runtime/src/iree/hal/drivers/vulkan/util/libvulkan.c:635: NOT_FOUND; Vulkan loader \
                       library not found; ensure it is installed and on a valid search path (or specified with \
                       IREE_HAL_VULKAN_LIBVULKAN_PATH): \n  Tried: libvulkan.so.1\n    failed to load dynamic library";
-        let e = instance.classify_device_failure("vulkan", Native { code: "NOT_FOUND", message: loader.into() });
+        let e =
+            instance.classify_device_failure("vulkan", Native { code: StatusCode::NotFound, message: loader.into() });
         let IreeError::DeviceUnavailable { driver, uri, code, .. } = &e else { panic!("{e:?}") };
-        assert_eq!((driver.as_str(), uri.as_str(), *code), ("vulkan", "vulkan", "NOT_FOUND"));
+        assert_eq!((driver.as_str(), uri.as_str(), *code), ("vulkan", "vulkan", StatusCode::NotFound));
         let text = e.to_string();
         for needle in
             ["'vulkan' device", "Vulkan loader library not found", "libvulkan1 mesa-vulkan-drivers", "\"local-task\""]
         {
             assert!(text.contains(needle), "{needle:?} not in: {text}");
         }
-        let e = instance.classify_device_failure("vulkan://9", Native { code: "NOT_FOUND", message: "no".into() });
+        let e =
+            instance.classify_device_failure("vulkan://9", Native { code: StatusCode::NotFound, message: "no".into() });
         assert!(matches!(&e, IreeError::DeviceUnavailable { driver, .. } if driver == "vulkan"), "{e:?}");
         // A driver the runtime does not have, and a failure that is not the machine's: IREE's own error.
-        let e = instance.classify_device_failure("metal", Native { code: "NOT_FOUND", message: "no".into() });
+        let e = instance.classify_device_failure("metal", Native { code: StatusCode::NotFound, message: "no".into() });
         assert!(matches!(&e, IreeError::Runtime { during, .. } if during.contains("local-task")), "{e:?}");
-        let e = instance.classify_device_failure("vulkan", Native { code: "INVALID_ARGUMENT", message: "x".into() });
+        let e = instance
+            .classify_device_failure("vulkan", Native { code: StatusCode::InvalidArgument, message: "x".into() });
         assert!(matches!(e, IreeError::Runtime { .. }), "{e:?}");
     }
 }

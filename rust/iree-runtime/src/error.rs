@@ -10,13 +10,13 @@ use crate::signature::DType;
 /// What can go wrong serving a module.
 #[derive(Debug, thiserror::Error)]
 pub enum IreeError {
-    /// IREE refused an operation; `code` is IREE's status name (`INVALID_ARGUMENT`, ...).
+    /// IREE refused an operation; `code` is IREE's status (`INVALID_ARGUMENT`, ...).
     #[error("IREE failed {during}: {code}: {message}")]
     Runtime {
         /// What tapeout was doing.
         during: String,
-        /// IREE's status code name.
-        code: &'static str,
+        /// IREE's status code.
+        code: StatusCode,
         /// IREE's own message.
         message: String,
     },
@@ -28,8 +28,8 @@ pub enum IreeError {
         driver: String,
         /// The device URI as given.
         uri: String,
-        /// IREE's status code name (`NOT_FOUND` for a missing loader or device, `UNAVAILABLE` for no driver).
-        code: &'static str,
+        /// IREE's status code (`NOT_FOUND` for a missing loader or device, `UNAVAILABLE` for no driver).
+        code: StatusCode,
         /// IREE's own message.
         message: String,
     },
@@ -172,35 +172,96 @@ pub(crate) fn remedy(driver: &str) -> String {
     }
 }
 
-/// IREE's status code names (iree/base/status.h).
-pub(crate) fn code_name(code: i32) -> &'static str {
-    const NAMES: [&str; 19] = [
-        "OK",
-        "CANCELLED",
-        "UNKNOWN",
-        "INVALID_ARGUMENT",
-        "DEADLINE_EXCEEDED",
-        "NOT_FOUND",
-        "ALREADY_EXISTS",
-        "PERMISSION_DENIED",
-        "RESOURCE_EXHAUSTED",
-        "FAILED_PRECONDITION",
-        "ABORTED",
-        "OUT_OF_RANGE",
-        "UNIMPLEMENTED",
-        "INTERNAL",
-        "UNAVAILABLE",
-        "DATA_LOSS",
-        "UNAUTHENTICATED",
-        "DEFERRED",
-        "INCOMPATIBLE",
-    ];
-    usize::try_from(code).ok().and_then(|c| NAMES.get(c)).copied().unwrap_or("UNKNOWN")
+/// IREE's status codes (`iree_status_code_t`, iree/base/status.h), the number the C shim returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StatusCode {
+    /// `IREE_STATUS_CANCELLED`.
+    Cancelled,
+    /// `IREE_STATUS_UNKNOWN`, also any code this crate does not know.
+    Unknown,
+    /// `IREE_STATUS_INVALID_ARGUMENT`.
+    InvalidArgument,
+    /// `IREE_STATUS_DEADLINE_EXCEEDED`.
+    DeadlineExceeded,
+    /// `IREE_STATUS_NOT_FOUND`.
+    NotFound,
+    /// `IREE_STATUS_ALREADY_EXISTS`.
+    AlreadyExists,
+    /// `IREE_STATUS_PERMISSION_DENIED`.
+    PermissionDenied,
+    /// `IREE_STATUS_RESOURCE_EXHAUSTED`.
+    ResourceExhausted,
+    /// `IREE_STATUS_FAILED_PRECONDITION`.
+    FailedPrecondition,
+    /// `IREE_STATUS_ABORTED`.
+    Aborted,
+    /// `IREE_STATUS_OUT_OF_RANGE`.
+    OutOfRange,
+    /// `IREE_STATUS_UNIMPLEMENTED`.
+    Unimplemented,
+    /// `IREE_STATUS_INTERNAL`.
+    Internal,
+    /// `IREE_STATUS_UNAVAILABLE`.
+    Unavailable,
+    /// `IREE_STATUS_DATA_LOSS`.
+    DataLoss,
+    /// `IREE_STATUS_UNAUTHENTICATED`.
+    Unauthenticated,
+    /// `IREE_STATUS_DEFERRED`.
+    Deferred,
+    /// `IREE_STATUS_INCOMPATIBLE`.
+    Incompatible,
+}
+
+/// Every status code but OK with IREE's number and name: the one table of them (the Kotlin `IreeStatusCode` enum
+/// is rendered from it by the JNI crate's contract).
+pub const STATUS_CODES: [(StatusCode, i32, &str); 18] = [
+    (StatusCode::Cancelled, 1, "CANCELLED"),
+    (StatusCode::Unknown, 2, "UNKNOWN"),
+    (StatusCode::InvalidArgument, 3, "INVALID_ARGUMENT"),
+    (StatusCode::DeadlineExceeded, 4, "DEADLINE_EXCEEDED"),
+    (StatusCode::NotFound, 5, "NOT_FOUND"),
+    (StatusCode::AlreadyExists, 6, "ALREADY_EXISTS"),
+    (StatusCode::PermissionDenied, 7, "PERMISSION_DENIED"),
+    (StatusCode::ResourceExhausted, 8, "RESOURCE_EXHAUSTED"),
+    (StatusCode::FailedPrecondition, 9, "FAILED_PRECONDITION"),
+    (StatusCode::Aborted, 10, "ABORTED"),
+    (StatusCode::OutOfRange, 11, "OUT_OF_RANGE"),
+    (StatusCode::Unimplemented, 12, "UNIMPLEMENTED"),
+    (StatusCode::Internal, 13, "INTERNAL"),
+    (StatusCode::Unavailable, 14, "UNAVAILABLE"),
+    (StatusCode::DataLoss, 15, "DATA_LOSS"),
+    (StatusCode::Unauthenticated, 16, "UNAUTHENTICATED"),
+    (StatusCode::Deferred, 17, "DEFERRED"),
+    (StatusCode::Incompatible, 18, "INCOMPATIBLE"),
+];
+
+impl StatusCode {
+    /// The code of IREE's number `code` ([`StatusCode::Unknown`] for one this crate does not know, and for 0).
+    pub fn from_raw(code: i32) -> StatusCode {
+        STATUS_CODES.iter().find(|(_, n, _)| *n == code).map_or(StatusCode::Unknown, |(c, _, _)| *c)
+    }
+
+    /// IREE's name of it (`INVALID_ARGUMENT`).
+    pub fn name(self) -> &'static str {
+        STATUS_CODES.iter().find(|(c, _, _)| *c == self).map_or("UNKNOWN", |(_, _, n)| n)
+    }
+
+    /// IREE's number of it.
+    pub fn raw(self) -> i32 {
+        STATUS_CODES.iter().find(|(c, _, _)| *c == self).map_or(2, |(_, n, _)| *n)
+    }
+}
+
+impl std::fmt::Display for StatusCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// A native failure: code name and message (freed here).
 pub(crate) struct Native {
-    pub(crate) code: &'static str,
+    pub(crate) code: StatusCode,
     pub(crate) message: String,
 }
 
@@ -216,7 +277,7 @@ pub(crate) fn native(call: impl FnOnce(*mut *mut c_char) -> i32) -> Result<(), N
         unsafe { ffi::tio_free_message(message) };
         text
     };
-    if code == 0 { Ok(()) } else { Err(Native { code: code_name(code), message: text }) }
+    if code == 0 { Ok(()) } else { Err(Native { code: StatusCode::from_raw(code), message: text }) }
 }
 
 pub(crate) fn runtime(during: &str) -> impl FnOnce(Native) -> IreeError + '_ {
@@ -237,7 +298,7 @@ pub(crate) fn take_string(raw: *mut c_char) -> String {
 pub(crate) fn c_string(what: &str, text: &str) -> Result<CString, IreeError> {
     CString::new(text).map_err(|_| IreeError::Runtime {
         during: what.to_owned(),
-        code: "INVALID_ARGUMENT",
+        code: StatusCode::InvalidArgument,
         message: format!("{text:?} holds a NUL byte"),
     })
 }

@@ -24,6 +24,15 @@ pub struct TioValue {
     _private: [u8; 0],
 }
 
+/// `TIO_PHASE_*`: the step of `tio_session_create` that failed.
+pub const PHASE_MODULE: i32 = 1;
+/// Making the VM context or the HAL module.
+pub const PHASE_CONTEXT: i32 = 2;
+/// A parameter file (which: the `file` out-parameter).
+pub const PHASE_PARAMETERS: i32 = 3;
+/// The module's initializers (parameters resolved, executables loaded).
+pub const PHASE_INITIALIZE: i32 = 4;
+
 unsafe extern "C" {
     pub fn tio_free_message(message: *mut c_char);
     pub fn tio_instance_create(out: *mut *mut TioInstance, message: *mut *mut c_char) -> i32;
@@ -47,6 +56,8 @@ unsafe extern "C" {
         scopes: *const *const c_char,
         paths: *const *const c_char,
         out: *mut *mut TioSession,
+        phase: *mut i32,
+        file: *mut usize,
         message: *mut *mut c_char,
     ) -> i32;
     pub fn tio_session_release(session: *mut TioSession);
@@ -55,7 +66,7 @@ unsafe extern "C" {
     #[allow(clippy::too_many_arguments)]
     pub fn tio_value_create(
         session: *mut TioSession,
-        dtype: i32,
+        element_type: u32,
         rank: usize,
         dims: *const i64,
         data: *const c_void,
@@ -64,7 +75,7 @@ unsafe extern "C" {
         message: *mut *mut c_char,
     ) -> i32;
     pub fn tio_value_release(value: *mut TioValue);
-    pub fn tio_value_dtype(value: *const TioValue) -> i32;
+    pub fn tio_value_element_type(value: *const TioValue) -> u32;
     pub fn tio_value_rank(value: *const TioValue) -> usize;
     pub fn tio_value_dim(value: *const TioValue, axis: usize) -> u64;
     pub fn tio_value_byte_length(value: *const TioValue) -> u64;

@@ -32,9 +32,9 @@ mod value;
 mod wait;
 
 pub use device::{Device, Instance, Parameters};
-pub use error::IreeError;
+pub use error::{IreeError, STATUS_CODES, StatusCode};
 pub use module::Module;
-pub use signature::{DType, Param, Signature, parse_declaration};
+pub use signature::{DTYPES, DType, DTypeRow, Param, Signature, parse_declaration};
 pub use value::Value;
 
 #[cfg(test)]

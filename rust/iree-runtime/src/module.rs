@@ -4,7 +4,7 @@ use std::ptr;
 use std::sync::Arc;
 
 use crate::device::Device;
-use crate::error::{IreeError, c_string, native, runtime};
+use crate::error::{IreeError, StatusCode, c_string, native, runtime};
 use crate::ffi;
 use crate::signature::{DType, Param, Signature};
 use crate::value::Value;
@@ -61,7 +61,7 @@ impl Module {
         let shape = shape_text(dims);
         let too_big = || IreeError::Runtime {
             during: "creating a value".into(),
-            code: "INVALID_ARGUMENT",
+            code: StatusCode::InvalidArgument,
             message: format!("a {dtype} value of shape {shape} has more bytes or elements than 64 bits count"),
         };
         let expected = dims.iter().try_fold(dtype.size(), |acc, &d| acc.checked_mul(d)).ok_or_else(too_big)?;
@@ -80,7 +80,7 @@ impl Module {
         native(|m| unsafe {
             ffi::tio_value_create(
                 self.session.raw,
-                dtype.code(),
+                dtype.element_type(),
                 dims_i64.len(),
                 dims_i64.as_ptr(),
                 bytes.as_ptr().cast(),

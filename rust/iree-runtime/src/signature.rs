@@ -28,82 +28,158 @@ pub enum DType {
     Bool,
 }
 
+/// IREE's element type value (`iree_hal_element_type_t`, iree/hal/buffer_view.h): numerical type << 24 | bits.
+const fn element(numerical: u32, bits: u32) -> u32 {
+    (numerical << 24) | bits
+}
+const SIGNLESS: u32 = 0x10;
+const SIGNED: u32 = 0x11;
+const UNSIGNED: u32 = 0x12;
+const BOOLEAN: u32 = 0x13;
+const IEEE: u32 = 0x21;
+const BRAIN: u32 = 0x22;
+
+/// One row of [`DTYPES`].
+#[derive(Clone, Copy, Debug)]
+pub struct DTypeRow {
+    /// The type.
+    pub dtype: DType,
+    /// Its MLIR spelling.
+    pub mlir: &'static str,
+    /// Bytes per element.
+    pub size: u64,
+    /// The IREE element type a value of it is made with.
+    pub element_type: u32,
+    /// What the JVM holds it in, for the Kotlin rendering's doc comments.
+    pub jvm: &'static str,
+}
+
+/// Every element type tapeout serves: the one table of them. Its position is the type's code in the JNI
+/// contract; the C shim takes and returns IREE's own element type values.
+pub const DTYPES: [DTypeRow; 10] = [
+    DTypeRow {
+        dtype: DType::F32,
+        mlir: "f32",
+        size: 4,
+        element_type: element(IEEE, 32),
+        jvm: "32-bit float (`FloatArray`).",
+    },
+    DTypeRow {
+        dtype: DType::F16,
+        mlir: "f16",
+        size: 2,
+        element_type: element(IEEE, 16),
+        jvm: "16-bit float, as its bits (`ShortArray`).",
+    },
+    DTypeRow {
+        dtype: DType::BF16,
+        mlir: "bf16",
+        size: 2,
+        element_type: element(BRAIN, 16),
+        jvm: "bfloat16, as its bits (`ShortArray`).",
+    },
+    DTypeRow {
+        dtype: DType::F64,
+        mlir: "f64",
+        size: 8,
+        element_type: element(IEEE, 64),
+        jvm: "64-bit float (raw bytes or a direct `ByteBuffer`).",
+    },
+    DTypeRow {
+        dtype: DType::I8,
+        mlir: "i8",
+        size: 1,
+        element_type: element(SIGNLESS, 8),
+        jvm: "8-bit integer (`ByteArray`).",
+    },
+    DTypeRow {
+        dtype: DType::I16,
+        mlir: "i16",
+        size: 2,
+        element_type: element(SIGNLESS, 16),
+        jvm: "16-bit integer (`ShortArray`).",
+    },
+    DTypeRow {
+        dtype: DType::I32,
+        mlir: "i32",
+        size: 4,
+        element_type: element(SIGNLESS, 32),
+        jvm: "32-bit integer (`IntArray`).",
+    },
+    DTypeRow {
+        dtype: DType::I64,
+        mlir: "i64",
+        size: 8,
+        element_type: element(SIGNLESS, 64),
+        jvm: "64-bit integer (`LongArray`).",
+    },
+    DTypeRow {
+        dtype: DType::U8,
+        mlir: "ui8",
+        size: 1,
+        element_type: element(UNSIGNED, 8),
+        jvm: "Unsigned 8-bit integer (`ByteArray`).",
+    },
+    DTypeRow {
+        dtype: DType::Bool,
+        mlir: "i1",
+        size: 1,
+        element_type: element(BOOLEAN, 8),
+        jvm: "Boolean, one byte each (`ByteArray` of 0/1).",
+    },
+];
+
 impl DType {
+    fn row(self) -> &'static DTypeRow {
+        // Every variant has its row (a unit test checks the table against the enum).
+        DTYPES.iter().find(|r| r.dtype == self).unwrap_or(&DTYPES[0])
+    }
+
     /// Bytes per element.
     pub fn size(self) -> u64 {
-        match self {
-            DType::F64 | DType::I64 => 8,
-            DType::F32 | DType::I32 => 4,
-            DType::F16 | DType::BF16 | DType::I16 => 2,
-            DType::I8 | DType::U8 | DType::Bool => 1,
-        }
+        self.row().size
     }
 
     /// The MLIR spelling (`f32`, `bf16`, `i1`, ...).
     pub fn mlir(self) -> &'static str {
-        match self {
-            DType::F32 => "f32",
-            DType::F16 => "f16",
-            DType::BF16 => "bf16",
-            DType::F64 => "f64",
-            DType::I8 => "i8",
-            DType::I16 => "i16",
-            DType::I32 => "i32",
-            DType::I64 => "i64",
-            DType::U8 => "ui8",
-            DType::Bool => "i1",
-        }
+        self.row().mlir
     }
 
     /// The type of an MLIR spelling, if tapeout serves it.
     pub fn from_mlir(text: &str) -> Option<DType> {
-        Some(match text {
-            "f32" => DType::F32,
-            "f16" => DType::F16,
-            "bf16" => DType::BF16,
-            "f64" => DType::F64,
-            "i8" | "si8" => DType::I8,
-            "i16" | "si16" => DType::I16,
-            "i32" | "si32" => DType::I32,
-            "i64" | "si64" => DType::I64,
-            "ui8" => DType::U8,
-            "i1" => DType::Bool,
-            _ => return None,
-        })
+        let text = match text {
+            "si8" => "i8",
+            "si16" => "i16",
+            "si32" => "i32",
+            "si64" => "i64",
+            other => other,
+        };
+        DTYPES.iter().find(|r| r.mlir == text).map(|r| r.dtype)
     }
 
-    /// The number tapeout's C shim and JNI layer (and Kotlin's `IreeDType`) use for this type.
+    /// The number the JNI layer (and Kotlin's `IreeDType`) uses for this type: its position in [`DTYPES`].
     pub fn code(self) -> i32 {
-        match self {
-            DType::F32 => 0,
-            DType::F16 => 1,
-            DType::BF16 => 2,
-            DType::F64 => 3,
-            DType::I8 => 4,
-            DType::I16 => 5,
-            DType::I32 => 6,
-            DType::I64 => 7,
-            DType::U8 => 8,
-            DType::Bool => 9,
-        }
+        DTYPES.iter().position(|r| r.dtype == self).and_then(|p| i32::try_from(p).ok()).unwrap_or(-1)
     }
 
     /// The type of a [`DType::code`].
     pub fn from_code(code: i32) -> Option<DType> {
-        [
-            DType::F32,
-            DType::F16,
-            DType::BF16,
-            DType::F64,
-            DType::I8,
-            DType::I16,
-            DType::I32,
-            DType::I64,
-            DType::U8,
-            DType::Bool,
-        ]
-        .into_iter()
-        .find(|d| d.code() == code)
+        DTYPES.get(usize::try_from(code).ok()?).map(|r| r.dtype)
+    }
+
+    /// IREE's element type for a value of this type.
+    pub fn element_type(self) -> u32 {
+        self.row().element_type
+    }
+
+    /// The type of an IREE element type: signed and signless integers of a width are one type here, as in the
+    /// modules tapeout exports.
+    pub fn from_element_type(element_type: u32) -> Option<DType> {
+        let signless = match element_type >> 24 {
+            SIGNED => element(SIGNLESS, element_type & 0xff_ffff),
+            _ => element_type,
+        };
+        DTYPES.iter().find(|r| r.element_type == signless).map(|r| r.dtype)
     }
 }
 
@@ -258,6 +334,25 @@ fn tensor_type(text: &str) -> Option<TensorType> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_dtype_table_names_every_type_once_and_round_trips() {
+        for (code, row) in DTYPES.iter().enumerate() {
+            let code = i32::try_from(code).unwrap();
+            assert_eq!(row.dtype.code(), code);
+            assert_eq!(DType::from_code(code), Some(row.dtype));
+            assert_eq!(DType::from_mlir(row.mlir), Some(row.dtype));
+            assert_eq!(DType::from_element_type(row.element_type), Some(row.dtype));
+            assert_eq!(row.size * 8, u64::from(row.element_type & 0xff).max(8), "{}", row.mlir);
+        }
+        // IREE's signed integers are ours; its values spelled out in iree/hal/buffer_view.h.
+        assert_eq!(DType::from_element_type(0x1100_0020), Some(DType::I32));
+        assert_eq!(DType::F32.element_type(), 0x2100_0020);
+        assert_eq!(DType::BF16.element_type(), 0x2200_0010);
+        assert_eq!(DType::Bool.element_type(), 0x1300_0008);
+        assert_eq!(DType::from_element_type(0x2100_0008), None, "an 8-bit float is not served");
+        assert_eq!(DType::from_code(10), None);
+    }
 
     #[test]
     fn reads_names_types_and_dynamic_dims() {

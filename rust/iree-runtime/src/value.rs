@@ -27,7 +27,7 @@ impl Value {
     /// Its element type, `None` for a type tapeout does not name.
     pub fn dtype(&self) -> Option<DType> {
         // SAFETY: live buffer view.
-        DType::from_code(unsafe { ffi::tio_value_dtype(self.raw) })
+        DType::from_element_type(unsafe { ffi::tio_value_element_type(self.raw) })
     }
 
     /// Its dimensions.

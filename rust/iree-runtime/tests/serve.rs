@@ -370,7 +370,7 @@ fn batch_waits_change_no_number_and_give_the_thread_back() {
     let dir = tempfile::tempdir().unwrap();
     let (vmfb, archive) = affine(dir.path());
     let device = Instance::new().unwrap().device("local-task", 2).unwrap();
-    assert!(device.batch_waits(), "on by default");
+    assert!(!device.batch_waits(), "off by default: the caller's thread is the caller's");
     let module = std::sync::Arc::new(device.load(&vmfb, &[Parameters::new("model", &archive)]).unwrap());
     for on in [true, false, true] {
         device.set_batch_waits(on);

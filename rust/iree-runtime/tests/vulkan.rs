@@ -98,7 +98,11 @@ fn without_a_vulkan_driver_the_device_is_a_typed_error_naming_the_remedy() {
         let instance = Instance::new().unwrap();
         let e = instance.device("vulkan", 0).expect_err("no Vulkan device without a driver");
         let IreeError::DeviceUnavailable { driver, uri, code, .. } = &e else { panic!("not DeviceUnavailable: {e:?}") };
-        assert_eq!((driver.as_str(), uri.as_str(), *code), ("vulkan", "vulkan", "UNAVAILABLE"), "{e}");
+        assert_eq!(
+            (driver.as_str(), uri.as_str(), *code),
+            ("vulkan", "vulkan", tapeout_iree::StatusCode::Unavailable),
+            "{e}"
+        );
         let text = e.to_string();
         for needle in ["'vulkan' device", "VK_ERROR_INCOMPATIBLE_DRIVER", "mesa-vulkan-drivers", "\"local-task\""] {
             assert!(text.contains(needle), "{needle:?} not in: {text}");

@@ -3,80 +3,6 @@ package dev.tapeout.iree
 import java.io.File
 import java.nio.ByteBuffer
 
-/** Element types of values, as tapeout's modules use them. [bytes] per element. */
-enum class IreeDType(internal val code: Int, val bytes: Int, val mlir: String) {
-    /** 32-bit float (`FloatArray`). */
-    F32(0, 4, "f32"),
-    /** 16-bit float, as its bits (`ShortArray`). */
-    F16(1, 2, "f16"),
-    /** bfloat16, as its bits (`ShortArray`). */
-    BF16(2, 2, "bf16"),
-    /** 64-bit float. */
-    F64(3, 8, "f64"),
-    /** 8-bit integer (`ByteArray`). */
-    I8(4, 1, "i8"),
-    /** 16-bit integer (`ShortArray`). */
-    I16(5, 2, "i16"),
-    /** 32-bit integer (`IntArray`). */
-    I32(6, 4, "i32"),
-    /** 64-bit integer (`LongArray`). */
-    I64(7, 8, "i64"),
-    /** Unsigned 8-bit integer (`ByteArray`). */
-    U8(8, 1, "ui8"),
-    /** Boolean, one byte each (`ByteArray` of 0/1). */
-    BOOL(9, 1, "i1");
-
-    override fun toString() = mlir
-
-    internal companion object {
-        fun of(code: Long): IreeDType? = values().firstOrNull { it.code.toLong() == code }
-    }
-}
-
-/**
- * Something native that [close] frees once; using it afterwards is an [IllegalStateException] naming it. Every
- * native use holds a read lock and [close] the write lock, so a close from another thread waits for calls in flight
- * instead of freeing what they use.
- */
-abstract class IreeHandle internal constructor(handle: Long, private val what: String) : AutoCloseable {
-    private var handle: Long = handle
-    internal val lock = java.util.concurrent.locks.ReentrantReadWriteLock()
-
-    /** Runs `block` with the live native handle, the read lock held; a native failure becomes its typed exception. */
-    internal inline fun <T> held(block: (Long) -> T): T {
-        lock.readLock().lock()
-        try {
-            return native { block(liveLocked()) }
-        } finally {
-            lock.readLock().unlock()
-        }
-    }
-
-    /** The handle, under a lock the caller holds. */
-    internal fun liveLocked(): Long {
-        val h = handle
-        check(h != 0L) { "$what is closed" }
-        return h
-    }
-
-    /** Whether [close] was called. */
-    val isClosed: Boolean get() = lock.readLock().run { lock(); try { handle == 0L } finally { unlock() } }
-
-    /** Frees the native object (a second call does nothing). */
-    override fun close() {
-        lock.writeLock().lock()
-        try {
-            val h = handle
-            handle = 0L
-            if (h != 0L) release(h)
-        } finally {
-            lock.writeLock().unlock()
-        }
-    }
-
-    internal abstract fun release(handle: Long)
-}
-
 /**
  * IREE's runtime instance (one per process is plenty): the drivers this runtime was built with.
  *
@@ -90,8 +16,7 @@ abstract class IreeHandle internal constructor(handle: Long, private val what: S
  * }
  * ```
  */
-class IreeInstance : IreeHandle(native { IreeNative.instanceCreate() }, "IreeInstance") {
-    override fun release(handle: Long) = IreeNative.instanceRelease(handle)
+class IreeInstance : IreeHandle(native { IreeNative.instanceCreate() }, "IreeInstance", IreeNative::instanceRelease) {
 
     /** The HAL drivers of this runtime (`local-sync`, `local-task`, `vulkan`). */
     fun drivers(): List<String> = held { IreeNative.instanceDrivers(it) }.lines().filter { it.isNotEmpty() }
@@ -115,15 +40,19 @@ class IreeInstance : IreeHandle(native { IreeNative.instanceCreate() }, "IreeIns
     fun localSync(): IreeDevice = device("local-sync")
 }
 
-/** A HAL device of an [IreeInstance]. */
-class IreeDevice internal constructor(handle: Long, /** Its URI. */ val uri: String) : IreeHandle(handle, "IreeDevice($uri)") {
-    override fun release(handle: Long) = IreeNative.deviceRelease(handle)
+/**
+ * A HAL device of an [IreeInstance]. It may be shared across threads, and serve several modules at once.
+ */
+class IreeDevice internal constructor(handle: Long, /** Its URI. */ val uri: String) :
+    IreeHandle(handle, "IreeDevice($uri)", IreeNative::deviceRelease) {
 
     /**
      * Whether a thread waiting on this device's work (a call, a value made, a value read) waits under Linux's
-     * SCHED_BATCH policy and then gets its own back: on by default. IREE 3.13's wait otherwise ends by spinning
-     * while the worker thread it preempted on waking finishes (docs/performance.md, "A wait that preempts its own
-     * worker"). Only a thread under the default policy is switched; off gives IREE's own wait.
+     * SCHED_BATCH policy and then gets its own back: off by default, since the caller's thread is the caller's.
+     * It works around IREE 3.13's wait, which ends by spinning while the worker thread it preempted on waking
+     * finishes (docs/performance.md, "A wait that preempts its own worker"): on a machine with no spare core, turning
+     * it on makes a small call several times faster. Only a thread under the default policy is switched, and only
+     * for the wait.
      */
     var batchWaits: Boolean
         get() = held { IreeNative.deviceBatchWaits(it, -1) }
@@ -159,18 +88,8 @@ class IreeParameters(
          */
         @JvmStatic
         fun set(index: File): List<IreeParameters> {
-            val text = try {
-                index.readText()
-            } catch (e: java.io.IOException) {
-                throw IreeIoException("reading $index: ${e.message}", index)
-            }
-            fun bad(what: String): Nothing = throw IreeParameterFileException("$index is not a tapeout archive index: $what", index)
-            if (!Regex(""""format"\s*:\s*"tapeout-irpa-index/1"""").containsMatchIn(text)) bad("its \"format\" is not \"tapeout-irpa-index/1\"")
-            val scope = Regex(""""scope"\s*:\s*"((?:[^"\\]|\\.)*)"""").find(text)?.groupValues?.get(1) ?: bad("no \"scope\"")
-            val files = Regex(""""files"\s*:\s*\[([^\]]*)\]""").find(text)?.groupValues?.get(1) ?: bad("no \"files\" list")
-            val names = Regex(""""((?:[^"\\]|\\.)*)"""").findAll(files).map { it.groupValues[1] }.toList()
-            if (names.isEmpty()) bad("an empty \"files\" list")
-            return names.map { IreeParameters(scope, File(index.absoluteFile.parentFile, it)) }
+            val read = native { IreeNative.parametersFromIndex(index.path) }
+            return read.drop(1).map { IreeParameters(read[0], File(it)) }
         }
     }
 }
@@ -190,13 +109,16 @@ class IreeParam internal constructor(
 /**
  * A compiled module loaded on a device with its parameters ([load]). Its functions are [functions]; values for
  * them are made with [value] and stay on the device.
+ *
+ * **Threads.** A module may be shared across threads: its calls are serialized (IREE's VM context is not
+ * thread-safe; one call runs at a time, the others wait), while values are made and read from any thread at once.
+ * Closing it from one thread while another calls waits for the call. A value belongs to the module that made it.
  */
 class IreeModule private constructor(handle: Long, /** The device it runs on. */ val device: IreeDevice) :
-    IreeHandle(handle, "IreeModule") {
-    override fun release(handle: Long) = IreeNative.moduleRelease(handle)
+    IreeHandle(handle, "IreeModule", IreeNative::moduleRelease) {
 
     /** The exported functions, with their signatures. */
-    val functions: List<IreeFunction> = parseFunctions(held { IreeNative.moduleFunctions(it) })
+    val functions: List<IreeFunction> = held { readFunctions(IreeNative.moduleTexts(it), IreeNative.moduleLayout(it)) }
 
     /** The function `name`; [IreeNoSuchFunctionException] listing the others if there is none. */
     fun function(name: String): IreeFunction = functions.firstOrNull { it.name == name }
@@ -207,7 +129,7 @@ class IreeModule private constructor(handle: Long, /** The device it runs on. */
         )
 
     /** Calls function `name` (see [IreeFunction.call]). */
-    fun call(name: String, vararg inputs: IreeValue): List<IreeValue> = function(name).call(*inputs)
+    fun call(name: String, vararg inputs: IreeValue): IreeResults = function(name).call(*inputs)
 
     /** An f32 value of `shape` (a scalar when empty). */
     fun value(data: FloatArray, vararg shape: Long): IreeValue = make(IreeDType.F32, shape, data.size.toLong()) { h, d, s -> IreeNative.valueFromFloats(h, d, s, data) }
@@ -228,18 +150,32 @@ class IreeModule private constructor(handle: Long, /** The device it runs on. */
     fun value(bytes: ByteArray, dtype: IreeDType, vararg shape: Long): IreeValue =
         make(dtype, shape, null) { h, d, s -> IreeNative.valueFromBytes(h, d, s, bytes) }
 
-    /** A value of `dtype` from a direct buffer's remaining bytes (little-endian), read in place. */
+    /**
+     * A value of `dtype` from a direct buffer's remaining bytes (little-endian), read in place. A
+     * [java.nio.MappedByteBuffer] is checked page by page first, so that a file truncated after it was mapped is an
+     * [IreeUsageException] rather than a fault in native code (a file truncated during the call itself still faults).
+     */
     fun value(buffer: ByteBuffer, dtype: IreeDType, vararg shape: Long): IreeValue {
-        require(buffer.isDirect) { "value(ByteBuffer): use a direct buffer (ByteBuffer.allocateDirect); a heap buffer's bytes are in a ByteArray" }
+        if (!buffer.isDirect) {
+            throw IreeUsageException("value(ByteBuffer): use a direct buffer (ByteBuffer.allocateDirect); a heap buffer's bytes are in a ByteArray")
+        }
+        probeMapped(buffer, "value(ByteBuffer)")
         return make(dtype, shape, null) { h, d, s -> IreeNative.valueFromBuffer(h, d, s, buffer, buffer.position(), buffer.limit()) }
     }
 
     private inline fun make(dtype: IreeDType, shape: LongArray, elements: Long?, create: (Long, Int, LongArray) -> Long): IreeValue {
+        val negative = shape.indexOfFirst { it < 0 }
+        if (negative >= 0) throw IreeUsageException("a $dtype value of shape ${shape.contentToString()}: dimension $negative is negative")
         if (elements != null) {
-            val want = shape.fold(1L) { a, d -> Math.multiplyExact(a, d) }
+            val want = try {
+                shape.fold(1L) { a, d -> Math.multiplyExact(a, d) }
+            } catch (e: ArithmeticException) {
+                throw IreeSizeException("a $dtype value of shape ${shape.contentToString()} has more elements than a 64-bit count holds; given $elements", Long.MAX_VALUE, elements)
+            }
             if (want != elements) {
+                val bytes = { n: Long -> if (n > Long.MAX_VALUE / dtype.bytes) Long.MAX_VALUE else n * dtype.bytes }
                 throw IreeSizeException("a $dtype value of shape ${shape.contentToString()} holds $want elements; given $elements",
-                    want * dtype.bytes, elements * dtype.bytes)
+                    bytes(want), bytes(elements))
             }
         }
         return IreeValue(held { create(it, dtype.code, shape) }, this)
@@ -261,50 +197,23 @@ class IreeModule private constructor(handle: Long, /** The device it runs on. */
         private fun scopes(p: List<IreeParameters>) = p.map { it.scope }.toTypedArray()
         private fun paths(p: List<IreeParameters>) = p.map { it.file.path }.toTypedArray()
 
-        private fun unescape(s: String): String {
-            val out = StringBuilder()
-            var i = 0
-            while (i < s.length) {
-                val c = s[i]
-                if (c == '\\' && i + 1 < s.length) {
-                    out.append(when (s[i + 1]) { 't' -> '\t'; 'n' -> '\n'; else -> s[i + 1] })
-                    i += 2
-                } else {
-                    out.append(c)
-                    i++
-                }
+        /** The functions from the module's signature texts and layout (rust/iree-jni: moduleTexts, moduleLayout). */
+        private fun IreeModule.readFunctions(texts: Array<String>, layout: LongArray): List<IreeFunction> {
+            var t = 0
+            var n = 0
+            fun param(): IreeParam {
+                val name = texts[t++]
+                val dtype = IreeDType.of(layout[n++])
+                val dims = List(layout[n++].toInt()) { layout[n++].takeIf { it >= 0 } }
+                return IreeParam(name, dtype, dims)
             }
-            return out.toString()
-        }
-
-        private fun IreeModule.parseFunctions(listing: String): List<IreeFunction> {
-            val functions = ArrayList<IreeFunction>()
-            var name = ""
-            var declaration = ""
-            var inputs = ArrayList<IreeParam>()
-            var outputs = ArrayList<IreeParam>()
-            fun flush() {
-                if (name.isNotEmpty()) functions += IreeFunction(this, name, inputs, outputs, declaration)
+            return List(layout[n++].toInt()) {
+                val name = texts[t++]
+                val declaration = texts[t++]
+                val (inputs, outputs) = layout[n++].toInt() to layout[n++].toInt()
+                val ins = List(inputs) { param() }
+                IreeFunction(this, name, ins, List(outputs) { param() }, declaration)
             }
-            for (line in listing.split('\n')) {
-                val parts = line.split('\t')
-                when (parts[0]) {
-                    "F" -> {
-                        flush()
-                        name = unescape(parts[1])
-                        declaration = unescape(parts.getOrElse(2) { "" })
-                        inputs = ArrayList()
-                        outputs = ArrayList()
-                    }
-                    "I", "O" -> {
-                        val dims = if (parts[3].isEmpty()) emptyList() else parts[3].split(',').map { if (it == "?") null else it.toLong() }
-                        val p = IreeParam(unescape(parts[1]), IreeDType.of(parts[2].toLong()), dims)
-                        if (parts[0] == "I") inputs += p else outputs += p
-                    }
-                }
-            }
-            flush()
-            return functions
         }
     }
 }
@@ -325,9 +234,18 @@ class IreeFunction internal constructor(
      * Calls the function. The results stay on the device: pass one straight to the next call (a KV cache from one
      * decode step to the next) without a copy to the host. Arity, element types and static dimensions are checked
      * against the signature first ([IreeArityException], [IreeDTypeException], [IreeShapeException], naming the
-     * argument).
+     * argument); a value another module made is an [IreeForeignValueException].
+     *
+     * The results are an [IreeResults]: close it (or each value) when done, e.g. `call(x).use { r -> … }`, to free
+     * their device memory at once; results never closed are freed once the garbage collector finds them.
      */
-    fun call(vararg inputs: IreeValue): List<IreeValue> {
+    fun call(vararg inputs: IreeValue): IreeResults {
+        for ((i, v) in inputs.withIndex()) {
+            if (v.module !== module) {
+                val what = "$name argument $i '${this.inputs.getOrNull(i)?.name ?: "?"}'"
+                throw IreeForeignValueException("$what belongs to another module; values stay with the module (and device) that made them", what)
+            }
+        }
         // Every argument's read lock, then the module's: none can be closed while the call uses it.
         val locked = ArrayList<IreeHandle>()
         try {
@@ -340,7 +258,7 @@ class IreeFunction internal constructor(
                     throw IllegalStateException("$name argument $i '${this.inputs.getOrNull(i)?.name ?: "?"}': ${e.message}")
                 }
             }
-            return module.held { IreeNative.call(it, name, handles) }.map { IreeValue(it, module) }
+            return IreeResults(module.held { IreeNative.call(it, name, handles) }.map { IreeValue(it, module) })
         } finally {
             locked.forEach { it.lock.readLock().unlock() }
         }
@@ -353,8 +271,8 @@ class IreeFunction internal constructor(
  * A tensor on the device (an IREE buffer view). Reading it ([toFloatArray], [readInto], ...) copies it to the host;
  * passing it to a call does not. [close] frees it (values also keep their module's runtime session alive).
  */
-class IreeValue internal constructor(handle: Long, private val module: IreeModule) : IreeHandle(handle, "IreeValue") {
-    override fun release(handle: Long) = IreeNative.valueRelease(handle)
+class IreeValue internal constructor(handle: Long, internal val module: IreeModule) :
+    IreeHandle(handle, "IreeValue", IreeNative::valueRelease) {
 
     private val info: LongArray by lazy { held { IreeNative.valueInfo(it) } }
 
@@ -400,12 +318,49 @@ class IreeValue internal constructor(handle: Long, private val module: IreeModul
         held { h -> IreeNative.valueReadFloats(h, into) }
     }
 
-    /** Copies its bytes into a direct buffer's remaining space (exactly [byteLength] bytes), then advances its position. */
+    /**
+     * Copies its bytes into a direct, writable buffer's remaining space (exactly [byteLength] bytes), then advances its
+     * position. A read-only buffer is an [IreeUsageException]; a [java.nio.MappedByteBuffer] is checked page by page
+     * first, as in [IreeModule.value].
+     */
     fun readInto(into: ByteBuffer) {
-        require(into.isDirect) { "readInto(ByteBuffer): use a direct buffer" }
+        if (!into.isDirect) throw IreeUsageException("readInto(ByteBuffer): use a direct buffer (ByteBuffer.allocateDirect)")
+        if (into.isReadOnly) throw IreeUsageException("readInto(ByteBuffer): the buffer is read-only; pass a writable one")
+        probeMapped(into, "readInto(ByteBuffer)")
         held { h -> IreeNative.valueReadBuffer(h, into, into.position(), into.position() + Math.toIntExact(byteLength).coerceAtMost(into.remaining())) }
         into.position(into.position() + byteLength.toInt())
     }
 
     override fun toString() = if (isClosed) "IreeValue(closed)" else "IreeValue(${dtype ?: "?"}${shape.contentToString()})"
+}
+
+/**
+ * The results of a call, in order: a list of values that [close] frees together. Use it with `use { }` so that a
+ * loop of calls frees each step's results; keep a value past it by not closing the set (close the value itself later).
+ */
+class IreeResults internal constructor(private val values: List<IreeValue>) : List<IreeValue> by values, AutoCloseable {
+    /** Frees every value (one already closed is skipped). */
+    override fun close() = values.forEach { it.close() }
+
+    override fun toString() = values.toString()
+}
+
+/**
+ * Reads one byte of every page of a mapped buffer's remaining range through the JVM, which reports a page whose file
+ * is gone (truncated after mapping) as an error instead of the SIGBUS native code would take.
+ */
+internal fun probeMapped(buffer: ByteBuffer, what: String) {
+    if (buffer !is java.nio.MappedByteBuffer) return
+    val page = 4096
+    try {
+        var at = buffer.position()
+        while (at < buffer.limit()) {
+            buffer.get(at)
+            at += page // probes at most a page apart touch every page of the range
+        }
+        if (buffer.limit() > buffer.position()) buffer.get(buffer.limit() - 1)
+    } catch (e: InternalError) {
+        throw IreeUsageException("$what: the mapped buffer's file is shorter than the mapping (truncated after it was mapped?): ${e.message}")
+            .apply { initCause(e) }
+    }
 }

@@ -82,30 +82,13 @@ object IreeNativeLoader {
 }
 
 /**
- * What the native side throws: [kind] names the failure, [fields] its data. [toTyped] makes the exception the
+ * What the native side throws: [kind] names the exception class and [texts] / [numbers] carry its fields, in the
+ * encoding rust/iree-jni/src/contract.rs defines (and renders into IreeContract.kt). [toTyped] makes the exception the
  * public API throws. Not part of the API.
  */
-class IreeNativeError(val kind: String, message: String, val fields: Array<String>) : RuntimeException(message) {
+class IreeNativeError(val kind: Int, message: String, val texts: Array<String>, val numbers: LongArray) : RuntimeException(message) {
     /** The typed exception for this failure. */
-    fun toTyped(): IreeException {
-        val m = message ?: kind
-        fun f(i: Int) = fields.getOrElse(i) { "" }
-        return when (kind) {
-            "device-unavailable" -> IreeDeviceUnavailableException(m, f(0), f(1), f(2))
-            "not-a-module" -> IreeNotAModuleException(m)
-            "wrong-target" -> IreeWrongTargetException(m, f(0))
-            "missing-parameter" -> IreeMissingParameterException(m, f(0))
-            "parameter-file" -> IreeParameterFileException(m, File(f(0)))
-            "no-such-function" -> IreeNoSuchFunctionException(m, f(0), fields.drop(1))
-            "arity" -> IreeArityException(m, f(0), f(1).toInt(), f(2).toInt())
-            "dtype" -> IreeDTypeException(m, f(0), f(1).toInt(), f(2), f(3), f(4))
-            "shape" -> IreeShapeException(m, f(0), f(1).toInt(), f(2), f(3), f(4))
-            "size" -> IreeSizeException(m, f(0).toLong(), f(1).toLong())
-            "io" -> IreeIoException(m, File(f(0)))
-            "runtime" -> IreeRuntimeException(m, f(0))
-            else -> IreeException("$m ($kind)")
-        }
-    }
+    fun toTyped(): IreeException = nativeException(kind, message ?: "", texts, numbers)
 }
 
 /** Runs a native call, turning its failure into the typed exception. */
@@ -130,7 +113,9 @@ internal object IreeNative {
     @JvmStatic external fun deviceBatchWaits(handle: Long, set: Int): Boolean
     @JvmStatic external fun moduleLoad(device: Long, vmfb: ByteArray?, vmfbPath: String?, scopes: Array<String>, paths: Array<String>): Long
     @JvmStatic external fun moduleRelease(handle: Long)
-    @JvmStatic external fun moduleFunctions(handle: Long): String
+    @JvmStatic external fun moduleTexts(handle: Long): Array<String>
+    @JvmStatic external fun moduleLayout(handle: Long): LongArray
+    @JvmStatic external fun parametersFromIndex(path: String): Array<String>
     @JvmStatic external fun valueFromFloats(module: Long, dtype: Int, dims: LongArray, data: FloatArray): Long
     @JvmStatic external fun valueFromInts(module: Long, dtype: Int, dims: LongArray, data: IntArray): Long
     @JvmStatic external fun valueFromLongs(module: Long, dtype: Int, dims: LongArray, data: LongArray): Long

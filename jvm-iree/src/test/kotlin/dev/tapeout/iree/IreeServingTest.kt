@@ -7,6 +7,7 @@ import dev.tapeout.toComputeGraph
 import org.junit.jupiter.api.AfterAll
 import org.junit.jupiter.api.Assertions.assertArrayEquals
 import org.junit.jupiter.api.Assertions.assertEquals
+import org.junit.jupiter.api.Assertions.assertFalse
 import org.junit.jupiter.api.Assertions.assertTrue
 import org.junit.jupiter.api.BeforeAll
 import org.junit.jupiter.api.Test
@@ -101,9 +102,9 @@ class IreeServingTest {
     }
 
     @Test
-    fun `batch waits are on by default, can be turned off, change no number and give the thread its policy back`() {
+    fun `batch waits are off by default, can be turned on, change no number and give the thread its policy back`() {
         instance.device("local-task", workers = 2).use { d ->
-            assertTrue(d.batchWaits)
+            assertFalse(d.batchWaits, "the caller's thread is the caller's: off by default")
             IreeModule.load(d, File(dir, "mlp.vmfb"), listOf(IreeParameters.archive(File(dir, "mlp.irpa")))).use { m ->
                 val x = FloatArray(3 * k) { ((it * 5) % 13 - 6) * 0.2f }
                 val want = reference(x, 3)

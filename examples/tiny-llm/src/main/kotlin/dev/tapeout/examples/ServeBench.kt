@@ -27,14 +27,13 @@ object ServeBench {
         var serving = emptyMap<String, Long>()
         IreeInstance().use { instance ->
             instance.device("local-task", workers = workers).use { device ->
+                // The benchmark waits under SCHED_BATCH, as serve_bench does (IreeDevice.batchWaits: off by default).
+                device.batchWaits = true
                 IreeModule.load(device, File(vmfb), listOf(IreeParameters.archive(File(irpa)))).use { module ->
                     val decode = module.function("decode")
                     val inputs = decode.inputs.map { p -> readNpy(module, File(inputsDir, "${p.name}.npy")) }
                     fun step(): FloatArray {
-                        val out = decode.call(*inputs.toTypedArray())
-                        val logits = out[0].toFloatArray()
-                        out.forEach { it.close() }
-                        return logits
+                        return decode.call(*inputs.toTypedArray()).use { out -> out[0].toFloatArray() }
                     }
                     repeat(5) { step() }
                     for (i in 0 until repeats) {
