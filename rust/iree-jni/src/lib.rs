@@ -404,15 +404,58 @@ value_from!(Java_dev_tapeout_iree_IreeNative_valueFromLongs, JLongArray<'l>, 8);
 value_from!(Java_dev_tapeout_iree_IreeNative_valueFromShorts, JShortArray<'l>, 2);
 value_from!(Java_dev_tapeout_iree_IreeNative_valueFromBytes, JByteArray<'l>, 1);
 
-/// The `position..limit` bytes of a direct buffer, as (address, length).
+/// The `position..limit` bytes of a direct buffer, as (address, length), every page of them checked readable.
 fn direct(env: &Env<'_>, buffer: &JByteBuffer<'_>, position: jint, limit: jint) -> Result<(*mut u8, usize), Failure> {
     let address = env.get_direct_buffer_address(buffer).map_err(|_| usage("the ByteBuffer is not a direct buffer"))?;
     let capacity = env.get_direct_buffer_capacity(buffer)?;
     let (p, l) = (usize::try_from(position), usize::try_from(limit));
-    match (p, l) {
-        (Ok(p), Ok(l)) if p <= l && l <= capacity => Ok((address.wrapping_add(p), l - p)),
-        _ => Err(usage(format!("position {position} / limit {limit} outside the buffer's capacity {capacity}"))),
+    let (address, len) = match (p, l) {
+        (Ok(p), Ok(l)) if p <= l && l <= capacity => (address.wrapping_add(p), l - p),
+        _ => {
+            return Err(usage(format!("position {position} / limit {limit} outside the buffer's capacity {capacity}")));
+        }
+    };
+    if !readable(address, len) {
+        return Err(usage(
+            "the buffer's memory cannot be read: a mapped file truncated after it was mapped (its pages past the \
+             file's end fault)? Map the file again at its current size",
+        ));
     }
+    Ok((address, len))
+}
+
+/// Whether every page of `len` bytes at `address` can be read, asked of the kernel (`process_vm_readv` of one byte
+/// per page from this process): a page of a mapped file past its end answers EFAULT there, where touching it here
+/// would take a SIGBUS that kills the JVM. A file truncated between this check and the copy still faults.
+fn readable(address: *const u8, len: usize) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        const PAGE: usize = 4096;
+        const BATCH: usize = 512; // below IOV_MAX (1024)
+        let mut scratch = [0u8; BATCH];
+        let mut offsets = (0..len).step_by(PAGE).chain((len > 0).then(|| len - 1)).peekable();
+        while offsets.peek().is_some() {
+            let remote: Vec<libc::iovec> = offsets
+                .by_ref()
+                .take(BATCH)
+                .map(|o| libc::iovec { iov_base: address.wrapping_add(o).cast_mut().cast(), iov_len: 1 })
+                .collect();
+            let local = libc::iovec { iov_base: scratch.as_mut_ptr().cast(), iov_len: remote.len() };
+            // SAFETY: reads at most `remote.len()` bytes into `scratch`, which has room; the remote ranges are only
+            // read by the kernel, which reports a fault as a short count instead of a signal.
+            let done = unsafe {
+                libc::process_vm_readv(libc::getpid(), &local, 1, remote.as_ptr(), remote.len() as libc::c_ulong, 0)
+            };
+            if done < 0 {
+                // Not allowed here (a seccomp filter, say): say readable, as before this check existed.
+                return std::io::Error::last_os_error().raw_os_error() != Some(libc::EFAULT);
+            }
+            if usize::try_from(done).ok() != Some(remote.len()) {
+                return false;
+            }
+        }
+    }
+    true
 }
 
 /// `IreeNative.valueFromBuffer(module, dtype, dims, buffer, position, limit): Long` — a device value from a direct

@@ -151,15 +151,14 @@ class IreeModule private constructor(handle: Long, /** The device it runs on. */
         make(dtype, shape, null) { h, d, s -> IreeNative.valueFromBytes(h, d, s, bytes) }
 
     /**
-     * A value of `dtype` from a direct buffer's remaining bytes (little-endian), read in place. A
-     * [java.nio.MappedByteBuffer] is checked page by page first, so that a file truncated after it was mapped is an
-     * [IreeUsageException] rather than a fault in native code (a file truncated during the call itself still faults).
+     * A value of `dtype` from a direct buffer's remaining bytes (little-endian), read in place. Its pages are checked
+     * readable first, so that a mapped file truncated after it was mapped is an [IreeUsageException] rather than a
+     * fault in native code (a file truncated during the call itself still faults).
      */
     fun value(buffer: ByteBuffer, dtype: IreeDType, vararg shape: Long): IreeValue {
         if (!buffer.isDirect) {
             throw IreeUsageException("value(ByteBuffer): use a direct buffer (ByteBuffer.allocateDirect); a heap buffer's bytes are in a ByteArray")
         }
-        probeMapped(buffer, "value(ByteBuffer)")
         return make(dtype, shape, null) { h, d, s -> IreeNative.valueFromBuffer(h, d, s, buffer, buffer.position(), buffer.limit()) }
     }
 
@@ -320,13 +319,11 @@ class IreeValue internal constructor(handle: Long, internal val module: IreeModu
 
     /**
      * Copies its bytes into a direct, writable buffer's remaining space (exactly [byteLength] bytes), then advances its
-     * position. A read-only buffer is an [IreeUsageException]; a [java.nio.MappedByteBuffer] is checked page by page
-     * first, as in [IreeModule.value].
+     * position. A read-only buffer is an [IreeUsageException]; its pages are checked first, as in [IreeModule.value].
      */
     fun readInto(into: ByteBuffer) {
         if (!into.isDirect) throw IreeUsageException("readInto(ByteBuffer): use a direct buffer (ByteBuffer.allocateDirect)")
         if (into.isReadOnly) throw IreeUsageException("readInto(ByteBuffer): the buffer is read-only; pass a writable one")
-        probeMapped(into, "readInto(ByteBuffer)")
         held { h -> IreeNative.valueReadBuffer(h, into, into.position(), into.position() + Math.toIntExact(byteLength).coerceAtMost(into.remaining())) }
         into.position(into.position() + byteLength.toInt())
     }
@@ -343,24 +340,4 @@ class IreeResults internal constructor(private val values: List<IreeValue>) : Li
     override fun close() = values.forEach { it.close() }
 
     override fun toString() = values.toString()
-}
-
-/**
- * Reads one byte of every page of a mapped buffer's remaining range through the JVM, which reports a page whose file
- * is gone (truncated after mapping) as an error instead of the SIGBUS native code would take.
- */
-internal fun probeMapped(buffer: ByteBuffer, what: String) {
-    if (buffer !is java.nio.MappedByteBuffer) return
-    val page = 4096
-    try {
-        var at = buffer.position()
-        while (at < buffer.limit()) {
-            buffer.get(at)
-            at += page // probes at most a page apart touch every page of the range
-        }
-        if (buffer.limit() > buffer.position()) buffer.get(buffer.limit() - 1)
-    } catch (e: InternalError) {
-        throw IreeUsageException("$what: the mapped buffer's file is shorter than the mapping (truncated after it was mapped?): ${e.message}")
-            .apply { initCause(e) }
-    }
 }

@@ -88,7 +88,7 @@ internal object IreeCleaner {
     private val open = AtomicLong()
 
     /** Open handles past which a registration asks for a collection, and again every as many more. */
-    const val GC_AFTER = 4096L
+    const val GC_AFTER = 1024L
 
     @Volatile
     private var nextGc = GC_AFTER
