@@ -123,6 +123,31 @@ class IreeReliabilityTest {
     }
 
     @Test
+    fun `four threads share one module and a device, each call equal to the same arithmetic done here`() {
+        IreeModule.load(device, twice).use { m ->
+            val pool = java.util.concurrent.Executors.newFixedThreadPool(4)
+            try {
+                val done = (0 until 4).map { t ->
+                    pool.submit<Int> {
+                        var calls = 0
+                        repeat(250) { i ->
+                            val xs = FloatArray(4) { j -> (t * 1000 + i * 4 + j).toFloat() }
+                            m.value(xs, 4).use { x ->
+                                m.call("main", x).use { r -> assertArrayEquals(FloatArray(4) { 2 * xs[it] }, r[0].toFloatArray()) }
+                            }
+                            calls++
+                        }
+                        calls
+                    }
+                }
+                assertEquals(1000, done.sumOf { it.get(5, TimeUnit.MINUTES) })
+            } finally {
+                pool.shutdown()
+            }
+        }
+    }
+
+    @Test
     fun `an element count past 64 bits and a negative dimension are typed`() {
         IreeModule.load(device, twice).use { m ->
             assertThrows<IreeSizeException> { m.value(FloatArray(4), Long.MAX_VALUE, 3) }
