@@ -327,3 +327,165 @@ fn safetensors_tensors(bytes: &[u8]) -> Result<Vec<(String, u64, u64)>, String> 
     }
     Ok(tensors)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+    use std::path::{Path, PathBuf};
+
+    use tapeout_irpa::{ArchiveWriter, BytesSource};
+
+    use super::check;
+    use crate::device::Parameters;
+    use crate::error::IreeError;
+
+    /// An archive of `entries` (key, bytes) at `dir/name`.
+    fn irpa(dir: &Path, name: &str, entries: &[(&str, &[u8])]) -> PathBuf {
+        let mut w = ArchiveWriter::new();
+        for (key, bytes) in entries {
+            w.add_data(*key, BytesSource(bytes)).unwrap();
+        }
+        let path = dir.join(name);
+        w.write(&path).unwrap();
+        path
+    }
+
+    fn patch_u64(path: &Path, at: usize, value: u64) {
+        let mut bytes = std::fs::read(path).unwrap();
+        bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
+        std::fs::write(path, bytes).unwrap();
+    }
+
+    fn message(e: IreeError) -> (PathBuf, String) {
+        match e {
+            IreeError::ParameterFile { path, message } => (path, message),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// IREE 3.13 adds offset and length unchecked; both wraps below are read out of the mapping there.
+    #[test]
+    fn irpa_ranges_that_wrap_past_2_64_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = irpa(dir.path(), "a.irpa", &[("w", &[1u8; 16])]);
+        check(&[Parameters::new("model", &path)]).unwrap();
+        // The entry's storage range (entry at 96, its range at +60): offset 2^64 - 8, length 16 ends at 8.
+        patch_u64(&path, 96 + 60, u64::MAX - 7);
+        let (at, text) = message(check(&[Parameters::new("model", &path)]).unwrap_err());
+        assert_eq!(at, path);
+        assert!(text.contains("storage segment reference out of range"), "{text}");
+        assert!(text.contains("tapeout pack"), "{text}");
+        // The storage segment (header +72): offset 2^64 - 64, length 128.
+        let path = irpa(dir.path(), "b.irpa", &[("w", &[1u8; 16])]);
+        patch_u64(&path, 72, u64::MAX - 63);
+        let (_, text) = message(check(&[Parameters::new("model", &path)]).unwrap_err());
+        assert!(text.contains("storage segment"), "{text}");
+    }
+
+    #[test]
+    fn a_key_in_two_files_of_one_scope_must_hold_the_same_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = irpa(dir.path(), "a.irpa", &[("w", &[1, 2, 3, 4]), ("b", &[9])]);
+        let same = irpa(dir.path(), "same.irpa", &[("w", &[1, 2, 3, 4])]);
+        let other = irpa(dir.path(), "other.irpa", &[("w", &[1, 2, 7, 4])]);
+        let longer = irpa(dir.path(), "longer.irpa", &[("w", &[1, 2, 3, 4, 5])]);
+        let p = |scope: &str, path: &PathBuf| Parameters::new(scope, path);
+        check(&[p("model", &a), p("model", &same)]).unwrap();
+        check(&[p("model", &a), p("other", &other)]).unwrap();
+        let e = check(&[p("model", &a), p("model", &other)]).unwrap_err();
+        let IreeError::ConflictingParameter { scope, key, first, second, detail } = &e else { panic!("{e:?}") };
+        assert_eq!((scope.as_str(), key.as_str(), first, second), ("model", "w", &a, &other));
+        assert_eq!(detail, "4 bytes each, first differing at byte 2");
+        let text = e.to_string();
+        assert!(text.contains("'model::w' is in both") && text.contains("different scopes"), "{text}");
+        let e = check(&[p("model", &a), p("model", &longer)]).unwrap_err();
+        assert!(e.to_string().contains("4 bytes and 5 bytes"), "{e}");
+    }
+
+    #[test]
+    fn splats_compare_by_the_bytes_they_stand_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = ArchiveWriter::new();
+        w.add_splat("s", &[7, 0], 8).unwrap();
+        let splat = dir.path().join("s.irpa");
+        w.write(&splat).unwrap();
+        let data = irpa(dir.path(), "d.irpa", &[("s", &[7, 0, 7, 0, 7, 0, 7, 0])]);
+        let wrong = irpa(dir.path(), "x.irpa", &[("s", &[7, 0, 7, 0, 7, 0, 7, 1])]);
+        let p = |path: &PathBuf| Parameters::new("m", path);
+        check(&[p(&splat), p(&data)]).unwrap();
+        let e = check(&[p(&splat), p(&wrong)]).unwrap_err();
+        assert!(e.to_string().contains("first differing at byte 7"), "{e}");
+    }
+
+    /// A GGUF file: header, the u32 `general.alignment` when given, then tensors (name, dims, type, offset).
+    fn gguf(alignment: Option<u32>, tensors: &[(&str, &[u64], u32, u64)], data: usize) -> Vec<u8> {
+        let mut b = b"GGUF".to_vec();
+        b.extend(3u32.to_le_bytes());
+        b.extend((tensors.len() as u64).to_le_bytes());
+        b.extend(u64::from(alignment.is_some()).to_le_bytes());
+        if let Some(a) = alignment {
+            b.extend(17u64.to_le_bytes());
+            b.extend(b"general.alignment");
+            b.extend(4u32.to_le_bytes());
+            b.extend(a.to_le_bytes());
+        }
+        for (name, dims, ty, offset) in tensors {
+            b.extend((name.len() as u64).to_le_bytes());
+            b.extend(name.as_bytes());
+            b.extend((dims.len() as u32).to_le_bytes());
+            dims.iter().for_each(|d| b.extend(d.to_le_bytes()));
+            b.extend(ty.to_le_bytes());
+            b.extend(offset.to_le_bytes());
+        }
+        b.resize(b.len().next_multiple_of(32) + data, 0);
+        b
+    }
+
+    #[test]
+    fn gguf_indexes_iree_would_misread_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.gguf");
+        let refuse = |bytes: Vec<u8>, needle: &str| {
+            std::fs::write(&path, bytes).unwrap();
+            let (_, text) = message(check(&[Parameters::new("m", &path)]).unwrap_err());
+            assert!(text.contains(needle), "{needle:?} not in: {text}");
+        };
+        std::fs::write(&path, gguf(None, &[("w", &[4], 0, 0), ("q", &[32], 8, 16)], 64)).unwrap();
+        check(&[Parameters::new("m", &path)]).unwrap();
+        // The alignment pushes the data start past the end: IREE's data size wraps and any range passes.
+        refuse(gguf(Some(1 << 30), &[("w", &[4], 0, 0)], 16), "tensor data would start past its end");
+        refuse(gguf(Some(24), &[], 0), "general.alignment 24 is not a power of two");
+        // GGML types 4 and 5 have a zero block size in IREE's table: SIGFPE there.
+        refuse(gguf(None, &[("w", &[4], 4, 0)], 64), "GGML type 4");
+        refuse(gguf(None, &[("w", &[4], 0, 56)], 64), "tensor 'w' (16 bytes at data offset 56) runs past the end");
+        refuse(gguf(None, &[("w", &[1 << 40, 1 << 40], 0, 0)], 64), "more elements than 2^64");
+        let mut cut = gguf(None, &[("w", &[4], 0, 0)], 0);
+        cut.truncate(30);
+        refuse(cut, "needs 8 bytes but the file ends at 30");
+    }
+
+    #[test]
+    fn safetensors_headers_are_checked_for_ranges_inside_the_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.safetensors");
+        let file = |json: &str, data: usize| {
+            let mut b = (json.len() as u64).to_le_bytes().to_vec();
+            b.extend(json.as_bytes());
+            b.resize(b.len() + data, 0);
+            std::fs::write(&path, b).unwrap();
+            check(&[Parameters::new("m", &path)])
+        };
+        let ok = r#"{"__metadata__":{"a":"b"},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
+        file(ok, 8).unwrap();
+        let (_, text) = message(file(ok, 4).unwrap_err());
+        assert!(text.contains("tensor 'w' data_offsets [0, 8] are not a range inside the 4-byte data"), "{text}");
+        let (_, text) = message(file(r#"{"w":{"data_offsets":[8,0]}}"#, 8).unwrap_err());
+        assert!(text.contains("[8, 0]"), "{text}");
+        let (_, text) = message(file("{nope", 8).unwrap_err());
+        assert!(text.contains("not JSON"), "{text}");
+        std::fs::write(&path, u64::MAX.to_le_bytes()).unwrap();
+        let (_, text) = message(check(&[Parameters::new("m", &path)]).unwrap_err());
+        assert!(text.contains("header claims 18446744073709551615 bytes"), "{text}");
+    }
+}

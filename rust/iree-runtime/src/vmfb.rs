@@ -106,6 +106,37 @@ fn check_flatbuffer(fb: &[u8]) -> Result<(), String> {
     for (index, field_at) in fields.into_iter().enumerate() {
         let (Some(at), Some((name, kind))) = (field_at, ROOT_FIELDS.get(index)) else { continue };
         check_field(fb, at, *kind).map_err(|e| format!("root field {name} at {at}: {e}"))?;
+        if *name == "imported_functions" {
+            check_imports(fb, at)?;
+        }
+    }
+    Ok(())
+}
+
+/// Every imported function is a table with a signature that has a calling convention: IREE's bytecode verifier
+/// reads an import's signature without checking it is there (a vector element pointing at another table, a
+/// `TypeDef` say, passes the FlatBuffer verifier and crashes it).
+fn check_imports(fb: &[u8], field_at: u64) -> Result<(), String> {
+    let vector = field_at + u32_at(fb, field_at).unwrap_or(u64::MAX);
+    // The vector's extent was checked by check_field: every element offset is inside the buffer.
+    let count = u32_at(fb, vector).unwrap_or(0);
+    for i in 0..count {
+        let bad = |e: String| format!("imported function {i}: {e}");
+        let element = vector + 4 + 4 * i;
+        let table = element + u32_at(fb, element).unwrap_or(u64::MAX);
+        let fields = table_fields(fb, table).map_err(|e| bad(format!("its table at {table}: {e}")))?;
+        let field = |index: usize| fields.get(index).copied().flatten();
+        let (Some(name), Some(signature)) = (field(0), field(1)) else {
+            return Err(bad("it has no name or no signature".into()));
+        };
+        check_field(fb, name, FieldKind::Vector(1)).map_err(|e| bad(format!("its name: {e}")))?;
+        check_field(fb, signature, FieldKind::Table).map_err(|e| bad(format!("its signature: {e}")))?;
+        let sig_table = signature + u32_at(fb, signature).unwrap_or(u64::MAX);
+        let sig_fields = table_fields(fb, sig_table).map_err(|e| bad(format!("its signature: {e}")))?;
+        let Some(convention) = sig_fields.first().copied().flatten() else {
+            return Err(bad("its signature has no calling convention".into()));
+        };
+        check_field(fb, convention, FieldKind::Vector(1)).map_err(|e| bad(format!("its calling convention: {e}")))?;
     }
     Ok(())
 }
@@ -218,6 +249,34 @@ mod tests {
             }
         }
         eprintln!("{reached_iree} damaged modules passed the checks and were refused or loaded by IREE");
+    }
+
+    /// A module element of the import vector redirected to a `TypeDef` (byte 877 of the add module, 0x03 → 0x00:
+    /// IREE 3.13's verifier dereferences the missing signature, SIGSEGV).
+    #[test]
+    fn an_import_without_a_signature_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let vmfb = compile(dir.path(), "add", ADD, CPU);
+        let fb = 68; // ZIP header (64 bytes) and size prefix
+        let root = fb + u32::from_le_bytes(vmfb[fb..fb + 4].try_into().unwrap()) as usize;
+        let soffset = i64::from(i32::from_le_bytes(vmfb[root..root + 4].try_into().unwrap()));
+        let vtable = usize::try_from(root as i64 - soffset).unwrap();
+        let field = u16::from_le_bytes(vmfb[vtable + 4 + 2 * 6..vtable + 6 + 2 * 6].try_into().unwrap()) as usize;
+        let imports =
+            root + field + u32::from_le_bytes(vmfb[root + field..root + field + 4].try_into().unwrap()) as usize;
+        let types_field = u16::from_le_bytes(vmfb[vtable + 4 + 2 * 4..vtable + 6 + 2 * 4].try_into().unwrap()) as usize;
+        let types = root
+            + types_field
+            + u32::from_le_bytes(vmfb[root + types_field..root + types_field + 4].try_into().unwrap()) as usize;
+        // Point import 0 at a type's table (offsets only point forward: the last type's).
+        let count = u32::from_le_bytes(vmfb[types..types + 4].try_into().unwrap()) as usize;
+        let last = types + 4 + 4 * (count - 1);
+        let type_table = last + u32::from_le_bytes(vmfb[last..last + 4].try_into().unwrap()) as usize;
+        let mut bad = vmfb.clone();
+        let element = imports + 4;
+        bad[element..element + 4].copy_from_slice(&u32::try_from(type_table - element).unwrap().to_le_bytes());
+        let e = check_structure(&bad).unwrap_err();
+        assert!(e.to_string().contains("imported function 0: it has no name or no signature"), "{e}");
     }
 
     #[test]
