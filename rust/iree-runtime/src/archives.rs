@@ -136,7 +136,15 @@ fn difference(a: Bytes<'_>, b: Bytes<'_>) -> Option<String> {
         return Some(format!("{} bytes and {} bytes", a.len(), b.len()));
     }
     let first_diff = match (a, b) {
-        (Bytes::Data(x), Bytes::Data(y)) => x.iter().zip(y).position(|(p, q)| p != q).map(|i| i as u64),
+        (Bytes::Data(x), Bytes::Data(y)) => {
+            // A MiB at a time with memcmp; byte by byte only inside the first piece that differs.
+            const PIECE: usize = 1 << 20;
+            let piece = x.chunks(PIECE).zip(y.chunks(PIECE)).position(|(p, q)| p != q);
+            piece.and_then(|n| {
+                let (p, q) = (x.chunks(PIECE).nth(n)?, y.chunks(PIECE).nth(n)?);
+                p.iter().zip(q).position(|(a, b)| a != b).map(|i| (n * PIECE + i) as u64)
+            })
+        }
         (Bytes::Splat { pattern, .. }, Bytes::Data(d)) | (Bytes::Data(d), Bytes::Splat { pattern, .. }) => {
             d.iter().zip(pattern.iter().cycle()).position(|(p, q)| p != q).map(|i| i as u64)
         }
@@ -364,7 +372,8 @@ mod tests {
         }
     }
 
-    /// IREE 3.13 adds offset and length unchecked; both wraps below are read out of the mapping there.
+    /// IREE 3.13 adds offset and length unchecked and accepts both wraps below: the entry's reads the wrong bytes,
+    /// the segment's reads before the file (docs/reliability.md, "Where IREE itself crashes").
     #[test]
     fn irpa_ranges_that_wrap_past_2_64_are_refused() {
         let dir = tempfile::tempdir().unwrap();
@@ -376,11 +385,37 @@ mod tests {
         assert_eq!(at, path);
         assert!(text.contains("storage segment reference out of range"), "{text}");
         assert!(text.contains("tapeout pack"), "{text}");
-        // The storage segment (header +72): offset 2^64 - 64, length 128.
+        // The storage segment (header +72; its length is 16): offset 2^64 - 8 ends at 8.
         let path = irpa(dir.path(), "b.irpa", &[("w", &[1u8; 16])]);
-        patch_u64(&path, 72, u64::MAX - 63);
+        patch_u64(&path, 72, u64::MAX - 7);
         let (_, text) = message(check(&[Parameters::new("model", &path)]).unwrap_err());
         assert!(text.contains("storage segment"), "{text}");
+    }
+
+    /// Through [`Device::load`](crate::Device::load): the checks run before IREE indexes the files.
+    #[test]
+    fn load_refuses_a_bad_archive_and_a_conflicting_key_and_takes_the_good_ones() {
+        use crate::test_support::{CPU, compile, f32_bytes};
+        let mlir = r#"util.global private @w = #flow.parameter.named<"model"::"w"> : tensor<4xf32>
+func.func @main() -> tensor<4xf32> {
+  %0 = util.global.load @w : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}"#;
+        let dir = tempfile::tempdir().unwrap();
+        let vmfb = compile(dir.path(), "param", mlir, CPU);
+        let device = crate::Instance::new().unwrap().device("local-sync", 0).unwrap();
+        let w = f32_bytes(&[1.0, 2.0, 3.0, 4.0]);
+        let good = irpa(dir.path(), "good.irpa", &[("w", &w)]);
+        let again = irpa(dir.path(), "again.irpa", &[("w", &w)]);
+        let other = irpa(dir.path(), "other.irpa", &[("w", &f32_bytes(&[1.0, 2.0, 3.0, 5.0]))]);
+        let p = |path: &PathBuf| Parameters::new("model", path);
+        device.load(&vmfb, &[p(&good), p(&again)]).unwrap();
+        let e = device.load(&vmfb, &[p(&good), p(&other)]).unwrap_err();
+        assert!(matches!(&e, IreeError::ConflictingParameter { key, .. } if key == "w"), "{e:?}");
+        let bad = irpa(dir.path(), "bad.irpa", &[("w", &w)]);
+        patch_u64(&bad, 96 + 60, u64::MAX - 7);
+        let e = device.load(&vmfb, &[p(&bad)]).unwrap_err();
+        assert!(matches!(&e, IreeError::ParameterFile { path, .. } if *path == bad), "{e:?}");
     }
 
     #[test]
@@ -401,6 +436,16 @@ mod tests {
         assert!(text.contains("'model::w' is in both") && text.contains("different scopes"), "{text}");
         let e = check(&[p("model", &a), p("model", &longer)]).unwrap_err();
         assert!(e.to_string().contains("4 bytes and 5 bytes"), "{e}");
+    }
+
+    #[test]
+    fn the_first_difference_is_found_past_the_first_piece() {
+        let a = vec![5u8; 3 << 20];
+        let mut b = a.clone();
+        b[(5 << 19) + 3] = 6;
+        let detail = super::difference(super::Bytes::Data(&a), super::Bytes::Data(&b)).unwrap();
+        assert_eq!(detail, format!("{} bytes each, first differing at byte {}", 3 << 20, (5 << 19) + 3));
+        assert_eq!(super::difference(super::Bytes::Data(&a), super::Bytes::Data(&a)), None);
     }
 
     #[test]
@@ -433,7 +478,7 @@ mod tests {
         for (name, dims, ty, offset) in tensors {
             b.extend((name.len() as u64).to_le_bytes());
             b.extend(name.as_bytes());
-            b.extend((dims.len() as u32).to_le_bytes());
+            b.extend(u32::try_from(dims.len()).unwrap().to_le_bytes());
             dims.iter().for_each(|d| b.extend(d.to_le_bytes()));
             b.extend(ty.to_le_bytes());
             b.extend(offset.to_le_bytes());

@@ -65,9 +65,18 @@ pub fn cpu_targets(vmfb: &[u8]) -> Vec<CpuTarget> {
     targets
 }
 
-/// The first index of `needle` in `hay`.
+/// The first index of `needle` (not empty) in `hay`: a scan for its first byte, then a compare (a module can
+/// be gigabytes of inline constants).
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
+    let first = *needle.first()?;
+    let mut from = 0;
+    while let Some(at) = hay.get(from..)?.iter().position(|&b| b == first) {
+        if hay.get(from + at..)?.starts_with(needle) {
+            return Some(from + at);
+        }
+        from += at + 1;
+    }
+    None
 }
 
 /// The text from `at` up to the next `"` (printed MLIR escapes none in these values).

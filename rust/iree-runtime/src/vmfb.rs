@@ -297,3 +297,29 @@ mod tests {
         assert!(e.to_string().contains("is not an IREE compiled module"), "{e}");
     }
 }
+
+/// Reports what [`check_structure`] says of every file in `$TAPEOUT_VMFB_PROBE` (a directory or one file), and
+/// with `$TAPEOUT_VMFB_PROBE_LOAD` set, what loading each that passes on `local-sync` does (a crash ends the
+/// process: give one file). The fuzzing aid behind docs/reliability.md's list of modules IREE itself crashes on.
+#[cfg(test)]
+#[test]
+#[ignore = "a tool: run with TAPEOUT_VMFB_PROBE=<dir or file> -- --ignored --nocapture"]
+fn probe() {
+    let Some(target) = std::env::var_os("TAPEOUT_VMFB_PROBE").map(std::path::PathBuf::from) else { return };
+    let mut names: Vec<_> = std::fs::read_dir(&target).into_iter().flatten().flatten().map(|e| e.path()).collect();
+    if target.is_file() {
+        names.push(target);
+    }
+    names.sort();
+    let load = std::env::var_os("TAPEOUT_VMFB_PROBE_LOAD").is_some();
+    for path in names {
+        let bytes = std::fs::read(&path).unwrap_or_default();
+        let mut verdict = check_structure(&bytes).map_or_else(|e| e.to_string(), |()| "passes".into());
+        if load && verdict == "passes" {
+            let device = crate::Instance::new().and_then(|i| i.device("local-sync", 0));
+            let loaded = device.and_then(|d| d.load(&bytes, &[]));
+            verdict = loaded.map_or_else(|e| format!("passes; IREE: {e}"), |_| "passes; IREE loads it".into());
+        }
+        eprintln!("{}: {verdict}", path.display());
+    }
+}
