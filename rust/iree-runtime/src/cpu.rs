@@ -386,6 +386,17 @@ mod tests {
         eprintln!("{text}");
     }
 
+    /// Another architecture's module is not this check's business: IREE's own format check answers.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn an_aarch64_module_is_left_to_iree_which_says_wrong_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let vmfb = compile(dir.path(), "arm", ADD, &[CPU[0], CPU[1], "--iree-llvmcpu-target-triple=aarch64-linux-gnu"]);
+        assert!(cpu_targets(&vmfb).iter().any(|t| t.format == "embedded-elf-arm_64"), "{:?}", cpu_targets(&vmfb));
+        let e = Instance::new().unwrap().device("local-task", 1).unwrap().load(&vmfb, &[]).unwrap_err();
+        assert!(matches!(&e, IreeError::WrongTarget { device, .. } if device == "local-task"), "{e:?}");
+    }
+
     /// Where /proc/cpuinfo lists a feature, CPUID has it (the kernel may hide some, never invent them).
     #[test]
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
