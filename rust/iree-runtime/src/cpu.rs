@@ -189,9 +189,11 @@ fn host_has(name: &str) -> Option<bool> {
         "vpclmulqdq" => has!("vpclmulqdq"),
         "gfni" => has!("gfni"),
         "sha" => has!("sha"),
-        "sha512" => has!("sha512"),
-        "sm3" => has!("sm3"),
-        "sm4" => has!("sm4"),
+        // Detected by std only since Rust 1.89 (this crate builds with 1.85): their CPUID bits, and the OS's
+        // saving of the registers they use as std's AVX / AVX-512 detection reports it.
+        "sha512" => Some(cpuid(7, 1, Reg::Eax, 0) && avx()),
+        "sm3" => Some(cpuid(7, 1, Reg::Eax, 1) && avx()),
+        "sm4" => Some(cpuid(7, 1, Reg::Eax, 2) && avx()),
         "rdrnd" => has!("rdrand"),
         "rdseed" => has!("rdseed"),
         "adx" => has!("adx"),
@@ -215,20 +217,20 @@ fn host_has(name: &str) -> Option<bool> {
         "avx512bitalg" => has!("avx512bitalg"),
         "avx512vpopcntdq" => has!("avx512vpopcntdq"),
         "avx512bf16" => has!("avx512bf16"),
-        "avx512fp16" => has!("avx512fp16"),
+        "avx512fp16" => Some(cpuid(7, 0, Reg::Edx, 23) && std::arch::is_x86_feature_detected!("avx512f")),
         "avx512vp2intersect" => has!("avx512vp2intersect"),
-        "avxvnni" => has!("avxvnni"),
-        "avxifma" => has!("avxifma"),
-        "avxneconvert" => has!("avxneconvert"),
-        "avxvnniint8" => has!("avxvnniint8"),
-        "avxvnniint16" => has!("avxvnniint16"),
+        "avxvnni" => Some(cpuid(7, 1, Reg::Eax, 4) && avx()),
+        "avxifma" => Some(cpuid(7, 1, Reg::Eax, 23) && avx()),
+        "avxneconvert" => Some(cpuid(7, 1, Reg::Edx, 5) && avx()),
+        "avxvnniint8" => Some(cpuid(7, 1, Reg::Edx, 4) && avx()),
+        "avxvnniint16" => Some(cpuid(7, 1, Reg::Edx, 10) && avx()),
         // AMX's detection is unstable in std, and Linux also wants a per-process permission for its registers:
         // a missing CPUID bit is certain, a present one is not enough.
-        "amx-tile" => amx(cpuid(7, 0, Reg::Edx, 24)),
-        "amx-int8" => amx(cpuid(7, 0, Reg::Edx, 25)),
-        "amx-bf16" => amx(cpuid(7, 0, Reg::Edx, 22)),
-        "amx-fp16" => amx(cpuid(7, 1, Reg::Eax, 21)),
-        "amx-complex" => amx(cpuid(7, 1, Reg::Edx, 8)),
+        "amx-tile" => unless_absent(cpuid(7, 0, Reg::Edx, 24)),
+        "amx-int8" => unless_absent(cpuid(7, 0, Reg::Edx, 25)),
+        "amx-bf16" => unless_absent(cpuid(7, 0, Reg::Edx, 22)),
+        "amx-fp16" => unless_absent(cpuid(7, 1, Reg::Eax, 21)),
+        "amx-complex" => unless_absent(cpuid(7, 1, Reg::Edx, 8)),
         // User-mode instructions that need no OS support: their CPUID bits alone say whether they run.
         "sahf" => Some(cpuid(0x8000_0001, 0, Reg::Ecx, 0)),
         "prfchw" => Some(cpuid(0x8000_0001, 0, Reg::Ecx, 8)),
@@ -245,16 +247,23 @@ fn host_has(name: &str) -> Option<bool> {
         "serialize" => Some(cpuid(7, 0, Reg::Edx, 14)),
         "cmpccxadd" => Some(cpuid(7, 1, Reg::Eax, 7)),
         "prefetchi" => Some(cpuid(7, 1, Reg::Edx, 14)),
-        "kl" => has!("kl"),
-        "widekl" => has!("widekl"),
+        // Key Locker also needs the OS to have enabled it (CR4.KL): a present bit is not enough.
+        "kl" => unless_absent(cpuid(7, 0, Reg::Ecx, 23)),
+        "widekl" => unless_absent(cpuid(0x19, 0, Reg::Ebx, 2)),
         _ => None,
     }
 }
 
-/// An AMX feature: certainly missing without its CPUID bit, unchecked with it (the OS permission is not tested).
+/// A feature that also needs the OS's consent: certainly missing without its CPUID bit, unchecked with it.
 #[cfg(target_arch = "x86_64")]
-fn amx(bit: bool) -> Option<bool> {
+fn unless_absent(bit: bool) -> Option<bool> {
     if bit { None } else { Some(false) }
+}
+
+/// Whether the CPU has AVX and the OS saves the YMM registers (what every VEX-encoded extension needs).
+#[cfg(target_arch = "x86_64")]
+fn avx() -> bool {
+    std::arch::is_x86_feature_detected!("avx")
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -417,6 +426,15 @@ mod tests {
             ("cldemote", "cldemote"),
             ("waitpkg", "waitpkg"),
             ("avx512_fp16", "avx512fp16"),
+            ("avx512_bf16", "avx512bf16"),
+            ("avx_vnni", "avxvnni"),
+            ("avx_ifma", "avxifma"),
+            ("avx_ne_convert", "avxneconvert"),
+            ("avx_vnni_int8", "avxvnniint8"),
+            ("avx_vnni_int16", "avxvnniint16"),
+            ("sha512", "sha512"),
+            ("sm3", "sm3"),
+            ("sm4", "sm4"),
             ("xop", "xop"),
         ];
         for (linux, llvm) in pairs {
