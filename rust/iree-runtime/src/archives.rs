@@ -123,7 +123,13 @@ fn open(path: &Path) -> Result<Opened, IreeError> {
             // SAFETY: read-only mapping; the file must not be truncated while loading, as for IREE's own mapping.
             let map = unsafe { Mmap::map(&file) }.map_err(|e| bad(format!("cannot map it: {e}")))?;
             let tensors = if format == "gguf" { gguf_tensors(&map) } else { safetensors_tensors(&map) };
-            let tensors = tensors.map_err(|e| bad(format!("not a {format} file IREE can read safely: {e}")))?;
+            let tensors = tensors.map_err(|e| {
+                bad(format!(
+                    "not a {format} file IREE can read safely: {e}; rewrite it with the tool that made it, or check it \
+                     with `tapeout convert {} -o <out>.irpa` and serve the archive",
+                    path.display()
+                ))
+            })?;
             Ok(Opened::Mapped { map, tensors })
         }
     }
