@@ -200,7 +200,14 @@ impl Device {
 
     /// Loads a compiled module (its bytes are copied) with its parameter files, memory-mapped read-only: the
     /// device uses the files' pages in place where it can (the CPU devices can), so parameters are not copied.
+    ///
+    /// Before IREE sees them, the module's container is checked ([`IreeError::NotAModule`]), its CPU code against
+    /// this machine's CPU on a `local-*` device ([`IreeError::MissingCpuFeatures`]), each parameter file's index
+    /// ([`IreeError::ParameterFile`]), and every key two files of one scope share for equal contents
+    /// ([`IreeError::ConflictingParameter`]): IREE crashes on some of what these refuse.
     pub fn load(&self, vmfb: &[u8], parameters: &[Parameters]) -> Result<Module, IreeError> {
+        crate::vmfb::check_structure(vmfb)?;
+        crate::cpu::check_host(vmfb, &self.inner.uri)?;
         for p in parameters {
             let meta = std::fs::metadata(&p.path).map_err(|e| IreeError::ParameterFile {
                 path: p.path.clone(),
@@ -210,6 +217,7 @@ impl Device {
                 return Err(IreeError::ParameterFile { path: p.path.clone(), message: "not a file".into() });
             }
         }
+        crate::archives::check(parameters)?;
         let scopes =
             parameters.iter().map(|p| c_string("loading a module", &p.scope)).collect::<Result<Vec<_>, _>>()?;
         let paths = parameters

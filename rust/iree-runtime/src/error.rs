@@ -148,6 +148,51 @@ pub enum IreeError {
         /// Which value.
         what: String,
     },
+    /// The module's CPU code uses instructions this machine's CPU lacks: calling it would stop the process with
+    /// SIGILL, so it is not loaded.
+    #[error(
+        "the module was compiled for CPU '{cpu}' with features this machine's CPU lacks: {}{}; calling it on \
+         '{device}' would crash the process (SIGILL); recompile it with --iree-llvmcpu-target-cpu=host on this \
+         machine, or with a lower --iree-llvmcpu-target-cpu (generic for any x86-64) and without those \
+         --iree-llvmcpu-target-cpu-features",
+        missing.join(", "),
+        not_checked(unchecked)
+    )]
+    MissingCpuFeatures {
+        /// The device the module was loaded on.
+        device: String,
+        /// LLVM's CPU name the module was compiled for.
+        cpu: String,
+        /// LLVM's names of the features the CPU lacks.
+        missing: Vec<String>,
+        /// Features of the target this runtime cannot test for.
+        unchecked: Vec<String>,
+    },
+    /// Two parameter files under one scope hold the same key with different contents: IREE would silently use the
+    /// first, so which file wins is not left to the order of the list.
+    #[error(
+        "parameter '{scope}::{key}' is in both {} and {}, with different contents ({detail}); give each key \
+         once per scope: drop one of the files or load them under different scopes",
+        first.display(),
+        second.display()
+    )]
+    ConflictingParameter {
+        /// The scope both files were given under.
+        scope: String,
+        /// The key.
+        key: String,
+        /// The file listed first.
+        first: PathBuf,
+        /// The other file.
+        second: PathBuf,
+        /// How they differ (sizes, or the first differing byte).
+        detail: String,
+    },
+}
+
+/// ` (not checked: …)` for a non-empty list.
+fn not_checked(unchecked: &[String]) -> String {
+    if unchecked.is_empty() { String::new() } else { format!(" (not checked: {})", unchecked.join(", ")) }
 }
 
 impl IreeError {

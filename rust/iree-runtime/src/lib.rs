@@ -25,12 +25,16 @@ mod signature;
 #[path = "../tests/support/mod.rs"]
 mod test_support;
 
+mod archives;
+mod cpu;
 mod device;
 mod error;
 mod module;
 mod value;
+mod vmfb;
 mod wait;
 
+pub use cpu::{CpuTarget, HostFit, cpu_targets, host_fit};
 pub use device::{Device, Instance, Parameters};
 pub use error::{IreeError, STATUS_CODES, StatusCode};
 pub use module::Module;
