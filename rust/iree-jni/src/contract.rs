@@ -43,10 +43,14 @@ pub(crate) enum ErrorKind {
     NotAModule,
     /// `IreeWrongTargetException`.
     WrongTarget,
+    /// `IreeMissingCpuFeaturesException`.
+    MissingCpuFeatures,
     /// `IreeMissingParameterException`.
     MissingParameter,
     /// `IreeParameterFileException`.
     ParameterFile,
+    /// `IreeConflictingParameterException`.
+    ConflictingParameter,
     /// `IreeNoSuchFunctionException`.
     NoSuchFunction,
     /// `IreeArityException`.
@@ -74,7 +78,7 @@ pub(crate) struct Class {
     pub(crate) kind: Option<ErrorKind>,
     /// The Kotlin class name.
     pub(crate) name: &'static str,
-    /// The class it extends: `IreeException` or another of these (whose fields it then has, and only those).
+    /// The class it extends: `IreeException` or another of these, whose fields come first in its own.
     pub(crate) parent: &'static str,
     /// Its KDoc.
     pub(crate) doc: &'static str,
@@ -130,6 +134,20 @@ pub(crate) const CLASSES: &[Class] = &[
         fields: &[Field("device", Text, "The device it was loaded on.")],
     },
     Class {
+        kind: Some(ErrorKind::MissingCpuFeatures),
+        name: "IreeMissingCpuFeaturesException",
+        parent: "IreeWrongTargetException",
+        doc: "The module's CPU code uses instructions this machine's CPU lacks ([missing]): calling it would crash the \
+              process (SIGILL), so it is refused at load. Recompile with `--iree-llvmcpu-target-cpu=host` on this \
+              machine, or a lower `--iree-llvmcpu-target-cpu` (`generic` runs on any x86-64).",
+        fields: &[
+            Field("device", Text, "The device it was loaded on."),
+            Field("cpu", Text, "LLVM's name of the CPU the module was compiled for."),
+            Field("missing", Texts, "LLVM's names of the features this CPU lacks."),
+            Field("unchecked", Texts, "Features of the module's target this runtime cannot test for."),
+        ],
+    },
+    Class {
         kind: Some(ErrorKind::MissingParameter),
         name: "IreeMissingParameterException",
         parent: "IreeException",
@@ -144,6 +162,19 @@ pub(crate) const CLASSES: &[Class] = &[
         doc: "A parameter file that cannot be served: absent, truncated, not an archive, entries outside the file, \
               or a key another file of its scope holds with other bytes.",
         fields: &[Field("file", File, "The file.")],
+    },
+    Class {
+        kind: Some(ErrorKind::ConflictingParameter),
+        name: "IreeConflictingParameterException",
+        parent: "IreeException",
+        doc: "Two parameter files under one scope hold key [key] with different contents: which one IREE would use is \
+              not left to the order of the list. Give each key once per scope.",
+        fields: &[
+            Field("scope", Text, "The scope both files were given under."),
+            Field("key", Text, "The key."),
+            Field("first", File, "The file listed first."),
+            Field("second", File, "The other file."),
+        ],
     },
     Class {
         kind: Some(ErrorKind::NoSuchFunction),
@@ -262,18 +293,19 @@ fn render_classes(out: &mut String) {
     *out += "/** Anything that goes wrong serving a module; the subclasses carry what it is about. The JVM keeps running. */\n\
              open class IreeException(message: String) : RuntimeException(message)\n";
     for c in CLASSES {
-        let own = c.parent == "IreeException";
-        let open = if c.kind.is_none() { "open " } else { "" };
+        let inherited = CLASSES.iter().find(|p| p.name == c.parent).map_or(0, |p| p.fields.len());
+        let open = if CLASSES.iter().any(|o| o.parent == c.name) { "open " } else { "" };
         let params: Vec<String> = c
             .fields
             .iter()
-            .map(|f| {
-                let val = if own { "val " } else { "" };
+            .enumerate()
+            .map(|(i, f)| {
+                let val = if i >= inherited { "val " } else { "" };
                 format!("{}    {val}{}: {},\n", kdoc(f.2, "    "), f.0, kotlin_type(f.1))
             })
             .collect();
-        let pass: Vec<&str> = c.fields.iter().map(|f| f.0).collect();
-        let parent_args = if own { "message".to_owned() } else { format!("message, {}", pass.join(", ")) };
+        let pass: Vec<&str> = c.fields.iter().take(inherited).map(|f| f.0).collect();
+        let parent_args = std::iter::once("message").chain(pass).collect::<Vec<_>>().join(", ");
         *out += &format!("\n{}{open}class {}(\n    message: String,\n", kdoc(c.doc, ""), c.name);
         for p in params {
             *out += &p;
@@ -370,7 +402,7 @@ mod tests {
         for c in CLASSES.iter().filter(|c| c.parent != "IreeException") {
             let parent = CLASSES.iter().find(|p| p.name == c.parent).expect("a parent in the table");
             let names = |cl: &Class| cl.fields.iter().map(|f| (f.0, f.1)).collect::<Vec<_>>();
-            assert_eq!(names(c), names(parent), "{}", c.name);
+            assert!(names(c).starts_with(&names(parent)), "{} starts with its parent's fields", c.name);
         }
     }
 }

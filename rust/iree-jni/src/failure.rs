@@ -116,6 +116,12 @@ impl From<IreeError> for Failure {
             IreeError::Size { expected, given, .. } => f(ErrorKind::Size).long(expected).long(given),
             IreeError::Io { path, .. } => f(ErrorKind::Io).file(&path),
             IreeError::ForeignValue { what } => f(ErrorKind::ForeignValue).text(what),
+            IreeError::MissingCpuFeatures { device, cpu, missing, unchecked } => {
+                f(ErrorKind::MissingCpuFeatures).text(device).text(cpu).texts(missing).texts(unchecked)
+            }
+            IreeError::ConflictingParameter { scope, key, first, second, .. } => {
+                f(ErrorKind::ConflictingParameter).text(scope).text(key).file(&first).file(&second)
+            }
         }
     }
 }
@@ -212,6 +218,14 @@ mod tests {
             IreeError::Size { what: s("w"), expected: 4, given: 3, dtype: DType::F32, shape: s("[1]") },
             IreeError::Io { path: PathBuf::from("p"), source: std::io::Error::other("x") },
             IreeError::ForeignValue { what: s("w") },
+            IreeError::MissingCpuFeatures { device: s("d"), cpu: s("c"), missing: vec![s("m")], unchecked: vec![] },
+            IreeError::ConflictingParameter {
+                scope: s("s"),
+                key: s("k"),
+                first: PathBuf::from("a"),
+                second: PathBuf::from("b"),
+                detail: s("d"),
+            },
         ];
         for e in errors {
             let text = e.to_string();

@@ -107,11 +107,24 @@ class IreeNotAModuleException(
 ) : IreeException(message)
 
 /** The module was compiled for another device than [device] (e.g. for Vulkan, loaded on local-task). */
-class IreeWrongTargetException(
+open class IreeWrongTargetException(
     message: String,
     /** The device it was loaded on. */
     val device: String,
 ) : IreeException(message)
+
+/** The module's CPU code uses instructions this machine's CPU lacks ([missing]): calling it would crash the process (SIGILL), so it is refused at load. Recompile with `--iree-llvmcpu-target-cpu=host` on this machine, or a lower `--iree-llvmcpu-target-cpu` (`generic` runs on any x86-64). */
+class IreeMissingCpuFeaturesException(
+    message: String,
+    /** The device it was loaded on. */
+    device: String,
+    /** LLVM's name of the CPU the module was compiled for. */
+    val cpu: String,
+    /** LLVM's names of the features this CPU lacks. */
+    val missing: List<String>,
+    /** Features of the module's target this runtime cannot test for. */
+    val unchecked: List<String>,
+) : IreeWrongTargetException(message, device)
 
 /** The module needs parameter [key] (`<scope>::*` when no file was given under its scope) that no file holds. */
 class IreeMissingParameterException(
@@ -125,6 +138,19 @@ class IreeParameterFileException(
     message: String,
     /** The file. */
     val file: java.io.File,
+) : IreeException(message)
+
+/** Two parameter files under one scope hold key [key] with different contents: which one IREE would use is not left to the order of the list. Give each key once per scope. */
+class IreeConflictingParameterException(
+    message: String,
+    /** The scope both files were given under. */
+    val scope: String,
+    /** The key. */
+    val key: String,
+    /** The file listed first. */
+    val first: java.io.File,
+    /** The other file. */
+    val second: java.io.File,
 ) : IreeException(message)
 
 /** The module has no function [name]; it has [available]. */
@@ -237,17 +263,19 @@ internal fun nativeException(kind: Int, message: String, texts: Array<String>, n
         1 -> IreeDeviceUnavailableException(message, text(), text(), IreeStatusCode.of(number()))
         2 -> IreeNotAModuleException(message)
         3 -> IreeWrongTargetException(message, text())
-        4 -> IreeMissingParameterException(message, text())
-        5 -> IreeParameterFileException(message, java.io.File(text()))
-        6 -> IreeNoSuchFunctionException(message, text(), list())
-        7 -> IreeArityException(message, text(), number().toInt(), number().toInt())
-        8 -> IreeDTypeException(message, text(), number().toInt(), text(), text(), text())
-        9 -> IreeShapeException(message, text(), number().toInt(), text(), text(), text())
-        10 -> IreeSizeException(message, number(), number())
-        11 -> IreeIoException(message, java.io.File(text()))
-        12 -> IreeForeignValueException(message, text())
-        13 -> IreeUsageException(message)
-        14 -> IreeInternalException(message)
+        4 -> IreeMissingCpuFeaturesException(message, text(), text(), list(), list())
+        5 -> IreeMissingParameterException(message, text())
+        6 -> IreeParameterFileException(message, java.io.File(text()))
+        7 -> IreeConflictingParameterException(message, text(), text(), java.io.File(text()), java.io.File(text()))
+        8 -> IreeNoSuchFunctionException(message, text(), list())
+        9 -> IreeArityException(message, text(), number().toInt(), number().toInt())
+        10 -> IreeDTypeException(message, text(), number().toInt(), text(), text(), text())
+        11 -> IreeShapeException(message, text(), number().toInt(), text(), text(), text())
+        12 -> IreeSizeException(message, number(), number())
+        13 -> IreeIoException(message, java.io.File(text()))
+        14 -> IreeForeignValueException(message, text())
+        15 -> IreeUsageException(message)
+        16 -> IreeInternalException(message)
         else -> IreeInternalException("$message (native failure kind $kind)")
     }
 }

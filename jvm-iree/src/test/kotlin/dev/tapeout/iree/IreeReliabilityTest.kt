@@ -167,6 +167,19 @@ class IreeReliabilityTest {
         expectOk("mapped-read-truncated", twice.path, File(dir, "out.bin").path)
     }
 
+    @Test
+    fun `a module for CPU features this machine lacks is refused at load, not a SIGILL`() {
+        val vmfb = File(dir, "spr.vmfb")
+        vmfb.writeBytes(compiler.compile(module("tensor<4xf32>", "stablehlo.add %x, %x"), IreeTarget.cpu("sapphirerapids")))
+        val out = expectOk("cpu-features", vmfb.path)
+        assertTrue(out.contains("avx512fp16") || out.contains("amx"), out)
+    }
+
+    @Test
+    fun `every truncation of a module is refused as not a module`() {
+        expectOk("truncated-vmfb", twice.path)
+    }
+
     private fun growth(out: String): Long =
         out.lines().first { it.startsWith("RSS_GROWTH_KB ") }.removePrefix("RSS_GROWTH_KB ").trim().toLong()
 

@@ -34,6 +34,27 @@ object ReliabilityCases {
                 val readOnly = ByteBuffer.allocateDirect(16).asReadOnlyBuffer()
                 expect<IreeUsageException>("a read-only buffer as output") { y.readInto(readOnly) }
             }
+            // Before: SIGILL in the call. The module's CPU code needs features this CPU lacks: refused at load.
+            "cpu-features" -> expect<IreeMissingCpuFeaturesException>("a module for another CPU") {
+                IreeModule.load(device, File(args[0])).use { m -> m.call("main", m.value(FloatArray(4), 4)) }
+            }
+            // Every truncation of a module (IREE's verifier crashed on some damaged ones): a typed exception, or, where
+            // only the archive's trailer (the ZIP directory after the module) is cut, a module that still doubles.
+            "truncated-vmfb" -> {
+                val vmfb = File(args[0]).readBytes()
+                var served = 0
+                for (n in 0 until vmfb.size) {
+                    try {
+                        IreeModule.load(device, vmfb.copyOf(n)).use { m ->
+                            val got = m.call("main", m.value(floatArrayOf(1f, -2f, 3f, 0.5f), 4)).use { it[0].toFloatArray() }
+                            check(got.contentEquals(floatArrayOf(2f, -4f, 6f, 1f))) { "the first $n bytes served ${got.contentToString()}" }
+                        }
+                        served++
+                    } catch (_: IreeNotAModuleException) {
+                    }
+                }
+                println("OK ${vmfb.size} truncations: ${vmfb.size - served} refused, $served (trailer cut) served right")
+            }
             "leak-results" -> IreeModule.load(device, File(args[0])).use { m ->
                 val x = m.value(FloatArray(4) { it.toFloat() }, 4)
                 // Every result is left for the cleaner: the loop may not grow without bound.
