@@ -1,4 +1,5 @@
-"""Writes the Maven repository scripts/publish describes from the built jars (jvm/build/libs, buildSrc/build/libs).
+"""Writes the Maven repository scripts/publish describes from the built jars (jvm/build/libs, jvm-iree/build/libs,
+buildSrc/build/libs).
 
     python3 scripts/publish_repo.py DIR
 
@@ -16,9 +17,8 @@ import zipfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 GROUP = "dev.tapeout"
-STDLIB_VERSION = "2.0.21"
-STDLIB_JAR = ROOT / "jvm/tools-compat/node_modules/kotlin-compiler/lib/kotlin-stdlib.jar"
-LIBRARY_JAR_GLOB = "jvm/build/libs/jvm-*.jar"
+# The libraries are compiled for Kotlin 2.0 (-api-version 2.0): their POMs bring the 2.0.21 stdlib from Maven Central.
+STDLIB = ("org.jetbrains.kotlin", "kotlin-stdlib", "2.0.21", "compile")
 PLUGIN_JAR = ROOT / "buildSrc/build/libs/buildSrc.jar"
 PLUGINS = {"dev.tapeout": "dev.tapeout.gradle.TapeoutPlugin", "dev.tapeout.kotlin": "dev.tapeout.gradle.KotlinPlugin"}
 
@@ -102,8 +102,8 @@ DECL = re.compile(r"^\s*((?:public |open |abstract |sealed |data |enum |inline |
                   r"(class|interface|object|fun|val|var)\b(.*)$")
 
 
-def kdoc_html(sources):
-    """A KDoc reference: every public declaration with its doc comment, file by file."""
+def kdoc_html(sources, package="dev.tapeout"):
+    """A KDoc reference of `package`: every public declaration with its doc comment, file by file."""
     parts = []
     for rel, text in sources:
         items = []
@@ -116,31 +116,44 @@ def kdoc_html(sources):
                          f"<dd>{html.escape(doc).replace(chr(10) + chr(10), '<p>')}</dd>")
         if items:
             parts.append(f"<h2>{html.escape(rel)}</h2>\n<dl>\n" + "\n".join(items) + "\n</dl>")
-    return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>tapeout API</title></head><body>\n"
-            "<h1>dev.tapeout</h1>\n" + "\n".join(parts) + "\n</body></html>\n").encode()
+    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{package} API</title></head><body>\n"
+            f"<h1>{package}</h1>\n" + "\n".join(parts) + "\n</body></html>\n").encode()
+
+
+def library_jar(project, native):
+    """The newest `<project>/build/libs/<project>-*.jar`, checked to carry its native library `native`."""
+    jars = sorted((ROOT / project / "build/libs").glob(f"{project}-*.jar"))
+    if not jars:
+        sys.exit(f"publish: {project}/build/libs has no jar (gradle :{project}:jar failed?)")
+    data = jars[-1].read_bytes()
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        if f"native/linux-x86-64/{native}" not in z.namelist():
+            sys.exit(f"publish: {jars[-1]} has no native/linux-x86-64/{native}")
+    return data
+
+
+def publish_library(repo, project, artifact, ver, native, package, description):
+    """A Kotlin library of this repository: its jar (with the native library), sources and KDoc jars, a POM."""
+    library = library_jar(project, native)
+    src_root = ROOT / project / "src/main/kotlin"
+    sources = [(str(p.relative_to(src_root)), p.read_text()) for p in sorted(src_root.rglob("*.kt"))]
+    publish(repo, GROUP, artifact, ver, {
+        "": library,
+        "sources": zip_dir([(rel, text.encode()) for rel, text in sources]),
+        "javadoc": zip_dir([("index.html", kdoc_html(sources, package))]),
+    }, pom(GROUP, artifact, ver, description=description, deps=[STDLIB]))
 
 
 def main(repo: pathlib.Path) -> None:
     ver = version()
-    jars = sorted(ROOT.glob(LIBRARY_JAR_GLOB))
-    for needed in [*jars[:1], PLUGIN_JAR, STDLIB_JAR]:
-        if not needed.is_file():
-            sys.exit(f"publish: {needed} is missing (run scripts/setup, then scripts/publish)")
-    if not jars:
-        sys.exit("publish: jvm/build/libs has no jar (gradle :jvm:jar failed?)")
-    library = jars[-1].read_bytes()
-    with zipfile.ZipFile(io.BytesIO(library)) as z:
-        if not any(n.startswith("native/") and n.endswith(".so") for n in z.namelist()):
-            sys.exit("publish: the library jar has no native/<os>-<arch>/ library")
-    src_root = ROOT / "jvm/src/main/kotlin"
-    sources = [(str(p.relative_to(src_root)), p.read_text()) for p in sorted(src_root.rglob("*.kt"))]
-    publish(repo, GROUP, "tapeout", ver, {
-        "": library,
-        "sources": zip_dir([(rel, text.encode()) for rel, text in sources]),
-        "javadoc": zip_dir([("index.html", kdoc_html(sources))]),
-    }, pom(GROUP, "tapeout", ver, description="tapeout: export traced Kotlin models to StableHLO + IREE parameter "
-           "archives (Kotlin library with its native library)", deps=[("org.jetbrains.kotlin", "kotlin-stdlib",
-                                                                         STDLIB_VERSION, "compile")]))
+    if not PLUGIN_JAR.is_file():
+        sys.exit(f"publish: {PLUGIN_JAR} is missing (run scripts/setup, then scripts/publish)")
+    publish_library(repo, "jvm", "tapeout", ver, "libtapeout_jni.so", "dev.tapeout",
+                    "tapeout: export traced Kotlin models to StableHLO + IREE parameter archives (Kotlin library "
+                    "with its native library)")
+    publish_library(repo, "jvm-iree", "tapeout-iree", ver, "libtapeout_iree_jni.so", "dev.tapeout.iree",
+                    "dev.tapeout.iree: serve IREE 3.13 modules in the JVM's process, parameters memory-mapped "
+                    "(Kotlin library with IREE's runtime in its native library)")
     publish(repo, GROUP, "tapeout-gradle-plugin", ver, {"": PLUGIN_JAR.read_bytes()},
             pom(GROUP, "tapeout-gradle-plugin", ver, description="Gradle plugins dev.tapeout and dev.tapeout.kotlin"))
     # Plugin markers: what `plugins { id '<id>' version '<v>' }` resolves, pointing at the plugins' jar.
@@ -151,11 +164,10 @@ def main(repo: pathlib.Path) -> None:
                                              description=f"Plugin marker of {plugin_id}",
                                              deps=[(GROUP, "tapeout-gradle-plugin", ver, "compile")]))
         metadata(repo, plugin_id, marker, ver)
-    publish(repo, "org.jetbrains.kotlin", "kotlin-stdlib", STDLIB_VERSION, {"": STDLIB_JAR.read_bytes()},
-            pom("org.jetbrains.kotlin", "kotlin-stdlib", STDLIB_VERSION, description="Kotlin Standard Library"))
-    print(f"publish: dev.tapeout:tapeout:{ver}, dev.tapeout:tapeout-gradle-plugin:{ver} and the markers of "
-          f"{', '.join(PLUGINS)} in {repo.resolve()}")
-    print(f"publish: use it with maven {{ url '{repo.resolve().as_uri()}' }} (README, \"From Gradle\")")
+    print(f"publish: dev.tapeout:tapeout:{ver}, dev.tapeout:tapeout-iree:{ver}, "
+          f"dev.tapeout:tapeout-gradle-plugin:{ver} and the markers of {', '.join(PLUGINS)} in {repo.resolve()}")
+    print(f"publish: use it with maven {{ url '{repo.resolve().as_uri()}' }} and mavenCentral() (for kotlin-stdlib; "
+          f"README, \"From Gradle\")")
 
 
 if __name__ == "__main__":

@@ -7,18 +7,24 @@
 //! headers it compiles against are IREE's vendored `third_party/vulkan_headers`.
 //!
 //! IREE's runtime sources come from the `eerie-sys` crate (a pinned dependency of this one, never built with its
-//! own features: its static library lacks io_parameters and the IRPA parser). Override with
-//! `TAPEOUT_IREE_SOURCE=<IREE checkout>`. CMake >= 3.26 is `$CMAKE`, the project's `.venv/bin/cmake` (PyPI's
-//! `cmake`, which `scripts/setup` installs) or the one on PATH. The CMake build lives in
-//! `<workspace>/target/iree-runtime/<release|debug>`, shared by every cargo profile and kept between builds:
-//! a fresh build costs about a CPU-minute (55 CPU-seconds on a 2-core x86-64 VM, 47 without Vulkan), a no-op
-//! rebuild a second.
+//! own features: its static library lacks io_parameters and the IRPA parser). Cargo says where it unpacked them:
+//! `$CARGO metadata` names eerie-sys's manifest (eerie-sys has no `links` key, so no `DEP_` variable
+//! can). Override with `TAPEOUT_IREE_SOURCE=<IREE checkout>`. CMake >= 3.26 is `$CMAKE` when set, else the
+//! project's `.venv/bin/cmake` (PyPI's `cmake`, which `scripts/setup` installs), else the one on PATH: no
+//! environment variable is needed, so a Gradle daemon started before one was exported builds the same.
+//!
+//! The CMake build lives in cargo's build directory, beside this package's `OUT_DIR`s
+//! (`target/<profile>/build/tapeout-iree-runtime`; `TAPEOUT_IREE_BUILD_DIR` overrides): each profile and target dir
+//! has its own, every command of one profile (build, check, clippy, test, doc) shares it, and `cargo clean` removes
+//! it. A fresh build costs about a CPU-minute (55 CPU-seconds on a 2-core x86-64 VM, 47 without Vulkan) once per
+//! profile, a no-op rebuild a second. It is reconfigured when a CMake definition changed or it never finished
+//! configuring; CMake itself reconfigures when a CMakeLists.txt changed.
 
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const EERIE_SYS: &str = "eerie-sys-0.5.0";
+use serde_json::Value;
 
 fn main() {
     if let Err(message) = run() {
@@ -41,16 +47,13 @@ fn run() -> Result<(), String> {
         println!("cargo:rerun-if-env-changed={var}");
     }
 
-    let source = iree_source()?;
+    let source = iree_source(&manifest)?;
     let cmake = cmake_binary(&workspace)?;
-    // IREE's debug runtime is much slower and no more useful to tapeout's users: always build it optimised.
-    let build = match env::var_os("TAPEOUT_IREE_BUILD_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => workspace.join("target/iree-runtime/release"),
-    };
+    let build = cmake_build_dir()?;
     std::fs::create_dir_all(&build).map_err(|e| format!("creating {}: {e}", build.display()))?;
 
     let ninja = Command::new("ninja").arg("--version").output().is_ok_and(|o| o.status.success());
+    // IREE's debug runtime is much slower and no more useful to tapeout's users: always build it optimised.
     let definitions = [
         "-DCMAKE_BUILD_TYPE=Release".to_owned(),
         format!("-DTAPEOUT_IREE_SOURCE_DIR={}", source.display()),
@@ -58,8 +61,9 @@ fn run() -> Result<(), String> {
         format!("-DTAPEOUT_IREE_VULKAN={}", if vulkan_wanted()? { "ON" } else { "OFF" }),
     ];
     // Configured once; again when a definition changed (a build dir configured before Vulkan was built, say): the
-    // cache keeps what it was first given.
-    if !configured_with(&build.join("CMakeCache.txt"), &definitions) {
+    // cache keeps what it was first given. A configure that failed half way leaves a cache without a build system.
+    let generated = build.join("build.ninja").is_file() || build.join("Makefile").is_file();
+    if !generated || !configured_with(&build.join("CMakeCache.txt"), &definitions) {
         let mut configure = Command::new(&cmake);
         configure.arg("-S").arg(manifest.join("native")).arg("-B").arg(&build).args(&definitions);
         if ninja && !build.join("CMakeCache.txt").is_file() {
@@ -85,33 +89,94 @@ fn run() -> Result<(), String> {
     Ok(())
 }
 
-/// The IREE source tree: `$TAPEOUT_IREE_SOURCE`, else eerie-sys's, unpacked by cargo in its registry cache.
-fn iree_source() -> Result<PathBuf, String> {
-    if let Some(dir) = env::var_os("TAPEOUT_IREE_SOURCE") {
-        let dir = PathBuf::from(dir);
-        return if dir.join("runtime/src/iree/io/formats/irpa").is_dir() {
-            Ok(dir)
-        } else {
-            Err(format!("TAPEOUT_IREE_SOURCE={} is not an IREE source tree (no runtime/src/iree)", dir.display()))
-        };
+/// The IREE source tree: `$TAPEOUT_IREE_SOURCE`, else eerie-sys's.
+fn iree_source(manifest: &Path) -> Result<PathBuf, String> {
+    let (dir, origin) = match env::var_os("TAPEOUT_IREE_SOURCE") {
+        Some(dir) => (PathBuf::from(dir), "TAPEOUT_IREE_SOURCE"),
+        None => (eerie_sys_dir(manifest)?.join("iree"), "eerie-sys"),
+    };
+    if dir.join("runtime/src/iree/io/formats/irpa").is_dir() {
+        Ok(dir)
+    } else {
+        Err(format!("{origin}: {} is not an IREE source tree (no runtime/src/iree/io/formats/irpa)", dir.display()))
     }
-    let cargo_home = env::var_os("CARGO_HOME")
-        .map(PathBuf::from)
-        .or_else(|| env::var_os("HOME").map(|home| PathBuf::from(home).join(".cargo")))
-        .ok_or("neither CARGO_HOME nor HOME is set")?;
-    let registry = cargo_home.join("registry/src");
-    let entries = std::fs::read_dir(&registry).map_err(|e| format!("reading {}: {e}", registry.display()))?;
-    for entry in entries.flatten() {
-        let candidate = entry.path().join(EERIE_SYS).join("iree");
-        if candidate.join("runtime/src/iree/io/formats/irpa").is_dir() {
-            return Ok(candidate);
+}
+
+/// Where cargo unpacked the eerie-sys this package depends on: its resolved dependency in `cargo metadata`.
+fn eerie_sys_dir(manifest: &Path) -> Result<PathBuf, String> {
+    let metadata = cargo_metadata(manifest)?;
+    if let Some(root) = metadata["workspace_root"].as_str() {
+        // A new Cargo.lock may pin another eerie-sys: look again.
+        println!("cargo:rerun-if-changed={}", Path::new(root).join("Cargo.lock").display());
+    }
+    let packages = metadata["packages"].as_array().ok_or("cargo metadata lists no packages")?;
+    let manifest_path =
+        |id: &str| packages.iter().find(|p| p["id"].as_str() == Some(id)).and_then(|p| p["manifest_path"].as_str());
+    let own = manifest.join("Cargo.toml");
+    let nodes = metadata["resolve"]["nodes"].as_array().ok_or("cargo metadata has no resolve graph")?;
+    let node = nodes
+        .iter()
+        .find(|n| n["id"].as_str().and_then(manifest_path).is_some_and(|p| Path::new(p) == own))
+        .ok_or_else(|| format!("cargo metadata does not resolve {}", own.display()))?;
+    let eerie = node["deps"]
+        .as_array()
+        .and_then(|deps| deps.iter().find(|d| d["name"].as_str() == Some("eerie_sys")))
+        .and_then(|d| d["pkg"].as_str())
+        .and_then(manifest_path)
+        .ok_or("cargo metadata resolves no eerie-sys for this package")?;
+    Path::new(eerie).parent().map(Path::to_path_buf).ok_or_else(|| format!("{eerie} has no parent directory"))
+}
+
+/// `cargo metadata` of this workspace for the target, offline first: a build has every package it compiles, eerie-sys
+/// among them, and usually (after `cargo fetch`, which scripts/setup runs) the rest. The workspace's other packages
+/// (dev-dependencies, say) may not be downloaded yet after a bare `cargo build`: cargo metadata needs them, so it
+/// then runs again, allowed to fetch them.
+fn cargo_metadata(manifest: &Path) -> Result<Value, String> {
+    let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut failure = String::new();
+    for offline in [true, false] {
+        let mut command = Command::new(&cargo);
+        command.args(["metadata", "--format-version", "1", "--locked", "--manifest-path"]);
+        command.arg(manifest.join("Cargo.toml"));
+        if let Ok(target) = env::var("TARGET") {
+            command.args(["--filter-platform", &target]);
         }
+        if offline {
+            command.arg("--offline");
+        }
+        let output = command.output().map_err(|e| format!("cannot start {command:?}: {e}"))?;
+        if output.status.success() {
+            return serde_json::from_slice(&output.stdout)
+                .map_err(|e| format!("cargo metadata's output is not JSON: {e}"));
+        }
+        failure = format!("{command:?} failed ({}): {}", output.status, String::from_utf8_lossy(&output.stderr).trim());
     }
     Err(format!(
-        "IREE's runtime sources ({EERIE_SYS}) are not in {}: run `cargo fetch` (scripts/setup does), or set \
-         TAPEOUT_IREE_SOURCE to an IREE checkout",
-        registry.display()
+        "{failure}\nrun `cargo fetch --locked` (scripts/setup does), or set TAPEOUT_IREE_SOURCE to an IREE checkout"
     ))
+}
+
+/// Where the CMake tree lives: `$TAPEOUT_IREE_BUILD_DIR`, else `tapeout-iree-runtime` beside this package's
+/// `OUT_DIR`s in cargo's build directory of the profile (`target/<profile>/build`), else in `OUT_DIR` itself.
+/// Not in `OUT_DIR` when the layout allows: `cargo check`, `cargo test` and `cargo clippy` run this script with three
+/// hashes, so three `OUT_DIR`s, in one profile, and each would build IREE again. Cargo's lock on the profile's
+/// directory keeps two builds of the tree apart.
+fn cmake_build_dir() -> Result<PathBuf, String> {
+    if let Some(dir) = env::var_os("TAPEOUT_IREE_BUILD_DIR") {
+        return Ok(PathBuf::from(dir));
+    }
+    let out = PathBuf::from(env::var_os("OUT_DIR").ok_or("cargo did not set OUT_DIR")?);
+    let pkg = env::var("CARGO_PKG_NAME").map_err(|e| format!("CARGO_PKG_NAME: {e}"))?;
+    // OUT_DIR is <profile>/build/<package>-<hash>/out.
+    let build_dir = out
+        .parent()
+        .filter(|dir| dir.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&format!("{pkg}-"))))
+        .and_then(Path::parent)
+        .filter(|dir| dir.file_name().is_some_and(|n| n == "build"));
+    Ok(match build_dir {
+        Some(dir) => dir.join(format!("{pkg}-runtime")),
+        None => out.join("iree-runtime"),
+    })
 }
 
 /// Whether to build IREE's Vulkan driver: `$TAPEOUT_IREE_VULKAN` (`ON`/`OFF`, `1`/`0`, `true`/`false`), else yes
