@@ -63,6 +63,18 @@ impl From<IreeError> for Failure {
             IreeError::Size { expected, given, .. } => ("size", vec![expected.to_string(), given.to_string()]),
             IreeError::Io { path, .. } => ("io", vec![path.display().to_string()]),
             IreeError::ForeignValue { .. } => ("foreign-value", vec![]),
+            IreeError::UnequalDims { function, first, second } => (
+                "unequal-dims",
+                vec![
+                    function,
+                    first.0,
+                    first.1.to_string(),
+                    first.2.to_string(),
+                    second.0,
+                    second.1.to_string(),
+                    second.2.to_string(),
+                ],
+            ),
         };
         Failure { kind, message, fields }
     }

@@ -34,7 +34,7 @@ mod wait;
 pub use device::{Device, Instance, Parameters};
 pub use error::IreeError;
 pub use module::Module;
-pub use signature::{DType, Param, Signature, parse_declaration};
+pub use signature::{DType, DimAt, DimMismatch, DimRule, Param, Signature, parse_declaration};
 pub use value::Value;
 
 #[cfg(test)]
