@@ -595,4 +595,87 @@ mod tests {
             assert_eq!(got[0][0] == Class(0) && got[1][0] == Class(0), tied, "start {start}: {got:?}");
         }
     }
+
+    /// The type rules are the judge of what each op ties: one node of `shapes` (operands, then the result;
+    /// `?x4`, a dtype after a colon, f32 by default) gets a distinct extent per class of `?` its operands have (the
+    /// class's static extent where it has one), its result each operand class's extent and, where the rules tie it
+    /// to no operand, a fresh one. `check_types` must accept that unless `derived` (the result's untied extent is
+    /// computed from the operands'): a tie the rules miss gives two dimensions it compares different extents.
+    fn probe(op: OpKind, attrs: &[(&str, Attr)], shapes: &[&str], derived: bool) {
+        let parse = |s: &str| {
+            let (dims, dtype) = s.split_once(':').unwrap_or((s, "f32"));
+            let shape = Shape(dims.split('x').map(|d| d.parse().map_or(Dim::Dynamic, Dim::Static)).collect());
+            (shape, DType::parse(dtype).unwrap())
+        };
+        let specs: Vec<(Shape, DType)> = shapes.iter().map(|s| parse(s)).collect();
+        let attrs: Attrs = attrs.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect();
+        let n = specs.len() - 1;
+        let node = Op {
+            index: 0,
+            op,
+            attrs: attrs.clone(),
+            inputs: (0..n).map(TensorId::at).collect(),
+            outputs: vec![TensorId::at(n)],
+            origin: crate::trace::Origin::Recorded,
+        };
+        let mut c = Classes::new(specs.iter().map(|(s, _)| s));
+        relate(&node, &|id| &specs[id.index()].0, &mut c);
+        let mut extents = std::collections::HashMap::new();
+        let mut primes = [3u64, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73].into_iter();
+        let mut extent_of = |c: &mut Classes, slot: usize| {
+            let root = c.find(slot);
+            *extents.entry(root).or_insert_with(|| c.extent[root].unwrap_or_else(|| primes.next().unwrap()))
+        };
+        let mut fixed: Vec<Shape> = Vec::new();
+        for (t, (shape, _)) in specs.iter().enumerate() {
+            let mut dims = Vec::new();
+            for d in 0..shape.rank() {
+                let slot = c.slot(TensorId::at(t), d).unwrap();
+                dims.push(Dim::Static(extent_of(&mut c, slot)));
+            }
+            fixed.push(Shape(dims));
+        }
+        let ins: Vec<Spec<'_>> = fixed[..n].iter().zip(&specs).map(|(s, (_, d))| (s, *d)).collect();
+        let got = super::super::check_types(op, &attrs, &ins, &[(&fixed[n], specs[n].1)]);
+        let shown: Vec<String> = fixed.iter().map(ToString::to_string).collect();
+        assert_eq!(got.is_ok(), !derived, "{op} over {shown:?}: {got:?}");
+    }
+
+    use super::super::Spec;
+    use crate::trace::Op;
+
+    #[test]
+    fn every_tie_the_type_rules_compare_is_found() {
+        let i = |v: i64| Attr::Int(v);
+        let is = |v: &[i64]| Attr::Ints(v.to_vec());
+        probe(OpKind::Add, &[], &["?x?", "?x1", "?x?"], false);
+        probe(OpKind::Sub, &[], &["?x?", "?", "?x?"], false);
+        probe(OpKind::Max, &[], &["?x?", "4", "?x4"], false);
+        probe(OpKind::Compare, &[("direction", Attr::Str("LT".into()))], &["?x?", "?", "?x?:bool"], false);
+        probe(OpKind::Select, &[], &["?:bool", "?x?", "?x?", "?x?"], false);
+        probe(OpKind::Clamp, &[], &["?x?", "?", "1", "?x?"], false);
+        probe(OpKind::Matmul, &[], &["?x?x?", "?x?", "?x?x?"], false);
+        probe(OpKind::Matmul, &[], &["?x?x?", "?x?x?", "?x?x?"], false);
+        probe(OpKind::Matmul, &[], &["?", "?x?", "?"], false);
+        probe(OpKind::Concat, &[("axis", i(1))], &["?x?", "?x?", "?x?"], true);
+        probe(OpKind::Concat, &[("axis", i(1))], &["?x3", "?x4", "?x7"], false);
+        probe(OpKind::Gather, &[("axis", i(1))], &["?x?x?", "?x?:i32", "?x?x?x?"], false);
+        probe(OpKind::Sdpa, &[], &["?x?x?x8", "?x?x?x8", "?x?x?x?", "?x?", "?x?x?x?"], false);
+        probe(OpKind::Rope, &[], &["?x?x8", "?x8", "?x8", "?x?x8"], false);
+        probe(OpKind::Broadcast, &[], &["?", "?x?", "?x?"], false);
+        probe(OpKind::Broadcast, &[("dims", is(&[0]))], &["?", "?x?", "?x?"], false);
+        probe(OpKind::Iota, &[("axis", i(1))], &["?x?", "?:i32"], false);
+        probe(OpKind::Transpose, &[("perm", is(&[2, 0, 1]))], &["?x?x?", "?x?x?"], false);
+        probe(OpKind::ReduceSum, &[("axes", is(&[1])), ("keepdims", Attr::Bool(true))], &["?x?x?", "?x1x?"], false);
+        probe(OpKind::ReduceMax, &[("axes", is(&[0]))], &["?x?", "?"], false);
+        probe(OpKind::Argmax, &[], &["?x?", "?:i32"], false);
+        probe(OpKind::Softmax, &[], &["?x?", "?x?"], false);
+        probe(OpKind::Convert, &[], &["?x?:i32", "?x?"], false);
+        probe(OpKind::Exp, &[], &["?x?", "?x?"], false);
+        probe(OpKind::CausalMask, &[], &["?x?", "?x?"], false);
+        probe(OpKind::Reshape, &[], &["?x64", "?x4x16"], false);
+        let slice = |start| [("start", is(&[start, 0])), ("limit", is(&[-1, -1])), ("stride", is(&[1, 1]))];
+        probe(OpKind::Slice, &slice(0), &["?x?", "?x?"], false);
+        probe(OpKind::Slice, &slice(1), &["?x?", "?x?"], true);
+    }
 }
