@@ -51,7 +51,8 @@ def test_arguments_in_the_signatures_order_at_two_run_time_sizes(tapeout, tmp_pa
     sig = json.loads((out / "order.signature.json").read_text())
     [main] = sig["functions"]
     assert [a["name"] for a in main["arguments"]] == ["tokens", "positions"]
-    assert main["arguments"][1] == {"name": "positions", "dtype": "i32", "shape": ["?", 4]}
+    assert main["arguments"][1] == {"name": "positions", "dtype": "i32", "shape": ["?", 4], "dims": ["d0", 4]}
+    assert main["arguments"][0]["dims"] == ["d0", 4], "sub ties the two ? rows: one extent at run time"
     rng = np.random.default_rng(5)
     vmfb = compile_iree(tmp_path, out / "order.mlir", "order")   # one module, run at both sizes
     for size in (3, 5):

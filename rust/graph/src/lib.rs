@@ -34,7 +34,7 @@ pub use graph::{
     ComputeGraph, Constant, ExtractOptions, HalfConstantHandling, KeyCollision, PackedCodesLayout,
     PackedConstantHandling, PassOps, WeightLayout, finalize,
 };
-pub use ops::OpKind;
+pub use ops::{ArgDim, OpKind, argument_dims, dims_text};
 pub use packed::{BlockOrder, DecodeError, Encoding, dequantize};
 pub use planar::Plane;
 pub use shape::{Dim, Shape};

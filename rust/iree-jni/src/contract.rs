@@ -59,6 +59,8 @@ pub(crate) enum ErrorKind {
     DType,
     /// `IreeShapeException`.
     Shape,
+    /// `IreeUnequalDimsException`.
+    UnequalDims,
     /// `IreeSizeException`.
     Size,
     /// `IreeIoException`.
@@ -215,6 +217,23 @@ pub(crate) const CLASSES: &[Class] = &[
         parent: "IreeArgumentException",
         doc: "An argument of the wrong shape ([expected] with `?` where dynamic, e.g. `[?, 6]`; [given] e.g. `[2, 4]`).",
         fields: ARGUMENT_FIELDS,
+    },
+    Class {
+        kind: Some(ErrorKind::UnequalDims),
+        name: "IreeUnequalDimsException",
+        parent: "IreeException",
+        doc: "Two `?` dimensions of a call's arguments that the function's graph requires equal (the module's \
+              `tapeout.dims`, the signature's `dims`) were given different extents: the module would read one \
+              tensor at the other's extent, out of bounds. Pass tensors whose extents agree there.",
+        fields: &[
+            Field("function", Text, "The function called."),
+            Field("firstArgument", Text, "The first argument's name."),
+            Field("firstAxis", Int, "Its dimension."),
+            Field("firstExtent", Long, "Its extent."),
+            Field("secondArgument", Text, "The argument whose dimension differs."),
+            Field("secondAxis", Int, "Its dimension."),
+            Field("secondExtent", Long, "Its extent."),
+        ],
     },
     Class {
         kind: Some(ErrorKind::Size),

@@ -116,6 +116,14 @@ impl From<IreeError> for Failure {
             IreeError::Size { expected, given, .. } => f(ErrorKind::Size).long(expected).long(given),
             IreeError::Io { path, .. } => f(ErrorKind::Io).file(&path),
             IreeError::ForeignValue { what } => f(ErrorKind::ForeignValue).text(what),
+            IreeError::UnequalDims { function, first, second } => f(ErrorKind::UnequalDims)
+                .text(function)
+                .text(first.0)
+                .int(first.1)
+                .long(first.2)
+                .text(second.0)
+                .int(second.1)
+                .long(second.2),
             IreeError::MissingCpuFeatures { device, cpu, missing, unchecked } => {
                 f(ErrorKind::MissingCpuFeatures).text(device).text(cpu).texts(missing).texts(unchecked)
             }
@@ -219,6 +227,7 @@ mod tests {
             IreeError::Io { path: PathBuf::from("p"), source: std::io::Error::other("x") },
             IreeError::ForeignValue { what: s("w") },
             IreeError::MissingCpuFeatures { device: s("d"), cpu: s("c"), missing: vec![s("m")], unchecked: vec![] },
+            IreeError::UnequalDims { function: s("f"), first: (s("a"), 0, 7), second: (s("b"), 1, 3) },
             IreeError::ConflictingParameter {
                 scope: s("s"),
                 key: s("k"),

@@ -188,6 +188,21 @@ pub enum IreeError {
         /// How they differ (sizes, or the first differing byte).
         detail: String,
     },
+    /// Two `?` dimensions of a call's arguments that the function's graph requires equal (its `tapeout.dims`),
+    /// given different extents: the module would read one tensor at the other's extent, out of bounds.
+    #[error(
+        "{function}: argument '{}' dimension {} is {} but argument '{}' dimension {} is {}; the graph requires them \
+         equal (its ops read both at one extent): pass tensors whose extents agree there",
+        first.0, first.1, first.2, second.0, second.1, second.2
+    )]
+    UnequalDims {
+        /// The function.
+        function: String,
+        /// The argument name, dimension and extent of the first dimension of the class.
+        first: (String, usize, u64),
+        /// The same of one that differs from it.
+        second: (String, usize, u64),
+    },
 }
 
 /// ` (not checked: …)` for a non-empty list.

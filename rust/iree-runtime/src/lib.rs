@@ -38,7 +38,7 @@ pub use cpu::{CpuTarget, HostFit, cpu_targets, host_fit};
 pub use device::{Device, Instance, Parameters};
 pub use error::{IreeError, STATUS_CODES, StatusCode};
 pub use module::Module;
-pub use signature::{DTYPES, DType, DTypeRow, Param, Signature, parse_declaration};
+pub use signature::{DTYPES, DType, DTypeRow, DimAt, DimMismatch, DimRule, Param, Signature, parse_declaration};
 pub use value::Value;
 
 #[cfg(test)]

@@ -94,7 +94,8 @@ impl Module {
     }
 
     /// Calls `function` with values on this module's device; its results stay on the device.
-    /// Arity, element types and static dimensions are checked against the module's signature first.
+    /// Arity, element types and static dimensions are checked against the module's signature first, then the
+    /// `?` dimensions its `tapeout.dims` says the graph requires equal ([`Signature::check_equal_dims`]).
     pub fn call(&self, function: &str, inputs: &[&Value]) -> Result<Vec<Value>, IreeError> {
         let signature = self.function(function)?;
         let checked = !self.unchecked.iter().any(|n| n == function);
@@ -136,6 +137,9 @@ impl Module {
                 });
             }
         }
+        // `?` dims the graph requires equal: unchecked, IREE reads one argument at the other's extent.
+        let given: Vec<Vec<u64>> = inputs.iter().map(|v| v.dims()).collect();
+        signature.check_equal_dims(&given).map_err(|m| m.into_error(signature, &given))?;
         let c_name = c_string("calling a function", function)?;
         let raw_inputs: Vec<*mut ffi::TioValue> = inputs.iter().map(|v| v.raw).collect();
         let capacity = signature.outputs.len().max(16);

@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use crate::error::IreeError;
+
 /// An element type, as tapeout's exporter writes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
@@ -200,6 +202,55 @@ pub struct Param {
     pub dims: Vec<Option<u64>>,
     /// The type as IREE wrote it (`tensor<1x?xi64>`).
     pub type_text: String,
+    /// What each dimension must be beside the others', from the `tapeout.dims` attribute tapeout writes on an
+    /// argument with `?` dimensions (`d0x4`: docs/signature-format.md); one per dimension, or empty when the
+    /// parameter has no such attribute (a result, a static argument, a module of an older tapeout).
+    pub dim_rules: Vec<DimRule>,
+}
+
+/// What one dimension of an argument must be, as its `tapeout.dims` attribute says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DimRule {
+    /// Any extent (`?`).
+    Any,
+    /// This extent: static in the type, or a `?` the graph ties to a static extent (`4`).
+    Extent(u64),
+    /// The same extent as every other argument dimension of this class in the function (`d0`).
+    Class(String),
+}
+
+/// An argument dimension in a [`DimMismatch`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DimAt {
+    /// The argument's position.
+    pub index: usize,
+    /// The argument's name.
+    pub argument: String,
+    /// The dimension.
+    pub axis: usize,
+    /// Its extent in the call.
+    pub extent: u64,
+}
+
+/// A call that breaks what the function's graph requires of its `?` dimensions ([`Signature::check_equal_dims`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DimMismatch {
+    /// Two dimensions of one class with different extents.
+    Unequal {
+        /// The class (`d0`).
+        class: String,
+        /// The class's first dimension in the call.
+        first: DimAt,
+        /// One that differs from it.
+        second: DimAt,
+    },
+    /// A dimension the graph ties to a static extent, given another.
+    Extent {
+        /// The dimension.
+        at: DimAt,
+        /// The extent it must have.
+        required: u64,
+    },
 }
 
 impl Param {
@@ -220,6 +271,76 @@ pub struct Signature {
     pub outputs: Vec<Param>,
     /// The declaration it was read from.
     pub declaration: String,
+}
+
+impl DimMismatch {
+    /// The typed error for a call of `signature` with arguments of shapes `given` that broke this rule: a tie to
+    /// a static extent is a shape error showing the shape the graph requires.
+    pub fn into_error(self, signature: &Signature, given: &[Vec<u64>]) -> IreeError {
+        match self {
+            DimMismatch::Unequal { first, second, .. } => IreeError::UnequalDims {
+                function: signature.name.clone(),
+                first: (first.argument, first.axis, first.extent),
+                second: (second.argument, second.axis, second.extent),
+            },
+            DimMismatch::Extent { at, required } => {
+                let param = signature.inputs.get(at.index);
+                let dims = param.map(|p| p.dims.as_slice()).unwrap_or_default();
+                let text = |d: Vec<String>| format!("[{}]", d.join(", "));
+                let expected = dims
+                    .iter()
+                    .enumerate()
+                    .map(|(i, d)| match d {
+                        _ if i == at.axis => required.to_string(),
+                        Some(n) => n.to_string(),
+                        None => "?".to_owned(),
+                    })
+                    .collect();
+                let given = given.get(at.index).map(|g| g.iter().map(u64::to_string).collect()).unwrap_or_default();
+                IreeError::Shape {
+                    function: signature.name.clone(),
+                    index: at.index,
+                    argument: at.argument,
+                    expected: format!("{} (the graph ties dimension {} to {required})", text(expected), at.axis),
+                    given: text(given),
+                }
+            }
+        }
+    }
+}
+
+impl Signature {
+    /// Checks the extents of a call's arguments (`given`, one shape per argument, in order) against what the
+    /// function's graph requires of their `?` dimensions: every dimension of a class one extent, and a `?` tied to
+    /// a static extent that one. Arguments without `tapeout.dims`, and a rule list that does not fit the given
+    /// rank (refused by the shape check before), are not checked.
+    ///
+    /// # Errors
+    /// The first dimension that breaks a rule, with the one it disagrees with.
+    pub fn check_equal_dims(&self, given: &[Vec<u64>]) -> Result<(), DimMismatch> {
+        let mut first: Vec<(&str, DimAt)> = Vec::new();
+        for (index, (param, dims)) in self.inputs.iter().zip(given).enumerate() {
+            if param.dim_rules.len() != dims.len() {
+                continue;
+            }
+            for (axis, (rule, &extent)) in param.dim_rules.iter().zip(dims).enumerate() {
+                let at = DimAt { index, argument: param.name.clone(), axis, extent };
+                match rule {
+                    DimRule::Any => {}
+                    DimRule::Extent(n) if *n == extent => {}
+                    DimRule::Extent(n) => return Err(DimMismatch::Extent { at, required: *n }),
+                    DimRule::Class(class) => match first.iter().find(|(c, _)| c == class) {
+                        None => first.push((class, at)),
+                        Some((_, seen)) if seen.extent == extent => {}
+                        Some((_, seen)) => {
+                            return Err(DimMismatch::Unequal { class: class.clone(), first: seen.clone(), second: at });
+                        }
+                    },
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Reads a signature out of an `iree.abi.declaration`; `None` when the text is not one.
@@ -305,7 +426,11 @@ fn params(list: &str, prefix: &str) -> Option<Vec<Param>> {
             };
             let name = tapeout_name(attrs).unwrap_or_else(|| format!("{prefix}{i}"));
             let (dtype, dims) = tensor_type(type_text).unwrap_or((None, Vec::new()));
-            Some(Param { name, dtype, dims, type_text: type_text.to_owned() })
+            let dim_rules = attribute(attrs, "tapeout.dims")
+                .and_then(|text| dim_rules(&text))
+                .filter(|rules| rules.len() == dims.len())
+                .unwrap_or_default();
+            Some(Param { name, dtype, dims, type_text: type_text.to_owned(), dim_rules })
         })
         .collect()
 }
@@ -316,6 +441,33 @@ fn tapeout_name(attrs: &str) -> Option<String> {
     let start = rest.find('"')? + 1;
     let len = rest[start..].find('"')?;
     Some(rest[start..start + len].to_owned())
+}
+
+/// The string value of attribute `key` in a parameter's attribute dictionary (`{tapeout.dims = "d0", …}`), read
+/// entry by entry so that a name holding the text of another key is not mistaken for it.
+fn attribute(attrs: &str, key: &str) -> Option<String> {
+    let (inner, _) = split_balanced(attrs.trim_start())?;
+    top_level(inner).into_iter().find_map(|entry| {
+        let (k, v) = entry.split_once('=')?;
+        let v = v.trim();
+        (k.trim() == key).then(|| v.strip_prefix('"')?.strip_suffix('"').map(str::to_owned))?
+    })
+}
+
+/// `d0x4x?` as rules; `None` when a part is none of a number, `?` and `d<k>`.
+fn dim_rules(text: &str) -> Option<Vec<DimRule>> {
+    if text.is_empty() {
+        return Some(Vec::new());
+    }
+    text.split('x')
+        .map(|part| match part {
+            "?" => Some(DimRule::Any),
+            _ if part.starts_with('d') && part.len() > 1 && part[1..].bytes().all(|b| b.is_ascii_digit()) => {
+                Some(DimRule::Class(part.to_owned()))
+            }
+            _ => part.parse().ok().map(DimRule::Extent),
+        })
+        .collect()
 }
 
 type TensorType = (Option<DType>, Vec<Option<u64>>);
@@ -379,6 +531,46 @@ mod tests {
         assert_eq!(sig.inputs.len(), 1);
         assert_eq!(sig.inputs[0].name, "a, (b>");
         assert_eq!(sig.inputs[0].dtype, Some(DType::Bool));
+    }
+
+    #[test]
+    fn dims_rules_are_read_and_checked_across_arguments() {
+        // As iree-compile 3.13 prints it: the attributes sorted, tapeout.dims first. The name holds the other
+        // key's text, which must not be read as it.
+        let text = r#"sync func @main(%input0: tensor<?x4xf32> {tapeout.dims = "d0x4", tapeout.name = "a"}, %input1: tensor<?x?xf32> {tapeout.dims = "?xd0", tapeout.name = "b, tapeout.dims = 7"}, %input2: tensor<?xf32> {tapeout.dims = "5", tapeout.name = "c"}, %input3: tensor<?xf32> {tapeout.name = "old"}) -> (%output0: tensor<?x4xf32> {tapeout.name = "y"})"#;
+        let sig = parse_declaration("main", text).unwrap();
+        let class = |c: &str| DimRule::Class(c.to_owned());
+        assert_eq!(sig.inputs[0].dim_rules, [class("d0"), DimRule::Extent(4)]);
+        assert_eq!(sig.inputs[1].dim_rules, [DimRule::Any, class("d0")]);
+        assert_eq!(sig.inputs[2].dim_rules, [DimRule::Extent(5)]);
+        assert!(sig.inputs[3].dim_rules.is_empty(), "no attribute: nothing to check");
+        assert!(sig.outputs[0].dim_rules.is_empty());
+
+        let call = |a: u64, b: u64, c: u64| sig.check_equal_dims(&[vec![a, 4], vec![9, b], vec![c], vec![11]]);
+        assert_eq!(call(3, 3, 5), Ok(()));
+        let at =
+            |index: usize, argument: &str, axis, extent| DimAt { index, argument: argument.to_owned(), axis, extent };
+        assert_eq!(
+            call(3, 1, 5),
+            Err(DimMismatch::Unequal {
+                class: "d0".into(),
+                first: at(0, "a", 0, 3),
+                second: at(1, "b, tapeout.dims = 7", 1, 1)
+            })
+        );
+        assert_eq!(call(3, 3, 7), Err(DimMismatch::Extent { at: at(2, "c", 0, 7), required: 5 }));
+        let e = call(3, 3, 7).unwrap_err().into_error(&sig, &[vec![3, 4], vec![9, 3], vec![7], vec![11]]);
+        assert!(
+            e.to_string().contains("argument 2 'c' has shape [5] (the graph ties dimension 0 to 5), given [7]"),
+            "{e}"
+        );
+        let e = call(16_777_216, 1, 5).unwrap_err().into_error(&sig, &[]);
+        assert!(
+            matches!(&e, IreeError::UnequalDims { first, second, .. } if first == &("a".to_owned(), 0, 16_777_216) && second.2 == 1),
+            "{e}"
+        );
+        assert!(e.to_string().contains("the graph requires them equal"), "{e}");
+        assert!(dim_rules("d0xq").is_none() && dim_rules("dx4").is_none() && dim_rules("").is_some());
     }
 
     #[test]

@@ -442,9 +442,11 @@ pub fn shapes_agree(a: &Shape, b: &Shape) -> bool {
 /// An operand's or result's shape and dtype, as the type rules see it.
 pub(crate) type Spec<'a> = (&'a Shape, DType);
 
+mod dims;
 mod rules;
 #[cfg(test)]
 mod tests;
 
+pub use dims::{ArgDim, argument_dims, dims_text};
 pub(crate) use rules::check_types;
 pub use rules::{RopeTable, Window, conv2d_window, pool_window, query_groups, rope_table_width, window_output};

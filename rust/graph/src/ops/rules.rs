@@ -196,7 +196,7 @@ impl AttrView<'_> {
     }
 
     /// A list of axes for a tensor of `rank` (`None` when absent).
-    fn axes(&self, name: &str, rank: usize) -> Result<Option<Vec<usize>>, String> {
+    pub(crate) fn axes(&self, name: &str, rank: usize) -> Result<Option<Vec<usize>>, String> {
         self.ints(name)?.map(|v| v.iter().map(|&x| self.axis(name, x, rank)).collect()).transpose()
     }
 }

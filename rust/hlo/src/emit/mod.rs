@@ -167,11 +167,21 @@ pub(crate) fn emit_functions_into(
         let func_symbol = symbol(fname);
         // Argument and result names travel as discardable `tapeout.name` attributes, so a caller can
         // match tensors to positions (IREE ignores them).
-        let named = |id: TensorId| {
-            format!("{} {{tapeout.name = {}}}", graph.spec(id).mlir_type(), string_literal(&graph.spec(id).name))
+        let named = |id: TensorId, more: &str| {
+            format!("{} {{tapeout.name = {}{more}}}", graph.spec(id).mlir_type(), string_literal(&graph.spec(id).name))
         };
-        let args = list(graph.inputs().iter().enumerate().map(|(i, &id)| format!("%arg{i}: {}", named(id))));
-        let result_decls = list(graph.outputs().iter().map(|&o| named(o)));
+        // An argument with `?` dims also says which of them the graph requires equal (`tapeout.dims = "d0x4"`),
+        // so a runtime can refuse a call that breaks what the lowering assumes instead of reading out of bounds.
+        let arg_dims = tapeout_graph::argument_dims(graph);
+        let args = list(graph.inputs().iter().zip(&arg_dims).enumerate().map(|(i, (&id, dims))| {
+            let more = if graph.spec(id).shape.is_dynamic() {
+                format!(", tapeout.dims = {}", string_literal(&tapeout_graph::dims_text(dims)))
+            } else {
+                String::new()
+            };
+            format!("%arg{i}: {}", named(id, &more))
+        }));
+        let result_decls = list(graph.outputs().iter().map(|&o| named(o, "")));
         let _ = writeln!(text, "  func.func {func_symbol}({args}) -> ({result_decls}) {{");
 
         let mut e = Emitter {

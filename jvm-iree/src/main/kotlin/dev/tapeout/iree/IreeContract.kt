@@ -218,6 +218,25 @@ class IreeShapeException(
     given: String,
 ) : IreeArgumentException(message, function, index, argument, expected, given)
 
+/** Two `?` dimensions of a call's arguments that the function's graph requires equal (the module's `tapeout.dims`, the signature's `dims`) were given different extents: the module would read one tensor at the other's extent, out of bounds. Pass tensors whose extents agree there. */
+class IreeUnequalDimsException(
+    message: String,
+    /** The function called. */
+    val function: String,
+    /** The first argument's name. */
+    val firstArgument: String,
+    /** Its dimension. */
+    val firstAxis: Int,
+    /** Its extent. */
+    val firstExtent: Long,
+    /** The argument whose dimension differs. */
+    val secondArgument: String,
+    /** Its dimension. */
+    val secondAxis: Int,
+    /** Its extent. */
+    val secondExtent: Long,
+) : IreeException(message)
+
 /** Host data of [given] bytes for a value of [expected] bytes (or a shape whose size no 64-bit count holds). */
 class IreeSizeException(
     message: String,
@@ -271,11 +290,12 @@ internal fun nativeException(kind: Int, message: String, texts: Array<String>, n
         9 -> IreeArityException(message, text(), number().toInt(), number().toInt())
         10 -> IreeDTypeException(message, text(), number().toInt(), text(), text(), text())
         11 -> IreeShapeException(message, text(), number().toInt(), text(), text(), text())
-        12 -> IreeSizeException(message, number(), number())
-        13 -> IreeIoException(message, java.io.File(text()))
-        14 -> IreeForeignValueException(message, text())
-        15 -> IreeUsageException(message)
-        16 -> IreeInternalException(message)
+        12 -> IreeUnequalDimsException(message, text(), text(), number().toInt(), number(), text(), number().toInt(), number())
+        13 -> IreeSizeException(message, number(), number())
+        14 -> IreeIoException(message, java.io.File(text()))
+        15 -> IreeForeignValueException(message, text())
+        16 -> IreeUsageException(message)
+        17 -> IreeInternalException(message)
         else -> IreeInternalException("$message (native failure kind $kind)")
     }
 }

@@ -50,7 +50,7 @@ class IreeReliabilityTest {
     /** Runs a [ReliabilityCases] case in a JVM of its own (with -Xcheck:jni): its exit code and output. */
     private fun child(vararg args: String): Pair<Int, String> {
         val java = File(System.getProperty("java.home"), "bin/java").path
-        val cmd = listOf(java, "-Xcheck:jni", "-Xms64m", "-Xmx64m", "-XX:+AlwaysPreTouch", "-cp", System.getProperty("java.class.path"),
+        val cmd = listOf(java, "-Xcheck:jni", "-Xms64m", "-Xmx64m", "-XX:+AlwaysPreTouch", "-XX:MaxDirectMemorySize=256m", "-cp", System.getProperty("java.class.path"),
             "-Dtapeout.iree.native.path=${System.getProperty("tapeout.iree.native.path")}",
             "dev.tapeout.iree.ReliabilityCases") + args
         val p = ProcessBuilder(cmd).redirectErrorStream(true).start()
@@ -178,6 +178,18 @@ class IreeReliabilityTest {
     @Test
     fun `every truncation of a module is refused as not a module`() {
         expectOk("truncated-vmfb", twice.path)
+    }
+
+    @Test
+    fun `two ? dims the graph requires equal, given unequal extents, are refused before IREE reads out of bounds`(@TempDir tmp: File) {
+        val t = ExecutionTape()
+        val a = t.input("a", longArrayOf(-1))
+        val b = t.input("b", longArrayOf(-1))
+        t.output("y", t.add(a, b))
+        t.toComputeGraph().export(tmp, "add", MaterializationPolicy.ExternalAlways())
+        val vmfb = compiler.compile(File(tmp, "add.mlir"), IreeTarget.cpu("generic"))
+        val out = expectOk("unequal-dims", vmfb.path)
+        assertTrue(out.contains("argument 'a' dimension 0 is 16777216"), out)
     }
 
     private fun growth(out: String): Long =

@@ -55,6 +55,24 @@ object ReliabilityCases {
                 }
                 println("OK ${vmfb.size} truncations: ${vmfb.size - served} refused, $served (trailer cut) served right")
             }
+            // Before: SIGSEGV (a [2^24] + b [1], the module reading b at a's extent); at small sizes wrong numbers.
+            "unequal-dims" -> IreeModule.load(device, File(args[0])).use { m ->
+                val big = ByteBuffer.allocateDirect(4 shl 24).order(java.nio.ByteOrder.LITTLE_ENDIAN)
+                m.value(big, IreeDType.F32, 1L shl 24).use { a ->
+                    m.value(floatArrayOf(1f), 1).use { b ->
+                        expect<IreeUnequalDimsException>("a [2^24] + b [1]") { m.call("main", a, b) }
+                    }
+                }
+                m.value(floatArrayOf(1f, 2f, 3f), 3).use { a ->
+                    m.value(floatArrayOf(10f, 20f), 2).use { b ->
+                        expect<IreeUnequalDimsException>("a [3] + b [2]") { m.call("main", a, b) }
+                    }
+                    m.value(floatArrayOf(10f, 20f, 30f), 3).use { b ->
+                        val got = m.call("main", a, b).use { it[0].toFloatArray() }
+                        check(got.contentEquals(floatArrayOf(11f, 22f, 33f))) { "a [3] + b [3] gave ${got.contentToString()}" }
+                    }
+                }
+            }
             "leak-results" -> IreeModule.load(device, File(args[0])).use { m ->
                 val x = m.value(FloatArray(4) { it.toFloat() }, 4)
                 // Every result is left for the cleaner: the loop may not grow without bound.
