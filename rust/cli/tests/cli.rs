@@ -286,8 +286,9 @@ fn export_writes_the_signature_beside_the_module_in_declared_order() {
     let expected = serde_json::json!({
         "format": "tapeout-signature/1", "module": "sig",
         "functions": [{"name": "main",
-            "arguments": [{"name": "tokens", "dtype": "f32", "shape": ["?", 4]},
-                          {"name": "positions", "dtype": "i32", "shape": ["?", 4]}],
+            // `add(p, tokens)` ties the two arguments' `?` dims: one run-time extent, class d0.
+            "arguments": [{"name": "tokens", "dtype": "f32", "shape": ["?", 4], "dims": ["d0", 4]},
+                          {"name": "positions", "dtype": "i32", "shape": ["?", 4], "dims": ["d0", 4]}],
             "results": [{"name": "y", "dtype": "f32", "shape": ["?", 4]},
                         {"name": "p", "dtype": "f32", "shape": ["?", 4]}]}]});
     assert_eq!(v, expected);
