@@ -129,9 +129,17 @@ public final class Gradle8Harness {
             Set<String> deps = new LinkedHashSet<>();
             for (Task d : t.getTaskDependencies().getDependencies(t)) deps.add(d.getName());
             sb.append(", \"dependsOn\": ").append(json(new ArrayList<>(deps)));
-            Map<String, String> inputs = new TreeMap<>();
-            for (Map.Entry<String, Object> e : t.getInputs().getProperties().entrySet()) inputs.put(e.getKey(), String.valueOf(e.getValue()));
-            sb.append(", \"inputs\": ").append(json(inputs));
+            // A task whose inputs cannot be read (a setting left unset) reports why: Gradle would fail it the same
+            // way, unless its onlyIf skips it first.
+            try {
+                Map<String, String> inputs = new TreeMap<>();
+                for (Map.Entry<String, Object> e : t.getInputs().getProperties().entrySet()) inputs.put(e.getKey(), String.valueOf(e.getValue()));
+                sb.append(", \"inputs\": ").append(json(inputs));
+            } catch (RuntimeException e) {
+                Throwable cause = e;
+                while (cause.getCause() != null) cause = cause.getCause();
+                sb.append(", \"inputsError\": ").append(json(cause.getMessage()));
+            }
             sb.append(", \"inputFiles\": ").append(json(paths(t.getInputs().getFiles().getFiles())));
             sb.append(", \"outputFiles\": ").append(json(paths(t.getOutputs().getFiles().getFiles())));
             sb.append('}');

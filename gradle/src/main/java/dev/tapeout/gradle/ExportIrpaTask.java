@@ -66,6 +66,7 @@ public class ExportIrpaTask extends DefaultTask {
     /** A task whose settings are its own properties, linked to a {@link ModelSpec} by {@link #link}. */
     @Inject
     public ExportIrpaTask(ObjectFactory objects, ProjectLayout layout) {
+        // project.files(): objects.fileCollection() is Gradle 5.3+; a constructor runs at configuration.
         classpath = getProject().files();
         inputFiles = getProject().files();
         model = objects.property(String.class);
