@@ -30,9 +30,9 @@ import org.gradle.testfixtures.ProjectBuilder;
  *
  * <p>Usage: {@code Gradle8Harness PROJECT_DIR GRADLE_USER_HOME REPORT_JSON [TASK ...]}; with the environment variable
  * {@code GRADLE8_HARNESS_INTERRUPT_WHEN=FILE}, the tasks' thread is interrupted (a cancelled build) once FILE exists.
- * Exit code 1 when the build fails (its exception on stderr), 3 when Gradle
- * reported a deprecated feature (its message on stderr): the warning mode is {@code fail}, as with
- * {@code --warning-mode=fail}, so a plugin that a later Gradle would break fails the suite now.
+ * Exit code 1 when the build fails (its exception on stderr), 3 when Gradle reported a deprecated feature (its message
+ * on stderr): the warning mode is {@code fail}, as with {@code --warning-mode=fail}, so a plugin that a later Gradle
+ * would break fails the suite now.
  *
  * <p>Not Gradle's command line: no settings evaluation, no {@code plugins { }} block (the plugins are on this JVM's
  * classpath and applied by id), no Kotlin DSL, no configuration cache, and no task graph: the caller names the tasks,
@@ -41,6 +41,7 @@ import org.gradle.testfixtures.ProjectBuilder;
 public final class Gradle8Harness {
     private Gradle8Harness() {}
 
+    /** Builds, reports and runs; see the class comment for the arguments and the exit codes. */
     public static void main(String[] argv) {
         // Gradle's build services leave non-daemon threads behind (jar transforms, build events): exit explicitly.
         try {
