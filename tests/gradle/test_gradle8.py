@@ -233,14 +233,8 @@ def test_both_tapeout_plugins_without_kgp_compile_with_kotlinc(harness, tmp_path
     assert (classes / "acme/Mlp.class").is_file()
 
 
-def test_named_models_register_their_tasks_and_inherit_the_blocks_settings(harness, tmp_path):
-    """tapeout { models { } } on Gradle 8.10: a task pair per model, registered lazily and run by exportIrpa and
-    compileIree; a model's unset settings are the block's, its lists and maps added to the block's or in place of
-    them as on 4.4.1 (MapProperty and ListProperty here, where 4.4.1 has Property<Map> and its own ListProperty)."""
-    build = for_harness(gradle8_build_gradle(), harness[1]).replace("""tapeout {
-    model = 'acme.Mlp'
-    moduleName = 'mlp'
-}""", """tapeout {
+# A block with named models, and the inputs of exportIrpaTiny it gives (test_plugin.py checks 4.4.1 gives the same).
+NAMED_MODELS = """tapeout {
     packedConstants = 'DEQUANTIZE'
     tuning = false
     systemProperty 'a', 1
@@ -257,7 +251,22 @@ def test_named_models_register_their_tasks_and_inherit_the_blocks_settings(harne
         }
         big { model = 'acme.Big'; args 'own'; tuning = true; halfConstants = 'WIDEN' }
     }
-}""")
+}"""
+TINY_INPUTS = {
+    "args": "[block]", "exportTarget": "portable", "halfConstants": "KEEP", "inlineBelowBytes": "4096",
+    "jvmArgs": "[-XX:+UseSerialGC, -Xss2m]", "maxArchiveBytes": "0", "maxHeapSize": "2g", "model": "acme.Mlp",
+    "moduleName": "tiny", "packedConstants": "DEQUANTIZE", "scope": "model", "systemProperties": "{a=1, b=two}",
+    "tuning": "false"}
+
+
+def test_named_models_register_their_tasks_and_inherit_the_blocks_settings(harness, tmp_path):
+    """tapeout { models { } } on Gradle 8.10: a task pair per model, registered lazily and run by exportIrpa and
+    compileIree; a model's unset settings are the block's, its lists and maps added to the block's or in place of
+    them as on 4.4.1 (MapProperty and ListProperty here, where 4.4.1 has Property<Map> and its own ListProperty)."""
+    build = for_harness(gradle8_build_gradle(), harness[1]).replace("""tapeout {
+    model = 'acme.Mlp'
+    moduleName = 'mlp'
+}""", NAMED_MODELS)
     p = consumer(tmp_path / "named", build)
     # The block has no model of its own: its tasks only run the named models' (their onlyIf skips them).
     report, log = run_harness(harness, p, "exportIrpa", "compileIree")
@@ -270,11 +279,7 @@ def test_named_models_register_their_tasks_and_inherit_the_blocks_settings(harne
     assert {"compileIreeTiny", "compileIreeBig", "exportIrpa"} <= set(tasks["compileIree"]["dependsOn"])
     assert "exportIrpaTiny" in tasks["compileIreeTiny"]["dependsOn"]
     tiny, big = tasks["exportIrpaTiny"]["inputs"], tasks["exportIrpaBig"]["inputs"]
-    assert tiny == {
-        "args": "[block]", "exportTarget": "portable", "halfConstants": "KEEP", "inlineBelowBytes": "4096",
-        "jvmArgs": "[-XX:+UseSerialGC, -Xss2m]", "maxArchiveBytes": "0", "maxHeapSize": "2g", "model": "acme.Mlp",
-        "moduleName": "tiny", "packedConstants": "DEQUANTIZE", "scope": "model", "systemProperties": "{a=1, b=two}",
-        "tuning": "false"}, tiny
+    assert tiny == TINY_INPUTS, tiny
     assert (big["args"], big["tuning"], big["halfConstants"], big["exportTarget"], big["systemProperties"]) == \
         ("[own]", "true", "WIDEN", "llvm-cpu", "{a=1}"), big
     assert tasks["compileIreeTiny"]["inputs"]["flags"] == (
