@@ -425,6 +425,18 @@ def test_several_models_get_a_task_each_and_exportIrpa_runs_them_all(built_jars,
     assert not (p / "build/tapeout").exists(), "no model of its own: the block's task exports nothing"
 
 
+def test_named_models_inherit_the_blocks_settings_as_on_gradle8(built_jars, tmp_path):
+    """test_gradle8.py's named models on Gradle 4.4.1, where the settings are a Property<Map> and 4.4.1's own
+    ListProperty: exportIrpaTiny's inputs are the same as there."""
+    from test_gradle8 import NAMED_MODELS, TINY_INPUTS
+    # String.valueOf: Java's {k=v} form, which the Gradle 8 harness reports (Groovy's own toString writes [k:v]).
+    p = project(tmp_path, NAMED_MODELS + "\nafterEvaluate { println 'INPUTS ' + String.valueOf(new TreeMap(exportIrpaTiny.inputs.properties)) }\n")
+    r = gradle(p, "help")
+    assert r.returncode == 0, r.stdout + r.stderr
+    want = "INPUTS {" + ", ".join(f"{k}={v}" for k, v in sorted(TINY_INPUTS.items())) + "}"
+    assert want in r.stdout.splitlines(), r.stdout
+
+
 def test_args_system_properties_and_read_files_reach_the_model_and_rerun_the_export(built_jars, tmp_path):
     """The model gets args and system properties; a checkpoint it opens reruns the export when it changes (no
     setting needed), and so does a file it reads itself once declared in inputFiles."""

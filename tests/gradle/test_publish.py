@@ -20,12 +20,20 @@ KOTLIN_20 = ROOT / "jvm/tools-compat/node_modules/kotlin-compiler"
 
 
 def readme_blocks():
-    """settings.gradle, build.gradle and the model source, as the README's "From Gradle" section shows them."""
+    """The README's "From Gradle" code blocks by their first lines (`// settings.gradle`, `// build.gradle`, the model
+    source `// src/main/kotlin/acme/Mlp.kt`, ...)."""
     section = (ROOT / "README.md").read_text().split("## From Gradle", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```(?:groovy|kotlin)\n(.*?)```", section, re.S)
-    by_first_line = {b.splitlines()[0]: b for b in blocks}
-    return (by_first_line["// settings.gradle"], by_first_line["// build.gradle"],
-            by_first_line["// src/main/kotlin/acme/Mlp.kt"])
+    return {b.splitlines()[0]: b for b in blocks}
+
+
+def mlp_reference(x):
+    """What the README's acme.Mlp computes for `x` ([2, 4]), in float64."""
+    w1 = np.sin(np.arange(32, dtype=np.float32).astype(np.float64)).reshape(8, 4)
+    b1 = 0.1 * np.arange(8)
+    w2 = np.cos(np.arange(24, dtype=np.float32).astype(np.float64)).reshape(3, 8)
+    b2 = -0.2 * np.arange(3)
+    return np.maximum(x @ w1.T + b1, 0) @ w2.T + b2
 
 
 def version():
@@ -33,7 +41,9 @@ def version():
 
 
 def consumer(path, repo_line):
-    settings, build, model = readme_blocks()
+    blocks = readme_blocks()
+    settings, build, model = (blocks["// settings.gradle"], blocks["// build.gradle"],
+                              blocks["// src/main/kotlin/acme/Mlp.kt"])
     assert "file:///path/to/repo" in settings and "file:///path/to/repo" in build
     path.mkdir(parents=True)
     (path / "settings.gradle").write_text(settings.replace("maven { url 'file:///path/to/repo' }", repo_line))
@@ -54,12 +64,7 @@ def export_and_check(project, kotlin_home, env_extra=None):
     out = project / "build/tapeout"
     x = np.arange(8, dtype=np.float32).reshape(2, 4) * 0.25 - 1
     [y] = compile_and_run_iree(project / "build", out / "mlp.mlir", [out / "mlp.irpa"], [x])
-    w1 = np.sin(np.arange(32, dtype=np.float32).astype(np.float64)).reshape(8, 4)
-    b1 = 0.1 * np.arange(8)
-    w2 = np.cos(np.arange(24, dtype=np.float32).astype(np.float64)).reshape(3, 8)
-    b2 = -0.2 * np.arange(3)
-    want = np.maximum(x @ w1.T + b1, 0) @ w2.T + b2
-    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(y, mlp_reference(x), rtol=1e-5, atol=1e-5)
     return r.stdout
 
 

@@ -1,17 +1,24 @@
 package dev.tapeout.gradle;
 
-import java.io.ByteArrayOutputStream;
 import java.io.File;
 import java.io.IOException;
-import java.io.InputStream;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.StandardCopyOption;
 import java.util.ArrayList;
 import java.util.List;
 
+import javax.inject.Inject;
+
 import org.gradle.api.DefaultTask;
 import org.gradle.api.GradleException;
+import org.gradle.api.file.DirectoryProperty;
+import org.gradle.api.file.ProjectLayout;
+import org.gradle.api.model.ObjectFactory;
+import org.gradle.api.provider.ListProperty;
+import org.gradle.api.provider.Property;
+import org.gradle.api.provider.Provider;
+import org.gradle.api.provider.ProviderFactory;
 import org.gradle.api.tasks.Input;
 import org.gradle.api.tasks.InputFile;
 import org.gradle.api.tasks.InputFiles;
@@ -23,9 +30,12 @@ import org.gradle.api.tasks.TaskAction;
  * Compiles one exported model ({@code <outputDir>/<moduleName>.mlir}) with IREE's {@code iree-compile} into
  * {@code <outputDir>/<moduleName>.vmfb}, beside its archive, for the targets of {@code tapeout { iree { } }}-style
  * settings ({@code ireeTargets}, {@code ireeCpu}, {@code ireeCpuFeatures}, {@code ireeFlags}), with the export's
- * tuning spec for an llvm-cpu target ({@link #getTuningSpecFiles()}). The module, the spec, the
- * flags and the compiler's version are inputs: a second run is UP-TO-DATE, a change to any reruns it. The vmfb is
- * written to a temporary file and renamed into place, so a failed compile leaves the last good one.
+ * tuning spec for an llvm-cpu target ({@link #getTuningSpecFiles()}). The module, the spec and the flags are
+ * inputs, the vmfb its one output, and the compiler (its path and {@code --version}) is recorded by each compile and
+ * compared before the next: a second run is UP-TO-DATE, a change to any reruns it. The vmfb is written to a
+ * temporary file and renamed into place, so a failed compile leaves the last good one. The settings are the task's
+ * own properties, linked to the {@code tapeout { }} block when it is configured; nothing reads the project when it
+ * runs.
  *
  * <p>{@code iree-compile} is {@code ireeCompiler} if set, else {@code $TAPEOUT_IREE_COMPILE}, else the build's
  * {@code .venv/bin/iree-compile} (what {@code scripts/setup} installs: PyPI {@code iree-base-compiler==3.13.0}),
@@ -33,25 +43,72 @@ import org.gradle.api.tasks.TaskAction;
  */
 public class CompileIreeTask extends DefaultTask {
     private static final String TUNING_SPEC_FLAG = "--iree-codegen-tuning-spec-path";
-    private ModelSpec spec;
-    private ModelSpec parent;
-    private String compilerVersion;
+    /** The compiler and its {@code --version} of the last compile, in the task's temporary folder. */
+    private static final String COMPILER_STAMP = "compiler.txt";
+    private final Property<String> model;
+    private final Property<String> moduleName;
+    private final DirectoryProperty outputDir;
+    private final ListProperty<String> ireeTargets;
+    private final ListProperty<String> ireeFlags;
+    private final Property<String> ireeCpu;
+    private final Property<String> ireeCpuFeatures;
+    private final Property<String> ireeCompiler;
+    private final Property<String> compilerFromEnvironment;
+    private final Property<Boolean> hasNamedModels;
+    private File venvCompiler;
+    private String where = "tapeout { }:";
 
-    /** The model whose export this task compiles, and the block it inherits settings from (null for the block). */
-    void setSpec(ModelSpec spec, ModelSpec parent) {
-        this.spec = spec;
-        this.parent = parent;
+    /** A task whose settings are its own properties, linked to a {@link ModelSpec} by {@link #link}. */
+    @Inject
+    public CompileIreeTask(ObjectFactory objects, ProjectLayout layout) {
+        model = objects.property(String.class);
+        moduleName = objects.property(String.class);
+        outputDir = Gradle.directoryProperty(objects, layout);
+        ireeTargets = Gradle.stringListProperty(objects);
+        ireeFlags = Gradle.stringListProperty(objects);
+        ireeCpu = objects.property(String.class);
+        ireeCpuFeatures = objects.property(String.class);
+        ireeCompiler = objects.property(String.class);
+        compilerFromEnvironment = objects.property(String.class);
+        hasNamedModels = objects.property(Boolean.class);
+        hasNamedModels.set(false);
+        venvCompiler = new File(layout.getProjectDirectory().getAsFile(), ".venv/bin/iree-compile");
+        // A new compiler reruns the task: its --version, asked when the task would otherwise be UP-TO-DATE, against
+        // the one the last compile recorded (not an @Input, whose getter Gradle calls whenever it fingerprints).
+        getOutputs().upToDateWhen(t -> ((CompileIreeTask) t).compilerUnchanged());
+        onlyIf(t -> ((CompileIreeTask) t).model.isPresent() || !((CompileIreeTask) t).hasNamedModels.get());
     }
 
-    /** The settings this task reads. */
-    @Internal
-    public ModelSpec getSpec() { return spec; }
+    /**
+     * Links this task's settings to {@code spec}'s, and where {@code spec} leaves one unset to {@code parent}'s (null
+     * for the block itself), lazily and without holding either; {@code rootDir} is where {@code .venv/bin} is looked
+     * for.
+     */
+    void link(ModelSpec spec, ModelSpec parent, ProviderFactory providers, File rootDir) {
+        where = spec.where() + ":";
+        model.set(spec.getModel());
+        moduleName.set(spec.getModuleName());
+        outputDir.set(spec.getOutputDir());
+        ireeTargets.set(ExportIrpaTask.ownOrParent(providers, spec.getIreeTargets(), parent == null ? null : parent.getIreeTargets()));
+        if (parent != null) ireeFlags.addAll(parent.getIreeFlags());
+        ireeFlags.addAll(spec.getIreeFlags());
+        ireeCpu.set(spec.getIreeCpu());
+        ireeCpuFeatures.set(spec.getIreeCpuFeatures());
+        Provider<String> own = spec.getIreeCompiler();
+        Provider<String> inherited = parent == null ? null : parent.getIreeCompiler();
+        ireeCompiler.set(providers.provider(() -> own.isPresent() ? own.get() : inherited == null ? null : inherited.getOrNull()));
+        compilerFromEnvironment.set(Gradle.environmentVariable(providers, "TAPEOUT_IREE_COMPILE"));
+        venvCompiler = new File(rootDir, ".venv/bin/iree-compile");
+    }
 
-    private File outputDir() { return spec.getOutputDir().get().getAsFile(); }
+    /** Marks the block's task as one that runs named models: without a model of its own, it has nothing to do. */
+    void runsNamedModels() { hasNamedModels.set(true); }
+
+    private File outputDir() { return outputDir.get().getAsFile(); }
 
     /** The exported module. */
     @InputFile
-    public File getModuleFile() { return new File(outputDir(), spec.getModuleName().get() + ".mlir"); }
+    public File getModuleFile() { return new File(outputDir(), moduleName.get() + ".mlir"); }
 
     /**
      * The tuning spec the export wrote beside the module ({@code <moduleName>.tuning.mlir}, when the module has
@@ -61,24 +118,22 @@ public class CompileIreeTask extends DefaultTask {
      */
     @InputFiles
     public List<File> getTuningSpecFiles() {
-        File file = new File(outputDir(), spec.getModuleName().get() + ".tuning.mlir");
+        File file = new File(outputDir(), moduleName.get() + ".tuning.mlir");
         return file.isFile() ? java.util.Collections.singletonList(file) : java.util.Collections.<File>emptyList();
     }
 
-    /** The compiled module. */
+    /** The compiled module, beside the archive. */
     @OutputFile
-    public File getVmfbFile() { return new File(outputDir(), spec.getModuleName().get() + ".vmfb"); }
+    public File getVmfbFile() { return new File(outputDir(), moduleName.get() + ".vmfb"); }
 
     /** The iree-compile this task runs. */
     @Internal
     public File getCompiler() {
-        String explicit = spec.getIreeCompiler().getOrNull();
-        if (explicit == null && parent != null) explicit = parent.getIreeCompiler().getOrNull();
+        String explicit = ireeCompiler.getOrNull();
         if (explicit != null) return requireExecutable(new File(explicit), "tapeout { ireeCompiler = '" + explicit + "' }");
-        String env = System.getenv("TAPEOUT_IREE_COMPILE");
+        String env = compilerFromEnvironment.getOrNull();
         if (env != null && !env.isEmpty()) return requireExecutable(new File(env), "TAPEOUT_IREE_COMPILE=" + env);
-        File venv = new File(getProject().getRootDir(), ".venv/bin/iree-compile");
-        if (venv.canExecute()) return venv;
+        if (venvCompiler.canExecute()) return venvCompiler;
         String path = System.getenv("PATH");
         if (path != null) {
             for (String dir : path.split(File.pathSeparator)) {
@@ -86,7 +141,7 @@ public class CompileIreeTask extends DefaultTask {
                 if (candidate.isFile() && candidate.canExecute()) return candidate;
             }
         }
-        throw new GradleException("iree-compile not found (not in " + venv + " nor on PATH): install IREE's compiler "
+        throw new GradleException("iree-compile not found (not in " + venvCompiler + " nor on PATH): install IREE's compiler "
             + "(pip install iree-base-compiler==3.13.0, which scripts/setup does into .venv), or set "
             + "tapeout { ireeCompiler = '/path/to/iree-compile' } or TAPEOUT_IREE_COMPILE");
     }
@@ -96,24 +151,36 @@ public class CompileIreeTask extends DefaultTask {
         return f;
     }
 
-    /** {@code iree-compile --version}: a new compiler reruns the task. */
-    @Input
-    public String getCompilerVersion() throws IOException, InterruptedException {
-        if (compilerVersion == null) {
-            Result r = run(java.util.Arrays.asList(getCompiler().getPath(), "--version"));
-            if (r.code != 0) throw new GradleException(getCompiler() + " --version failed (exit " + r.code + "):\n" + r.output);
-            compilerVersion = r.output.trim();
+    /** {@code <compiler path>\n<its --version>}. */
+    private String compilerIdentity() throws IOException, InterruptedException {
+        File compiler = getCompiler();
+        StringBuilder out = new StringBuilder();
+        int rc = Gradle.run(new ProcessBuilder(compiler.getPath(), "--version"), line -> out.append(line).append('\n'), null);
+        if (rc != 0) throw new GradleException(compiler + " --version failed (exit " + rc + "):\n" + out);
+        return compiler.getPath() + "\n" + out.toString().trim();
+    }
+
+    /** Whether the compiler is the one the last compile recorded (false when none is recorded). */
+    private boolean compilerUnchanged() {
+        File stamp = new File(getTemporaryDir(), COMPILER_STAMP);
+        if (!stamp.isFile()) return false;
+        try {
+            return new String(Files.readAllBytes(stamp.toPath()), StandardCharsets.UTF_8).equals(compilerIdentity());
+        } catch (IOException e) {
+            return false;
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            return false;
         }
-        return compilerVersion;
     }
 
     /** The flags: one target device per entry of {@code ireeTargets}, the CPU and its features, then {@code ireeFlags}. */
     @Input
     public List<String> getFlags() {
-        List<String> targets = spec.getIreeTargets().isEmpty() && parent != null ? parent.getIreeTargets() : spec.getIreeTargets();
+        List<String> targets = ireeTargets.get();
         if (targets.isEmpty()) targets = java.util.Collections.singletonList("llvm-cpu");
-        String cpu = spec.getIreeCpu().getOrNull();
-        String features = spec.getIreeCpuFeatures().getOrNull();
+        String cpu = ireeCpu.getOrNull();
+        String features = ireeCpuFeatures.getOrNull();
         List<String> flags = new ArrayList<>();
         flags.add("--iree-input-type=stablehlo");
         for (String t : targets) {
@@ -135,16 +202,14 @@ public class CompileIreeTask extends DefaultTask {
                     flags.add("--iree-hal-target-device=hip");
                     break;
                 default:
-                    throw new GradleException(where() + " ireeTargets has '" + t + "': use llvm-cpu, vmvx, vulkan, cuda or hip");
+                    throw new GradleException(where + " ireeTargets has '" + t + "': use llvm-cpu, vmvx, vulkan, cuda or hip");
             }
         }
         if (targets.contains("llvm-cpu")) {
             flags.add("--iree-llvmcpu-target-cpu=" + (cpu == null || cpu.isEmpty() ? "host" : cpu));
             if (features != null && !features.isEmpty()) flags.add("--iree-llvmcpu-target-cpu-features=" + features);
         }
-        List<String> user = new ArrayList<>();
-        if (parent != null) user.addAll(parent.getIreeFlags());
-        user.addAll(spec.getIreeFlags());
+        List<String> user = ireeFlags.get();
         boolean ownSpec = false;
         for (String f : user) ownSpec |= f.startsWith(TUNING_SPEC_FLAG);
         List<File> tuning = getTuningSpecFiles();
@@ -158,14 +223,11 @@ public class CompileIreeTask extends DefaultTask {
         return flags;
     }
 
-    private String where() {
-        return spec.getName().isEmpty() ? "tapeout { }:" : "tapeout { models { " + spec.getName() + " { } } }:";
-    }
-
     @TaskAction
     public void compile() throws IOException, InterruptedException {
         File vmfb = getVmfbFile();
         File tmp = new File(vmfb.getPath() + ".tmp");
+        String compiler = compilerIdentity();
         List<String> cmd = new ArrayList<>();
         cmd.add(getCompiler().getPath());
         cmd.addAll(getFlags());
@@ -173,34 +235,19 @@ public class CompileIreeTask extends DefaultTask {
         cmd.add("-o");
         cmd.add(tmp.getPath());
         getLogger().info("tapeout: {}", cmd);
-        Result r = run(cmd);
-        if (r.code != 0) {
+        StringBuilder output = new StringBuilder();
+        int rc = Gradle.run(new ProcessBuilder(cmd), line -> output.append(line).append('\n'), null);
+        if (rc != 0) {
             Files.deleteIfExists(tmp.toPath());
-            String[] lines = r.output.split("\n");
+            String[] lines = output.toString().split("\n");
             StringBuilder shown = new StringBuilder();
             for (int i = 0; i < Math.min(lines.length, 40); i++) shown.append(lines[i]).append('\n');
             if (lines.length > 40) shown.append("… (").append(lines.length - 40).append(" more lines)\n");
-            throw new GradleException("iree-compile failed on " + getModuleFile() + " (exit " + r.code + "):\n" + shown
+            throw new GradleException("iree-compile failed on " + getModuleFile() + " (exit " + rc + "):\n" + shown
                 + "command: " + String.join(" ", cmd));
         }
         Files.move(tmp.toPath(), vmfb.toPath(), StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+        Files.write(new File(getTemporaryDir(), COMPILER_STAMP).toPath(), compiler.getBytes(StandardCharsets.UTF_8));
         getLogger().lifecycle("tapeout: compiled " + vmfb + " (" + vmfb.length() + " bytes)");
-    }
-
-    private static final class Result {
-        final int code;
-        final String output;
-        Result(int code, String output) { this.code = code; this.output = output; }
-    }
-
-    private static Result run(List<String> cmd) throws IOException, InterruptedException {
-        Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
-        ByteArrayOutputStream out = new ByteArrayOutputStream();
-        try (InputStream in = p.getInputStream()) {
-            byte[] buf = new byte[8192];
-            int n;
-            while ((n = in.read(buf)) > 0) out.write(buf, 0, n);
-        }
-        return new Result(p.waitFor(), new String(out.toByteArray(), StandardCharsets.UTF_8));
     }
 }

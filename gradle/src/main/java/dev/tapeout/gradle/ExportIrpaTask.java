@@ -1,24 +1,33 @@
 package dev.tapeout.gradle;
 
-import java.io.BufferedReader;
 import java.io.File;
 import java.io.IOException;
-import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 
+import javax.inject.Inject;
+
 import org.gradle.api.DefaultTask;
 import org.gradle.api.GradleException;
+import org.gradle.api.file.ConfigurableFileCollection;
+import org.gradle.api.file.DirectoryProperty;
 import org.gradle.api.file.FileCollection;
+import org.gradle.api.file.ProjectLayout;
+import org.gradle.api.model.ObjectFactory;
+import org.gradle.api.provider.ListProperty;
+import org.gradle.api.provider.Property;
+import org.gradle.api.provider.Provider;
+import org.gradle.api.provider.ProviderFactory;
 import org.gradle.api.tasks.Classpath;
 import org.gradle.api.tasks.Input;
 import org.gradle.api.tasks.InputFiles;
 import org.gradle.api.tasks.Internal;
-import org.gradle.api.tasks.OutputDirectory;
+import org.gradle.api.tasks.OutputFiles;
 import org.gradle.api.tasks.TaskAction;
 
 /**
@@ -29,48 +38,127 @@ import org.gradle.api.tasks.TaskAction;
  * {@code inputFiles} are inputs, and so are the files the model's tape read last time (checkpoints opened with
  * {@code SafeTensors.open}/{@code Gguf.open}, listed by ExportMain in {@code <moduleName>.inputs}): a second
  * run is UP-TO-DATE, any change reruns it. A failure in the model is a build failure with its message, and for an
- * exception the model's own top stack frames.
+ * exception the model's own top stack frames. The settings are the task's own properties, linked to the
+ * {@code tapeout { }} block when it is configured ({@link #link}); the outputs are the exact files the export writes
+ * ({@link #getExportedFiles()}), not the folder they share with {@code compileIree}'s vmfb; a cancelled build destroys
+ * the export JVM.
  */
 public class ExportIrpaTask extends DefaultTask {
-    private FileCollection classpath;
-    private ModelSpec spec;
-    private ModelSpec parent;
+    private final ConfigurableFileCollection classpath;
+    private final ConfigurableFileCollection inputFiles;
+    private final Property<String> model;
+    private final Property<String> moduleName;
+    private final DirectoryProperty outputDir;
+    private final Property<String> scope;
+    private final Property<Long> inlineBelowBytes;
+    private final Property<String> packedConstants;
+    private final Property<String> halfConstants;
+    private final Property<Long> maxArchiveBytes;
+    private final Property<String> maxHeapSize;
+    private final Property<Boolean> tuning;
+    private final Provider<Map<String, String>> systemProperties;
+    private final ListProperty<String> jvmArgs;
+    private final ListProperty<String> args;
+    private final ListProperty<String> ireeTargets;
+    private final Property<Boolean> hasNamedModels;
+    private String where = "tapeout { }";
 
-    public ExportIrpaTask() {
-        // Checkpoints the tape read last time: an edited one makes the outputs stale.
-        getOutputs().upToDateWhen(t -> readFilesUnchanged());
+    /** A task whose settings are its own properties, linked to a {@link ModelSpec} by {@link #link}. */
+    @Inject
+    public ExportIrpaTask(ObjectFactory objects, ProjectLayout layout) {
+        // project.files(): objects.fileCollection() is Gradle 5.3+; a constructor runs at configuration.
+        classpath = getProject().files();
+        inputFiles = getProject().files();
+        model = objects.property(String.class);
+        moduleName = objects.property(String.class);
+        outputDir = Gradle.directoryProperty(objects, layout);
+        scope = objects.property(String.class);
+        inlineBelowBytes = objects.property(Long.class);
+        packedConstants = objects.property(String.class);
+        halfConstants = objects.property(String.class);
+        maxArchiveBytes = objects.property(Long.class);
+        maxHeapSize = objects.property(String.class);
+        tuning = objects.property(Boolean.class);
+        systemProperties = Gradle.stringMapProperty(objects);
+        jvmArgs = Gradle.stringListProperty(objects);
+        args = Gradle.stringListProperty(objects);
+        ireeTargets = Gradle.stringListProperty(objects);
+        hasNamedModels = objects.property(Boolean.class);
+        hasNamedModels.set(false);
+        // Checkpoints the tape read last time, and a set's shards (named by the export): an edited one makes the
+        // outputs stale. The spec casts the task it is given rather than capture this one: it holds no state.
+        getOutputs().upToDateWhen(t -> ((ExportIrpaTask) t).filesUnchanged());
+        // With named models and no model of its own, the block's task only runs theirs.
+        onlyIf(t -> ((ExportIrpaTask) t).model.isPresent() || !((ExportIrpaTask) t).hasNamedModels.get());
     }
 
-    /** The model this task exports, and the block whose lists and files it adds to (null for the block itself). */
-    void setSpec(ModelSpec spec, ModelSpec parent) {
-        this.spec = spec;
-        this.parent = parent;
+    /**
+     * Links this task's settings to {@code spec}'s, and where {@code spec} leaves one unset to {@code parent}'s (the
+     * block, for a named model; null for the block itself): lazily, so a setting made after this call still counts,
+     * and without holding either.
+     */
+    void link(ModelSpec spec, ModelSpec parent, ProviderFactory providers) {
+        where = spec.where();
+        model.set(spec.getModel());
+        moduleName.set(spec.getModuleName());
+        outputDir.set(spec.getOutputDir());
+        scope.set(spec.getScope());
+        inlineBelowBytes.set(spec.getInlineBelowBytes());
+        packedConstants.set(spec.getPackedConstants());
+        halfConstants.set(spec.getHalfConstants());
+        maxArchiveBytes.set(spec.getMaxArchiveBytes());
+        maxHeapSize.set(spec.getMaxHeapSize());
+        inputFiles.from(spec.getInputFiles());
+        if (parent != null) inputFiles.from(parent.getInputFiles());
+        Provider<Map<String, String>> ownProps = spec.getSystemProperties();
+        Provider<Map<String, String>> parentProps = parent == null ? null : parent.getSystemProperties();
+        Gradle.setMap(systemProperties, providers.provider(() -> {
+            Map<String, String> all = new LinkedHashMap<>();
+            if (parentProps != null) all.putAll(parentProps.get());
+            all.putAll(ownProps.get());
+            return all;
+        }));
+        if (parent != null) jvmArgs.addAll(parent.getJvmArgs());
+        jvmArgs.addAll(spec.getJvmArgs());
+        args.set(ownOrParent(providers, spec.getArgs(), parent == null ? null : parent.getArgs()));
+        ireeTargets.set(ownOrParent(providers, spec.getIreeTargets(), parent == null ? null : parent.getIreeTargets()));
+        Provider<Boolean> ownTuning = spec.getTuning();
+        Provider<Boolean> parentTuning = parent == null ? null : parent.getTuning();
+        tuning.set(providers.provider(() -> {
+            Boolean v = ownTuning.getOrNull();
+            if (v == null && parentTuning != null) v = parentTuning.getOrNull();
+            return v == null || v;
+        }));
     }
 
+    /** Marks the block's task as one that runs named models: without a model of its own, it has nothing to do. */
+    void runsNamedModels() { hasNamedModels.set(true); }
+
+    /** {@code own} unless it is empty, then {@code parent} (when there is one). */
+    static Provider<List<String>> ownOrParent(ProviderFactory providers, Provider<List<String>> own, Provider<List<String>> parent) {
+        return providers.provider(() -> own.get().isEmpty() && parent != null ? parent.get() : own.get());
+    }
+
+    /** The export JVM's classpath: the project's runtime classpath. */
     @Classpath
-    public FileCollection getClasspath() { return classpath; }
-    public void setClasspath(FileCollection classpath) { this.classpath = classpath; }
-
-    /** The settings this task reads. */
-    @Internal
-    public ModelSpec getSpec() { return spec; }
+    public ConfigurableFileCollection getClasspath() { return classpath; }
 
     @Input
     public String getModel() {
-        if (!spec.getModel().isPresent()) {
-            String where = spec.getName().isEmpty() ? "tapeout { model = '…' }" : "tapeout { models { " + spec.getName() + " { model = '…' } } }";
-            throw new GradleException(where + " is not set: name the class that implements dev.tapeout.ModelProvider");
+        if (!model.isPresent()) {
+            String at = where.equals("tapeout { }") ? "tapeout { model = '…' }" : where.replace("{ } } }", "{ model = '…' } } }");
+            throw new GradleException(at + " is not set: name the class that implements dev.tapeout.ModelProvider");
         }
-        return spec.getModel().get();
+        return model.get();
     }
 
-    @Input public String getModuleName() { return spec.getModuleName().get(); }
-    @Input public String getScope() { return spec.getScope().get(); }
-    @Input public Long getInlineBelowBytes() { return spec.getInlineBelowBytes().get(); }
+    @Input public String getModuleName() { return moduleName.get(); }
+    @Input public String getScope() { return scope.get(); }
+    @Input public Long getInlineBelowBytes() { return inlineBelowBytes.get(); }
 
     @Input
     public String getMaxHeapSize() {
-        String v = spec.getMaxHeapSize().get();
+        String v = maxHeapSize.get();
         if (!v.matches("[0-9]+[kKmMgGtT]?")) {
             throw new GradleException("tapeout { maxHeapSize = '" + v + "' }: use a JVM heap size such as '512m' or '4g'");
         }
@@ -79,7 +167,7 @@ public class ExportIrpaTask extends DefaultTask {
 
     @Input
     public Long getMaxArchiveBytes() {
-        long v = spec.getMaxArchiveBytes().get();
+        long v = maxArchiveBytes.get();
         if (v < 0) {
             throw new GradleException("tapeout { maxArchiveBytes = " + v + " }: use 0 (one archive) or a positive size in bytes");
         }
@@ -93,10 +181,10 @@ public class ExportIrpaTask extends DefaultTask {
     public enum Half { KEEP, WIDEN }
 
     @Input
-    public String getPackedConstants() { return oneOf("packedConstants", spec.getPackedConstants().get(), Packed.values()).name(); }
+    public String getPackedConstants() { return oneOf("packedConstants", packedConstants.get(), Packed.values()).name(); }
 
     @Input
-    public String getHalfConstants() { return oneOf("halfConstants", spec.getHalfConstants().get(), Half.values()).name(); }
+    public String getHalfConstants() { return oneOf("halfConstants", halfConstants.get(), Half.values()).name(); }
 
     /**
      * The device the export writes for, from {@code ireeTargets} (what {@code compileIree} compiles it for):
@@ -106,9 +194,8 @@ public class ExportIrpaTask extends DefaultTask {
      */
     @Input
     public String getExportTarget() {
-        List<String> targets = spec.getIreeTargets().isEmpty() && parent != null ? parent.getIreeTargets() : spec.getIreeTargets();
         java.util.Set<String> devices = new java.util.LinkedHashSet<>();
-        for (String t : targets) {
+        for (String t : ireeTargets.get()) {
             switch (t) {
                 case "llvm-cpu": devices.add("llvm-cpu"); break;
                 case "vulkan": case "vulkan-spirv": devices.add("vulkan"); break;
@@ -116,7 +203,7 @@ public class ExportIrpaTask extends DefaultTask {
                 case "hip": case "rocm": devices.add("rocm"); break;
                 case "vmvx": devices.add("portable"); break;
                 default:
-                    throw new GradleException(spec + " ireeTargets has '" + t + "': use llvm-cpu, vmvx, vulkan, cuda or hip");
+                    throw new GradleException(where + " ireeTargets has '" + t + "': use llvm-cpu, vmvx, vulkan, cuda or hip");
             }
         }
         if (devices.isEmpty()) return "llvm-cpu";
@@ -125,35 +212,23 @@ public class ExportIrpaTask extends DefaultTask {
 
     /** Whether the target's own forms are written ({@code tuning = false}: the portable lowering alone, no spec). */
     @Input
-    public Boolean getTuning() {
-        Boolean own = spec.getTuning();
-        if (own == null && parent != null) own = parent.getTuning();
-        return own == null || own;
-    }
+    public Boolean getTuning() { return tuning.get(); }
 
     /** The block's, then the model's own. */
     @Input
-    public Map<String, String> getSystemProperties() {
-        Map<String, String> all = new LinkedHashMap<>();
-        if (parent != null) all.putAll(parent.getSystemProperties());
-        all.putAll(spec.getSystemProperties());
-        return all;
-    }
+    public Map<String, String> getSystemProperties() { return systemProperties.get(); }
 
+    /** The block's, then the model's own. */
     @Input
-    public List<String> getJvmArgs() {
-        List<String> all = new ArrayList<>();
-        if (parent != null) all.addAll(parent.getJvmArgs());
-        all.addAll(spec.getJvmArgs());
-        return all;
-    }
+    public List<String> getJvmArgs() { return jvmArgs.get(); }
 
+    /** The model's own, else the block's. */
     @Input
-    public List<String> getArgs() { return spec.getArgs().isEmpty() && parent != null ? parent.getArgs() : spec.getArgs(); }
+    public List<String> getArgs() { return args.get(); }
 
     /** {@code inputFiles}: the block's and the model's. */
     @InputFiles
-    public FileCollection getInputFiles() { return parent == null ? spec.getInputFiles() : parent.getInputFiles().plus(spec.getInputFiles()); }
+    public FileCollection getInputFiles() { return inputFiles; }
 
     /** {@code value} as one of {@code allowed} (any case); otherwise a build error naming the setting and the choices. */
     private static <E extends Enum<E>> E oneOf(String setting, String value, E[] allowed) {
@@ -168,14 +243,36 @@ public class ExportIrpaTask extends DefaultTask {
         throw new GradleException("tapeout { " + setting + " = '" + value + "' }: use " + choices);
     }
 
-    @OutputDirectory
-    public File getOutputDir() { return spec.getOutputDir().get().getAsFile(); }
+    /** Where the files go ({@code outputDir}); not an output itself: {@code compileIree} writes beside them. */
+    @Internal
+    public File getOutputDir() { return outputDir.get().getAsFile(); }
+
+    /**
+     * The files the export writes under names its settings fix: the module, its signature and tuning spec (when the
+     * module has one), the list of files the tape read, and the archive, or for a set its index (the shards are named
+     * by the export and tracked by {@link #WRITTEN}). Exact files, not {@code outputDir}: {@code compileIree} writes
+     * its {@code .vmfb} beside them, and two tasks must not own one folder.
+     */
+    @OutputFiles
+    public List<File> getExportedFiles() {
+        File dir = getOutputDir();
+        String m = getModuleName();
+        List<File> files = new ArrayList<>();
+        for (String suffix : new String[] {".mlir", ".signature.json", ".tuning.mlir", ".inputs"}) files.add(new File(dir, m + suffix));
+        files.add(new File(dir, m + (getMaxArchiveBytes() > 0 ? ".irpa.index.json" : ".irpa")));
+        return files;
+    }
 
     /** {@code <outputDir>/<moduleName>.inputs}, ExportMain's list of {@code size mtime path} of the files read. */
     private File readList() { return new File(getOutputDir(), getModuleName() + ".inputs"); }
 
-    private boolean readFilesUnchanged() {
-        File list = readList();
+    /** Whether the files the tape read and the files the last export wrote are as they were then. */
+    private boolean filesUnchanged() {
+        return readFilesUnchanged() && unchanged(new File(getTemporaryDir(), WRITTEN), null);
+    }
+
+    /** Whether every file {@code list} records ({@code size mtime path} lines) is unchanged; true without a list. */
+    private boolean unchanged(File list, String why) {
         if (!list.isFile()) return true;   // nothing recorded: the declared inputs decide
         try {
             for (String line : Files.readAllLines(list.toPath(), StandardCharsets.UTF_8)) {
@@ -183,7 +280,7 @@ public class ExportIrpaTask extends DefaultTask {
                 if (f.length != 3) return false;
                 File file = new File(f[2]);
                 if (!unchangedSince(file, f)) {
-                    getLogger().lifecycle("tapeout: " + file + " changed since the last export");
+                    if (why != null) getLogger().lifecycle("tapeout: " + file + " " + why);
                     return false;
                 }
             }
@@ -192,6 +289,8 @@ public class ExportIrpaTask extends DefaultTask {
             return false;
         }
     }
+
+    private boolean readFilesUnchanged() { return unchanged(readList(), "changed since the last export"); }
 
     @TaskAction
     public void export() throws IOException, InterruptedException {
@@ -204,6 +303,7 @@ public class ExportIrpaTask extends DefaultTask {
         for (Map.Entry<String, String> e : getSystemProperties().entrySet()) cmd.add("-D" + e.getKey() + "=" + e.getValue());
         cmd.add("-cp");
         cmd.add(classpath.getAsPath());
+        Files.createDirectories(getOutputDir().toPath());
         cmd.add("dev.tapeout.ExportMain");
         File dir = getTemporaryDir();
         File requestFile = new File(dir, "export-request.properties");
@@ -227,25 +327,8 @@ public class ExportIrpaTask extends DefaultTask {
         getLogger().info("tapeout: {} (request {})", cmd, requestFile);
 
         // stdout is the export's progress, shown as it comes; warnings and failures come in the response file.
-        Process p = new ProcessBuilder(cmd).start();
-        List<String> stderr = new ArrayList<>();
-        Thread err = new Thread(() -> {
-            try (BufferedReader r = new BufferedReader(new InputStreamReader(p.getErrorStream(), StandardCharsets.UTF_8))) {
-                String line;
-                while ((line = r.readLine()) != null) {
-                    synchronized (stderr) { stderr.add(line); }
-                }
-            } catch (IOException ignored) {
-                // the process is gone; its exit code tells
-            }
-        });
-        err.start();
-        try (BufferedReader r = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
-            String line;
-            while ((line = r.readLine()) != null) getLogger().lifecycle(line);
-        }
-        int rc = p.waitFor();
-        err.join();
+        List<String> stderr = Collections.synchronizedList(new ArrayList<String>());
+        int rc = Gradle.run(new ProcessBuilder(cmd), line -> getLogger().lifecycle(line), stderr::add);
         ExportExchange.Response response = ExportExchange.Response.read(responseFile);
         if (response != null) {
             for (String w : response.warnings) getLogger().warn("tapeout: warning: " + w);

@@ -1,18 +1,23 @@
 package dev.tapeout.gradle;
 
-import java.io.BufferedReader;
 import java.io.File;
 import java.io.IOException;
-import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.util.ArrayList;
 import java.util.List;
 
+import javax.inject.Inject;
+
 import org.gradle.api.DefaultTask;
 import org.gradle.api.GradleException;
+import org.gradle.api.file.DirectoryProperty;
 import org.gradle.api.file.FileCollection;
 import org.gradle.api.file.FileTree;
+import org.gradle.api.file.ProjectLayout;
+import org.gradle.api.model.ObjectFactory;
+import org.gradle.api.provider.ListProperty;
+import org.gradle.api.provider.Provider;
 import org.gradle.api.tasks.Classpath;
 import org.gradle.api.tasks.Input;
 import org.gradle.api.tasks.InputFiles;
@@ -25,31 +30,49 @@ import org.gradle.api.tasks.TaskAction;
 
 /**
  * Compiles Kotlin sources with an external kotlinc distribution (the npm package kotlin-compiler),
- * started with {@link ProcessBuilder}: the one process API that Gradle 4.4.1 and 9 share for plugin code.
+ * started with {@link ProcessBuilder}: the one process API that Gradle 4.4.1 and 9 share for plugin code (destroyed
+ * with its children when the build is cancelled, see {@link Gradle#run}).
  * Not incremental: the output directory is cleared first, so deleted sources leave no stale classes.
  */
 public class KotlinCompile extends DefaultTask {
     private FileTree source;
     private FileCollection classpath;
-    private File destinationDir;
+    private final DirectoryProperty destinationDirectory;
     private File kotlinHome;
     private String jvmTarget = "1.8";
-    private List<String> freeArgs = new ArrayList<>();
+    private final ListProperty<String> freeArgs;
 
+    /** A task with no sources yet; {@link KotlinPlugin} configures it. */
+    @Inject
+    public KotlinCompile(ObjectFactory objects, ProjectLayout layout) {
+        destinationDirectory = Gradle.directoryProperty(objects, layout);
+        freeArgs = Gradle.stringListProperty(objects);
+    }
+
+    /** The {@code .kt} files. */
     @InputFiles @SkipWhenEmpty @PathSensitive(PathSensitivity.RELATIVE)
     public FileTree getSource() { return source; }
+    /** Sets the {@code .kt} files. */
     public void setSource(FileTree source) { this.source = source; }
 
+    /** What the sources compile against. */
     @Classpath
     public FileCollection getClasspath() { return classpath; }
+    /** Sets what the sources compile against. */
     public void setClasspath(FileCollection classpath) { this.classpath = classpath; }
 
-    @OutputDirectory
-    public File getDestinationDir() { return destinationDir; }
-    public void setDestinationDir(File destinationDir) { this.destinationDir = destinationDir; }
+    /** Where the classes go, as a lazy property (the build folder may move after the plugin is applied). */
+    @Internal("the output is getDestinationDir()")
+    public DirectoryProperty getDestinationDirectory() { return destinationDirectory; }
 
+    /** Where the classes go, read when the task runs. */
+    @OutputDirectory
+    public File getDestinationDir() { return destinationDirectory.get().getAsFile(); }
+
+    /** The kotlinc distribution. */
     @Internal("tracked through getCompilerVersion()")
     public File getKotlinHome() { return kotlinHome; }
+    /** Sets the kotlinc distribution. */
     public void setKotlinHome(File kotlinHome) { this.kotlinHome = kotlinHome; }
 
     /** The distribution's build.txt, so a different compiler reruns the task. */
@@ -61,13 +84,19 @@ public class KotlinCompile extends DefaultTask {
             : kotlinHome.getPath();
     }
 
+    /** kotlinc's {@code -jvm-target}. */
     @Input
     public String getJvmTarget() { return jvmTarget; }
+    /** Sets kotlinc's {@code -jvm-target}. */
     public void setJvmTarget(String jvmTarget) { this.jvmTarget = jvmTarget; }
 
+    /** More kotlinc arguments. */
     @Input
-    public List<String> getFreeArgs() { return freeArgs; }
-    public void setFreeArgs(List<String> freeArgs) { this.freeArgs = freeArgs; }
+    public List<String> getFreeArgs() { return freeArgs.get(); }
+    /** Sets more kotlinc arguments ({@code compileKotlinc.freeArgs = ['-language-version', '2.0']}). */
+    public void setFreeArgs(List<String> values) { Gradle.setList(freeArgs, Gradle.strings(values)); }
+    /** Sets more kotlinc arguments, lazily. */
+    void freeArgs(Provider<List<String>> values) { freeArgs.set(values); }
 
     @TaskAction
     public void compile() throws IOException, InterruptedException {
@@ -76,6 +105,7 @@ public class KotlinCompile extends DefaultTask {
             throw new GradleException("kotlinc not found at " + kotlinc
                 + ": run scripts/setup (npm ci --prefix jvm/tools), or set -PkotlinHome=<dir> or KOTLIN_HOME");
         }
+        File destinationDir = getDestinationDir();
         deleteTree(destinationDir);
         Files.createDirectories(destinationDir.toPath());
 
@@ -96,7 +126,7 @@ public class KotlinCompile extends DefaultTask {
             args.add("-classpath");
             args.add(cp.toString());
         }
-        args.addAll(freeArgs);
+        args.addAll(getFreeArgs());
         for (File f : source.getFiles()) args.add(f.getAbsolutePath());
 
         File argFile = new File(getTemporaryDir(), "kotlinc.args");
@@ -105,14 +135,8 @@ public class KotlinCompile extends DefaultTask {
         Files.write(argFile.toPath(), lines, StandardCharsets.UTF_8);
 
         ProcessBuilder pb = new ProcessBuilder(kotlinc.getAbsolutePath(), "@" + argFile.getAbsolutePath());
-        pb.redirectErrorStream(true);
         pb.environment().put("JAVA_OPTS", "-Xmx1g -XX:+UseSerialGC -XX:TieredStopAtLevel=1");
-        Process p = pb.start();
-        try (BufferedReader r = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
-            String line;
-            while ((line = r.readLine()) != null) getLogger().lifecycle(line);
-        }
-        int rc = p.waitFor();
+        int rc = Gradle.run(pb, line -> getLogger().lifecycle(line), null);
         if (rc != 0) throw new GradleException("kotlinc failed (exit code " + rc + "); its messages are above");
     }
 

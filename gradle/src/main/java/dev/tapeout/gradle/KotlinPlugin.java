@@ -7,15 +7,19 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.util.Collections;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
+import java.util.concurrent.Callable;
 
 import org.gradle.api.Action;
 import org.gradle.api.GradleException;
 import org.gradle.api.Plugin;
 import org.gradle.api.Project;
 import org.gradle.api.Task;
+import org.gradle.api.file.Directory;
 import org.gradle.api.plugins.JavaPlugin;
 import org.gradle.api.plugins.JavaPluginConvention;
+import org.gradle.api.provider.Provider;
 import org.gradle.api.tasks.SourceSet;
 import org.gradle.api.tasks.SourceSetContainer;
 import org.gradle.api.tasks.testing.Test;
@@ -24,41 +28,66 @@ import org.gradle.api.tasks.testing.Test;
  * {@code dev.tapeout.kotlin}: Kotlin 2.x without the Kotlin Gradle plugin, on any Gradle from 4.4.1 to 9.
  * Applies {@code java}, compiles {@code src/main/kotlin} and {@code src/test/kotlin} with an external kotlinc
  * ({@code -PkotlinHome} or {@code KOTLIN_HOME}), adds the outputs to the source sets, and runs JUnit 5:
- * natively where {@code Test.useJUnitPlatform()} exists (4.6+), else through a generated JUnit 4 suite.
+ * natively where {@code Test.useJUnitPlatform()} exists (4.6+), else through a generated JUnit 4 suite. Its tasks are
+ * registered lazily ({@code tasks.register} where Gradle has it). In a build that applies the Kotlin Gradle plugin
+ * (KGP) as well, KGP compiles the Kotlin sources and this plugin adds nothing: two compilers of one source folder
+ * would put every class on the classpath twice.
  */
 public class KotlinPlugin implements Plugin<Project> {
     static final String BRIDGE = "dev_tapeout_junit4bridge.AllJUnitPlatformTests";
+    static final String KGP = "org.jetbrains.kotlin.jvm";
 
     @Override
     public void apply(Project project) {
         project.getPluginManager().apply(JavaPlugin.class);
+        if (project.getPluginManager().hasPlugin(KGP)) {
+            project.getLogger().info("dev.tapeout.kotlin: the Kotlin Gradle plugin compiles src/*/kotlin here");
+            return;
+        }
         File home = kotlinHome(project);
         project.getExtensions().getExtraProperties().set("kotlinHomeDir", home);
         SourceSetContainer sets = sourceSets(project);
-        KotlinCompile main = compileTask(project, "compileKotlinc", "main", home, sets.getByName("main"));
-        KotlinCompile test = compileTask(project, "compileTestKotlinc", "test", home, sets.getByName("test"));
+        Provider<Directory> mainOut = project.getLayout().getBuildDirectory().dir("kotlinc/main");
+        Provider<Directory> testOut = project.getLayout().getBuildDirectory().dir("kotlinc/test");
+        compileTask(project, "compileKotlinc", "main", home, sets.getByName("main"), mainOut,
+            project.provider(() -> Collections.<String>emptyList()));
         // Tests see the main code's `internal` declarations, as with the Kotlin Gradle plugin.
-        test.setFreeArgs(Collections.singletonList("-Xfriend-paths=" + main.getDestinationDir().getAbsolutePath()));
-        Test testTask = (Test) project.getTasks().getByName("test");
-        testTask.setTestClassesDirs(testTask.getTestClassesDirs().plus(project.files(test.getDestinationDir())));
-        junitPlatform(project, testTask, sets.getByName("test"));
+        compileTask(project, "compileTestKotlinc", "test", home, sets.getByName("test"), testOut,
+            project.provider(() -> Collections.singletonList("-Xfriend-paths=" + mainOut.get().getAsFile().getAbsolutePath())));
+        Gradle.configure(project, "test", Test.class, testTask -> {
+            testTask.setTestClassesDirs(testTask.getTestClassesDirs().plus(project.files(asFile(testOut))));
+            junitPlatform(project, testTask, sets.getByName("test"));
+        });
+        // KGP applied after this plugin: it compiles, these tasks stand aside.
+        project.getPluginManager().withPlugin(KGP, applied -> {
+            for (String name : new String[] {"compileKotlinc", "compileTestKotlinc"}) {
+                Gradle.configure(project, name, KotlinCompile.class, t -> t.setEnabled(false));
+            }
+        });
     }
 
-    private static KotlinCompile compileTask(Project project, String name, String set, File home, SourceSet sourceSet) {
-        KotlinCompile t = project.getTasks().create(name, KotlinCompile.class);
-        t.setGroup("build");
-        t.setDescription("Compiles src/" + set + "/kotlin with " + home + "/bin/kotlinc");
-        t.setKotlinHome(home);
-        t.setSource(project.fileTree("src/" + set + "/kotlin").matching(p -> p.include("**/*.kt")));
-        t.setClasspath(project.files(sourceSet.getCompileClasspath()));
-        t.setDestinationDir(buildDir(project, "kotlinc/" + set));
+    private static void compileTask(Project project, String name, String set, File home, SourceSet sourceSet,
+                                    Provider<Directory> out, Provider<List<String>> freeArgs) {
+        Object task = Gradle.register(project, name, KotlinCompile.class, t -> {
+            t.setGroup("build");
+            t.setDescription("Compiles src/" + set + "/kotlin with " + home + "/bin/kotlinc");
+            t.setKotlinHome(home);
+            t.setSource(project.fileTree("src/" + set + "/kotlin").matching(p -> p.include("**/*.kt")));
+            t.setClasspath(sourceSet.getCompileClasspath());
+            t.getDestinationDirectory().set(out);
+            t.freeArgs(freeArgs);
+        });
         Map<String, Object> builtBy = new HashMap<>();
-        builtBy.put("builtBy", t);
-        sourceSet.getOutput().dir(builtBy, t.getDestinationDir());
-        return t;
+        builtBy.put("builtBy", task);
+        sourceSet.getOutput().dir(builtBy, asFile(out));
     }
 
-    /** layout.buildDirectory exists from 4.1 to 9 (getBuildDir is deprecated in 8.3). */
+    /** {@code dir} as what file notations accept on every Gradle: a Callable, resolved when the files are needed. */
+    private static Callable<File> asFile(Provider<Directory> dir) {
+        return () -> dir.get().getAsFile();
+    }
+
+    /** layout.buildDirectory exists from 4.1 to 9 (getBuildDir is deprecated in 8.3). Read now: for old Gradle only. */
     static File buildDir(Project project, String path) {
         return project.getLayout().getBuildDirectory().dir(path).get().getAsFile();
     }
@@ -78,29 +107,13 @@ public class KotlinPlugin implements Plugin<Project> {
 
     static File kotlinHome(Project project) {
         Object p = project.findProperty("kotlinHome");
-        String home = p != null ? p.toString() : environment(project, "KOTLIN_HOME");
+        String home = p != null ? p.toString() : Gradle.environmentVariable(project.getProviders(), "KOTLIN_HOME").getOrNull();
         if (home == null || home.isEmpty()) {
             throw new GradleException("set -PkotlinHome=<kotlinc distribution> (or kotlinHome=... in gradle.properties) "
                 + "or the environment variable KOTLIN_HOME. A Gradle daemon started before KOTLIN_HOME was exported may "
                 + "not see it: stop it (gradle --stop) or pass -PkotlinHome");
         }
         return project.getRootProject().file(home);
-    }
-
-    /**
-     * The environment variable {@code name} as this build's client has it: {@code providers.environmentVariable}
-     * where Gradle has it (6.1 and later, read per build), else the process environment (which a daemon took when
-     * it started).
-     */
-    static String environment(Project project, String name) {
-        try {
-            Object providers = Project.class.getMethod("getProviders").invoke(project);
-            Object provider = providers.getClass().getMethod("environmentVariable", String.class).invoke(providers, name);
-            Object value = provider.getClass().getMethod("getOrNull").invoke(provider);
-            return value == null ? null : value.toString();
-        } catch (ReflectiveOperationException | RuntimeException e) {
-            return System.getenv(name);
-        }
     }
 
     private static void junitPlatform(Project project, Test testTask, SourceSet test) {
@@ -117,7 +130,7 @@ public class KotlinPlugin implements Plugin<Project> {
         // Gradle < 4.6: a JUnit 4 suite that runs every Jupiter test on the test classpath.
         testTask.useJUnit();
         File dir = buildDir(project, "generated/junit4bridge");
-        Task gen = project.getTasks().create("generateJUnit4Bridge");
+        Task gen = project.getTasks().create("generateJUnit4Bridge");   // Gradle < 4.6 has no tasks.register
         gen.getInputs().property("bridge", BRIDGE);
         gen.getOutputs().dir(dir);
         gen.doLast(new Action<Task>() {   // an anonymous class: lambda actions are never UP-TO-DATE on 4.4.1
@@ -139,6 +152,6 @@ public class KotlinPlugin implements Plugin<Project> {
             }
         });
         test.getJava().srcDir(dir);
-        project.getTasks().getByName(test.getCompileJavaTaskName()).dependsOn(gen);
+        Gradle.configure(project, test.getCompileJavaTaskName(), Task.class, t -> t.dependsOn(gen));
     }
 }

@@ -3,6 +3,8 @@ package dev.tapeout.gradle;
 import org.gradle.api.Action;
 import org.gradle.api.NamedDomainObjectContainer;
 import org.gradle.api.Project;
+import org.gradle.api.file.ProjectLayout;
+import org.gradle.api.model.ObjectFactory;
 
 /**
  * The {@code tapeout { }} block:
@@ -39,9 +41,13 @@ import org.gradle.api.Project;
 public class TapeoutExtension extends ModelSpec {
     private final NamedDomainObjectContainer<ModelSpec> models;
 
+    /** The block of {@code project}, its named models made with the same services. */
     public TapeoutExtension(Project project) {
-        super(project);
-        models = project.container(ModelSpec.class, name -> new ModelSpec(project, name, this));
+        super(project.getObjects(), project.getLayout(), project.files(), project.getName(), "", null);
+        ObjectFactory objects = project.getObjects();
+        ProjectLayout layout = project.getLayout();
+        models = project.container(ModelSpec.class,
+            name -> new ModelSpec(objects, layout, project.files(), project.getName(), name, this));
     }
 
     /** The named models of {@code models { }}. */
