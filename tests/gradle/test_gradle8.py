@@ -359,3 +359,21 @@ def test_the_repositorys_java_exec_tasks_set_main_class_on_gradle8(harness, tmp_
     for i, line in enumerate(lines):
         name = re.search(r"mainClass = '([^']+)'", line).group(1)
         assert f"run{i}: {name}\n" in log, log
+
+
+def test_the_serving_library_resolves_by_coordinates_beside_kgp(harness, tmp_path):
+    """dev.tapeout:tapeout-iree by coordinates on Gradle 8.10 beside KGP: the published jar, with its native library
+    inside, and Maven Central's kotlin-stdlib on the runtime classpath (tests/gradle/test_publish_serving.py runs the
+    README's serving project from the same repository)."""
+    v = version()
+    build = for_harness(gradle8_build_gradle(), harness[1]).replace(
+        f"implementation 'dev.tapeout:tapeout:{v}'",
+        f"implementation 'dev.tapeout:tapeout:{v}'\n    implementation 'dev.tapeout:tapeout-iree:{v}'")
+    assert "tapeout-iree" in build
+    report, _ = run_harness(harness, consumer(tmp_path / "consumer", build))
+    jars = {pathlib.Path(p).name: p for p in report["runtimeClasspath"]}
+    for want in (f"tapeout-iree-{v}.jar", f"tapeout-{v}.jar", "kotlin-stdlib-2.0.21.jar"):
+        assert want in jars, sorted(jars)
+    with zipfile.ZipFile(jars[f"tapeout-iree-{v}.jar"]) as z:
+        assert "native/linux-x86-64/libtapeout_iree_jni.so" in z.namelist()
+        assert "dev/tapeout/iree/IreeModule.class" in z.namelist()

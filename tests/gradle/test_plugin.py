@@ -251,7 +251,7 @@ def test_the_readme_kotlin_snippet_exports_a_checkpoint_that_iree_runs(built_jar
     from safetensors.numpy import save_file
     from harness import compile_and_run_iree
 
-    p = project(tmp_path, "apply plugin: 'application'\nmainClassName = 'SnippetKt'\n")
+    p = project(tmp_path, "apply plugin: 'application'\nmainClassName = 'ServeKt'\n")
     (p / "src/main/kotlin/demo/Model.kt").unlink()
     (p / "src/main/kotlin/Snippet.kt").write_text(readme_kotlin_snippet())
     vocab, dim, hidden = 1000, 64, 256
@@ -731,10 +731,9 @@ def test_the_readme_serving_snippet_serves_the_tiny_llm_from_kotlin(built_jars, 
     import iree.runtime as rt
 
     text = (ROOT / "README.md").read_text()
-    block = text.split("## Serving from the JVM", 1)[1].split("```kotlin\n", 1)[1].split("```", 1)[0]
-    lines = block.splitlines()
-    first = next(i for i, line in enumerate(lines) if line.startswith("val "))
-    snippet = "\n".join(lines[:first]) + "\nfun main() {\n" + "\n".join("    " + l for l in lines[first:]) + "\n}\n"
+    # The README's Serve.kt, verbatim (test_publish_serving.py runs it from the published repository instead).
+    snippet = text.split("## Serving from the JVM", 1)[1].split("```kotlin\n", 1)[1].split("```", 1)[0]
+    assert snippet.startswith("// src/main/kotlin/Serve.kt") and "fun main()" in snippet, snippet
     p = tmp_path / "serve"
     p.mkdir()
     (p / "settings.gradle").write_text("rootProject.name = 'serve'\n")
@@ -746,13 +745,13 @@ buildscript {{
 }}
 apply plugin: 'dev.tapeout.kotlin'
 apply plugin: 'application'
-mainClassName = 'SnippetKt'
+mainClassName = 'ServeKt'
 dependencies {{
     implementation files('{ROOT}/jvm-iree/build/libs/jvm-iree-0.1.0.jar', "${{kotlinHomeDir}}/lib/kotlin-stdlib.jar")
 }}
 """)
     (p / "src/main/kotlin").mkdir(parents=True)
-    (p / "src/main/kotlin/Snippet.kt").write_text(snippet)
+    (p / "src/main/kotlin/Serve.kt").write_text(snippet)
     out = p / "build/tapeout"
     r = gradle_run([GRADLE, "-c", "settings-gradle4.gradle", "--offline", "--no-daemon", "--quiet",
                     ":examples:tiny-llm:exportIrpa", f"-PtapeoutOut={out}"], cwd=ROOT, capture_output=True, text=True)
