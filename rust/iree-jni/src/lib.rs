@@ -10,7 +10,7 @@
 //! are memory-mapped by the runtime and never seen by the JVM.
 //!
 //! Every failure becomes a `dev.tapeout.iree.IreeNativeError`, which the Kotlin side turns into the typed exception
-//! [`contract`] names; a panic becomes one too (an internal failure). Nothing aborts the JVM.
+//! `src/contract.rs` names; a panic becomes one too (an internal failure). Nothing aborts the JVM.
 
 mod contract;
 mod failure;
