@@ -258,7 +258,8 @@ def with_cache_globals(text):
     storage; with distinct initializers the results equal the argument version's."""
     import re
     head = re.search(r"  func\.func @decode\((.*?)\) -> \((.*?)\) \{\n", text, re.S)
-    args = re.findall(r'(%arg\d+): (tensor<[^>]*>) \{tapeout\.name = "([^"]*)"\}', head.group(1))
+    args = re.findall(r'(%arg\d+): (tensor<[^>]*>) \{tapeout\.name = "([^"]*)"(?:, tapeout\.dims = "[^"]*")?\}',
+                      head.group(1))
     keep = [f"{a}: {t} {{tapeout.name = \"{n}\"}}" for a, t, n in args if not n.startswith("cache_")]
     caches = [(a, t, n[len("cache_"):]) for a, t, n in args if n.startswith("cache_")]
     results = re.findall(r'(tensor<[^>]*>) \{tapeout\.name = "([^"]*)"\}', head.group(2))

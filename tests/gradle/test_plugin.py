@@ -251,7 +251,7 @@ def test_the_readme_kotlin_snippet_exports_a_checkpoint_that_iree_runs(built_jar
     from safetensors.numpy import save_file
     from harness import compile_and_run_iree
 
-    p = project(tmp_path, "apply plugin: 'application'\nmainClassName = 'ServeKt'\n")
+    p = project(tmp_path, "apply plugin: 'application'\nmainClassName = 'SnippetKt'\n")
     (p / "src/main/kotlin/demo/Model.kt").unlink()
     (p / "src/main/kotlin/Snippet.kt").write_text(readme_kotlin_snippet())
     vocab, dim, hidden = 1000, 64, 256

@@ -18,7 +18,8 @@ sys.path.insert(0, str(GRAPHS_DIR))
 import reference  # noqa: E402
 
 GRAPHS = sorted(p.name[: -len(".test.json")] for p in GRAPHS_DIR.glob("*.test.json"))
-ARG = re.compile(r'%arg(\d+): (tensor<[^>]*>) \{tapeout\.name = "((?:[^"\\]|\\[0-9A-F]{2})*)"\}')
+# An argument's attributes: its name, then (with `?` dims) which of them the graph requires equal.
+ARG = re.compile(r'%arg(\d+): (tensor<[^>]*>) \{tapeout\.name = "((?:[^"\\]|\\[0-9A-F]{2})*)"(?:, tapeout\.dims = "[^"]*")?\}')
 
 
 def mlir_unescape(s):
