@@ -4,7 +4,7 @@
 
 use jni::Env;
 use jni::errors::ErrorPolicy;
-use jni::objects::{JObject, JValue};
+use jni::objects::{JObject, JObjectArray, JValue};
 use jni::strings::JNIString;
 use tapeout_iree::IreeError;
 
@@ -134,6 +134,19 @@ impl From<IreeError> for Failure {
     }
 }
 
+/// A `String[]` of `texts`, each element's local reference deleted once stored: a JNI method may hold only 16
+/// local references without asking for more.
+pub(crate) fn string_array<'l>(env: &mut Env<'l>, texts: &[String]) -> Result<JObjectArray<'l>, Failure> {
+    let count = i32::try_from(texts.len()).map_err(|_| usage("more strings than a JVM array holds"))?;
+    let array = env.new_object_array(count, JNIString::from("java/lang/String"), JObject::null())?;
+    for (i, text) in texts.iter().enumerate() {
+        let s = env.new_string(text)?;
+        array.set_element(env, i, &s)?;
+        env.delete_local_ref(s);
+    }
+    Ok(array)
+}
+
 /// Throws `IreeNativeError(kind, message, texts, numbers)` for an error, an internal failure for a panic.
 pub(crate) struct Throw;
 
@@ -142,14 +155,8 @@ const ERROR_CLASS: &str = "dev/tapeout/iree/IreeNativeError";
 fn throw(env: &mut Env<'_>, f: Failure) {
     let attempt = (|| -> jni::errors::Result<()> {
         let message = env.new_string(&f.message)?;
-        let count = i32::try_from(f.texts.len())
+        let texts = string_array(env, &f.texts)
             .map_err(|_| jni::errors::Error::JniCall(jni::errors::JniError::InvalidArguments))?;
-        let texts = env.new_object_array(count, JNIString::from("java/lang/String"), JObject::null())?;
-        for (i, text) in f.texts.iter().enumerate() {
-            let s = env.new_string(text)?;
-            texts.set_element(env, i, &s)?;
-            env.delete_local_ref(s);
-        }
         let numbers = env.new_long_array(f.numbers.len())?;
         numbers.set_region(env, 0, &f.numbers)?;
         let obj = env.new_object(

@@ -20,13 +20,12 @@ use std::path::PathBuf;
 use jni::objects::{
     JByteArray, JByteBuffer, JClass, JFloatArray, JIntArray, JLongArray, JObject, JObjectArray, JShortArray, JString,
 };
-use jni::strings::JNIString;
 use jni::sys::{jint, jlong};
 use jni::{Env, EnvUnowned};
 use tapeout_iree::{DType, Device, Instance, IreeError, Module, Parameters, StatusCode, Value};
 
 use crate::contract::ErrorKind;
-use crate::failure::{Failure, Throw, usage};
+use crate::failure::{Failure, Throw, string_array, usage};
 
 fn into_handle<T>(value: T) -> jlong {
     Box::into_raw(Box::new(value)) as jlong
@@ -270,18 +269,6 @@ pub extern "system" fn Java_dev_tapeout_iree_IreeNative_moduleLoad<'l>(
 }
 
 releaser!(Java_dev_tapeout_iree_IreeNative_moduleRelease, Module);
-
-/// A `String[]` of `texts`, each element's local reference deleted once stored (see [`strings`]).
-fn string_array<'l>(env: &mut Env<'l>, texts: &[String]) -> Result<JObjectArray<'l>, Failure> {
-    let count = i32::try_from(texts.len()).map_err(|_| usage("more strings than a JVM array holds"))?;
-    let array = env.new_object_array(count, JNIString::from("java/lang/String"), JObject::null())?;
-    for (i, text) in texts.iter().enumerate() {
-        let s = env.new_string(text)?;
-        array.set_element(env, i, &s)?;
-        env.delete_local_ref(s);
-    }
-    Ok(array)
-}
 
 /// `IreeNative.moduleTexts(handle): Array<String>` — the texts of the module's signatures, in the order
 /// `moduleLayout` walks them: per function its name and declaration, then its arguments' names, then its results'.

@@ -314,12 +314,7 @@ mod tests {
     use super::{CpuTarget, cpu_targets, enabled, host_fit};
     use crate::Instance;
     use crate::error::IreeError;
-    use crate::test_support::{CPU, compile};
-
-    const ADD: &str = "func.func @main(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
-  %0 = stablehlo.add %a, %b : tensor<4xf32>
-  return %0 : tensor<4xf32>
-}";
+    use crate::test_support::{ADD, CPU, compile};
 
     fn target(format: &str, cpu: &str, features: &[&str]) -> CpuTarget {
         CpuTarget { format: format.into(), cpu: cpu.into(), features: features.iter().map(|&f| f.into()).collect() }

@@ -208,13 +208,8 @@ mod tests {
 
     use super::check_structure;
     use crate::error::IreeError;
-    use crate::test_support::{CPU, compile};
+    use crate::test_support::{ADD, CPU, compile};
     use crate::{Device, Instance};
-
-    const ADD: &str = "func.func @main(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
-  %0 = stablehlo.add %a, %b : tensor<4xf32>
-  return %0 : tensor<4xf32>
-}";
 
     /// Damaged module bytes either fail our check or reach IREE, which must then answer with an error or a module,
     /// never crash the test process.

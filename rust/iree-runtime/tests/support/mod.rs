@@ -23,6 +23,12 @@ pub const CPU: &[&str] = &[
     "--iree-llvmcpu-target-cpu=generic",
 ];
 
+/// `a + b` over two `tensor<4xf32>`: the smallest module the load checks' tests compile.
+pub const ADD: &str = "func.func @main(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = stablehlo.add %a, %b : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}";
+
 /// Compiles MLIR text for `target` (flags) and returns the vmfb bytes.
 pub fn compile(dir: &Path, name: &str, mlir: &str, target: &[&str]) -> Vec<u8> {
     let src = dir.join(format!("{name}.mlir"));

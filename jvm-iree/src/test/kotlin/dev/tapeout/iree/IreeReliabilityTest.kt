@@ -196,7 +196,7 @@ class IreeReliabilityTest {
         out.lines().first { it.startsWith("RSS_GROWTH_KB ") }.removePrefix("RSS_GROWTH_KB ").trim().toLong()
 
     // Each leak class leaked 5 KB to 64 KB per iteration before (50 to 640 MiB over 10,000); the heap is touched in
-    // full at start (-XX:+AlwaysPreTouch), so what grows is native memory: 10,000 iterations stay under 16 MiB (2 to 8 MiB here).
+    // full at start (-XX:+AlwaysPreTouch), so what grows is native memory: 10,000 iterations stay under 16 MiB.
     private val leakBoundKb = 16L * 1024
 
     @Test
