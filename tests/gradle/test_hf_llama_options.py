@@ -52,5 +52,5 @@ def test_options_shape_the_exported_functions(tmp_path, props, prefill_logits, s
 def test_a_wrong_option_fails_the_export_and_names_it(tmp_path, prop, message):
     r, mlir = export(tmp_path, prop)
     assert r.returncode != 0
-    assert f"GgufLlama: {message}" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert f"AutoModelForCausalLM: {message}" in r.stdout + r.stderr, r.stdout + r.stderr
     assert not mlir.exists()
