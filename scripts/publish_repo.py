@@ -1,4 +1,4 @@
-"""Writes the Maven repository scripts/publish describes from the built jars (jvm/build/libs, jvm-iree/build/libs,
+"""Writes the Maven repository scripts/publish describes from the built jars (jvm/build/libs, jvm-iree/build/libs, jvm-transformers/build/libs,
 buildSrc/build/libs).
 
     python3 scripts/publish_repo.py DIR
@@ -121,19 +121,20 @@ def kdoc_html(sources, package="dev.tapeout"):
 
 
 def library_jar(project, native):
-    """The newest `<project>/build/libs/<project>-*.jar`, checked to carry its native library `native`."""
+    """The newest `<project>/build/libs/<project>-*.jar`, checked to carry its native library `native` (if any)."""
     jars = sorted((ROOT / project / "build/libs").glob(f"{project}-*.jar"))
     if not jars:
         sys.exit(f"publish: {project}/build/libs has no jar (gradle :{project}:jar failed?)")
     data = jars[-1].read_bytes()
     with zipfile.ZipFile(io.BytesIO(data)) as z:
-        if f"native/linux-x86-64/{native}" not in z.namelist():
+        if native is not None and f"native/linux-x86-64/{native}" not in z.namelist():
             sys.exit(f"publish: {jars[-1]} has no native/linux-x86-64/{native}")
     return data
 
 
-def publish_library(repo, project, artifact, ver, native, package, description):
-    """A Kotlin library of this repository: its jar (with the native library), sources and KDoc jars, a POM."""
+def publish_library(repo, project, artifact, ver, native, package, description, deps=()):
+    """A Kotlin library of this repository: its jar (with the native library, if any), sources and KDoc jars, a POM
+    naming kotlin-stdlib and `deps`."""
     library = library_jar(project, native)
     src_root = ROOT / project / "src/main/kotlin"
     sources = [(str(p.relative_to(src_root)), p.read_text()) for p in sorted(src_root.rglob("*.kt"))]
@@ -141,7 +142,7 @@ def publish_library(repo, project, artifact, ver, native, package, description):
         "": library,
         "sources": zip_dir([(rel, text.encode()) for rel, text in sources]),
         "javadoc": zip_dir([("index.html", kdoc_html(sources, package))]),
-    }, pom(GROUP, artifact, ver, description=description, deps=[STDLIB]))
+    }, pom(GROUP, artifact, ver, description=description, deps=[STDLIB, *deps]))
 
 
 def main(repo: pathlib.Path) -> None:
@@ -154,6 +155,11 @@ def main(repo: pathlib.Path) -> None:
     publish_library(repo, "jvm-iree", "tapeout-iree", ver, "libtapeout_iree_jni.so", "dev.tapeout.iree",
                     "dev.tapeout.iree: serve IREE 3.13 modules in the JVM's process, parameters memory-mapped "
                     "(Kotlin library with IREE's runtime in its native library)")
+    # The families need the exporter only (its native library comes with dev.tapeout:tapeout), not IREE.
+    publish_library(repo, "jvm-transformers", "tapeout-transformers", ver, None, "dev.tapeout.transformers",
+                    "dev.tapeout.transformers: causal-LM families (Llama, Mistral, Qwen2/3, Phi-3, Gemma 2/3) read "
+                    "from transformers checkpoints and GGUF files, exported with tapeout",
+                    deps=[(GROUP, "tapeout", ver, "compile")])
     publish(repo, GROUP, "tapeout-gradle-plugin", ver, {"": PLUGIN_JAR.read_bytes()},
             pom(GROUP, "tapeout-gradle-plugin", ver, description="Gradle plugins dev.tapeout and dev.tapeout.kotlin"))
     # Plugin markers: what `plugins { id '<id>' version '<v>' }` resolves, pointing at the plugins' jar.
@@ -164,7 +170,7 @@ def main(repo: pathlib.Path) -> None:
                                              description=f"Plugin marker of {plugin_id}",
                                              deps=[(GROUP, "tapeout-gradle-plugin", ver, "compile")]))
         metadata(repo, plugin_id, marker, ver)
-    print(f"publish: dev.tapeout:tapeout:{ver}, dev.tapeout:tapeout-iree:{ver}, "
+    print(f"publish: dev.tapeout:tapeout:{ver}, dev.tapeout:tapeout-iree:{ver}, dev.tapeout:tapeout-transformers:{ver}, "
           f"dev.tapeout:tapeout-gradle-plugin:{ver} and the markers of {', '.join(PLUGINS)} in {repo.resolve()}")
     print(f"publish: use it with maven {{ url '{repo.resolve().as_uri()}' }} and mavenCentral() (for kotlin-stdlib; "
           f"README, \"From Gradle\")")
