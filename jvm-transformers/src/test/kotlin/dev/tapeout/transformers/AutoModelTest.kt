@@ -1,0 +1,55 @@
+package dev.tapeout.transformers
+
+import org.junit.jupiter.api.Assertions.assertEquals
+import org.junit.jupiter.api.Assertions.assertTrue
+import org.junit.jupiter.api.Test
+import org.junit.jupiter.api.assertThrows
+import org.junit.jupiter.api.io.TempDir
+import java.io.File
+import java.nio.file.Files
+
+/** [AutoModelForCausalLM.fromPretrained]: the family, the weight files (one, sharded, GGUF) and what it refuses. */
+class AutoModelTest {
+    private val repo = File(System.getProperty("tapeout.repo") ?: ".")
+    private val testdata = File(repo, "jvm-transformers/testdata")
+
+    @Test
+    fun `a sharded checkpoint is read from its index, every shard loaded`() {
+        val m = AutoModelForCausalLM.fromPretrained(File(testdata, "qwen3-bf16"))
+        assertEquals(Family.QWEN3, m.config.family)
+        assertEquals(4, m.checkpoints.size)
+        assertEquals(m.model.checkpointKeys(), m.checkpoints.flatMap { it.tensors.keys }.toSet())
+        assertEquals(setOf("prefill", "decode"), m.tapes().keys)
+    }
+
+    @Test
+    fun `a GGUF file is read as its general architecture, q and k rotated as interleaved pairs`() {
+        val m = AutoModelForCausalLM.fromPretrained(File(repo, "examples/hf-llama/testdata/gguf-q8_0/model.gguf"))
+        assertEquals(Family.LLAMA, m.config.family)
+        assertTrue(m.config.ropeInterleaved)
+    }
+
+    @Test
+    fun `a directory without config json is refused, naming it`(@TempDir dir: File) {
+        val e = assertThrows<CheckpointFilesException> { AutoModelForCausalLM.fromPretrained(dir) }
+        assertTrue(e.message!!.contains("has no config.json"), e.message)
+    }
+
+    @Test
+    fun `weights that do not match the config are refused both ways`(@TempDir dir: File) {
+        // phi3-f32's untied head read with a config that says it is tied: lm_head.weight is never read.
+        val src = File(testdata, "phi3-f32")
+        File(dir, "config.json").writeText(File(src, "config.json").readText().replace("\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true"))
+        Files.createSymbolicLink(File(dir, "model.safetensors").toPath(), File(src, "model.safetensors").absoluteFile.toPath())
+        val e = assertThrows<CheckpointFilesException> { AutoModelForCausalLM.fromPretrained(dir) }
+        assertTrue(e.message!!.contains("never read [lm_head.weight]"), e.message)
+    }
+
+    @Test
+    fun `a wrong option is refused, naming it`() {
+        val e = assertThrows<IllegalArgumentException> {
+            AutoModelForCausalLM().buildTapes(listOf(File(testdata, "phi3-f32").path, "static=0"))
+        }
+        assertEquals("AutoModelForCausalLM: static=<cache length> needs a positive number, not 'static=0'", e.message)
+    }
+}
