@@ -18,11 +18,11 @@ enum class Family(
     /** Mistral (`modeling_mistral.py`): Llama's layers, a sliding window on every layer when `sliding_window` is set. */
     MISTRAL("mistral", "MistralForCausalLM", null),
     /** Qwen2 (`modeling_qwen2.py`): q/k/v biases. */
-    QWEN2("qwen2", "Qwen2ForCausalLM", null),
+    QWEN2("qwen2", "Qwen2ForCausalLM", "qwen2"),
     /** Qwen3 (`modeling_qwen3.py`): an RMSNorm per head on q and k. */
-    QWEN3("qwen3", "Qwen3ForCausalLM", null),
+    QWEN3("qwen3", "Qwen3ForCausalLM", "qwen3"),
     /** Phi-3 (`modeling_phi3.py`): fused `qkv_proj` and `gate_up_proj`. */
-    PHI3("phi3", "Phi3ForCausalLM", null),
+    PHI3("phi3", "Phi3ForCausalLM", "phi3"),
     /** Gemma 2 (`modeling_gemma2.py`): softcaps, sandwich norms, alternating sliding layers. */
     GEMMA2("gemma2", "Gemma2ForCausalLM", null),
     /** Gemma 3, text only (`modeling_gemma3.py`, `Gemma3ForCausalLM`): Gemma 2's layers with q/k norms, RoPE per layer type. */

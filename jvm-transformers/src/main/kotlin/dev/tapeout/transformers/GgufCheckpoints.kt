@@ -13,13 +13,16 @@ import java.io.File
  *   `llama.embedding_length` → `hidden_size`, `llama.rope.freq_base` → `rope_theta`);
  * - the tensors have llama.cpp's names (`token_embd`, `blk.N.attn_q`, …, `output_norm`, `output`), bound under the
  *   `state_dict()` keys by [Checkpoint.renamed], the bytes staying in the file; no `output.weight` is a tied head;
- * - llama.cpp's converter permutes the rows of `q_proj` and `k_proj` inside each head (row `2i` is HF's row `i`,
- *   row `2i + 1` HF's row `i + D/2`) so that its RoPE rotates adjacent pairs. This model keeps the file's rows and
- *   rotates interleaved pairs ([CausalLMConfig.ropeInterleaved]): with `P` the row permutation,
+ * - for `llama` files, llama.cpp's converter permutes the rows of `q_proj` and `k_proj` inside each head (row `2i`
+ *   is HF's row `i`, row `2i + 1` HF's row `i + D/2`) so that its RoPE rotates adjacent pairs. This model keeps the
+ *   file's rows and rotates interleaved pairs ([CausalLMConfig.ropeInterleaved]): with `P` the row permutation,
  *   interleaved-RoPE(`P·q`) = `P`·rotate_half-RoPE(`q`), the same for k, and `(P·q)·(P·k)` = `q·k` per head, so the
- *   logits are transformers' up to rounding, and the packed weights need no row gather.
+ *   logits are transformers' up to rounding, and the packed weights need no row gather. The converter leaves the
+ *   rows of `qwen2`, `qwen3` and `phi3` files as they are (llama.cpp rotates halves for those), so they rotate halves.
  *
- * Only `general.architecture` `llama` is read so far; another is a [ConfigException] naming it.
+ * `general.architecture` `llama`, `qwen2`, `qwen3` and `phi3` are read (Qwen3's `attn_q_norm`/`attn_k_norm`, Phi-3's
+ * fused `attn_qkv` and `ffn_up`); another is a [ConfigException] naming it. Gemma's files are not read: llama.cpp's
+ * converter drops an untied `lm_head` and cannot state Gemma 3's `layer_types` or per-layer-type RoPE.
  */
 object GgufCheckpoints {
     /** llama.cpp's per-layer tensor names (`blk.N.<name>`) → the HF module path under `model.layers.N`. */
@@ -49,18 +52,30 @@ object GgufCheckpoints {
         return PretrainedCausalLM(model, listOf(checkpoint))
     }
 
-    /** The HF `state_dict()` key of llama.cpp's tensor [name] (`blk.3.attn_q.weight` → `model.layers.3.self_attn.q_proj.weight`), or null. */
-    fun stateDictKey(name: String): String? {
+    /** Tensors llama.cpp names differently in one architecture: Qwen3's q/k norms, Phi-3's fused projections. */
+    private val ARCH_TENSORS = mapOf(
+        "qwen3" to mapOf("attn_q_norm" to "self_attn.q_norm", "attn_k_norm" to "self_attn.k_norm"),
+        "phi3" to mapOf("attn_qkv" to "self_attn.qkv_proj", "ffn_up" to "mlp.gate_up_proj"),
+    )
+
+    /**
+     * The HF `state_dict()` key of llama.cpp's tensor [name] in a file of architecture [arch]
+     * (`blk.3.attn_q.weight` → `model.layers.3.self_attn.q_proj.weight`), or null.
+     */
+    fun stateDictKey(name: String, arch: String? = "llama"): String? {
         LAYER_NAME.matchEntire(name)?.let { m ->
             val (layer, tensor, kind) = m.destructured
-            return LAYER_TENSORS[tensor]?.let { "model.layers.$layer.$it.$kind" }
+            val path = ARCH_TENSORS[arch]?.get(tensor) ?: LAYER_TENSORS[tensor]
+            return path?.let { "model.layers.$layer.$it.$kind" }
         }
         return GLOBAL_NAME.matchEntire(name)?.let { m -> GLOBAL_TENSORS[m.groupValues[1]]?.let { "$it.${m.groupValues[2]}" } }
     }
 
     /** New key → the file's name for every tensor of [gguf] that [stateDictKey] knows; the rest keep their names. */
-    fun stateDictKeys(gguf: Checkpoint): Map<String, String> =
-        gguf.tensors.keys.mapNotNull { n -> stateDictKey(n)?.let { it to n } }.toMap()
+    fun stateDictKeys(gguf: Checkpoint): Map<String, String> {
+        val arch = gguf.metadata["general.architecture"] as? String
+        return gguf.tensors.keys.mapNotNull { n -> stateDictKey(n, arch)?.let { it to n } }.toMap()
+    }
 
     /**
      * The [CausalLMConfig] of a GGUF file's `<arch>.*` metadata, written as the `config.json` transformers' GGUF
@@ -114,12 +129,29 @@ object GgufCheckpoints {
             else -> throw ConfigException(where, "$arch.rope.scaling.type", "'$type' is not modelled here (none or linear)")
         }
         val names = gguf.tensors.keys
+        // Phi-3's converter writes attention.sliding_window 0 for "none"; no other architecture read here has one.
+        val window = intOrNullAllowingZero(m, where, "$arch.attention.sliding_window")?.takeIf { it > 0 }
+        if (window != null && family != Family.PHI3) {
+            throw ConfigException(where, "$arch.attention.sliding_window", "is $window; a sliding window is not read from $arch GGUF files")
+        }
+        // The keys each family's config has (Qwen2's q/k/v biases are always there, so it has no attention_bias).
+        val biases = when (family) {
+            Family.LLAMA -> ""","attention_bias": ${"blk.0.attn_q.bias" in names}, "mlp_bias": ${"blk.0.ffn_up.bias" in names}"""
+            Family.QWEN3 -> ""","attention_bias": ${"blk.0.attn_q.bias" in names}"""
+            else -> ""
+        }
         val json = """{"model_type": "${family.modelType}", "vocab_size": $vocab, "hidden_size": $hidden,
             |"intermediate_size": ${int("feed_forward_length")}, "num_hidden_layers": ${int("block_count")},
             |"num_attention_heads": $heads, "num_key_value_heads": $kvHeads, "head_dim": $headDim, "rms_norm_eps": $eps,
             |"max_position_embeddings": ${intOrNull("context_length") ?: 2048}, "rope_parameters": $rope,
-            |"tie_word_embeddings": ${"output.weight" !in names}, "attention_bias": ${"blk.0.attn_q.bias" in names},
-            |"mlp_bias": ${"blk.0.ffn_up.bias" in names}}""".trimMargin()
-        return CausalLMConfig.parse(HfConfig.parse(json, "$where (its $arch.* metadata)"), ropeInterleaved = true)
+            |"sliding_window": $window, "tie_word_embeddings": ${"output.weight" !in names}$biases}""".trimMargin()
+        return CausalLMConfig.parse(HfConfig.parse(json, "$where (its $arch.* metadata)"), ropeInterleaved = family == Family.LLAMA)
+    }
+
+    /** A non-negative integer metadata value (a window of 0 means none), or null when absent. */
+    private fun intOrNullAllowingZero(m: Map<String, Any?>, where: String, key: String): Int? = when (val v = m[key]) {
+        null -> null
+        is Long -> v.takeIf { it in 0..Int.MAX_VALUE }?.toInt() ?: throw ConfigException(where, key, "is $v, not a 32-bit size")
+        else -> throw ConfigException(where, key, "is '$v', not an integer")
     }
 }

@@ -1,6 +1,7 @@
 package dev.tapeout.transformers
 
 import org.junit.jupiter.api.Assertions.assertEquals
+import org.junit.jupiter.api.Assertions.assertNull
 import org.junit.jupiter.api.Assertions.assertTrue
 import org.junit.jupiter.api.Test
 import org.junit.jupiter.api.assertThrows
@@ -27,6 +28,14 @@ class AutoModelTest {
         val m = AutoModelForCausalLM.fromPretrained(File(repo, "examples/hf-llama/testdata/gguf-q8_0/model.gguf"))
         assertEquals(Family.LLAMA, m.config.family)
         assertTrue(m.config.ropeInterleaved)
+        // The converter permutes q/k rows for llama files only: Qwen3's and Phi-3's rotate halves, as transformers does.
+        for ((dir, family) in listOf("gguf-qwen3-f16" to Family.QWEN3, "gguf-phi3-f16" to Family.PHI3)) {
+            val g = AutoModelForCausalLM.fromPretrained(File(testdata, "$dir/model.gguf"))
+            assertEquals(family, g.config.family, dir)
+            assertEquals(false, g.config.ropeInterleaved, dir)
+        }
+        assertEquals(128, AutoModelForCausalLM.fromPretrained(File(testdata, "gguf-qwen3-f16/model.gguf")).config.headDim)
+        assertNull(AutoModelForCausalLM.fromPretrained(File(testdata, "gguf-phi3-f16/model.gguf")).config.slidingWindow)
     }
 
     @Test
