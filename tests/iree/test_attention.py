@@ -55,14 +55,14 @@ MASK_3x7 = (0.5 * RNG.standard_normal((3, 7))).astype(np.float32)
 
 
 def sdpa_case(b, h, kv, s, tt, d, dv, mask=None, **attrs):
-    """q [b, h, s, d], k [b, kv, tt, d], v [b, kv, tt, dv]; `s`/`tt` may be "S"/"T" for `?` dims."""
+    """q [b, h, s, d], k [b, kv, tt, d], v [b, kv, tt, dv]; `b`/`s`/`tt` may be "B"/"S"/"T" for `?` dims."""
     dims = lambda x: D if isinstance(x, str) else x  # noqa: E731
-    tensors = [t("q", [b, h, dims(s), d]), t("k", [b, kv, dims(tt), d]), t("v", [b, kv, dims(tt), dv])]
+    tensors = [t("q", [dims(b), h, dims(s), d]), t("k", [dims(b), kv, dims(tt), d]), t("v", [dims(b), kv, dims(tt), dv])]
     inputs = ["q", "k", "v"]
     if mask is not None:
         tensors.append(t("mask", list(mask.shape), weight=mask))
         inputs.append("mask")
-    tensors.append(t("y", [b, h, dims(s), dv]))
+    tensors.append(t("y", [dims(b), h, dims(s), dv]))
     shapes = {"q": [b, h, s, d], "k": [b, kv, tt, d], "v": [b, kv, tt, dv]}
     return tensors, [n("sdpa", inputs, "y", **attrs)], shapes
 
@@ -82,6 +82,8 @@ CASES = {
     "gqa_dynamic_prefill_window_softcap": sdpa_case(1, 8, 2, "S", "S", 16, 16, causal=True, window=4, softcap=0.5),
     "gqa_dynamic_decode_window": sdpa_case(1, 8, 2, 1, "T", 16, 16, causal=True, window=5),
     "mha_window_one": sdpa_case(2, 2, 2, "S", "T", 4, 4, causal=True, window=1),
+    # HF's run-time batch B as well as run-time lengths (batched prefill).
+    "gqa_dynamic_batch_window_softcap": sdpa_case("B", 8, 2, "S", "S", 16, 16, causal=True, window=3, softcap=2.0),
 }
 
 
@@ -150,7 +152,7 @@ def test_attention_and_rope_compile_and_match_numpy(case, device, tapeout, tmp_p
         "--target", device.target)
     graph = reference.Graph(g, tmp_path / f"{case}.safetensors")
     order, _ = signature(out / f"{case}.mlir")
-    runs = [{"S": 3, "T": 9}, {"S": 6, "T": 17}] if sizes_of(shapes) else [{}]
+    runs = [{"S": 3, "T": 9, "B": 2}, {"S": 6, "T": 17, "B": 3}] if sizes_of(shapes) else [{}]
     for i, size in enumerate(runs):
         feeds = {name: RNG.standard_normal([size.get(x, x) for x in shapes[name]]).astype(np.float32)
                  for name in graph.inputs}
