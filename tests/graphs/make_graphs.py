@@ -251,6 +251,28 @@ def iota_select_compare_clamp():
     g.save([s, c, c2, pi, it])
 
 
+def logical_softcap_window():
+    """Boolean and/or/not (bitwise on integers), and sdpa with Gemma 2's soft-cap and a sliding window shorter than
+    the keys, with as many and with fewer queries than keys (a decode step's alignment), grouped-query."""
+    g = G("logical_softcap_window", 32)
+    a, b = g.input("a", [3, 4]), g.input("b", [4])
+    zero = g.weight("zero", np.zeros(4, np.float32))
+    pa = g.op("compare", [a, b], [3, 4], "bool", direction="GT")
+    pb = g.op("compare", [b, zero], [4], "bool", direction="LT")
+    both, either = g.op("and", [pa, pb], [3, 4], "bool"), g.op("or", [pa, pb], [3, 4], "bool")
+    neither = g.op("not", [either], [3, 4], "bool")
+    it = g.op("iota", [], [3, 4], "i32", dim=1)
+    bits = g.weight("bits", np.array([6, 3, 5, 12], np.int32))
+    iand, ior = g.op("and", [it, bits], [3, 4], "i32"), g.op("or", [it, bits], [3, 4], "i32")
+    inot = g.op("not", [it], [3, 4], "i32")
+    q, k, v = g.input("q", [1, 4, 5, 8]), g.input("k", [1, 2, 7, 8]), g.input("v", [1, 2, 7, 3])
+    capped = g.op("sdpa", [q, k, v], [1, 4, 5, 3], causal=True, window=3, softcap=0.75)
+    q1 = g.input("q1", [2, 6, 8])
+    k1, v1 = g.input("k1", [2, 6, 8]), g.input("v1", [2, 6, 8])
+    windowed = g.op("sdpa", [q1, k1, v1], [2, 6, 8], causal=True, window=1)
+    g.save([both, either, neither, iand, ior, inot, capped, windowed])
+
+
 def special_constants():
     g = G("special_constants", 15)
     x = g.input("x", [6])
@@ -583,7 +605,8 @@ def argmax_dynamic_slices():
 
 
 ALL = [elementwise_binary, elementwise_unary, activations, convert_cast, shape_ops, gather_embedding, matmul_batched,
-       conv2d, pooling, reductions, normalization, attention, rope, iota_select_compare_clamp, special_constants,
+       conv2d, pooling, reductions, normalization, attention, rope, iota_select_compare_clamp, logical_softcap_window,
+       special_constants,
        integer_constants, external_policy, threshold_policy, tied_weights, odd_names, dynamic_batch, dynamic_unit_dims,
        mlp, small_cnn, transformer, half_weights, argmax_dynamic_slices, row_count_ops,
        grouped_columns, banded_rows, decode_words]

@@ -149,10 +149,14 @@ def norm(a, at, rms):
     return y
 
 
-def causal(s):
+def causal(s, window=None):
+    """Query i (at position i + T - S) sees keys j <= i + T - S, and with a window only the `window` latest of them."""
     s = f64(s).copy()
     S, T = s.shape[-2:]
-    keep = np.arange(S)[:, None] + (T - S) >= np.arange(T)[None, :]
+    pos = np.arange(S)[:, None] + (T - S)
+    keep = pos >= np.arange(T)[None, :]
+    if window is not None:
+        keep &= pos - np.arange(T)[None, :] < window
     return np.where(keep, s, -np.inf)
 
 
@@ -165,10 +169,12 @@ def sdpa(a, at, spec):
         k, v = np.repeat(k, groups, axis=-3), np.repeat(v, groups, axis=-3)
     scale = at.get("scale", 1 / math.sqrt(q.shape[-1]))
     s = (q @ np.swapaxes(k, -1, -2)) * scale
+    if "softcap" in at:
+        s = np.tanh(s / at["softcap"]) * at["softcap"]
     if len(a) > 3:
         s = s + f64(a[3])
     if at.get("causal", False):
-        s = causal(s)
+        s = causal(s, at.get("window"))
     return softmax(s, -1) @ v
 
 
@@ -345,6 +351,9 @@ OPS = {
     "rope": rope,
     "iota": iota,
     "select": lambda a, at, s: np.where(a[0], a[1], a[2]),
+    "and": lambda a, at, s: a[0] & a[1],
+    "or": lambda a, at, s: a[0] | a[1],
+    "not": lambda a, at, s: ~a[0],
     "compare": lambda a, at, s: CMP[at["direction"]](a[0], a[1]),
     "clamp": clamp,
     "dynamic_slice": dynamic_slice,

@@ -28,17 +28,24 @@ def repeat_kv(x, groups):
     return np.broadcast_to(x[:, :, None], (b, kv, groups, tt, d)).reshape(b, kv * groups, tt, d)
 
 
-def attention(q, k, v, mask=None, causal=False, scale=None):
-    """transformers' eager attention (float64), k/v repeated to q's heads."""
+def attention(q, k, v, mask=None, causal=False, scale=None, softcap=None, window=None):
+    """transformers' eager attention (float64), k/v repeated to q's heads; Gemma 2's soft-cap on the scaled scores,
+    and a sliding window as transformers' `sliding_window_overlay` (key j visible from position p when p - j < W)."""
     q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
     g = q.shape[1] // k.shape[1]
     k, v = repeat_kv(k, g), repeat_kv(v, g)
     s = q @ k.transpose(0, 1, 3, 2) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
+    if softcap is not None:
+        s = softcap * np.tanh(s / softcap)
     if mask is not None:
         s = s + mask
     if causal:
         S, T = s.shape[-2:]
-        s = np.where(np.arange(T)[None, :] <= np.arange(S)[:, None] + (T - S), s, -np.inf)
+        for i in range(S):
+            for j in range(T):
+                p = i + T - S
+                if j > p or (window is not None and p - j >= window):
+                    s[..., i, j] = -np.inf
     s = np.exp(s - s.max(-1, keepdims=True))
     return (s / s.sum(-1, keepdims=True)) @ v
 
@@ -48,14 +55,14 @@ MASK_3x7 = (0.5 * RNG.standard_normal((3, 7))).astype(np.float32)
 
 
 def sdpa_case(b, h, kv, s, tt, d, dv, mask=None, **attrs):
-    """q [b, h, s, d], k [b, kv, tt, d], v [b, kv, tt, dv]; `s`/`tt` may be "S"/"T" for `?` dims."""
+    """q [b, h, s, d], k [b, kv, tt, d], v [b, kv, tt, dv]; `b`/`s`/`tt` may be "B"/"S"/"T" for `?` dims."""
     dims = lambda x: D if isinstance(x, str) else x  # noqa: E731
-    tensors = [t("q", [b, h, dims(s), d]), t("k", [b, kv, dims(tt), d]), t("v", [b, kv, dims(tt), dv])]
+    tensors = [t("q", [dims(b), h, dims(s), d]), t("k", [dims(b), kv, dims(tt), d]), t("v", [dims(b), kv, dims(tt), dv])]
     inputs = ["q", "k", "v"]
     if mask is not None:
         tensors.append(t("mask", list(mask.shape), weight=mask))
         inputs.append("mask")
-    tensors.append(t("y", [b, h, dims(s), dv]))
+    tensors.append(t("y", [dims(b), h, dims(s), dv]))
     shapes = {"q": [b, h, s, d], "k": [b, kv, tt, d], "v": [b, kv, tt, dv]}
     return tensors, [n("sdpa", inputs, "y", **attrs)], shapes
 
@@ -70,6 +77,13 @@ CASES = {
     "gqa_dynamic_prefill_causal": sdpa_case(1, 8, 2, "S", "S", 16, 16, causal=True),
     "gqa_dynamic_decode": sdpa_case(1, 8, 2, 1, "T", 16, 16, causal=True),
     "gqa_dynamic_batch_heads": sdpa_case(2, 6, 2, "S", "T", 4, 4),
+    # Gemma 2 / Mistral: windows shorter than the run-time lengths (3 and 9, 6 and 17), a soft-cap.
+    "gqa_window_softcap_static": sdpa_case(1, 4, 2, 5, 7, 8, 8, causal=True, window=3, softcap=1.5),
+    "gqa_dynamic_prefill_window_softcap": sdpa_case(1, 8, 2, "S", "S", 16, 16, causal=True, window=4, softcap=0.5),
+    "gqa_dynamic_decode_window": sdpa_case(1, 8, 2, 1, "T", 16, 16, causal=True, window=5),
+    "mha_window_one": sdpa_case(2, 2, 2, "S", "T", 4, 4, causal=True, window=1),
+    # HF's run-time batch B as well as run-time lengths (batched prefill).
+    "gqa_dynamic_batch_window_softcap": sdpa_case("B", 8, 2, "S", "S", 16, 16, causal=True, window=3, softcap=2.0),
 }
 
 
@@ -138,7 +152,7 @@ def test_attention_and_rope_compile_and_match_numpy(case, device, tapeout, tmp_p
         "--target", device.target)
     graph = reference.Graph(g, tmp_path / f"{case}.safetensors")
     order, _ = signature(out / f"{case}.mlir")
-    runs = [{"S": 3, "T": 9}, {"S": 6, "T": 17}] if sizes_of(shapes) else [{}]
+    runs = [{"S": 3, "T": 9, "B": 2}, {"S": 6, "T": 17, "B": 3}] if sizes_of(shapes) else [{}]
     for i, size in enumerate(runs):
         feeds = {name: RNG.standard_normal([size.get(x, x) for x in shapes[name]]).astype(np.float32)
                  for name in graph.inputs}
@@ -151,7 +165,8 @@ def test_attention_and_rope_compile_and_match_numpy(case, device, tapeout, tmp_p
         attrs = nodes[0]["attrs"]
         if nodes[0]["op"] == "sdpa":
             mask = feeds.get("mask", graph.weights.get("mask"))
-            oracle = attention(feeds["q"], feeds["k"], feeds["v"], mask, attrs.get("causal", False), attrs.get("scale"))
+            oracle = attention(feeds["q"], feeds["k"], feeds["v"], mask, attrs.get("causal", False), attrs.get("scale"),
+                               attrs.get("softcap"), attrs.get("window"))
         else:
             oracle = rope_oracle(feeds["x"], feeds["c"], feeds["s"], attrs.get("interleaved", False))
         np.testing.assert_allclose(got, oracle, rtol=1e-5, atol=1e-5,
@@ -181,6 +196,14 @@ BAD = {
     "sdpa_one_sided_dynamic_heads": ([t("q", [1, D, 4, 8]), t("k", [1, 2, 4, 8]), t("v", [1, 2, 4, 8]),
                                       t("y", [1, D, 4, 8])],
                                      [n("sdpa", ["q", "k", "v"], "y")], ["sdpa", "give both a static head count"]),
+    "sdpa_window_without_causal": ([t("q", [1, 2, 4, 8]), t("k", [1, 2, 4, 8]), t("v", [1, 2, 4, 8]), t("y", [1, 2, 4, 8])],
+                                   [n("sdpa", ["q", "k", "v"], "y", window=2)], ["sdpa", "'window' needs causal = true"]),
+    "sdpa_window_zero": ([t("q", [1, 2, 4, 8]), t("k", [1, 2, 4, 8]), t("v", [1, 2, 4, 8]), t("y", [1, 2, 4, 8])],
+                         [n("sdpa", ["q", "k", "v"], "y", window=0, causal=True)], ["sdpa", "at least 1", "got 0"]),
+    "sdpa_softcap_negative": ([t("q", [1, 2, 4, 8]), t("k", [1, 2, 4, 8]), t("v", [1, 2, 4, 8]), t("y", [1, 2, 4, 8])],
+                              [n("sdpa", ["q", "k", "v"], "y", softcap=-1.0)], ["sdpa", "'softcap' must be a finite number above 0"]),
+    "and_of_floats": ([t("q", [2, 3]), t("k", [2, 3]), t("y", [2, 3])], [n("and", ["q", "k"], "y")],
+                      ["and", "bool (or integer, bitwise) operands, not f32", "compare"]),
     "rope_table_width": ([t("x", [1, 5, 8]), t("c", [5, 3]), t("s", [5, 3]), t("y", [1, 5, 8])],
                          [n("rope", ["x", "c", "s"], "y")], ["rope", "width 3", "must be 8 (full tables) or 4"]),
     "rope_odd_head_dim": ([t("x", [1, 5, 7]), t("c", [5, 7]), t("s", [5, 7]), t("y", [1, 5, 7])],

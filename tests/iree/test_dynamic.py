@@ -43,6 +43,13 @@ CASES = {
                        ["s", "m"]),
     "matmul": ([t("x", [D, 4]), t("w", [4, 5], weight=W4x5), t("y", [D, 5])], [n("matmul", ["x", "w"], "y")],
                {"x": ["S", 4]}),
+    # A linear over HF's run-time batch and length `[?, ?, K]` (IREE 3.13 refuses its `dot_general` as written).
+    "linear_batch_and_length": ([t("x", [D, D, 4]), t("w", [5, 4], weight=W4x5.T.copy()), t("wt", [4, 5]),
+                                 t("y", [D, D, 5])],
+                                [n("transpose", ["w"], "wt", perm=[1, 0]), n("matmul", ["x", "wt"], "y")],
+                                {"x": ["B", "S", 4]}),
+    "matmul_two_dynamic_rows_of_three": ([t("x", [2, D, D, 4]), t("w", [4, 5], weight=W4x5), t("y", [2, D, D, 5])],
+                                         [n("matmul", ["x", "w"], "y")], {"x": [2, "S", "B", 4]}),
     "batched_matmul": ([t("a", [2, D, 4]), t("b", [2, 4, D]), t("y", [2, D, D])], [n("matmul", ["a", "b"], "y")],
                        {"a": [2, "S", 4], "b": [2, 4, "S"]}),
     "gather": ([t("table", [10, 4], weight=TABLE), t("ids", [D], "i32"), t("y", [D, 4])],
@@ -246,10 +253,11 @@ DYNAMIC_ONLY = {"slice_dynamic_to_end", "gather_declared_less_specific", "add_dy
 
 
 
-def feeds_for(graph, shapes, size):
+def feeds_for(graph, shapes, size, second=None):
     out = []
     for name in graph.inputs:
-        shape = [size if d == "S" else d for d in shapes[name]]
+        # "B" is a second run-time size, unlike S's, so a batch and a length that trade places would show.
+        shape = [size if d == "S" else (size if second is None else second) if d == "B" else d for d in shapes[name]]
         dt = reference.NP[graph.specs[name]["dtype"]]
         if np.issubdtype(dt, np.integer):
             out.append((name, RNG.integers(0, 10, size=shape).astype(dt)))
@@ -306,7 +314,7 @@ def test_op_with_dynamic_dims_compiles_once_and_runs_at_two_sizes(case, dims, de
     graph = reference.Graph(g, tmp_path / f"{case}.safetensors")
     order, _ = signature(out / f"{case}.mlir")
     for i, size in enumerate(sizes):
-        feeds = dict(feeds_for(graph, shapes, size))
+        feeds = dict(feeds_for(graph, shapes, size, size + 2 if dims == "dynamic" else None))
         work = tmp_path / f"run{i}"
         work.mkdir()
         got = compile_and_run_iree(work, out / f"{case}.mlir", [out / f"{case}.irpa"], [feeds[k] for k in order],

@@ -86,6 +86,15 @@ impl HloError {
         }
     }
 
+    /// The function of a module with several that this error is in: [`Self::node`] indexes its graph.
+    #[must_use]
+    pub fn function(&self) -> Option<&str> {
+        match self {
+            HloError::InFunction { function, .. } => Some(function),
+            _ => None,
+        }
+    }
+
     /// The tensor this error is about, when it is about one.
     #[must_use]
     pub fn tensor(&self) -> Option<&str> {

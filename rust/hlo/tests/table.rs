@@ -57,6 +57,8 @@ fn case(op: OpKind, n: usize) -> Case {
         | OpKind::Softmax
         | OpKind::Sqrt
         | OpKind::Tanh => c(vec![f(&[2, 3])], Attrs::new(), f(&[2, 3])),
+        OpKind::And | OpKind::Or => c(vec![(vec![2, 3], Bool), (vec![3], Bool)], Attrs::new(), (vec![2, 3], Bool)),
+        OpKind::Not => c(vec![(vec![2, 3], Bool)], Attrs::new(), (vec![2, 3], Bool)),
         OpKind::After => c(vec![(vec![2, 3], I32), f(&[4])], Attrs::new(), (vec![2, 3], I32)),
         OpKind::CausalMask => c(vec![f(&[2, 4, 4])], Attrs::new(), f(&[2, 4, 4])),
         OpKind::Argmax => c(vec![f(&[2, 3])], Attrs::new(), (vec![2], I32)),

@@ -19,7 +19,7 @@ pub enum Failure {
     /// A JNI call failed (an exception may already be pending).
     Jni(jni::errors::Error),
     /// A tapeout error, mapped to a Kotlin exception class with its fields.
-    Tapeout(Thrown),
+    Tapeout(Box<Thrown>),
 }
 
 /// The fields of a Kotlin `TapeoutException` (or of a `java.io.IOException`: class and message only).
@@ -35,6 +35,8 @@ pub struct Thrown {
     pub nodes: Vec<u64>,
     /// The tensor the error is about (module path or name).
     pub tensor: Option<String>,
+    /// The module function whose graph [`Self::nodes`] index, for an error in one function of several.
+    pub function: Option<String>,
 }
 
 /// `dev.tapeout.GraphValidationException`.
@@ -44,7 +46,14 @@ const IO: &str = "java/io/IOException";
 impl Failure {
     /// A validation failure of the arguments Kotlin passed (a bug of the Kotlin side, worded for it).
     pub fn invalid(message: String) -> Self {
-        Failure::Tapeout(Thrown { class: VALIDATION, message, remedy: None, nodes: Vec::new(), tensor: None })
+        Failure::Tapeout(Box::new(Thrown {
+            class: VALIDATION,
+            message,
+            remedy: None,
+            nodes: Vec::new(),
+            tensor: None,
+            function: None,
+        }))
     }
 }
 
@@ -80,13 +89,14 @@ fn class_of(e: &Error) -> &'static str {
 
 impl From<Error> for Failure {
     fn from(e: Error) -> Self {
-        Failure::Tapeout(Thrown {
+        Failure::Tapeout(Box::new(Thrown {
             class: class_of(&e),
             remedy: e.remedy(),
             nodes: e.nodes(),
             tensor: e.tensor().map(str::to_owned),
+            function: e.function().map(str::to_owned),
             message: e.to_string(),
-        })
+        }))
     }
 }
 
@@ -102,15 +112,15 @@ macro_rules! via_pipeline {
 via_pipeline!(GraphError, HloError, IrpaError, IoError);
 
 /// The constructor every tapeout exception class has for the native side:
-/// `(detail, remedyName, remedyBytes, nodes, tensor)`.
+/// `(detail, remedyName, remedyBytes, nodes, tensor, function)`.
 const NATIVE_CTOR: jni::signature::MethodSignature<'static, 'static> =
-    jni::jni_sig!("(Ljava/lang/String;Ljava/lang/String;J[JLjava/lang/String;)V");
+    jni::jni_sig!("(Ljava/lang/String;Ljava/lang/String;J[JLjava/lang/String;Ljava/lang/String;)V");
 
 fn jlong(n: u64) -> jni::errors::Result<i64> {
     i64::try_from(n).map_err(|_| jni::errors::Error::JniCall(jni::errors::JniError::InvalidArguments))
 }
 
-/// Throws `class(detail, remedyName, remedyBytes, nodes, tensor)`: tapeout's exceptions take their fields as data.
+/// Throws `class(detail, remedyName, remedyBytes, nodes, tensor, function)`: tapeout's exceptions take their fields as data.
 fn throw_tapeout(env: &mut Env<'_>, t: Thrown) -> jni::errors::Result<()> {
     if t.class.starts_with("java/") {
         return env.throw_new(JNIString::from(t.class), JNIString::from(t.message));
@@ -128,6 +138,10 @@ fn throw_tapeout(env: &mut Env<'_>, t: Thrown) -> jni::errors::Result<()> {
         Some(k) => env.new_string(k)?.into(),
         None => JObject::null(),
     };
+    let function: JObject<'_> = match t.function {
+        Some(f) => env.new_string(f)?.into(),
+        None => JObject::null(),
+    };
     let obj = env.new_object(
         JNIString::from(t.class),
         NATIVE_CTOR,
@@ -137,6 +151,7 @@ fn throw_tapeout(env: &mut Env<'_>, t: Thrown) -> jni::errors::Result<()> {
             JValue::Long(bytes),
             JValue::Object(&nodes),
             JValue::Object(&tensor),
+            JValue::Object(&function),
         ],
     )?;
     let throwable = JThrowable::cast_local(env, obj)?;
@@ -158,7 +173,7 @@ impl<T: Default> ErrorPolicy<T, Failure> for ThrowMapped {
             return Ok(T::default()); // a Java exception is already on its way
         }
         let thrown = match err {
-            Failure::Tapeout(t) => throw_tapeout(env, t),
+            Failure::Tapeout(t) => throw_tapeout(env, *t),
             Failure::Jni(e) => env.throw_new(
                 JNIString::from("java/lang/RuntimeException"),
                 JNIString::from(format!("tapeout: JNI call failed: {e}")),

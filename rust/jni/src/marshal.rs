@@ -263,6 +263,7 @@ pub(crate) fn with_graphs<'l>(
                 extract_function(&req, i, &weights, &lenders).map_err(|e| match e {
                     Failure::Tapeout(mut t) if several => {
                         t.message = format!("function '{}': {}", names[i], t.message);
+                        t.function = Some(names[i].to_owned());
                         Failure::Tapeout(t)
                     }
                     other => other,

@@ -158,6 +158,16 @@ impl Error {
         }
     }
 
+    /// The module function the error is in, when it is in one of several: [`Self::nodes`] index its graph.
+    #[must_use]
+    pub fn function(&self) -> Option<&str> {
+        match self {
+            Error::InFunction { function, .. } => Some(function),
+            Error::Emit(e) => e.function(),
+            _ => None,
+        }
+    }
+
     /// The tensor (module path or name) this error is about, when it is about one.
     #[must_use]
     pub fn tensor(&self) -> Option<&str> {

@@ -193,6 +193,7 @@ fn relate<'g>(node: &Op, shape: &dyn Fn(TensorId) -> &'g Shape, c: &mut Classes)
         | OpKind::Sin
         | OpKind::Sqrt
         | OpKind::Tanh
+        | OpKind::Not
         | OpKind::Convert
         | OpKind::RoundAs
         | OpKind::Softmax
@@ -218,6 +219,8 @@ fn relate<'g>(node: &Op, shape: &dyn Fn(TensorId) -> &'g Shape, c: &mut Classes)
         | OpKind::Pow
         | OpKind::Max
         | OpKind::Min
+        | OpKind::And
+        | OpKind::Or
         | OpKind::Compare
         | OpKind::Select
         | OpKind::Clamp => {

@@ -124,6 +124,8 @@ op_table! {
     /// What reads the result runs after `b` is computed; IREE then gives a large temporary derived from `a` (a
     /// weight dequantized for a product) a lifetime that starts at its use instead of at the call's start.
     After = "after": Exactly(2), Exactly(1), Own;
+    /// `a AND b`, broadcast: logical for bool operands, bitwise for integers (no float form).
+    And = "and": Exactly(2), Exactly(1), ElementwiseBinary;
     /// Index of the largest element along `axis` (the first one on ties), an integer result.
     Argmax = "argmax": Exactly(1), Exactly(1), Own;
     /// 2-D average pooling (NCHW).
@@ -186,6 +188,10 @@ op_table! {
     Mul = "mul": Exactly(2), Exactly(1), ElementwiseBinary;
     /// `-x`.
     Neg = "neg": Exactly(1), Exactly(1), ElementwiseUnary;
+    /// `NOT x`: logical for a bool operand, bitwise for an integer one (no float form).
+    Not = "not": Exactly(1), Exactly(1), ElementwiseUnary;
+    /// `a OR b`, broadcast: logical for bool operands, bitwise for integers (no float form).
+    Or = "or": Exactly(2), Exactly(1), ElementwiseBinary;
     /// `x [L.., K]` as `[rows, K]`: its leading dimensions merged into one, the first `rows` of those kept and zero
     /// rows after them up to `rows` (a static shape for a product of `?` rows).
     PadRows = "pad_rows": Exactly(1), Exactly(1), SameDType;
@@ -214,7 +220,9 @@ op_table! {
     RoundAs = "round_as": Exactly(1), Exactly(1), Own;
     /// `1 / sqrt x`.
     Rsqrt = "rsqrt": Exactly(1), Exactly(1), ElementwiseUnary;
-    /// Scaled dot-product attention (q, k, v, optional mask), grouped-query when k and v have fewer heads.
+    /// Scaled dot-product attention (q, k, v, optional mask), grouped-query when k and v have fewer heads; optional
+    /// `softcap` (`cap · tanh(scores / cap)` before the mask) and `window` (with `causal`: a query sees the `window`
+    /// latest keys up to its own position, as transformers' sliding-window attention).
     Sdpa = "sdpa": Between(3, 4), Exactly(1), SameDType;
     /// `pred ? a : b`.
     Select = "select": Exactly(3), Exactly(1), Own;

@@ -34,6 +34,7 @@ pub(crate) fn check_types(op: OpKind, attrs: &Attrs, ins: &[Spec<'_>], outs: &[S
         | OpKind::Sqrt
         | OpKind::Sub
         | OpKind::Tanh => Ok(()),
+        OpKind::And | OpKind::Or | OpKind::Not => logical(ins),
         OpKind::AvgPool2d | OpKind::MaxPool2d => {
             let (x, r) = (ins[0].0, outs[0].0);
             if x.rank() != 4 {
@@ -373,6 +374,39 @@ pub fn query_groups(q_heads: Dim, kv_heads: Dim) -> Result<u64, String> {
 
 /// `sdpa`: q `[.., H, S, D]`, k `[.., KV, T, D]`, v `[.., KV, T, Dv]` (H a multiple of KV), an optional additive
 /// mask broadcastable to the scores `[.., H, S, T]`; the result is `[.., H, S, Dv]`.
+/// `and`, `or` and `not` take bool operands (logical) or integer ones (bitwise), never floats.
+fn logical(ins: &[Spec<'_>]) -> Result<(), String> {
+    match ins.iter().find(|(_, d)| d.is_float()) {
+        Some((_, d)) => {
+            Err(format!("logical ops take bool (or integer, bitwise) operands, not {d}: compare the values first"))
+        }
+        None => Ok(()),
+    }
+}
+
+/// sdpa's optional `softcap` (a finite number above 0) and `window` (an integer of at least 1, with `causal`).
+fn sdpa_softcap_window(a: &AttrView<'_>, causal: bool) -> Result<(), String> {
+    match a.0.get("softcap") {
+        None => {}
+        Some(&Attr::Float(c)) if c.is_finite() && c > 0.0 => {}
+        #[allow(clippy::cast_precision_loss)] // an integer literal's value, compared with 0 only
+        Some(&Attr::Int(c)) if c > 0 => {}
+        Some(other) => return Err(format!("attribute 'softcap' must be a finite number above 0, got {other:?}")),
+    }
+    if a.0.contains_key("window") {
+        let w = a.int("window", 0)?;
+        if w < 1 {
+            return Err(format!("attribute 'window' must be at least 1 (keys a query sees), got {w}"));
+        }
+        if !causal {
+            return Err(
+                "attribute 'window' needs causal = true (a sliding window ends at the query's own position)".into()
+            );
+        }
+    }
+    Ok(())
+}
+
 fn sdpa(a: &AttrView<'_>, ins: &[Spec<'_>], out: Spec<'_>) -> Result<(), String> {
     let (q, k, v) = (ins[0].0, ins[1].0, ins[2].0);
     let r = q.rank();
@@ -383,6 +417,7 @@ fn sdpa(a: &AttrView<'_>, ins: &[Spec<'_>], out: Spec<'_>) -> Result<(), String>
     }
     let causal = a.bool("causal", false)?;
     a.number("scale")?;
+    sdpa_softcap_window(a, causal)?;
     let (qd, kd, vd) = (&q.0, &k.0, &v.0);
     if qd[r - 1] == Dim::Dynamic {
         return Err(format!(

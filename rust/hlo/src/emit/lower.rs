@@ -56,9 +56,15 @@ impl<'g> Emitter<'g, '_, '_> {
         }
         let result = {
             match node.op {
-                OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div | OpKind::Pow | OpKind::Max | OpKind::Min => {
-                    self.elementwise_binary(node.op, &ins, &out)?
-                }
+                OpKind::Add
+                | OpKind::Sub
+                | OpKind::Mul
+                | OpKind::Div
+                | OpKind::Pow
+                | OpKind::Max
+                | OpKind::Min
+                | OpKind::And
+                | OpKind::Or => self.elementwise_binary(node.op, &ins, &out)?,
                 OpKind::Neg
                 | OpKind::Abs
                 | OpKind::Exp
@@ -68,7 +74,8 @@ impl<'g> Emitter<'g, '_, '_> {
                 | OpKind::Tanh
                 | OpKind::Sin
                 | OpKind::Cos
-                | OpKind::Sigmoid => self.elementwise_unary(node.op, &ins[0]),
+                | OpKind::Sigmoid
+                | OpKind::Not => self.elementwise_unary(node.op, &ins[0]),
                 OpKind::Relu | OpKind::Silu | OpKind::Gelu => self.activation(node.op, &ins[0])?,
                 OpKind::Convert => self.convert_to(&ins[0], out.dtype)?,
                 // Codes in row bands pass the barrier as stored and are read as `[Kb, B, Np]` after it: IREE then
@@ -165,6 +172,8 @@ impl<'g> Emitter<'g, '_, '_> {
             OpKind::Div => "divide",
             OpKind::Pow => "power",
             OpKind::Max => "maximum",
+            OpKind::And => "and",
+            OpKind::Or => "or",
             _ => "minimum",
         };
         let both = self.broadcast_operands(ins, out.shape)?;

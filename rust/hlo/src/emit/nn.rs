@@ -8,6 +8,9 @@ use tapeout_graph::ops::{self, Window};
 use super::builder::{Emitter, Val, ty};
 use crate::error::Result;
 
+/// sdpa's soft-cap attribute.
+const SOFTCAP: &str = "softcap";
+
 impl Emitter<'_, '_, '_> {
     /// A window the type rule already accepted (`tapeout_graph::ops`), or the rule's description.
     fn window(&self, w: std::result::Result<Window, String>) -> Result<Window> {
@@ -132,6 +135,8 @@ impl Emitter<'_, '_, '_> {
     /// Scaled dot-product attention. With fewer key/value heads than query heads (grouped-query attention, the
     /// head dimension being the one before S), q `[.., H, S, D]` is viewed as `[.., KV, G, S, D]` and both
     /// products batch over `[.., KV]`: each key/value head is read by its G query heads, never copied G times.
+    /// The scores are soft-capped (`softcap`), then masked: the additive mask, then causal with an optional sliding
+    /// `window`.
     pub(crate) fn sdpa(&mut self, ins: &[Val], out_shape: &Shape) -> Result<Val> {
         let (q, k, v) = (&ins[0], &ins[1], &ins[2]);
         let r = q.rank(); // at least 2, and the ranks of k and v: the type rule checked them
@@ -161,12 +166,29 @@ impl Emitter<'_, '_, '_> {
         };
         let sc = self.fill_like(scale, &scores, scores.dtype)?;
         let mut s = self.binary_same("multiply", &scores, &sc);
+        if self.attr(SOFTCAP).is_some() {
+            // Gemma 2's `cap · tanh(scores / cap)`, after the scale and before the mask, as transformers does.
+            let cap = self.attr_f64(SOFTCAP, 1.0)?;
+            let c = self.fill_like(cap, &s, s.dtype)?;
+            let inner = self.binary_same("divide", &s, &c);
+            let t = self.unary("tanh", &inner);
+            s = self.binary_same("multiply", &t, &c);
+        }
         if let Some(mask) = ins.get(3) {
             let mb = self.numpy_broadcast(mask, &s)?;
             s = self.binary_same("add", &s, &mb);
         }
         if self.attr_bool("causal", false)? {
-            s = self.causal(&s)?;
+            let window = match self.attr("window") {
+                None => None,
+                Some(_) => Some(
+                    u64::try_from(self.attr_int("window", 0)?)
+                        .ok()
+                        .filter(|&w| w >= 1)
+                        .ok_or_else(|| self.err("sdpa's window must be at least 1"))?,
+                ),
+            };
+            s = self.causal_window(&s, window)?;
         }
         let p = self.softmax(&s, r - 1)?;
         if groups == 1 {

@@ -62,7 +62,16 @@ impl Emitter<'_, '_, '_> {
             let sum = self.reduce(&product, &[0], "add");
             return Ok(self.reshape_grouped(&sum, out, &groups));
         }
-        if dynamic && rb == 2 && ra >= 3 && lead.iter().filter(|d| **d == Dim::Dynamic).count() == 1 {
+        let lead_dynamic = lead.iter().filter(|d| **d == Dim::Dynamic).count();
+        if dynamic && rb == 2 && ra >= 3 && lead_dynamic > 1 {
+            // `[?, ?, K] x [K, N]` (a linear over a run-time batch and length): the same merged 2-D product, split
+            // back with each `?` read from `a` (the merged size alone cannot say how it splits).
+            let groups = [(0..ra - 1).collect::<Vec<_>>(), vec![ra - 1]];
+            let flat = self.reshape_grouped(a, &Shape(vec![Dim::Dynamic, ad[ra - 1]]), &groups);
+            let prod = self.matmul(&flat, b, &Shape(vec![Dim::Dynamic, bd[1]]))?;
+            return Ok(self.expand_like(&prod, out, &groups, a));
+        }
+        if dynamic && rb == 2 && ra >= 3 && lead_dynamic == 1 {
             // `[L.., K] x [K, N]` with one `?` among the leading dims (a linear over HF's `[1, S, K]`): IREE 3.13
             // folds the other leading dims of that `dot_general` into a `stablehlo.dynamic_reshape` it rejects. The
             // leading dims merged into one (`tensor.collapse_shape`), a 2-D product, then split back again.

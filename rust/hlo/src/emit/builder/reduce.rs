@@ -168,8 +168,15 @@ impl Emitter<'_, '_, '_> {
         Ok(self.binary_same("divide", &e, &sb))
     }
 
-    /// `select(pred, x, fill)` where `pred` is `[S, T]` i1 broadcast over `x`'s leading dims.
+    /// The causal mask of scores `x [.., S, T]` (bottom-right aligned: query i sees keys j ≤ i + T − S), -inf
+    /// elsewhere: `select(pred, x, fill)` where `pred` is `[S, T]` i1 broadcast over `x`'s leading dims.
     pub(crate) fn causal(&mut self, x: &Val) -> Result<Val> {
+        self.causal_window(x, None)
+    }
+
+    /// [`Self::causal`], and with a `window` W also -inf for keys W or more positions before the query's own
+    /// (query i sees keys j with i + T − S − W < j ≤ i + T − S): transformers' sliding-window attention.
+    pub(crate) fn causal_window(&mut self, x: &Val, window: Option<u64>) -> Result<Val> {
         let r = x.rank(); // at least 2: the type rule checked it
         let st = Shape(vec![x.shape.0[r - 2], x.shape.0[r - 1]]);
         let (row, col, offset) = if let Some(&[s, t]) = st.static_dims().as_deref() {
@@ -208,18 +215,15 @@ impl Emitter<'_, '_, '_> {
             (row, col, offset)
         };
         let shifted = self.binary_same("add", &row, &offset);
-        let keep = self.assign(
-            &format!(
-                "stablehlo.compare GE, {}, {}, SIGNED : ({}, {}) -> {}",
-                shifted.name,
-                col.name,
-                shifted.ty(),
-                col.ty(),
-                ty(&st, DType::Bool)
-            ),
-            st,
-            DType::Bool,
-        );
+        let mut keep = self.compare_same("GE", &shifted, &col);
+        if let Some(w) = window {
+            // The query's position minus the key's stays below W.
+            let distance = self.binary_same("subtract", &shifted, &col);
+            #[allow(clippy::cast_precision_loss)] // a window is a sequence length, far below 2^53
+            let limit = self.fill_like(w as f64, &distance, DType::I64)?;
+            let near = self.compare_same("LT", &distance, &limit);
+            keep = self.binary_same("and", &keep, &near);
+        }
         let keep = self.broadcast_to(&keep, &[r - 2, r - 1], &x.shape, Some(x))?;
         let fill = self.fill_like(f64::NEG_INFINITY, x, x.dtype)?;
         Ok(self.assign(

@@ -167,6 +167,28 @@ impl Emitter<'_, '_, '_> {
         self.assign(&rhs, shape.clone(), x.dtype)
     }
 
+    /// `tensor.expand_shape` of `x` to `shape` (dimension `i` of `x` being the dimensions `groups[i]` of `shape`),
+    /// each `?` of `shape` sized as the same dimension of `like`: for groups holding several `?`, whose split the
+    /// merged size alone does not give.
+    pub(super) fn expand_like(&mut self, x: &Val, shape: &Shape, groups: &[Vec<usize>], like: &Val) -> Val {
+        let mut sizes = Vec::with_capacity(shape.0.len());
+        for j in 0..shape.0.len() {
+            sizes.push(match shape.0[j] {
+                Dim::Static(n) => n.to_string(),
+                Dim::Dynamic => self.dim_index(like, j),
+            });
+        }
+        let assoc = format!("[{}]", list(groups.iter().map(|g| format!("[{}]", list(g.clone())))));
+        let rhs = format!(
+            "tensor.expand_shape {} {assoc} output_shape [{}] : {} into {}",
+            x.name,
+            list(&sizes),
+            x.ty(),
+            ty(shape, x.dtype)
+        );
+        self.assign(&rhs, shape.clone(), x.dtype)
+    }
+
     /// The reduction `r` of `x` over `axes` with those axes put back as size 1 (`keepdims`): a broadcast, which
     /// IREE lowers for dynamic shapes where it does not lower a dynamic reshape.
     pub(crate) fn keep_dims(&mut self, r: &Val, x: &Val, axes: &[usize], shape: &Shape) -> Result<Val> {

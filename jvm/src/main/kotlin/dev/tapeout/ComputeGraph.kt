@@ -171,7 +171,7 @@ class ComputeGraph internal constructor(
     ): ExportResult {
         require(maxArchiveBytes >= 0) { "maxArchiveBytes must be 0 (one archive) or a positive size, not $maxArchiveBytes" }
         val a = Marshalled(snapshot.tensors)
-        return nativeExport(snapshot, snapshot.toGraphJson(name), a, options, forced, outputDir, name, policy, maxArchiveBytes)
+        return nativeExport(mapOf(name to snapshot), snapshot.toGraphJson(name), a, options, forced, outputDir, name, policy, maxArchiveBytes)
             .copy(keyCollisions = keyCollisions, warnings = checkpointReport.warnings)
     }
 
@@ -187,16 +187,21 @@ class ComputeGraph internal constructor(
 
 /**
  * The one export call of both [ComputeGraph.export] and [exportModule]: [json] with its JVM arrays [a] through
- * the native library, a failure naming the lines of [snapshot] (when one tape recorded every node) that recorded
- * what it names.
+ * the native library, a failure naming the lines of the tape that recorded what it names: [snapshots] by function
+ * name (the failure says which), or the only one.
  */
-internal fun nativeExport(snapshot: TapeSnapshot?, json: String, a: Marshalled, options: Int, forced: IntArray, outputDir: File,
+internal fun nativeExport(snapshots: Map<String, TapeSnapshot>, json: String, a: Marshalled, options: Int, forced: IntArray, outputDir: File,
                           name: String, policy: MaterializationPolicy, maxArchiveBytes: Long): ExportResult {
     val call = {
         NativeBridge.export(json, a.data, a.kinds, a.encodings, options, forced, outputDir.path, name,
             policy.scopeName, policy.inlineBelow, maxArchiveBytes)
     }
-    val result = if (snapshot != null) snapshot.located(call) else call()
+    val result = try {
+        call()
+    } catch (e: TapeoutException) {
+        val snapshot = e.function?.let { snapshots[it] } ?: snapshots.values.singleOrNull() ?: throw e
+        snapshot.located { throw e }
+    }
     return exportResult(result)
 }
 

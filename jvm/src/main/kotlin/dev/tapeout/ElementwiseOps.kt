@@ -101,6 +101,19 @@ sealed interface ElementwiseOps {
         return t.record(Op.COMPARE, listOf(a, b), t.broadcastShape(Op.COMPARE, a.shape, b.shape, listOf(a, b)), DType.BOOL, mapOf("direction" to direction))
     }
 
+    /** `a AND b`, broadcast: logical on bool tensors (masks), bitwise on integer ones; floats are refused. */
+    fun and(a: Tensor, b: Tensor): Tensor = core.logical(Op.AND, a, b)
+
+    /** `a OR b`, broadcast: logical on bool tensors, bitwise on integer ones; floats are refused. */
+    fun or(a: Tensor, b: Tensor): Tensor = core.logical(Op.OR, a, b)
+
+    /** `NOT x`: logical on a bool tensor, bitwise on an integer one; a float is refused. */
+    fun not(x: Tensor): Tensor {
+        val t = core
+        if (x.dtype.isFloat) t.fail(Op.NOT, listOf(x), "takes a bool (or integer, bitwise) tensor, not ${x.dtype.json}: compare the values first")
+        return t.unary(Op.NOT, x)
+    }
+
     /** Indices 0, 1, … along dimension [dim] of the static [shape]. A [DYNAMIC] size is refused: for indices of a
      *  run-time length use [arange] with a tensor that has it. */
     fun iota(shape: LongArray, dim: Int, dtype: DType = DType.I32): Tensor {
@@ -124,6 +137,19 @@ sealed interface ElementwiseOps {
         val a = t.axis(Op.IOTA, like, axis)
         if (dtype == DType.BOOL) t.fail(Op.IOTA, listOf(like), "counts in a number type, not bool")
         return t.record(Op.IOTA, listOf(like), longArrayOf(like.shape[a]), dtype, mapOf("axis" to a, "dim" to 0))
+    }
+
+    /**
+     * The size of dimension [axis] of [x] (negative counts from the end) as an i32 scalar: a constant when the size
+     * is static, read at run time when it is [DYNAMIC] (a prompt's length, a KV cache's past length, the last
+     * position `length(h, 1) - 1`).
+     */
+    fun length(x: Tensor, axis: Int): Tensor {
+        val t = core
+        val a = t.axis(Op.IOTA, x, axis)
+        if (x.shape[a] != DYNAMIC) return t.scalar(x.shape[a].toDouble(), DType.I32)
+        // The sum of a 1 per position: no op reads a size as a value, and a sum of i32 ones is exact.
+        return t.reduceSum(t.expand(t.scalar(1.0, DType.I32), t.arange(x, a)), 0)
     }
 
     /** [iota] with Int dimensions. */
@@ -154,6 +180,13 @@ internal fun ExecutionTape.broadcastShape(op: Op, sa: LongArray, sb: LongArray, 
 internal fun ExecutionTape.binary(op: Op, a: Tensor, b: Tensor): Tensor {
     val dtype = dtypes.pair(op, a, b)
     return record(op, listOf(a, b), broadcastShape(op, a.shape, b.shape, listOf(a, b)), dtype)
+}
+
+/** [op] (and, or) of two bool or integer operands of one dtype, broadcast. */
+internal fun ExecutionTape.logical(op: Op, a: Tensor, b: Tensor): Tensor {
+    val float = listOf(a, b).firstOrNull { it.dtype.isFloat }
+    if (float != null) fail(op, listOf(a, b), "takes bool (or integer, bitwise) operands, not ${float.dtype.json}: compare the values first")
+    return binary(op, a, b)
 }
 
 /** [op] of one operand, its shape and (seen) dtype. */

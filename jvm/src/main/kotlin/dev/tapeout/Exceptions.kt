@@ -12,13 +12,15 @@ open class TapeoutException(
     val nodes: List<Int> = emptyList(),
     /** The tensor (module path or name) the error is about, when it is about one. */
     val tensor: String? = null,
+    /** The module function whose tape [nodes] index, when the export had several ([exportModule]). */
+    val function: String? = null,
 ) : RuntimeException(detail + kotlinWording(remedy, remedyBytes)) {
     /** The native side's constructor: the remedy by name, the fields as the native error has them. */
-    constructor(detail: String, remedyName: String?, remedyBytes: Long, nodes: LongArray?, tensor: String?) :
-        this(detail, remedyName?.let { Remedy.valueOf(it) }, remedyBytes, nodes.indices(), tensor)
+    constructor(detail: String, remedyName: String?, remedyBytes: Long, nodes: LongArray?, tensor: String?, function: String?) :
+        this(detail, remedyName?.let { Remedy.valueOf(it) }, remedyBytes, nodes.indices(), tensor, function)
 
     /** A failure with the remedy by name and no node or tensor. */
-    constructor(detail: String, remedyName: String?, remedyBytes: Long) : this(detail, remedyName, remedyBytes, null, null)
+    constructor(detail: String, remedyName: String?, remedyBytes: Long) : this(detail, remedyName, remedyBytes, null, null, null)
 
     /** [detail] with the remedy worded by [wording] (the Gradle task words it as a `tapeout { … }` setting). */
     fun describe(wording: (Remedy, Long) -> String): String = detail + (remedy?.let { wording(it, remedyBytes) } ?: "")
@@ -40,23 +42,23 @@ private fun LongArray?.indices(): List<Int> = this?.map { Math.toIntExact(it) } 
 
 /** A frozen weight is packed (quantized) and [PackedConstantHandling.FAIL] is in force. The message names the
  *  tensor, the encoding and both remedies (load it dense, or pass [PackedConstantHandling.DEQUANTIZE]). */
-class PackedConstantException(detail: String, remedyName: String?, remedyBytes: Long, nodes: LongArray?, tensor: String?) :
-    TapeoutException(detail, remedyName, remedyBytes, nodes, tensor)
+class PackedConstantException(detail: String, remedyName: String?, remedyBytes: Long, nodes: LongArray?, tensor: String?, function: String?) :
+    TapeoutException(detail, remedyName, remedyBytes, nodes, tensor, function)
 
 /** A constant is too large to be written inline (one 2 GiB buffer); use an external policy. */
-class ConstantTooLargeException(detail: String, remedyName: String?, remedyBytes: Long, nodes: LongArray?, tensor: String?) :
-    TapeoutException(detail, remedyName, remedyBytes, nodes, tensor)
+class ConstantTooLargeException(detail: String, remedyName: String?, remedyBytes: Long, nodes: LongArray?, tensor: String?, function: String?) :
+    TapeoutException(detail, remedyName, remedyBytes, nodes, tensor, function)
 
 /** The traced graph is invalid: unknown op, wrong arity, shape or dtype mismatch, cycle, bad attribute. */
-class GraphValidationException(detail: String, remedyName: String?, remedyBytes: Long, nodes: LongArray?, tensor: String?) :
-    TapeoutException(detail, remedyName, remedyBytes, nodes, tensor) {
+class GraphValidationException(detail: String, remedyName: String?, remedyBytes: Long, nodes: LongArray?, tensor: String?, function: String?) :
+    TapeoutException(detail, remedyName, remedyBytes, nodes, tensor, function) {
     /** A validation failure found on the Kotlin side. */
-    constructor(detail: String) : this(detail, null, 0, null, null)
+    constructor(detail: String) : this(detail, null, 0, null, null, null)
 }
 
 /** A parameter archive is not valid IRPA (or lacks a key). */
-class IrpaFormatException(detail: String, remedyName: String?, remedyBytes: Long, nodes: LongArray?, tensor: String?) :
-    TapeoutException(detail, remedyName, remedyBytes, nodes, tensor)
+class IrpaFormatException(detail: String, remedyName: String?, remedyBytes: Long, nodes: LongArray?, tensor: String?, function: String?) :
+    TapeoutException(detail, remedyName, remedyBytes, nodes, tensor, function)
 
 /** The same exception (class, remedy) with [extra] appended to its detail: how the tape adds source lines. */
 internal fun TapeoutException.withDetail(extra: String): TapeoutException {
@@ -64,10 +66,10 @@ internal fun TapeoutException.withDetail(extra: String): TapeoutException {
     val r = remedy?.name
     val n = nodes.map { it.toLong() }.toLongArray()
     return when (this) {
-        is PackedConstantException -> PackedConstantException(d, r, remedyBytes, n, tensor)
-        is ConstantTooLargeException -> ConstantTooLargeException(d, r, remedyBytes, n, tensor)
-        is GraphValidationException -> GraphValidationException(d, r, remedyBytes, n, tensor)
-        is IrpaFormatException -> IrpaFormatException(d, r, remedyBytes, n, tensor)
-        else -> TapeoutException(d, remedy, remedyBytes, nodes, tensor)
+        is PackedConstantException -> PackedConstantException(d, r, remedyBytes, n, tensor, function)
+        is ConstantTooLargeException -> ConstantTooLargeException(d, r, remedyBytes, n, tensor, function)
+        is GraphValidationException -> GraphValidationException(d, r, remedyBytes, n, tensor, function)
+        is IrpaFormatException -> IrpaFormatException(d, r, remedyBytes, n, tensor, function)
+        else -> TapeoutException(d, remedy, remedyBytes, nodes, tensor, function)
     }.also { it.initCause(this) }
 }

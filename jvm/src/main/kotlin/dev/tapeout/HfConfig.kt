@@ -81,22 +81,61 @@ class HfConfig private constructor(private val o: JsonObjectView) {
     val maxPositionEmbeddings: Int get() = int("max_position_embeddings")
     /** `rms_norm_eps`. */
     val rmsNormEps: Double get() = double("rms_norm_eps")
-    /** `rope_parameters.rope_theta` (transformers 5) or `rope_theta` (4.x); 10000 when absent, transformers' default. */
-    val ropeTheta: Double get() = objOrNull("rope_parameters")?.doubleOrNull("rope_theta") ?: doubleOrNull("rope_theta") ?: 10000.0
     /**
-     * The RoPE scaling (`{"rope_type": "llama3", "factor": 8.0, …}`): `rope_scaling` (4.x), or `rope_parameters`
-     * (transformers 5) when its `rope_type` is not `default`; null when there is none.
+     * The layer types that nest `rope_parameters` (transformers 5 writes Gemma 3's as
+     * `{"full_attention": {…}, "sliding_attention": {…}}`), in the file's order; empty when it is flat or absent.
      */
-    val ropeScaling: HfConfig? get() = objOrNull("rope_scaling")
-        ?: objOrNull("rope_parameters")?.takeIf { (it.stringOrNull("rope_type") ?: "default") != "default" }
+    val ropeLayerTypes: List<String> get() {
+        val p = objOrNull("rope_parameters") ?: return emptyList()
+        return p.keys.filter { p.objOrNullQuiet(it) != null }
+    }
+
+    /**
+     * The RoPE parameters of [layerType] (`rope_theta`, `rope_type`, the scaling's fields): `rope_parameters.<layerType>`
+     * when they are nested by layer type, else the one flat `rope_parameters` (or null when absent). A layer type the
+     * nested parameters lack is a [JsonFileException].
+     */
+    fun ropeParameters(layerType: String? = null): HfConfig? {
+        val p = objOrNull("rope_parameters") ?: return null
+        val nested = ropeLayerTypes
+        if (nested.isEmpty()) return p
+        if (layerType == null) {
+            throw JsonFileException("$source: rope_parameters is nested by layer type (${nested.joinToString()}): " +
+                "read each type's with ropeParameters(layerType), ropeTheta(layerType) and rotaryScaling(layerType)")
+        }
+        return p.objOrNull(layerType) ?: throw JsonFileException("$source: rope_parameters has no '$layerType' " +
+            "(it has ${nested.joinToString()})")
+    }
+
+    /**
+     * `rope_parameters.rope_theta` (transformers 5, of [layerType] when nested by layer type) or `rope_theta` (4.x);
+     * 10000 when absent, transformers' default. Parameters nested by layer type, read without one, are a
+     * [JsonFileException], never the default.
+     */
+    fun ropeTheta(layerType: String?): Double = ropeParameters(layerType)?.doubleOrNull("rope_theta") ?: doubleOrNull("rope_theta") ?: 10000.0
+
+    /** [ropeTheta] of a model with one RoPE for every layer. */
+    val ropeTheta: Double get() = ropeTheta(null)
+
+    /**
+     * The RoPE scaling (`{"rope_type": "llama3", "factor": 8.0, …}`) of [layerType] (when `rope_parameters` nests by
+     * layer type): `rope_scaling` (4.x), or `rope_parameters` (transformers 5) when its `rope_type` is not `default`;
+     * null when there is none.
+     */
+    fun ropeScaling(layerType: String?): HfConfig? = objOrNull("rope_scaling")
+        ?: ropeParameters(layerType)?.takeIf { (it.stringOrNull("rope_type") ?: "default") != "default" }
+
+    /** [ropeScaling] of a model with one RoPE for every layer. */
+    val ropeScaling: HfConfig? get() = ropeScaling(null)
+
     /**
      * [ropeScaling] as the [RopeScaling] that [rotary] takes: [RopeScaling.None] when there is none or its `rope_type`
      * (or the older `type`) is `default`; [RopeScaling.Linear] for `linear` (`factor`); [RopeScaling.Llama3] for
      * `llama3` (`factor`, `low_freq_factor`, `high_freq_factor`, `original_max_position_embeddings`). A missing field,
      * or a `rope_type` not modelled, is a [JsonFileException] naming the file.
      */
-    fun rotaryScaling(): RopeScaling {
-        val s = ropeScaling ?: return RopeScaling.None
+    fun rotaryScaling(layerType: String? = null): RopeScaling {
+        val s = ropeScaling(layerType) ?: return RopeScaling.None
         val type = s.stringOrNull("rope_type") ?: s.stringOrNull("type") ?: "default"
         return when (type) {
             "default" -> RopeScaling.None
@@ -107,6 +146,10 @@ class HfConfig private constructor(private val o: JsonObjectView) {
                 "export this model with its RoPE scaling written out, or add it to RopeScaling")
         }
     }
+
+    /** The object at [key] or null, without failing for another type (how nested RoPE parameters are told apart). */
+    private fun objOrNullQuiet(key: String): HfConfig? = runCatching { objOrNull(key) }.getOrNull()
+
     /** `tie_word_embeddings`; false when absent. */
     val tieWordEmbeddings: Boolean get() = booleanOrNull("tie_word_embeddings") ?: false
     /** `dtype` (transformers 5) or `torch_dtype` (4.x): `float32`, `bfloat16`; or null. */

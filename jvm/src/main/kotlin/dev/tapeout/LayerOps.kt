@@ -150,9 +150,21 @@ sealed interface LayerOps {
      * head h / (H / KV), as transformers' `repeat_kv` arranges it, but the heads are never copied: the module
      * reads each key/value head once for its group. [mask] is added to the scores and broadcasts to
      * `[.., H, S, T]`. [causal] is bottom-right aligned: query i sees keys j ≤ i + T − S (with a KV cache the S
-     * new queries are the last S positions). [scale] defaults to 1/√D. Shapes are checked here, naming this line.
+     * new queries are the last S positions). [scale] defaults to 1/√D. [softcap] caps the scaled scores as Gemma 2
+     * does, `softcap · tanh(scores / softcap)`, before the mask. [slidingWindow] W (with [causal]) lets query i see
+     * only the W latest keys up to its own position, `i + T − S − W < j`: transformers' sliding-window attention
+     * (Mistral, Gemma 2 and 3's local layers). Shapes are checked here, naming this line.
      */
-    fun sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor? = null, causal: Boolean = false, scale: Double? = null): Tensor {
+    fun sdpa(
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor? = null,
+        causal: Boolean = false,
+        scale: Double? = null,
+        softcap: Double? = null,
+        slidingWindow: Int? = null,
+    ): Tensor {
         val t = core
         val ins = listOfNotNull(q, k, v, mask)
         val r = q.rank
@@ -173,6 +185,11 @@ sealed interface LayerOps {
                 t.fail(Op.SDPA, ins, "q, k and v differ in dimension $i")
             }
         }
+        if (softcap != null && !(softcap.isFinite() && softcap > 0)) t.fail(Op.SDPA, ins, "softcap must be a finite number above 0, not $softcap")
+        if (slidingWindow != null && slidingWindow < 1) t.fail(Op.SDPA, ins, "slidingWindow must be at least 1 (the keys a query sees), not $slidingWindow")
+        if (slidingWindow != null && !causal) {
+            t.fail(Op.SDPA, ins, "slidingWindow needs causal = true: the window ends at each query's own position")
+        }
         if (q.shape[r - 1] == DYNAMIC) t.fail(Op.SDPA, ins, "q has a ? head dimension (the last): sdpa needs it static (it sets the default scale and the product's shape); give the head size")
         val (sq, tk) = q.shape[r - 2] to k.shape[r - 2]
         if (causal && sq != DYNAMIC && tk != DYNAMIC && sq > tk) {
@@ -187,6 +204,8 @@ sealed interface LayerOps {
         val shape = q.shape.copyOf().also { it[it.size - 1] = v.shape.last() }
         val attrs = mutableMapOf<String, Any>("causal" to causal)
         if (scale != null) attrs["scale"] = scale
+        if (softcap != null) attrs["softcap"] = softcap
+        if (slidingWindow != null) attrs["window"] = slidingWindow
         return t.record(Op.SDPA, ins, shape, dtype, attrs)
     }
 

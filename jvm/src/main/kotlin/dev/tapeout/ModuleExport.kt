@@ -38,9 +38,8 @@ fun exportModule(
         tape.toComputeGraph(packedConstants = packedConstants, halfConstants = halfConstants, options = options)
     }
     val m = ModuleTables(functions.mapValues { (_, tape) -> tape.snapshot() })
-    // A node index the native side names is one function's: the tape is known when there is only one.
-    val only = m.functions.values.singleOrNull()
-    return nativeExport(only, m.json(name), m.arrays, nativeOptions(packedConstants, halfConstants, options.target, options.tuning), IntArray(0), outputDir, name,
+    // A node index the native side names is one function's tape: the error names the function.
+    return nativeExport(m.functions, m.json(name), m.arrays, nativeOptions(packedConstants, halfConstants, options.target, options.tuning), IntArray(0), outputDir, name,
         policy, maxArchiveBytes).copy(keyCollisions = graphs.values.flatMap { it.keyCollisions },
         warnings = checkpointReportOf(functions.values).warnings)
 }

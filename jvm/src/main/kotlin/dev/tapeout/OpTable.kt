@@ -34,6 +34,7 @@ internal class OpArity private constructor(private val lo: Int, private val hi: 
 internal enum class Op(val opName: String, val inputs: OpArity, val outputs: OpArity) {
     ABS("abs", OpArity.exactly(1), OpArity.exactly(1)),
     ADD("add", OpArity.exactly(2), OpArity.exactly(1)),
+    AND("and", OpArity.exactly(2), OpArity.exactly(1)),
     ARGMAX("argmax", OpArity.exactly(1), OpArity.exactly(1)),
     AVG_POOL2D("avg_pool2d", OpArity.exactly(1), OpArity.exactly(1)),
     BROADCAST("broadcast", OpArity.between(1, 2), OpArity.exactly(1)),
@@ -59,6 +60,8 @@ internal enum class Op(val opName: String, val inputs: OpArity, val outputs: OpA
     MIN("min", OpArity.exactly(2), OpArity.exactly(1)),
     MUL("mul", OpArity.exactly(2), OpArity.exactly(1)),
     NEG("neg", OpArity.exactly(1), OpArity.exactly(1)),
+    NOT("not", OpArity.exactly(1), OpArity.exactly(1)),
+    OR("or", OpArity.exactly(2), OpArity.exactly(1)),
     POW("pow", OpArity.exactly(2), OpArity.exactly(1)),
     REDUCE_MAX("reduce_max", OpArity.exactly(1), OpArity.exactly(1)),
     REDUCE_MEAN("reduce_mean", OpArity.exactly(1), OpArity.exactly(1)),

@@ -19,6 +19,15 @@ operator fun Tensor.div(other: Tensor): Tensor = tape.div(this, other)
 /** `neg(this)`. */
 operator fun Tensor.unaryMinus(): Tensor = tape.neg(this)
 
+/** `and(this, other)`: logical on bool masks (`causal and window`), bitwise on integers. */
+infix fun Tensor.and(other: Tensor): Tensor = tape.and(this, other)
+
+/** `or(this, other)`: logical on bool masks, bitwise on integers. */
+infix fun Tensor.or(other: Tensor): Tensor = tape.or(this, other)
+
+/** `not(this)`: `!mask`. */
+operator fun Tensor.not(): Tensor = tape.not(this)
+
 /** `matmul(this, other)`: `[.., K] x [K, N]`. For a PyTorch `[out, in]` weight use [ExecutionTape.linear]. */
 infix fun Tensor.matmul(other: Tensor): Tensor = tape.matmul(this, other)
 

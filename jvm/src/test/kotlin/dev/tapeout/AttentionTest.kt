@@ -53,6 +53,60 @@ class AttentionTest {
     }
 
     @Test
+    fun `sdpa records a softcap and a sliding window and refuses them out of range at the user's line`() {
+        val t = ExecutionTape()
+        val q = t.input("q", longArrayOf(1, 4, DYNAMIC, 8))
+        val k = t.input("k", longArrayOf(1, 2, DYNAMIC, 8))
+        val y = t.sdpa(q, k, k, causal = true, softcap = 50.0, slidingWindow = 4096)
+        assertEquals(mapOf<String, Any>("causal" to true, "softcap" to 50.0, "window" to 4096), t.ops.last().attrs)
+        t.output(y)
+        val text = t.toComputeGraph().toStableHlo()
+        assertTrue(text.contains("stablehlo.tanh") && text.contains("dense<4096>"), text)
+        val m1 = refused { u -> u.sdpa(u.input("q", 1, 2, 4, 8), u.input("k", 1, 2, 4, 8), u.input("v", 1, 2, 4, 8), slidingWindow = 2) }
+        assertTrue(m1.startsWith("sdpa at AttentionTest.kt:") && m1.contains("slidingWindow needs causal = true"), m1)
+        val m2 = refused { u -> u.sdpa(u.input("q", 1, 2, 4, 8), u.input("k", 1, 2, 4, 8), u.input("v", 1, 2, 4, 8), causal = true, slidingWindow = 0) }
+        assertTrue(m2.contains("slidingWindow must be at least 1"), m2)
+        val m3 = refused { u -> u.sdpa(u.input("q", 1, 2, 4, 8), u.input("k", 1, 2, 4, 8), u.input("v", 1, 2, 4, 8), softcap = Double.NaN) }
+        assertTrue(m3.contains("softcap must be a finite number above 0, not NaN"), m3)
+    }
+
+    @Test
+    fun `and, or and not combine bool masks, act bitwise on integers and refuse floats`() {
+        val t = ExecutionTape()
+        val x = t.input("x", longArrayOf(DYNAMIC, 4))
+        val pos = t.arange(x, 0)
+        val causal = t.compare(t.reshape(pos, -1, 1), t.arange(x, 1), "GE")
+        val mask = !(causal and t.compare(t.arange(x, 1), t.scalar(2.0, DType.I32), "LT")) or causal
+        assertArrayEquals(longArrayOf(DYNAMIC, 4), mask.shape)
+        assertEquals(DType.BOOL, mask.dtype)
+        assertEquals(listOf("and", "not", "or"), t.ops.takeLast(3).map { it.op })
+        assertEquals(DType.I32, t.and(pos, pos).dtype)
+        t.output("mask", mask)
+        val text = t.toComputeGraph().toStableHlo()
+        assertTrue(text.contains("stablehlo.and") && text.contains("stablehlo.not") && text.contains("stablehlo.or"), text)
+        val m1 = refused { u -> u.and(u.input("a", 2), u.input("b", 2)) }
+        assertTrue(m1.startsWith("and at AttentionTest.kt:") && m1.contains("not f32: compare the values first"), m1)
+        val m2 = refused { u -> u.not(u.input("a", 2)) }
+        assertTrue(m2.startsWith("not at AttentionTest.kt:"), m2)
+    }
+
+    @Test
+    fun `length is a constant for a static dimension and a run-time count for a dynamic one`() {
+        val t = ExecutionTape()
+        val x = t.input("x", longArrayOf(1, DYNAMIC, 8))
+        val n = t.length(x, 1)
+        assertArrayEquals(LongArray(0), n.shape)
+        assertEquals(DType.I32, n.dtype)
+        assertEquals("reduce_sum", t.ops.last().op)
+        val before = t.ops.size
+        val d = t.length(x, -1)
+        assertEquals(before, t.ops.size, "a static size records no op")
+        assertEquals(DType.I32, d.dtype)
+        val m = refused { u -> u.length(u.input("y", 2, 3), 2) }
+        assertTrue(m.contains("out of range"), m)
+    }
+
+    @Test
     fun `rope takes full and half tables in both pair layouts and refuses other widths`() {
         val t = ExecutionTape()
         val x = t.input("x", longArrayOf(1, 4, DYNAMIC, 8))

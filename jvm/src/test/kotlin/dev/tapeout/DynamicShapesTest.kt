@@ -155,6 +155,22 @@ class DynamicShapesTest {
     }
 
     @Test
+    fun `an export refusal in one function of a module names that function and the line that recorded the node`() {
+        val prefill = ExecutionTape().also { t -> t.output("y", t.add(t.input("x", longArrayOf(DYNAMIC, 6)), t.scalar(1.0))) }
+        val decode = ExecutionTape()
+        val x = decode.input("x", longArrayOf(DYNAMIC, 2, 3))
+        decode.output("z", decode.add(x, decode.scalar(2.0)))
+        val line = nextLine()
+        decode.output("y", decode.reshape(x, DYNAMIC, 3, 2))
+        val out = kotlin.io.path.createTempDirectory("module-error").toFile()
+        val e = assertThrows<TapeoutException> { exportModule(out, "m", mapOf("prefill" to prefill, "decode" to decode)) }
+        assertEquals("decode", e.function, e.detail)
+        assertTrue(e.detail.startsWith("function 'decode': ") && e.detail.contains("split or merge whole dimensions"), e.detail)
+        assertTrue(e.detail.contains("node 1 (reshape) was recorded at $here:$line"), e.detail)
+        out.deleteRecursively()
+    }
+
+    @Test
     fun `a native rule's refusal of a dynamic shape names the line that recorded it`() {
         val t = ExecutionTape()
         val b = t.input("b", 4)

@@ -111,6 +111,20 @@ class SignatureAndCheckpointTest {
             "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}""")
         assertEquals(RopeScaling.Llama3(8.0, 1.0, 4.0, 8192), v5l3.rotaryScaling(), "transformers 5: rope_parameters")
         assertEquals(RopeScaling.Linear(2.0), HfConfig.parse("""{"rope_theta": 1e4, "rope_scaling": {"type": "linear", "factor": 2}}""").rotaryScaling())
+        // Gemma 3 nests them by layer type: read per type, and refused without one (never the 10000 default).
+        val gemma3 = HfConfig.parse("""{"rope_parameters": {"full_attention": {"rope_theta": 1000000.0, "rope_type": "linear",
+            "factor": 8.0}, "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"}}}""")
+        assertEquals(listOf("full_attention", "sliding_attention"), gemma3.ropeLayerTypes)
+        assertEquals(1e6, gemma3.ropeTheta("full_attention")); assertEquals(1e4, gemma3.ropeTheta("sliding_attention"))
+        assertEquals(RopeScaling.Linear(8.0), gemma3.rotaryScaling("full_attention"))
+        assertEquals(RopeScaling.None, gemma3.rotaryScaling("sliding_attention"))
+        for (read in listOf<() -> Any?>({ gemma3.ropeTheta }, { gemma3.ropeScaling }, { gemma3.rotaryScaling() })) {
+            val nested = assertThrows<JsonFileException> { read() }
+            assertTrue(nested.message!!.contains("nested by layer type (full_attention, sliding_attention)"), nested.message)
+        }
+        val unknown = assertThrows<JsonFileException> { gemma3.ropeTheta("chunked_attention") }
+        assertTrue(unknown.message!!.contains("no 'chunked_attention'"), unknown.message)
+        assertEquals(emptyList<String>(), v5.ropeLayerTypes)
         val noLow = assertThrows<JsonFileException> { v5llama3.rotaryScaling() }
         assertTrue(noLow.message!!.contains("'rope_parameters.low_freq_factor'"), noLow.message)
         val yarn = assertThrows<JsonFileException> { HfConfig.parse("""{"rope_scaling": {"rope_type": "yarn", "factor": 4}}""", "y.json").rotaryScaling() }

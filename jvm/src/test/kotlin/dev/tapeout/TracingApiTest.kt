@@ -41,7 +41,8 @@ class TracingApiTest {
         val ap = t.avgPool2d(img, intArrayOf(3, 3))
         val io = t.iota(longArrayOf(3, 8), 1)
         val counted = t.expand(t.convert(t.arange(g, 1), DType.F32), g)
-        val sel = t.select(t.compare(g, bc, "GT"), counted, t.convert(io, DType.F32))
+        val gt = t.compare(g, bc, "GT")
+        val sel = t.select(t.or(t.and(gt, t.not(gt)), gt), counted, t.convert(io, DType.F32))
         val pos = t.input("pos", LongArray(0), DType.I32)
         val window = t.dynamicSlice(h, listOf(pos, pos), 1, 8)
         val cache = t.dynamicUpdateSlice(h, window, listOf(pos, pos))
@@ -66,10 +67,10 @@ class TracingApiTest {
         val recorded = wholeOpSet().ops.map { it.op }.toSet()
         assertTrue(native.containsAll(recorded), "recorded ops missing from the native table: ${recorded - native}")
         // Every public tracing function is exercised above (so a new one fails here until it is added there).
-        // Leaves make tensors without an op; linear, embedding and repeatKv record other ops (ModelApiTest and
+        // Leaves make tensors without an op; linear, embedding, repeatKv and length record other ops (ModelApiTest and
         // AttentionTest check them).
         val leaves = setOf("input", "weight", "halfWeight", "packedWeight", "denseWeight", "mapped", "record", "scalar", "param",
-            "output", "linear", "embedding", "expand", "arange", "repeatKv")
+            "output", "linear", "embedding", "expand", "arange", "repeatKv", "length")
         // expand and arange record broadcast and iota with a reference operand: check that form is exercised.
         val ops = wholeOpSet().ops
         assertTrue(ops.any { it.op == "broadcast" && it.inputs.size == 2 }, "expand is exercised")
