@@ -5,7 +5,6 @@ import dev.tapeout.Linear
 import dev.tapeout.Module
 import dev.tapeout.Rotary
 import dev.tapeout.Tensor
-import dev.tapeout.matmul
 import dev.tapeout.minus
 import dev.tapeout.plus
 import dev.tapeout.reshape
@@ -35,12 +34,6 @@ class ForwardContext(
     /** The rotary tables of each layer type in use. */
     val rotary: Map<LayerType, Rotary>,
 )
-
-/** The run-time length of [x]'s [axis] (a `?` one) as an i32 scalar: the sum of a 1 per position along it. */
-fun length(x: Tensor, axis: Int): Tensor {
-    val t = x.tape
-    return t.reduceSum(t.expand(t.scalar(1.0, DType.I32), t.arange(x, axis)), 0)
-}
 
 /**
  * The self-attention every family shares, as transformers' `*Attention.forward` runs it after its projections:
@@ -86,38 +79,30 @@ abstract class CausalSelfAttention(
         }
         val window = if (layerType == LayerType.SLIDING) c.slidingWindow else null
         val softcap = c.attnLogitSoftcapping
-        val a = if (window == null && softcap == null) {
-            // Query heads grouped over the KV heads by sdpa itself; causal is bottom-right aligned, so a decode step's
-            // one query sees the whole (dynamic) cache.
-            if (past?.mask != null) t.sdpa(q, k, v, mask = past.mask, scale = c.attentionScale)
-            else t.sdpa(q, k, v, causal = true, scale = c.attentionScale)
+        val staticMask = past?.mask
+        // Query heads grouped over the KV heads by sdpa itself. The dynamic cache holds positions 0..T-1 and this
+        // step's queries are its last S rows, so causal (bottom-right aligned) and the window are sdpa's own; the
+        // static cache's rows are not aligned that way, so its mask (rows after cache_position) gets the window added.
+        val a = if (staticMask == null) {
+            t.sdpa(q, k, v, causal = true, scale = c.attentionScale, softcap = softcap, slidingWindow = window)
         } else {
-            eager(q, k, v, ctx.positions, past?.mask, window, softcap)
+            val mask = if (window == null) staticMask else staticMask + windowMask(ctx.positions, k, window)
+            t.sdpa(q, k, v, mask = mask, scale = c.attentionScale, softcap = softcap)
         }
         val merged = a.transpose(0, 2, 1, 3).reshape(x.shape[0].toInt(), x.shape[1].toInt(), c.numAttentionHeads * c.headDim)
         return oProj(merged) to LayerCache(k, v, pos, past?.mask)
     }
 
     /**
-     * transformers' `eager_attention_forward` with a softcap and/or a sliding window: `repeat_kv`, scores
-     * `q·kᵀ·scale`, `tanh(s / cap)·cap`, the causal and window mask (a query at absolute position p sees the key
-     * at cache row j when j ≤ p and p − j < window; the cache rows are absolute positions), softmax, `·v`.
+     * -1e9 where a query at absolute position p (of [positions] `[S]`) must not see cache row j of [keys]
+     * `[1, KV, T, D]` because it is [window] or more rows behind (transformers: p − j < window is seen), else 0: `[S, T]`.
      */
-    private fun eager(q: Tensor, k: Tensor, v: Tensor, positions: Tensor, staticMask: Tensor?, window: Int?, softcap: Double?): Tensor {
-        val t = q.tape
-        val groups = c.numAttentionHeads / c.numKeyValueHeads
-        val kr = t.repeatKv(k, groups)
-        val vr = t.repeatKv(v, groups)
-        var s = (q matmul kr.transpose(0, 1, 3, 2)) * c.attentionScale
-        if (softcap != null) s = t.tanh(s * (1.0 / softcap)) * softcap
-        // [S, 1] query positions against [1, T] key rows.
+    private fun windowMask(positions: Tensor, keys: Tensor, window: Int): Tensor {
+        val t = keys.tape
         val p = positions.reshape(positions.shape[0].toInt(), 1)
-        val rows = t.arange(kr, 2)
+        val rows = t.arange(keys, 2)
         val j = rows.reshape(1, rows.shape[0].toInt())
-        var blocked = t.convert(t.compare(j, p, "GT"), DType.F32)
-        if (window != null) blocked = blocked + t.convert(t.compare(p - j, t.scalar(window.toDouble(), DType.I32), "GE"), DType.F32)
-        s = s + blocked * -1e9
-        if (staticMask != null) s = s + staticMask
-        return t.softmax(s, -1) matmul vr
+        val far = t.compare(p - j, t.scalar(window.toDouble(), DType.I32), "GE")
+        return t.convert(far, DType.F32) * -1e9
     }
 }

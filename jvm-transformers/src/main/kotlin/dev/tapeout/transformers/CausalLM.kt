@@ -47,7 +47,7 @@ class CausalLM(
     /** `hidden_states[:, -1:, :]` of `[1, S, hidden]` (S ≥ 1, a `?` length): a static `[1, 1, hidden]`. */
     private fun lastPosition(h: Tensor): Tensor {
         val zero = h.tape.scalar(0.0, DType.I32)
-        return h.tape.dynamicSlice(h, listOf(zero, length(h, 1) - 1, zero), 1, 1, config.hiddenSize)
+        return h.tape.dynamicSlice(h, listOf(zero, h.tape.length(h, 1) - 1, zero), 1, 1, config.hiddenSize)
     }
 
     /** The `prefill` and `decode` tapes of [options], reading parameters from [checkpoints] (a sharded checkpoint's files). */

@@ -96,7 +96,7 @@ class DecoderModel(private val c: CausalLMConfig) : Module() {
         var positions = t.arange(inputIds, 1)
         val cachePosition = past?.get(0)?.position
         if (cachePosition != null) positions = positions + cachePosition
-        else if (past != null) positions = positions + length(past[0].keys, 2)
+        else if (past != null) positions = positions + t.length(past[0].keys, 2)
         val rows = positions.reshape(1, positions.shape[0].toInt())
         val rotary = c.rope.mapValues { (_, r) -> t.rotary(rows, c.headDim, r.theta, r.scaling, c.ropeInterleaved) }
         val ctx = ForwardContext(positions, rotary)
