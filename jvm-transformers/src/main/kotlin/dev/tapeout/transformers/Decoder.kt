@@ -3,7 +3,6 @@ package dev.tapeout.transformers
 import dev.tapeout.Embedding
 import dev.tapeout.Module
 import dev.tapeout.ModuleList
-import dev.tapeout.RMSNorm
 import dev.tapeout.Tensor
 import dev.tapeout.plus
 import dev.tapeout.reshape
@@ -27,20 +26,17 @@ class PreNormDecoderLayer(c: CausalLMConfig, layerType: LayerType) : DecoderLaye
         Family.QWEN3 -> QkNormAttention(c, layerType, gemmaNorm = false)
         else -> LlamaAttention(c, layerType)
     })
-    private val phi3Mlp = if (c.family == Family.PHI3) Phi3MLP(c) else null
-    private val llamaMlp = if (c.family == Family.PHI3) null else LlamaMLP(c)
     /** `mlp`. */
-    val mlp: Module = child("mlp", phi3Mlp ?: llamaMlp!!)
+    val mlp: FeedForward = child("mlp", if (c.family == Family.PHI3) Phi3MLP(c) else LlamaMLP(c))
     /** `input_layernorm`. */
-    val inputLayernorm = child("input_layernorm", RMSNorm(c.hiddenSize, c.rmsNormEps))
+    val inputLayernorm = child("input_layernorm", Norm.Plain(c.hiddenSize, c.rmsNormEps))
     /** `post_attention_layernorm`. */
-    val postAttentionLayernorm = child("post_attention_layernorm", RMSNorm(c.hiddenSize, c.rmsNormEps))
+    val postAttentionLayernorm = child("post_attention_layernorm", Norm.Plain(c.hiddenSize, c.rmsNormEps))
 
     override fun invoke(h: Tensor, ctx: ForwardContext, past: LayerCache?): Pair<Tensor, LayerCache> {
         val (a, cache) = selfAttn(inputLayernorm(h), ctx, past)
         val r = h + a
-        val x = postAttentionLayernorm(r)
-        return r + (phi3Mlp?.invoke(x) ?: llamaMlp!!(x)) to cache
+        return r + mlp(postAttentionLayernorm(r)) to cache
     }
 }
 
@@ -81,10 +77,8 @@ class DecoderModel(private val c: CausalLMConfig) : Module() {
     val layers = child("layers", ModuleList(List(c.numHiddenLayers) { i ->
         if (c.family.isGemma) GemmaDecoderLayer(c, c.layerTypes[i]) else PreNormDecoderLayer(c, c.layerTypes[i])
     }))
-    private val gemmaNorm = if (c.family.isGemma) GemmaRMSNorm(c.hiddenSize, c.rmsNormEps) else null
-    private val rmsNorm = if (c.family.isGemma) null else RMSNorm(c.hiddenSize, c.rmsNormEps)
     /** `norm`, the final norm. */
-    val norm: Module = child("norm", gemmaNorm ?: rmsNorm!!)
+    val norm: Norm = child("norm", Norm.of(c.hiddenSize, c.rmsNormEps, c.family.isGemma))
 
     /**
      * Hidden states `[1, S, hidden]` of [inputIds] `[1, S]` after the final norm, with each layer's cache.
@@ -108,6 +102,6 @@ class DecoderModel(private val c: CausalLMConfig) : Module() {
             h = out
             caches += cache
         }
-        return (gemmaNorm?.invoke(h) ?: rmsNorm!!(h)) to caches
+        return norm(h) to caches
     }
 }

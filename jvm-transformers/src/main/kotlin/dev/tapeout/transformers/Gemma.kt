@@ -2,7 +2,6 @@ package dev.tapeout.transformers
 
 import dev.tapeout.DType
 import dev.tapeout.Linear
-import dev.tapeout.Module
 import dev.tapeout.Tensor
 import dev.tapeout.plus
 import dev.tapeout.times
@@ -16,13 +15,12 @@ class GemmaRMSNorm(
     val dim: Int,
     /** `eps`. */
     val eps: Double,
-) : Module() {
+) : Norm() {
     init {
         declare("weight", dim)
     }
 
-    /** The norm of [x] over its last dimension. */
-    operator fun invoke(x: Tensor): Tensor {
+    override fun invoke(x: Tensor): Tensor {
         val t = x.tape
         val w = param(t, "weight")
         val wide = if (w.dtype == DType.F32) w else t.convert(w, DType.F32)
@@ -31,7 +29,7 @@ class GemmaRMSNorm(
 }
 
 /** `Gemma2MLP` / `Gemma3MLP`: `down_proj(gelu_tanh(gate_proj(x)) * up_proj(x))`. */
-class GemmaMLP(c: CausalLMConfig) : Module() {
+class GemmaMLP(c: CausalLMConfig) : FeedForward() {
     /** `gate_proj`. */
     val gateProj = child("gate_proj", Linear(c.hiddenSize, c.intermediateSize, bias = false))
     /** `up_proj`. */
@@ -39,6 +37,6 @@ class GemmaMLP(c: CausalLMConfig) : Module() {
     /** `down_proj`. */
     val downProj = child("down_proj", Linear(c.intermediateSize, c.hiddenSize, bias = false))
 
-    /** The MLP of hidden states `[1, S, hidden]` (GELU with the tanh approximation, `gelu_pytorch_tanh`). */
-    operator fun invoke(x: Tensor): Tensor = downProj(x.tape.gelu(gateProj(x)) * upProj(x))
+    /** GELU with the tanh approximation: `gelu_pytorch_tanh`. */
+    override fun invoke(x: Tensor): Tensor = downProj(x.tape.gelu(gateProj(x)) * upProj(x))
 }

@@ -2,12 +2,17 @@ package dev.tapeout.transformers
 
 import dev.tapeout.Linear
 import dev.tapeout.Module
-import dev.tapeout.RMSNorm
 import dev.tapeout.Tensor
 import dev.tapeout.times
 
+/** A decoder layer's feed-forward block (`mlp`): hidden states `[1, S, hidden]` in and out. */
+abstract class FeedForward : Module() {
+    /** The block over [x]. */
+    abstract operator fun invoke(x: Tensor): Tensor
+}
+
 /** `LlamaMLP` (also Mistral's, Qwen2's and Qwen3's): `down_proj(silu(gate_proj(x)) * up_proj(x))`. */
-class LlamaMLP(c: CausalLMConfig) : Module() {
+class LlamaMLP(c: CausalLMConfig) : FeedForward() {
     /** `gate_proj`. */
     val gateProj = child("gate_proj", Linear(c.hiddenSize, c.intermediateSize, bias = c.mlpBias))
     /** `up_proj`. */
@@ -15,8 +20,7 @@ class LlamaMLP(c: CausalLMConfig) : Module() {
     /** `down_proj`. */
     val downProj = child("down_proj", Linear(c.intermediateSize, c.hiddenSize, bias = c.mlpBias))
 
-    /** The MLP of hidden states `[1, S, hidden]`. */
-    operator fun invoke(x: Tensor): Tensor = downProj(x.tape.silu(gateProj(x)) * upProj(x))
+    override fun invoke(x: Tensor): Tensor = downProj(x.tape.silu(gateProj(x)) * upProj(x))
 }
 
 /**
@@ -43,18 +47,12 @@ open class LlamaAttention(c: CausalLMConfig, layerType: LayerType) : CausalSelfA
  */
 class QkNormAttention(c: CausalLMConfig, layerType: LayerType, gemmaNorm: Boolean) : LlamaAttention(c, layerType) {
     /** `q_norm`. */
-    val qNorm: Module = child("q_norm", if (gemmaNorm) GemmaRMSNorm(c.headDim, c.rmsNormEps) else RMSNorm(c.headDim, c.rmsNormEps))
+    val qNorm: Norm = child("q_norm", Norm.of(c.headDim, c.rmsNormEps, gemmaNorm))
     /** `k_norm`. */
-    val kNorm: Module = child("k_norm", if (gemmaNorm) GemmaRMSNorm(c.headDim, c.rmsNormEps) else RMSNorm(c.headDim, c.rmsNormEps))
+    val kNorm: Norm = child("k_norm", Norm.of(c.headDim, c.rmsNormEps, gemmaNorm))
 
     override fun project(x: Tensor): Triple<Tensor, Tensor, Tensor> {
         val (q, k, v) = super.project(x)
-        return Triple(norm(qNorm, q), norm(kNorm, k), v)
-    }
-
-    private fun norm(m: Module, x: Tensor): Tensor = when (m) {
-        is GemmaRMSNorm -> m(x)
-        is RMSNorm -> m(x)
-        else -> error("unreachable: q/k norms are RMSNorm or GemmaRMSNorm")
+        return Triple(qNorm(q), kNorm(k), v)
     }
 }

@@ -1,19 +1,17 @@
 package dev.tapeout.transformers
 
 import dev.tapeout.Linear
-import dev.tapeout.Module
 import dev.tapeout.Tensor
 import dev.tapeout.times
 
 /** `Phi3MLP`: `gate_up_proj` (`[2·intermediate, hidden]`) chunked into gate and up, `down_proj(up * silu(gate))`. */
-class Phi3MLP(private val c: CausalLMConfig) : Module() {
+class Phi3MLP(private val c: CausalLMConfig) : FeedForward() {
     /** `gate_up_proj`: the gate's rows, then the up projection's. */
     val gateUpProj = child("gate_up_proj", Linear(c.hiddenSize, 2 * c.intermediateSize, bias = false))
     /** `down_proj`. */
     val downProj = child("down_proj", Linear(c.intermediateSize, c.hiddenSize, bias = false))
 
-    /** The MLP of hidden states `[1, S, hidden]`. */
-    operator fun invoke(x: Tensor): Tensor {
+    override fun invoke(x: Tensor): Tensor {
         val y = gateUpProj(x)
         val gate = lastAxis(y, 0, c.intermediateSize)
         val up = lastAxis(y, c.intermediateSize, 2 * c.intermediateSize)
