@@ -34,7 +34,15 @@ class CausalLMConfig private constructor(
      * rows, which llama.cpp's converter permuted; false for `config.json` files.
      */
     val ropeInterleaved: Boolean,
+    /**
+     * Gemma's norm weights already hold the `1 +` (llama.cpp's converter adds it to every Gemma norm weight), so the
+     * norms compute `x * weight`; false for `config.json` files, whose Gemma norms compute `x * (1 + weight)`.
+     */
+    val normWeightsIncludeOne: Boolean = false,
 ) {
+    /** Whether the norms compute `x * (1 + weight)` (Gemma's, as transformers stores them). */
+    val offsetNorms: Boolean get() = family.isGemma && !normWeightsIncludeOne
+
     /** The file, as messages name it. */
     val source: String = hf.source
 
@@ -244,7 +252,8 @@ class CausalLMConfig private constructor(
          * The config of [hf], its family from `model_type` (checked against `architectures` when the file has it).
          * A `model_type` or architecture this library does not model is a [ConfigException].
          */
-        fun parse(hf: HfConfig, ropeInterleaved: Boolean = false): CausalLMConfig = CausalLMConfig(hf, familyOf(hf), ropeInterleaved)
+        fun parse(hf: HfConfig, ropeInterleaved: Boolean = false, normWeightsIncludeOne: Boolean = false): CausalLMConfig =
+            CausalLMConfig(hf, familyOf(hf), ropeInterleaved, normWeightsIncludeOne)
 
         /** The [Family] of [hf]: its `model_type`, which its `architectures` (when present) must agree with. */
         fun familyOf(hf: HfConfig): Family {

@@ -41,23 +41,23 @@ class PreNormDecoderLayer(c: CausalLMConfig, layerType: LayerType) : DecoderLaye
 }
 
 /**
- * `Gemma2DecoderLayer` / `Gemma3DecoderLayer`: sandwich norms, `r + post_attention_layernorm(attn(input_layernorm(h)))`,
+ * `Gemma2DecoderLayer` / `Gemma3DecoderLayer`: sandwich norms (`x * (1 + weight)`, or `x * weight` for a GGUF's), `r + post_attention_layernorm(attn(input_layernorm(h)))`,
  * then `r + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(r)))`; Gemma 3's attention normalizes q and k.
  */
 class GemmaDecoderLayer(c: CausalLMConfig, layerType: LayerType) : DecoderLayer() {
     /** `self_attn`. */
     val selfAttn: CausalSelfAttention = child("self_attn",
-        if (c.family == Family.GEMMA3) QkNormAttention(c, layerType, gemmaNorm = true) else LlamaAttention(c, layerType))
+        if (c.family == Family.GEMMA3) QkNormAttention(c, layerType, gemmaNorm = c.offsetNorms) else LlamaAttention(c, layerType))
     /** `mlp`. */
     val mlp = child("mlp", GemmaMLP(c))
     /** `input_layernorm`. */
-    val inputLayernorm = child("input_layernorm", GemmaRMSNorm(c.hiddenSize, c.rmsNormEps))
+    val inputLayernorm = child("input_layernorm", Norm.of(c.hiddenSize, c.rmsNormEps, c.offsetNorms))
     /** `post_attention_layernorm`. */
-    val postAttentionLayernorm = child("post_attention_layernorm", GemmaRMSNorm(c.hiddenSize, c.rmsNormEps))
+    val postAttentionLayernorm = child("post_attention_layernorm", Norm.of(c.hiddenSize, c.rmsNormEps, c.offsetNorms))
     /** `pre_feedforward_layernorm`. */
-    val preFeedforwardLayernorm = child("pre_feedforward_layernorm", GemmaRMSNorm(c.hiddenSize, c.rmsNormEps))
+    val preFeedforwardLayernorm = child("pre_feedforward_layernorm", Norm.of(c.hiddenSize, c.rmsNormEps, c.offsetNorms))
     /** `post_feedforward_layernorm`. */
-    val postFeedforwardLayernorm = child("post_feedforward_layernorm", GemmaRMSNorm(c.hiddenSize, c.rmsNormEps))
+    val postFeedforwardLayernorm = child("post_feedforward_layernorm", Norm.of(c.hiddenSize, c.rmsNormEps, c.offsetNorms))
 
     override fun invoke(h: Tensor, ctx: ForwardContext, past: LayerCache?): Pair<Tensor, LayerCache> {
         val (a, cache) = selfAttn(inputLayernorm(h), ctx, past)
@@ -78,7 +78,7 @@ class DecoderModel(private val c: CausalLMConfig) : Module() {
         if (c.family.isGemma) GemmaDecoderLayer(c, c.layerTypes[i]) else PreNormDecoderLayer(c, c.layerTypes[i])
     }))
     /** `norm`, the final norm. */
-    val norm: Norm = child("norm", Norm.of(c.hiddenSize, c.rmsNormEps, c.family.isGemma))
+    val norm: Norm = child("norm", Norm.of(c.hiddenSize, c.rmsNormEps, c.offsetNorms))
 
     /**
      * Hidden states `[1, S, hidden]` of [inputIds] `[1, S]` after the final norm, with each layer's cache.

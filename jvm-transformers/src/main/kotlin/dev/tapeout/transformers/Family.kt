@@ -24,9 +24,9 @@ enum class Family(
     /** Phi-3 (`modeling_phi3.py`): fused `qkv_proj` and `gate_up_proj`. */
     PHI3("phi3", "Phi3ForCausalLM", "phi3"),
     /** Gemma 2 (`modeling_gemma2.py`): softcaps, sandwich norms, alternating sliding layers. */
-    GEMMA2("gemma2", "Gemma2ForCausalLM", null),
+    GEMMA2("gemma2", "Gemma2ForCausalLM", "gemma2"),
     /** Gemma 3, text only (`modeling_gemma3.py`, `Gemma3ForCausalLM`): Gemma 2's layers with q/k norms, RoPE per layer type. */
-    GEMMA3("gemma3_text", "Gemma3ForCausalLM", null),
+    GEMMA3("gemma3_text", "Gemma3ForCausalLM", "gemma3"),
     ;
 
     /** Whether the family is Gemma's (norms `x * (1 + weight)`, a scaled embedding, GELU). */

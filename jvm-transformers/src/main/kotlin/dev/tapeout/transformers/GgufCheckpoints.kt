@@ -20,9 +20,12 @@ import java.io.File
  *   logits are transformers' up to rounding, and the packed weights need no row gather. The converter leaves the
  *   rows of `qwen2`, `qwen3` and `phi3` files as they are (llama.cpp rotates halves for those), so they rotate halves.
  *
- * `general.architecture` `llama`, `qwen2`, `qwen3` and `phi3` are read (Qwen3's `attn_q_norm`/`attn_k_norm`, Phi-3's
- * fused `attn_qkv` and `ffn_up`); another is a [ConfigException] naming it. Gemma's files are not read: llama.cpp's
- * converter drops an untied `lm_head` and cannot state Gemma 3's `layer_types` or per-layer-type RoPE.
+ * `general.architecture` `llama`, `qwen2`, `qwen3`, `phi3`, `gemma2` and `gemma3` are read (Qwen3's and Gemma 3's
+ * `attn_q_norm`/`attn_k_norm`, Phi-3's fused `attn_qkv` and `ffn_up`, Gemma's sandwich norms, whose weights the
+ * converter stored with the `1 +` added: [CausalLMConfig.normWeightsIncludeOne]); another is a [ConfigException]
+ * naming it. A Gemma file states what llama.cpp runs: its layer pattern (every second layer of Gemma 2, every sixth
+ * of Gemma 3 full), Gemma 3's local RoPE base (`rope.freq_base_swa`), the softcaps, and the attention scale
+ * llama.cpp uses in place of `query_pre_attn_scalar`.
  */
 object GgufCheckpoints {
     /** llama.cpp's per-layer tensor names (`blk.N.<name>`) → the HF module path under `model.layers.N`. */
@@ -52,10 +55,20 @@ object GgufCheckpoints {
         return PretrainedCausalLM(model, listOf(checkpoint))
     }
 
-    /** Tensors llama.cpp names differently in one architecture: Qwen3's q/k norms, Phi-3's fused projections. */
+    /** Gemma's sandwich norms: llama.cpp's `ffn_norm` is the pre-feedforward norm there, not the post-attention one. */
+    private val GEMMA_TENSORS = mapOf(
+        "post_attention_norm" to "post_attention_layernorm",
+        "ffn_norm" to "pre_feedforward_layernorm",
+        "post_ffw_norm" to "post_feedforward_layernorm",
+    )
+    private val QK_NORMS = mapOf("attn_q_norm" to "self_attn.q_norm", "attn_k_norm" to "self_attn.k_norm")
+
+    /** Tensors llama.cpp names differently in one architecture: q/k norms, Phi-3's fused projections, Gemma's norms. */
     private val ARCH_TENSORS = mapOf(
-        "qwen3" to mapOf("attn_q_norm" to "self_attn.q_norm", "attn_k_norm" to "self_attn.k_norm"),
+        "qwen3" to QK_NORMS,
         "phi3" to mapOf("attn_qkv" to "self_attn.qkv_proj", "ffn_up" to "mlp.gate_up_proj"),
+        "gemma2" to GEMMA_TENSORS,
+        "gemma3" to GEMMA_TENSORS + QK_NORMS,
     )
 
     /**
@@ -129,23 +142,37 @@ object GgufCheckpoints {
             else -> throw ConfigException(where, "$arch.rope.scaling.type", "'$type' is not modelled here (none or linear)")
         }
         val names = gguf.tensors.keys
-        // Phi-3's converter writes attention.sliding_window 0 for "none"; no other architecture read here has one.
+        val layers = int("block_count")
+        // Phi-3's converter writes attention.sliding_window 0 for "none"; Gemma's is its local layers' window.
         val window = intOrNullAllowingZero(m, where, "$arch.attention.sliding_window")?.takeIf { it > 0 }
-        if (window != null && family != Family.PHI3) {
+        if (window != null && family != Family.PHI3 && !family.isGemma) {
             throw ConfigException(where, "$arch.attention.sliding_window", "is $window; a sliding window is not read from $arch GGUF files")
         }
         // The keys each family's config has (Qwen2's q/k/v biases are always there, so it has no attention_bias).
-        val biases = when (family) {
+        val extra = when (family) {
             Family.LLAMA -> ""","attention_bias": ${"blk.0.attn_q.bias" in names}, "mlp_bias": ${"blk.0.ffn_up.bias" in names}"""
             Family.QWEN3 -> ""","attention_bias": ${"blk.0.attn_q.bias" in names}"""
+            Family.GEMMA2, Family.GEMMA3 -> {
+                // llama.cpp scales Gemma's scores by head_dim^-0.5, by (hidden / heads)^-0.5 for the 27B sizes
+                // (46 layers of Gemma 2, 62 of Gemma 3): query_pre_attn_scalar is not in the file.
+                val big = (family == Family.GEMMA2 && layers == 46) || (family == Family.GEMMA3 && layers == 62)
+                val caps = listOf("attn_logit_softcapping", "final_logit_softcapping").joinToString("") { key ->
+                    doubleOrNull(key)?.let { ""","$key": $it""" } ?: ""
+                }
+                ""","query_pre_attn_scalar": ${if (big) hidden / heads else headDim}$caps"""
+            }
             else -> ""
         }
+        // Gemma 3's sliding layers have their own RoPE base (freq_base_swa, llama.cpp's default 10000), unscaled.
+        val ropeJson = if (family != Family.GEMMA3) rope
+        else """{"full_attention": $rope, "sliding_attention": {"rope_type": "default", "rope_theta": ${doubleOrNull("rope.freq_base_swa") ?: 10000.0}}}"""
         val json = """{"model_type": "${family.modelType}", "vocab_size": $vocab, "hidden_size": $hidden,
-            |"intermediate_size": ${int("feed_forward_length")}, "num_hidden_layers": ${int("block_count")},
+            |"intermediate_size": ${int("feed_forward_length")}, "num_hidden_layers": $layers,
             |"num_attention_heads": $heads, "num_key_value_heads": $kvHeads, "head_dim": $headDim, "rms_norm_eps": $eps,
-            |"max_position_embeddings": ${intOrNull("context_length") ?: 2048}, "rope_parameters": $rope,
-            |"sliding_window": $window, "tie_word_embeddings": ${"output.weight" !in names}$biases}""".trimMargin()
-        return CausalLMConfig.parse(HfConfig.parse(json, "$where (its $arch.* metadata)"), ropeInterleaved = family == Family.LLAMA)
+            |"max_position_embeddings": ${intOrNull("context_length") ?: 2048}, "rope_parameters": $ropeJson,
+            |"sliding_window": $window, "tie_word_embeddings": ${"output.weight" !in names}$extra}""".trimMargin()
+        return CausalLMConfig.parse(HfConfig.parse(json, "$where (its $arch.* metadata)"), ropeInterleaved = family == Family.LLAMA,
+            normWeightsIncludeOne = family.isGemma)
     }
 
     /** A non-negative integer metadata value (a window of 0 means none), or null when absent. */

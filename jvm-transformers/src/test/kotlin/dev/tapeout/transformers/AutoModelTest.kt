@@ -39,6 +39,21 @@ class AutoModelTest {
     }
 
     @Test
+    fun `a Gemma GGUF states llama_cpp's layer pattern, local RoPE base and norms with the 1 added`() {
+        val c = AutoModelForCausalLM.fromPretrained(File(testdata, "gguf-gemma3-f16/model.gguf")).config
+        assertEquals(Family.GEMMA3, c.family)
+        assertEquals(List(5) { LayerType.SLIDING } + LayerType.FULL, c.layerTypes)
+        assertEquals(RopeSpec(1e6, dev.tapeout.RopeScaling.None), c.rope[LayerType.FULL])
+        assertEquals(RopeSpec(1e4, dev.tapeout.RopeScaling.None), c.rope[LayerType.SLIDING])
+        assertEquals(false, c.offsetNorms)
+        assertEquals(4, c.slidingWindow)
+        val g2 = AutoModelForCausalLM.fromPretrained(File(testdata, "gguf-gemma2-f16/model.gguf")).config
+        assertEquals(listOf(LayerType.SLIDING, LayerType.FULL), g2.layerTypes)
+        assertEquals(50.0, g2.attnLogitSoftcapping)
+        assertEquals(30.0, g2.finalLogitSoftcapping)
+    }
+
+    @Test
     fun `a directory without config json is refused, naming it`(@TempDir dir: File) {
         val e = assertThrows<CheckpointFilesException> { AutoModelForCausalLM.fromPretrained(dir) }
         assertTrue(e.message!!.contains("has no config.json"), e.message)
