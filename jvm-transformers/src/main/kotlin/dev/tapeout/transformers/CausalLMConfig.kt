@@ -30,7 +30,7 @@ class CausalLMConfig private constructor(
     /** The family (from `model_type`). */
     val family: Family,
     /**
-     * RoPE on interleaved pairs `(x[2i], x[2i+1])` instead of transformers' `rotate_half` halves: for a GGUF's q/k
+     * RoPE on interleaved pairs `(x[2i], x[2i+1])` instead of transformers' `rotate_half` halves: for a llama GGUF's q/k
      * rows, which llama.cpp's converter permuted; false for `config.json` files.
      */
     val ropeInterleaved: Boolean,

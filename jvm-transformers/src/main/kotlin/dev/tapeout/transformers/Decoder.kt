@@ -41,8 +41,9 @@ class PreNormDecoderLayer(c: CausalLMConfig, layerType: LayerType) : DecoderLaye
 }
 
 /**
- * `Gemma2DecoderLayer` / `Gemma3DecoderLayer`: sandwich norms (`x * (1 + weight)`, or `x * weight` for a GGUF's), `r + post_attention_layernorm(attn(input_layernorm(h)))`,
- * then `r + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(r)))`; Gemma 3's attention normalizes q and k.
+ * `Gemma2DecoderLayer` / `Gemma3DecoderLayer`: sandwich norms (`x * (1 + weight)`, or `x * weight` for a GGUF's),
+ * `r + post_attention_layernorm(attn(input_layernorm(h)))`, then `r + post_feedforward_layernorm(mlp(
+ * pre_feedforward_layernorm(r)))`; Gemma 3's attention normalizes q and k.
  */
 class GemmaDecoderLayer(c: CausalLMConfig, layerType: LayerType) : DecoderLayer() {
     /** `self_attn`. */
