@@ -99,21 +99,13 @@ class Generator @JvmOverloads constructor(
         if (ids.isEmpty()) {
             throw GenerateArgumentException("the prompt \"$prompt\" encodes to no tokens (addSpecialTokens=$addSpecialTokens): give a non-empty prompt", "prompt")
         }
-        val generated = ArrayList<Int>()
-        var emitted = 0
-        var text = ""
+        val stream = TextStream(tok, skipSpecialTokens)
         val generation = run(ids, config) { id ->
-            generated += id
-            text = tok.decode(generated.toIntArray(), skipSpecialTokens)
-            // U+FFFD at the end: a character whose bytes are not all generated yet.
-            if (!text.endsWith('\uFFFD') && text.length > emitted) {
-                onText(text.substring(emitted))
-                emitted = text.length
-            }
-            config.stopStrings.any { it in text }
+            stream.push(id).let { if (it.isNotEmpty()) onText(it) }
+            config.stopStrings.any { it in stream.text }
         }
-        if (text.length > emitted) onText(text.substring(emitted))
-        return TextGeneration(text, generation)
+        stream.flush().let { if (it.isNotEmpty()) onText(it) }
+        return TextGeneration(stream.text, generation)
     }
 
     /** The generation loop: `step` gets each new id and says whether to stop (a stop string). */

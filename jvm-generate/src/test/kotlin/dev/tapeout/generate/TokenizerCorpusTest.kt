@@ -86,3 +86,27 @@ class TokenizerCorpusTest {
         }
     }
 }
+
+/** Streamed text against transformers' decoding of the whole sequence, one id at a time. */
+class TextStreamTest {
+    @Test
+    fun `pieces concatenate to transformers' text and never hold half a character`() {
+        for (name in listOf("bpe-bytelevel", "wordpiece", "unigram-metaspace")) {
+            val golden = Goldens.json("tokenizers/$name/golden.json")
+            Tokenizer.open(Goldens.file("tokenizers/$name/tokenizer.json")).use { tok ->
+                var split = 0
+                for (c in Goldens.objects(golden.getAsJsonArray("cases"))) {
+                    val stream = TextStream(tok, skipSpecialTokens = true)
+                    val pieces = Goldens.ints(c.get("ids")).map { id ->
+                        stream.push(id).also { if (stream.text.endsWith('\uFFFD')) split++ }
+                    } + stream.flush()
+                    val want = c.get("decoded_skip").asString
+                    assertEquals(want, pieces.joinToString(""), "$name: streamed \"${c.get("text").asString.take(40)}\"")
+                    // Byte-level BPE splits emoji and CJK characters over tokens: U+FFFD must not be streamed for them.
+                    if ('\uFFFD' !in want) assertTrue(pieces.none { '\uFFFD' in it }, "$name: a piece held U+FFFD: $pieces")
+                }
+                if (name == "bpe-bytelevel") assertTrue(split > 0, "no id ended inside a character: the hold-back went untested")
+            }
+        }
+    }
+}
