@@ -49,7 +49,7 @@ class CausalLmSignature private constructor(
             if (ids.dtype != IreeDType.I32 && ids.dtype != IreeDType.I64) bad(prefill, "input_ids is not i32 or i64")
             if (ids.dims.size != 2 || ids.dims[0] != 1L || ids.dims[1] != null) bad(prefill, "input_ids is not [1, ?] (a batch of one, a run-time length)")
             val logits = prefill.outputs.firstOrNull()?.takeIf { it.name == "logits" } ?: bad(prefill, "its first result is not logits")
-            if (logits.dtype != IreeDType.F32 && logits.dtype != IreeDType.BF16) bad(prefill, "logits are not f32 or bf16")
+            if (logits.dtype != IreeDType.F32) bad(prefill, "logits are ${logits.dtype ?: "of an unnamed type"}, not f32: export them in f32")
             val layers = (prefill.outputs.size - 1) / 2
             if (layers == 0 || prefill.outputs.size != 1 + 2 * layers) bad(prefill, "it does not return logits and a present_key_<i>, present_value_<i> pair per layer")
             for (i in 0 until layers) {

@@ -119,7 +119,7 @@ class Generator @JvmOverloads constructor(
         try {
             val first = ids(prompt, prompt.size.toLong()).use { signature.prefill.call(it) }
             cache = first.subList(1, first.size)
-            var logits = first[0].use { lastRow(it) }
+            var logits = first[0].use { lastRow(it, "prefill") }
             if (signature.staticCacheRows != null) cache = placeStatic(cache, signature.staticCacheRows)
             var past = prompt.size
             while (true) {
@@ -135,7 +135,7 @@ class Generator @JvmOverloads constructor(
                 val out = decodeStep(id, past, cache)
                 cache.forEach { it.close() }
                 cache = out.subList(1, out.size)
-                logits = out[0].use { lastRow(it) }
+                logits = out[0].use { lastRow(it, "decode step $count") }
                 past++
             }
         } finally {
@@ -188,15 +188,18 @@ class Generator @JvmOverloads constructor(
     private fun ids(ids: IntArray, length: Long): IreeValue =
         if (signature.idType == IreeDType.I64) module.value(LongArray(ids.size) { ids[it].toLong() }, 1, length) else module.value(ids, 1, length)
 
-    /** The last position's logits of `[1, rows, vocab]` (every position's, or the last's with logits_to_keep=1). */
-    private fun lastRow(logits: IreeValue): FloatArray {
+    /**
+     * The last position's logits of `[1, rows, vocab]` (every position's, or the last's with logits_to_keep=1). A NaN
+     * is refused: neither argmax nor sampling means anything then.
+     */
+    private fun lastRow(logits: IreeValue, step: String): FloatArray {
         val vocab = logits.shape.last().toInt()
-        return if (logits.dtype == IreeDType.BF16) {
-            val bits = logits.toShortArray()
-            FloatArray(vocab) { java.lang.Float.intBitsToFloat(bits[bits.size - vocab + it].toInt() shl 16) }
-        } else {
-            logits.toFloatArray().let { it.copyOfRange(it.size - vocab, it.size) }
+        val row = logits.toFloatArray().let { it.copyOfRange(it.size - vocab, it.size) }
+        val nan = row.indexOfFirst { it.isNaN() }
+        if (nan >= 0) {
+            throw GenerateModuleException("$step returned a NaN logit (token $nan of $vocab): the module's numbers are broken, check its export", step.substringBefore(' '))
         }
+        return row
     }
 
     /** Prefill's caches `[b, kv, prompt, d]` copied once to the head of `[b, kv, rows, d]` ones; closes the originals. */
