@@ -61,6 +61,7 @@ class Generator @JvmOverloads constructor(
 
     /**
      * Generates from `promptIds`, calling [onToken] with each new id as soon as it is chosen (the stop token too).
+     * Stop strings, which need the [tokenizer], are looked for in the new ids' text with special tokens kept.
      * An empty prompt or an id outside the vocabulary is a [GenerateArgumentException]; a prompt the static cache
      * cannot hold with [GenerationConfig.maxNewTokens] more tokens a [GeneratePromptTooLongException].
      */
@@ -112,8 +113,8 @@ class Generator @JvmOverloads constructor(
     private fun run(prompt: IntArray, config: GenerationConfig, step: (Int) -> Boolean): Generation {
         checkPrompt(prompt, config)
         val random = SplittableRandom(config.seed)
-        val tokens = IntArray(config.maxNewTokens)
-        var count = 0
+        // Grown as tokens come: maxNewTokens may be a bound far above what a stop token ends at.
+        val tokens = ArrayList<Int>()
         var reason = StopReason.MAX_NEW_TOKENS
         var cache: List<IreeValue> = emptyList()
         try {
@@ -128,20 +129,20 @@ class Generator @JvmOverloads constructor(
                 } else {
                     Sampling.argmax(logits)
                 }
-                tokens[count++] = id
+                tokens += id
                 val stopString = step(id)
                 if (id in config.stopTokenIds) reason = StopReason.STOP_TOKEN else if (stopString) reason = StopReason.STOP_STRING
-                if (reason != StopReason.MAX_NEW_TOKENS || count == config.maxNewTokens) break
+                if (reason != StopReason.MAX_NEW_TOKENS || tokens.size == config.maxNewTokens) break
                 val out = decodeStep(id, past, cache)
                 cache.forEach { it.close() }
                 cache = out.subList(1, out.size)
-                logits = out[0].use { lastRow(it, "decode step $count") }
+                logits = out[0].use { lastRow(it, "decode step ${tokens.size}") }
                 past++
             }
         } finally {
             cache.forEach { it.close() }
         }
-        return Generation(prompt.copyOf(), tokens.copyOf(count), reason)
+        return Generation(prompt.copyOf(), tokens.toIntArray(), reason)
     }
 
     private fun checkPrompt(prompt: IntArray, config: GenerationConfig) {

@@ -88,6 +88,10 @@ class GenerateMistakesTest {
         val nan = "[[[0.0, 1.0, 0x7FC00000, 0.0, 0.0]]]"
         withFake(fakeLm(good, "[[[0.0, 0.0, 0.0, 0.0, 2.0]]]")) { m ->
             assertEquals(listOf(2, 4, 4, 4), Generator(m).generate(intArrayOf(1, 2, 3), GenerationConfig(4)).tokens.toList())
+            // maxNewTokens is a bound, not an allocation: a stop token ends the run long before it.
+            val stopped = Generator(m).generate(intArrayOf(1), GenerationConfig(Int.MAX_VALUE, stopTokenIds = setOf(4)))
+            assertEquals(listOf(2, 4), stopped.tokens.toList())
+            assertEquals(StopReason.STOP_TOKEN, stopped.stopReason)
         }
         withFake(fakeLm(nan, good)) { m ->
             val e = assertThrows<GenerateModuleException> { Generator(m).generate(intArrayOf(1), GenerationConfig(4)) }
