@@ -31,12 +31,18 @@ class Tokenizer private constructor(
     val eosTokenId: Int?,
 ) : AutoCloseable {
 
+    @Volatile
+    private var closed = false
+
     /** The ids of `text`; with [addSpecialTokens], the post-processor's template adds its tokens (BOS, CLS, …). */
-    fun encode(text: String, addSpecialTokens: Boolean = true): IntArray =
-        hf.encode(text, addSpecialTokens, false).ids.let { ids -> IntArray(ids.size) { ids[it].toInt() } }
+    fun encode(text: String, addSpecialTokens: Boolean = true): IntArray {
+        live("encode")
+        return hf.encode(text, addSpecialTokens, false).ids.let { ids -> IntArray(ids.size) { ids[it].toInt() } }
+    }
 
     /** The text of `ids`; [skipSpecialTokens] leaves out the special tokens. An id not in the vocabulary is refused. */
     fun decode(ids: IntArray, skipSpecialTokens: Boolean = false): String {
+        live("decode")
         for ((i, id) in ids.withIndex()) {
             if (id < 0 || id >= vocabSize) {
                 throw TokenizerException("decode: ids[$i] is $id, outside $file's vocabulary of $vocabSize ids (0 until $vocabSize)", file)
@@ -45,8 +51,15 @@ class Tokenizer private constructor(
         return hf.decode(LongArray(ids.size) { ids[it].toLong() }, skipSpecialTokens)
     }
 
-    /** Frees the native tokenizer. */
-    override fun close() = hf.close()
+    /** Frees the native tokenizer; using it afterwards is a [TokenizerException]. */
+    override fun close() {
+        closed = true
+        hf.close()
+    }
+
+    private fun live(what: String) {
+        if (closed) throw TokenizerException("$what: the tokenizer of $file is closed; open it again with Tokenizer.open", file)
+    }
 
     override fun toString() = "Tokenizer($file, $vocabSize ids)"
 

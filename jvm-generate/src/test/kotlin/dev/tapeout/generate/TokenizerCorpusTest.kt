@@ -84,6 +84,9 @@ class TokenizerCorpusTest {
             assertTrue("ids[1] is ${tok.vocabSize}" in e.message!!, e.message)
             assertThrows<TokenizerException> { tok.decode(intArrayOf(-1)) }
         }
+        val closed = Tokenizer.open(Goldens.file("tokenizers/wordpiece/tokenizer.json")).also { it.close() }
+        assertTrue("closed" in assertThrows<TokenizerException> { closed.encode("text") }.message!!)
+        assertThrows<TokenizerException> { closed.decode(intArrayOf(5)) }
     }
 }
 
