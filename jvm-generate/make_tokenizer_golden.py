@@ -2,12 +2,13 @@
 transformers' own encodings and decodings of a test corpus with each (the oracle jvm-generate's TokenizerCorpusTest
 compares dev.tapeout.generate.Tokenizer with, token id for token id and string for string).
 
-    /work/exp/hfvenv/bin/python jvm-generate/make_tokenizer_golden.py [OUT_DIR]
+    /work/exp/hfvenv/bin/python jvm-generate/make_tokenizer_golden.py [--retrain] [OUT_DIR]
     (default: jvm-generate/src/test/resources/tokenizers)
 
 Run it by hand in a venv with transformers and tokenizers (not the test venv: see examples/hf-llama/make_golden.py);
-its outputs are committed. Training is deterministic for a fixed corpus and `tokenizers` version, so a rerun writes
-the same files. For each tokenizer OUT_DIR/<name>/ holds
+its outputs are committed. The trainers are not deterministic (the WordPiece and Unigram ones order tied candidates
+differently from run to run), so a tokenizer.json already in OUT_DIR is kept and only its goldens are rewritten (the
+same bytes on a rerun); --retrain trains all three again. For each tokenizer OUT_DIR/<name>/ holds
   - tokenizer.json: what `Tokenizer.save` writes,
   - golden.json: {"tokenizers": version, "transformers": version, "cases": [{"text", "ids" (add_special_tokens=True),
     "ids_plain" (add_special_tokens=False), "decoded" (decode(ids), special tokens kept), "decoded_skip"
@@ -118,12 +119,13 @@ def unigram_metaspace():
     return tok
 
 
-def main(out):
+def main(out, retrain):
     for name, make in (("bpe-bytelevel", bpe_bytelevel), ("wordpiece", wordpiece),
                        ("unigram-metaspace", unigram_metaspace)):
         d = out / name
         d.mkdir(parents=True, exist_ok=True)
-        make().save(str(d / "tokenizer.json"))
+        if retrain or not (d / "tokenizer.json").is_file():
+            make().save(str(d / "tokenizer.json"))
         hf = PreTrainedTokenizerFast(tokenizer_file=str(d / "tokenizer.json"), clean_up_tokenization_spaces=False)
         cases = []
         for text in CORPUS:
@@ -142,5 +144,6 @@ def main(out):
 
 
 if __name__ == "__main__":
-    main(pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else
-         pathlib.Path(__file__).parent / "src/test/resources/tokenizers")
+    args = [a for a in sys.argv[1:] if a != "--retrain"]
+    main(pathlib.Path(args[0]) if args else pathlib.Path(__file__).parent / "src/test/resources/tokenizers",
+         "--retrain" in sys.argv[1:])
