@@ -1,5 +1,5 @@
 """Writes the Maven repository scripts/publish describes from the built jars (jvm/build/libs, jvm-iree/build/libs,
-buildSrc/build/libs).
+jvm-generate/build/libs, buildSrc/build/libs).
 
     python3 scripts/publish_repo.py DIR
 
@@ -19,6 +19,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 GROUP = "dev.tapeout"
 # The libraries are compiled for Kotlin 2.0 (-api-version 2.0): their POMs bring the 2.0.21 stdlib from Maven Central.
 STDLIB = ("org.jetbrains.kotlin", "kotlin-stdlib", "2.0.21", "compile")
+# What jvm-generate/build.gradle compiles against (scripts/setup fetches the same version).
+DJL_TOKENIZERS = ("ai.djl.huggingface", "tokenizers", "0.38.0", "compile")
 PLUGIN_JAR = ROOT / "buildSrc/build/libs/buildSrc.jar"
 PLUGINS = {"dev.tapeout": "dev.tapeout.gradle.TapeoutPlugin", "dev.tapeout.kotlin": "dev.tapeout.gradle.KotlinPlugin"}
 
@@ -121,19 +123,20 @@ def kdoc_html(sources, package="dev.tapeout"):
 
 
 def library_jar(project, native):
-    """The newest `<project>/build/libs/<project>-*.jar`, checked to carry its native library `native`."""
+    """The newest `<project>/build/libs/<project>-*.jar`, checked to carry its native library `native` (if any)."""
     jars = sorted((ROOT / project / "build/libs").glob(f"{project}-*.jar"))
     if not jars:
         sys.exit(f"publish: {project}/build/libs has no jar (gradle :{project}:jar failed?)")
     data = jars[-1].read_bytes()
     with zipfile.ZipFile(io.BytesIO(data)) as z:
-        if f"native/linux-x86-64/{native}" not in z.namelist():
+        if native is not None and f"native/linux-x86-64/{native}" not in z.namelist():
             sys.exit(f"publish: {jars[-1]} has no native/linux-x86-64/{native}")
     return data
 
 
-def publish_library(repo, project, artifact, ver, native, package, description):
-    """A Kotlin library of this repository: its jar (with the native library), sources and KDoc jars, a POM."""
+def publish_library(repo, project, artifact, ver, native, package, description, deps=()):
+    """A Kotlin library of this repository: its jar (with the native library), sources and KDoc jars, a POM with
+    kotlin-stdlib and `deps`."""
     library = library_jar(project, native)
     src_root = ROOT / project / "src/main/kotlin"
     sources = [(str(p.relative_to(src_root)), p.read_text()) for p in sorted(src_root.rglob("*.kt"))]
@@ -141,7 +144,7 @@ def publish_library(repo, project, artifact, ver, native, package, description):
         "": library,
         "sources": zip_dir([(rel, text.encode()) for rel, text in sources]),
         "javadoc": zip_dir([("index.html", kdoc_html(sources, package))]),
-    }, pom(GROUP, artifact, ver, description=description, deps=[STDLIB]))
+    }, pom(GROUP, artifact, ver, description=description, deps=[STDLIB, *deps]))
 
 
 def main(repo: pathlib.Path) -> None:
@@ -154,6 +157,11 @@ def main(repo: pathlib.Path) -> None:
     publish_library(repo, "jvm-iree", "tapeout-iree", ver, "libtapeout_iree_jni.so", "dev.tapeout.iree",
                     "dev.tapeout.iree: serve IREE 3.13 modules in the JVM's process, parameters memory-mapped "
                     "(Kotlin library with IREE's runtime in its native library)")
+    # Pure Kotlin over tapeout-iree; the tokenizers' native library comes inside DJL's jar from Maven Central.
+    publish_library(repo, "jvm-generate", "tapeout-generate", ver, None, "dev.tapeout.generate",
+                    "dev.tapeout.generate: a Hugging Face tokenizer.json and generate() (greedy, sampling, stop "
+                    "tokens and strings) over a served tapeout-iree module, its KV cache kept on the device",
+                    deps=[(GROUP, "tapeout-iree", ver, "compile"), DJL_TOKENIZERS])
     publish(repo, GROUP, "tapeout-gradle-plugin", ver, {"": PLUGIN_JAR.read_bytes()},
             pom(GROUP, "tapeout-gradle-plugin", ver, description="Gradle plugins dev.tapeout and dev.tapeout.kotlin"))
     # Plugin markers: what `plugins { id '<id>' version '<v>' }` resolves, pointing at the plugins' jar.
@@ -164,7 +172,7 @@ def main(repo: pathlib.Path) -> None:
                                              description=f"Plugin marker of {plugin_id}",
                                              deps=[(GROUP, "tapeout-gradle-plugin", ver, "compile")]))
         metadata(repo, plugin_id, marker, ver)
-    print(f"publish: dev.tapeout:tapeout:{ver}, dev.tapeout:tapeout-iree:{ver}, "
+    print(f"publish: dev.tapeout:tapeout:{ver}, dev.tapeout:tapeout-iree:{ver}, dev.tapeout:tapeout-generate:{ver}, "
           f"dev.tapeout:tapeout-gradle-plugin:{ver} and the markers of {', '.join(PLUGINS)} in {repo.resolve()}")
     print(f"publish: use it with maven {{ url '{repo.resolve().as_uri()}' }} and mavenCentral() (for kotlin-stdlib; "
           f"README, \"From Gradle\")")
