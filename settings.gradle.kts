@@ -2,4 +2,4 @@
 // run with the Groovy twin instead: `gradle -c settings-gradle4.gradle …` (scripts/test does this).
 // SettingsTest (jvm/src/test) checks that both declare the same projects.
 rootProject.name = "tapeout"
-include("jvm", "jvm-iree", "jvm-transformers", "examples:tiny-llm", "examples:gemma-scale", "examples:checkpoint-mlp", "examples:hf-llama")
+include("jvm", "jvm-iree", "jvm-transformers", "examples:tiny-llm", "examples:gemma-scale", "examples:checkpoint-mlp", "examples:hf-llama", "jvm-generate")

@@ -1,5 +1,5 @@
-"""Writes the Maven repository scripts/publish describes from the built jars (jvm/build/libs, jvm-iree/build/libs, jvm-transformers/build/libs,
-buildSrc/build/libs).
+"""Writes the Maven repository scripts/publish describes from the built jars (jvm/build/libs, jvm-iree/build/libs,
+jvm-transformers/build/libs, jvm-generate/build/libs, buildSrc/build/libs).
 
     python3 scripts/publish_repo.py DIR
 
@@ -19,6 +19,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 GROUP = "dev.tapeout"
 # The libraries are compiled for Kotlin 2.0 (-api-version 2.0): their POMs bring the 2.0.21 stdlib from Maven Central.
 STDLIB = ("org.jetbrains.kotlin", "kotlin-stdlib", "2.0.21", "compile")
+# What jvm-generate/build.gradle compiles against (scripts/setup fetches the same version).
+DJL_TOKENIZERS = ("ai.djl.huggingface", "tokenizers", "0.38.0", "compile")
 PLUGIN_JAR = ROOT / "buildSrc/build/libs/buildSrc.jar"
 PLUGINS = {"dev.tapeout": "dev.tapeout.gradle.TapeoutPlugin", "dev.tapeout.kotlin": "dev.tapeout.gradle.KotlinPlugin"}
 
@@ -133,8 +135,8 @@ def library_jar(project, native):
 
 
 def publish_library(repo, project, artifact, ver, native, package, description, deps=()):
-    """A Kotlin library of this repository: its jar (with the native library, if any), sources and KDoc jars, a POM
-    naming kotlin-stdlib and `deps`."""
+    """A Kotlin library of this repository: its jar (with the native library), sources and KDoc jars, a POM with
+    kotlin-stdlib and `deps`."""
     library = library_jar(project, native)
     src_root = ROOT / project / "src/main/kotlin"
     sources = [(str(p.relative_to(src_root)), p.read_text()) for p in sorted(src_root.rglob("*.kt"))]
@@ -160,6 +162,11 @@ def main(repo: pathlib.Path) -> None:
                     "dev.tapeout.transformers: causal-LM families (Llama, Mistral, Qwen2/3, Phi-3, Gemma 2/3) read "
                     "from transformers checkpoints and GGUF files, exported with tapeout",
                     deps=[(GROUP, "tapeout", ver, "compile")])
+    # Pure Kotlin over tapeout-iree; the tokenizers' native library comes inside DJL's jar from Maven Central.
+    publish_library(repo, "jvm-generate", "tapeout-generate", ver, None, "dev.tapeout.generate",
+                    "dev.tapeout.generate: a Hugging Face tokenizer.json and generate() (greedy, sampling, stop "
+                    "tokens and strings) over a served tapeout-iree module, its KV cache kept on the device",
+                    deps=[(GROUP, "tapeout-iree", ver, "compile"), DJL_TOKENIZERS])
     publish(repo, GROUP, "tapeout-gradle-plugin", ver, {"": PLUGIN_JAR.read_bytes()},
             pom(GROUP, "tapeout-gradle-plugin", ver, description="Gradle plugins dev.tapeout and dev.tapeout.kotlin"))
     # Plugin markers: what `plugins { id '<id>' version '<v>' }` resolves, pointing at the plugins' jar.
@@ -171,6 +178,7 @@ def main(repo: pathlib.Path) -> None:
                                              deps=[(GROUP, "tapeout-gradle-plugin", ver, "compile")]))
         metadata(repo, plugin_id, marker, ver)
     print(f"publish: dev.tapeout:tapeout:{ver}, dev.tapeout:tapeout-iree:{ver}, dev.tapeout:tapeout-transformers:{ver}, "
+          f"dev.tapeout:tapeout-generate:{ver}, "
           f"dev.tapeout:tapeout-gradle-plugin:{ver} and the markers of {', '.join(PLUGINS)} in {repo.resolve()}")
     print(f"publish: use it with maven {{ url '{repo.resolve().as_uri()}' }} and mavenCentral() (for kotlin-stdlib; "
           f"README, \"From Gradle\")")

@@ -74,7 +74,7 @@ def repo(tmp_path_factory):
     r = gradle_run([ROOT / "scripts/publish", d], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     v = version()
-    for artifact in ("tapeout", "tapeout-iree"):
+    for artifact in ("tapeout", "tapeout-iree", "tapeout-transformers", "tapeout-generate"):
         for suffix in (".jar", "-sources.jar", "-javadoc.jar", ".pom"):
             assert (d / f"dev/tapeout/{artifact}/{v}/{artifact}-{v}{suffix}").is_file(), (artifact, suffix)
         # The stdlib is Maven Central's: a dependency of the POM, no copy of it in this repository.
@@ -85,6 +85,15 @@ def repo(tmp_path_factory):
               f"dev/tapeout/kotlin/dev.tapeout.kotlin.gradle.plugin/{v}/dev.tapeout.kotlin.gradle.plugin-{v}.pom"]:
         assert (d / f).is_file(), f
     assert not (d / "org/jetbrains").exists()
+    # tapeout-generate's tokenizers are DJL's from Maven Central, named by its POM, not copied here.
+    pom = (d / f"dev/tapeout/tapeout-generate/{v}/tapeout-generate-{v}.pom").read_text()
+    assert re.search(r"<groupId>ai.djl.huggingface</groupId>\s*<artifactId>tokenizers</artifactId>", pom), pom
+    assert re.search(r"<artifactId>tapeout-iree</artifactId>\s*<version>" + re.escape(v), pom), pom
+    assert not (d / "ai/djl").exists()
+    # tapeout-transformers exports with the core library alone: its POM names tapeout, not IREE.
+    pom = (d / f"dev/tapeout/tapeout-transformers/{v}/tapeout-transformers-{v}.pom").read_text()
+    assert re.search(r"<artifactId>tapeout</artifactId>\s*<version>" + re.escape(v), pom), pom
+    assert "tapeout-iree" not in pom, pom
     return d
 
 
