@@ -13,6 +13,11 @@ comparison a coin toss; so prompts are drawn from a seeded generator until one g
 MIN_DISTINCT differ and whose every argmax leads the runner-up by MARGIN (each prompt passed over is printed). Where
 no prompt of ATTEMPTS does (the tiny Qwen3 repeats one token after any prompt: its logits lead by 3 to 30), the
 prompt with the most distinct tokens is kept and the golden says `"degenerate": true`.
+
+It also writes testdata/mistral-window-f32/generate_text.json, the README's checkpoint → text example that
+tests/gradle/test_publish_checkpoint_text.py runs: generate() from text with jvm-generate's 97-token tokenizer
+(tiny97/tokenizer.json, the checkpoints' vocabulary size), the new tokens and their text as transformers'
+PreTrainedTokenizerFast decodes them (skip_special_tokens=True). The prompt is 8 tokens, twice the window.
 """
 import json
 import pathlib
@@ -20,7 +25,7 @@ import pathlib
 import numpy as np
 import torch
 import transformers
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
 MARGIN = 1e-3
 NEW = 12
@@ -28,6 +33,8 @@ PROMPT = 9
 MIN_DISTINCT = 4
 ATTEMPTS = 30
 TESTDATA = pathlib.Path(__file__).resolve().parent / "testdata"
+TOKENIZER = pathlib.Path(__file__).resolve().parent.parent / "jvm-generate/src/test/resources/generate/tiny97/tokenizer.json"
+TEXT = ("mistral-window-f32", "the cat sat on the mat")
 FAMILIES = ["qwen3-f32", "phi3-f32", "mistral-window-f32", "gemma2-f32", "gemma3-f32"]
 
 
@@ -65,10 +72,27 @@ def family(name, rng):
             "min_margin": margin, "degenerate": len(set(tokens)) < MIN_DISTINCT}
 
 
+def text():
+    name, prompt = TEXT
+    hf = PreTrainedTokenizerFast(tokenizer_file=str(TOKENIZER), clean_up_tokenization_spaces=False, bos_token="<s>",
+                                 eos_token="</s>", unk_token="<unk>")
+    model = AutoModelForCausalLM.from_pretrained(TESTDATA / name, dtype=torch.float32).eval()
+    ids = hf(prompt).input_ids
+    tokens, margin = run(model, ids)
+    assert margin >= MARGIN and len(set(tokens)) >= MIN_DISTINCT, f"{name} on {prompt!r}: {tokens}, margin {margin}"
+    assert len(ids) > model.config.sliding_window, f"{prompt!r} is not longer than the window"
+    decoded = hf.decode(tokens, skip_special_tokens=True)
+    print(f"{name} text: {prompt!r} {ids} -> {tokens} {decoded!r} (margin {margin:.3g})")
+    return {"transformers": transformers.__version__, "checkpoint": name, "tokenizer": "tiny97/tokenizer.json",
+            "prompt": prompt, "prompt_ids": ids, "max_new_tokens": NEW, "tokens": tokens, "text": decoded,
+            "min_margin": margin}
+
+
 def main():
     rng = np.random.default_rng(64)
     for name in FAMILIES:
         (TESTDATA / name / "generate.json").write_text(json.dumps(family(name, rng), indent=1) + "\n")
+    (TESTDATA / TEXT[0] / "generate_text.json").write_text(json.dumps(text(), indent=1, ensure_ascii=False) + "\n")
 
 
 if __name__ == "__main__":
