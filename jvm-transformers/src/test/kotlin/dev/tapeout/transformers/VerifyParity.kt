@@ -24,7 +24,8 @@ import kotlin.system.exitProcess
  * the module returns, passed back on the device (each step's cache one position longer: more run-time sizes of the
  * `?` past length; or HF's StaticCache form: a fixed-length cache and `cache_position`), feeding transformers'
  * tokens. Every position's and step's logits must be within [TOL] of transformers' float32 logits, with the same
- * argmax; exits 1 otherwise. An export with `logits_to_keep=1` returns the last position's prefill logits only:
+ * argmax; exits 1 otherwise. Then, where testdata holds generate.json, greedy generate() on the same module
+ * ([VerifyGenerate]). An export with `logits_to_keep=1` returns the last position's prefill logits only:
  * those are checked against transformers' last position.
  */
 object VerifyParity {
@@ -130,6 +131,7 @@ object VerifyParity {
                 past += 1
             }
             presents.forEach { it.close() }
+            VerifyGenerate.verify(module, name, testdata, failures)
             println("verify: $name: KV cache " + (if (static != null) "static, $static rows (cache_position)" else "dynamic (concat on ?)"))
             println("verify: $name: worst max abs %.2e over 2 prefills and ${decodeTokens.size} decode steps".format(worst))
         }
