@@ -5,7 +5,7 @@
 Run it by hand in a venv with torch and transformers (see examples/hf-llama/make_golden.py for why); its outputs are
 committed. For each family's f32 checkpoint in testdata/ (the ones with its distinguishing options: Mistral's window
 of 4, Gemma 2's softcaps and window, Gemma 3's nested rope_parameters and window, Qwen3's q/k norms, Phi-3's fused
-projections) it writes testdata/<dir>/generate.json: transformers' `generate(do_sample=False)` in float32 from a
+projections; Qwen2 from its GGUF) it writes testdata/<dir>/generate.json: transformers' `generate(do_sample=False)` in float32 from a
 prompt longer than the sliding window, with enough new tokens that prompt + generated spans several windows.
 
 A tiny random model may fall into repeating one token, and an argmax that barely leads its runner-up would make the
@@ -35,7 +35,9 @@ ATTEMPTS = 30
 TESTDATA = pathlib.Path(__file__).resolve().parent / "testdata"
 TOKENIZER = pathlib.Path(__file__).resolve().parent.parent / "jvm-generate/src/test/resources/generate/tiny97/tokenizer.json"
 TEXT = ("mistral-window-f32", "the cat sat on the mat")
-FAMILIES = ["qwen3-f32", "phi3-f32", "mistral-window-f32", "gemma2-f32", "gemma3-f32"]
+# gguf-qwen2-f16: Qwen2 (q/k/v biases, a tied head) has no save_pretrained checkpoint here, only llama.cpp's GGUF,
+# which transformers reads with its GGUF loader (dequantized to float32, as make_gguf_golden.py checks it).
+FAMILIES = ["qwen3-f32", "phi3-f32", "mistral-window-f32", "gemma2-f32", "gemma3-f32", "gguf-qwen2-f16"]
 
 
 def run(model, prompt):
@@ -48,7 +50,8 @@ def run(model, prompt):
 
 
 def family(name, rng):
-    model = AutoModelForCausalLM.from_pretrained(TESTDATA / name, dtype=torch.float32).eval()
+    gguf = {"gguf_file": "model.gguf"} if name.startswith("gguf-") else {}
+    model = AutoModelForCausalLM.from_pretrained(TESTDATA / name, dtype=torch.float32, **gguf).eval()
     vocab = model.config.vocab_size
     window = getattr(model.config, "sliding_window", None)
     assert window is None or window < PROMPT, f"{name}: the prompt must be longer than the window {window}"
