@@ -29,7 +29,8 @@ head_dim 8, intermediate 176, unless said):
     python jvm-transformers/make_golden.py --batch       (batch goldens only: see BATCH_MODELS)
 
 --batch leaves every checkpoint and golden.safetensors as they are and writes batch_golden.safetensors beside the
-checkpoints of BATCH_MODELS (a Llama of examples/hf-llama and a sliding-window Mistral): for a batch of 2 prompts
+checkpoints of BATCH_MODELS (a Llama of examples/hf-llama, a sliding-window Mistral, and a bf16 Gemma 2 with its
+alternating windows and softcaps): for a batch of 2 prompts
 of 6 tokens and of 3 prompts of 5 (every row one length: the export has no padding mask), transformers' float32
 prefill logits of every row and position, then STEPS greedy decode steps of the whole batch with one DynamicCache:
   batch<n>_tokens [n, L] i32, batch<n>_prefill_logits [n, L, vocab] f32,
@@ -103,19 +104,24 @@ def randomize(model, seed, gemma):
 
 
 HERE = pathlib.Path(__file__).resolve().parent
-BATCH_MODELS = (HERE.parent / "examples" / "hf-llama" / "testdata" / "llama-f32", HERE / "testdata" / "mistral-window-f32")
-# Seeded picks (random.Random(7), the 25th draw) whose every argmax leads by MARGIN in both models.
-BATCH_PROMPTS = {2: [[78, 8, 53, 5, 41, 41], [83, 32, 13, 77, 70, 22]],
-                 3: [[87, 94, 79, 52, 44], [95, 66, 22, 39, 95], [82, 85, 21, 8, 94]]}
+# Prompts per model: seeded draws (random.Random(7): the 25th, and the 23rd for Gemma 2, whose softcap of 3 squeezes
+# the logits) whose every argmax leads by MARGIN.
+PROMPTS = {2: [[78, 8, 53, 5, 41, 41], [83, 32, 13, 77, 70, 22]],
+           3: [[87, 94, 79, 52, 44], [95, 66, 22, 39, 95], [82, 85, 21, 8, 94]]}
+GEMMA2_PROMPTS = {2: [[9, 19, 4, 12, 83, 35], [58, 23, 10, 13, 88, 51]],
+                  3: [[67, 88, 39, 79, 34], [91, 40, 8, 61, 26], [23, 37, 60, 3, 36]]}
+BATCH_MODELS = ((HERE.parent / "examples" / "hf-llama" / "testdata" / "llama-f32", PROMPTS),
+                (HERE / "testdata" / "mistral-window-f32", PROMPTS),
+                (HERE / "testdata" / "gemma2-bf16", GEMMA2_PROMPTS))
 
 
-def batch_golden(model):
-    """transformers' float32 forward of each batch in BATCH_PROMPTS: prefill, then STEPS greedy steps of all rows."""
+def batch_golden(model, batches):
+    """transformers' float32 forward of each of [batches] (size: prompts): prefill, then STEPS greedy steps of all rows."""
     f32 = model.float().eval()
     kw = "cache" if "cache" in inspect.signature(f32.forward).parameters else "past_key_values"
     out = {}
     with torch.no_grad():
-        for n, prompts in BATCH_PROMPTS.items():
+        for n, prompts in batches.items():
             cache = DynamicCache(config=f32.config)
             r = f32(torch.tensor(prompts), use_cache=True, **{kw: cache})
             out[f"batch{n}_tokens"] = np.array(prompts, np.int32)
@@ -140,10 +146,12 @@ def batch_golden(model):
 
 
 def main_batch():
-    for d in BATCH_MODELS:
+    for d, batches in BATCH_MODELS:
         cfg = json.loads((d / "config.json").read_text())
         cls = getattr(__import__("transformers"), cfg["architectures"][0])
-        g = batch_golden(cls.from_pretrained(d, dtype=torch.float32))
+        # Loaded in the weights' own dtype, then computed in float32 (batch_golden), as golden() does: a bf16
+        # checkpoint's dtype-bound buffers (Gemma's embed_scale) keep their rounded values.
+        g = batch_golden(cls.from_pretrained(d, dtype=getattr(torch, cfg.get("dtype", "float32"))), batches)
         worst = min(margin(g[k]) for k in g if k.endswith("_logits"))
         if worst < MARGIN:
             raise SystemExit(f"{d.name}: a batch argmax leads by {worst} only (< {MARGIN}); pick other prompts")
