@@ -25,7 +25,20 @@ head_dim 8, intermediate 176, unless said):
                    rope_parameters nested by layer type (full: theta 1e6 with linear factor 8; sliding: theta 1e4),
                    final_logit_softcapping 4, tied.
   - gemma3-bf16:   the same in bf16, untied, without the softcap.
+
+    python jvm-transformers/make_golden.py --batch       (batch goldens only: see BATCH_MODELS)
+
+--batch leaves every checkpoint and golden.safetensors as they are and writes batch_golden.safetensors beside the
+checkpoints of BATCH_MODELS (a Llama of examples/hf-llama, a sliding-window Mistral, and a bf16 Gemma 2 with its
+alternating windows and softcaps): for a batch of 2 prompts
+of 6 tokens and of 3 prompts of 5 (every row one length: the export has no padding mask), transformers' float32
+prefill logits of every row and position, then STEPS greedy decode steps of the whole batch with one DynamicCache:
+  batch<n>_tokens [n, L] i32, batch<n>_prefill_logits [n, L, vocab] f32,
+  batch<n>_decode_tokens [STEPS, n] i32 (step i feeds row r decode_tokens[i, r], the argmax of its previous logits),
+  batch<n>_decode_logits [STEPS, n, vocab] f32.
+Each row is also checked here against transformers' own forward of that row alone (batch 1).
 """
+import inspect
 import json
 import pathlib
 import sys
@@ -33,11 +46,11 @@ import sys
 import numpy as np
 import torch
 from safetensors.numpy import save_file
-from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, MistralConfig,
+from transformers import (DynamicCache, Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, MistralConfig,
                           MistralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "examples" / "hf-llama"))
-from make_golden import MARGIN, golden, margin  # noqa: E402
+from make_golden import MARGIN, STEPS, golden, margin  # noqa: E402
 
 COMMON = dict(vocab_size=97, num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2, head_dim=8,
               intermediate_size=176, rms_norm_eps=1e-6, max_position_embeddings=256, bos_token_id=1, eos_token_id=2)
@@ -90,6 +103,63 @@ def randomize(model, seed, gemma):
             p.copy_(v.to(p.dtype))
 
 
+HERE = pathlib.Path(__file__).resolve().parent
+# Prompts per model: seeded draws (random.Random(7): the 25th, and the 23rd for Gemma 2, whose softcap of 3 squeezes
+# the logits) whose every argmax leads by MARGIN.
+PROMPTS = {2: [[78, 8, 53, 5, 41, 41], [83, 32, 13, 77, 70, 22]],
+           3: [[87, 94, 79, 52, 44], [95, 66, 22, 39, 95], [82, 85, 21, 8, 94]]}
+GEMMA2_PROMPTS = {2: [[9, 19, 4, 12, 83, 35], [58, 23, 10, 13, 88, 51]],
+                  3: [[67, 88, 39, 79, 34], [91, 40, 8, 61, 26], [23, 37, 60, 3, 36]]}
+BATCH_MODELS = ((HERE.parent / "examples" / "hf-llama" / "testdata" / "llama-f32", PROMPTS),
+                (HERE / "testdata" / "mistral-window-f32", PROMPTS),
+                (HERE / "testdata" / "gemma2-bf16", GEMMA2_PROMPTS))
+
+
+def batch_golden(model, batches):
+    """transformers' float32 forward of each of [batches] (size: prompts): prefill, then STEPS greedy steps of all rows."""
+    f32 = model.float().eval()
+    kw = "cache" if "cache" in inspect.signature(f32.forward).parameters else "past_key_values"
+    out = {}
+    with torch.no_grad():
+        for n, prompts in batches.items():
+            cache = DynamicCache(config=f32.config)
+            r = f32(torch.tensor(prompts), use_cache=True, **{kw: cache})
+            out[f"batch{n}_tokens"] = np.array(prompts, np.int32)
+            out[f"batch{n}_prefill_logits"] = r.logits.numpy().astype(np.float32)
+            last = r.logits[:, -1]
+            fed, rows = [], []
+            for _ in range(STEPS):
+                tok = last.argmax(-1)
+                fed.append(tok.numpy().astype(np.int32))
+                r = f32(tok[:, None], use_cache=True, **{kw: cache})
+                last = r.logits[:, -1]
+                rows.append(last.numpy().astype(np.float32))
+            out[f"batch{n}_decode_tokens"] = np.stack(fed)
+            out[f"batch{n}_decode_logits"] = np.stack(rows)
+            # Each row of the batch against the same row run alone: the batch changes nothing.
+            for b, prompt in enumerate(prompts):
+                seq = prompt + [int(t[b]) for t in fed]
+                alone = f32(torch.tensor([seq])).logits[0].numpy()
+                both = np.concatenate([out[f"batch{n}_prefill_logits"][b], out[f"batch{n}_decode_logits"][:, b]])
+                assert np.abs(alone - both).max() < 1e-4, f"batch of {n}, row {b}: batched and alone disagree"
+    return out
+
+
+def main_batch():
+    for d, batches in BATCH_MODELS:
+        cfg = json.loads((d / "config.json").read_text())
+        cls = getattr(__import__("transformers"), cfg["architectures"][0])
+        # Loaded in the weights' own dtype, then computed in float32 (batch_golden), as golden() does: a bf16
+        # checkpoint's dtype-bound buffers (Gemma's embed_scale) keep their rounded values.
+        g = batch_golden(cls.from_pretrained(d, dtype=getattr(torch, cfg.get("dtype", "float32"))), batches)
+        worst = min(margin(g[k]) for k in g if k.endswith("_logits"))
+        if worst < MARGIN:
+            raise SystemExit(f"{d.name}: a batch argmax leads by {worst} only (< {MARGIN}); pick other prompts")
+        meta = {"transformers": __import__("transformers").__version__, "torch": torch.__version__, "compute": "float32"}
+        save_file(g, str(d / "batch_golden.safetensors"), metadata=meta)
+        print(f"{d.name}: margin {worst:.3g}, " + ", ".join(f"{k} {list(v.shape)}" for k, v in g.items()))
+
+
 def main(out_dir):
     for name, base, dtype, cls, config, shard in models():
         d = out_dir / name
@@ -123,4 +193,7 @@ def main(out_dir):
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--batch"]:
+        main_batch()
+        sys.exit(0)
     main(pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else pathlib.Path(__file__).parent / "testdata")

@@ -23,6 +23,7 @@ G8 = (1 + 0.1 * RNG.standard_normal(8)).astype(np.float32)
 B8 = (0.1 * RNG.standard_normal(8)).astype(np.float32)
 TABLE = RNG.standard_normal((10, 4)).astype(np.float32)
 W1056 = (RNG.standard_normal((1056, 8192)) / 90).astype(np.float32)
+W64x8 = (RNG.standard_normal((64, 8)) / 3).astype(np.float32)
 
 # name: (tensors, nodes, outputs, {input: shape with S for the run-time size})
 CASES = {
@@ -48,6 +49,12 @@ CASES = {
                                  t("y", [D, D, 5])],
                                 [n("transpose", ["w"], "wt", perm=[1, 0]), n("matmul", ["x", "wt"], "y")],
                                 {"x": ["B", "S", 4]}),
+    # The same over a weight the CPU pass writes in row bands (64 rows: 2 bands of 32), as a batched prefill's
+    # linears are: the bands contracted over the merged rows, split back into the batch and the length.
+    "linear_bands_batch_and_length": ([t("x", [D, D, 8]), t("w", [64, 8], weight=W64x8), t("wt", [8, 64]),
+                                       t("y", [D, D, 64])],
+                                      [n("transpose", ["w"], "wt", perm=[1, 0]), n("matmul", ["x", "wt"], "y")],
+                                      {"x": ["B", "S", 8]}),
     "matmul_two_dynamic_rows_of_three": ([t("x", [2, D, D, 4]), t("w", [4, 5], weight=W4x5), t("y", [2, D, D, 5])],
                                          [n("matmul", ["x", "w"], "y")], {"x": [2, "S", "B", 4]}),
     "batched_matmul": ([t("a", [2, D, 4]), t("b", [2, 4, D]), t("y", [2, D, D])], [n("matmul", ["a", "b"], "y")],

@@ -366,9 +366,11 @@ pub fn banded_matmul(a: &Shape, b: &Shape) -> Result<Shape, String> {
     }
     let dynamic = lead.iter().filter(|d| **d == Dim::Dynamic).count();
     let ones_after = lead.iter().skip_while(|d| **d != Dim::Dynamic).skip(1).all(|d| *d == Dim::Static(1));
-    if dynamic > 1 || !ones_after {
+    // Several `?` rows (a run-time batch and length) are merged and split back by the emitter with each `?` read
+    // from `a`; one `?` is reshaped, which needs the dims after it to be 1s.
+    if dynamic == 1 && !ones_after {
         return Err(format!(
-            "[{a}] x bands [{b}]: the rows are read as one dimension and back, so they hold at most one `?` and no \
+            "[{a}] x bands [{b}]: the rows are read as one dimension and back, so a single `?` among them has no \
              dim after it but 1s (reshape [{a}] so that the `?` comes last among the rows)"
         ));
     }

@@ -44,7 +44,17 @@ impl Emitter<'_, '_, '_> {
             Dim::Static(lead.iter().map(|d| if let Dim::Static(n) = d { *n } else { 1 }).product())
         };
         let flat_shape = Shape(vec![m, k]);
-        let flat = if a.shape == flat_shape { a.clone() } else { self.reshape(a, &flat_shape)? };
+        // Rows of several `?` (a run-time batch and length): merged with `tensor.collapse_shape` and split back
+        // with each `?` read from `a`, as the plain linear does (a reshape of two `?`s is one IREE 3.13 rejects).
+        let groups = [(0..ra - 1).collect::<Vec<_>>(), vec![ra - 1]];
+        let several = lead.iter().filter(|d| **d == Dim::Dynamic).count() > 1;
+        let flat = if a.shape == flat_shape {
+            a.clone()
+        } else if several {
+            self.reshape_grouped(a, &flat_shape, &groups)
+        } else {
+            self.reshape(a, &flat_shape)?
+        };
         let n = bands.checked_mul(t).ok_or_else(|| self.err(format!("{bands} bands of {t} columns overflow u64")))?;
         // 16-bit bands only: the kept weights' dequantized f32 bands measured no faster so (33-97 rows).
         let sixteen_bit = matches!(stored.dtype, DType::BF16 | DType::F16);
@@ -63,7 +73,13 @@ impl Emitter<'_, '_, '_> {
             self.band_contraction(&flat, stored, compute)?
         };
         let merged = self.reshape(&per_band, &Shape(vec![m, Dim::Static(n)]))?;
-        if merged.shape == *out { Ok(merged) } else { self.reshape(&merged, out) }
+        if merged.shape == *out {
+            Ok(merged)
+        } else if several {
+            Ok(self.expand_like(&merged, out, &groups, a))
+        } else {
+            self.reshape(&merged, out)
+        }
     }
 
     /// The per-block product of a weight kept packed whose codes are stored in row bands (`[Np / T, Kb, B, T]`,

@@ -1,12 +1,14 @@
 package dev.tapeout.transformers
 
 import dev.tapeout.Checkpoint
+import dev.tapeout.DYNAMIC
 import dev.tapeout.DType
 import dev.tapeout.ExecutionTape
 import dev.tapeout.Linear
 import dev.tapeout.Module
 import dev.tapeout.Tensor
 import dev.tapeout.minus
+import dev.tapeout.reshape
 import dev.tapeout.times
 
 /**
@@ -18,6 +20,10 @@ import dev.tapeout.times
  * - `decode(input_ids [1, 1] i32, past_key_<i>, past_value_<i> [1, KV, ?, D] …)` → `logits [1, 1, vocab]` and the
  *   caches one position longer (HF's `DynamicCache`), or with a static cache of N rows
  *   `decode(input_ids [1, 1], cache_position [] i32, past_key_<i>, past_value_<i> [1, KV, N, D] …)` (HF's `StaticCache`).
+ *
+ * With a run-time batch ([ModelOptions.dynamicBatch]) every leading 1 above is `?` (dynamic cache form only): B rows
+ * of one length each call, as transformers runs a batch without an `attention_mask`; there is no padding mask, so
+ * rows of different lengths must be served in separate calls.
  *
  * Compute is f32; a bf16 checkpoint's weights stay bf16 in the archive and are widened where they are used, which
  * is what transformers' `model.float()` computes.
@@ -44,40 +50,58 @@ class CausalLM(
         caches.forEachIndexed { i, c -> t.output("present_key_$i", c.keys); t.output("present_value_$i", c.values) }
     }
 
-    /** `hidden_states[:, -1:, :]` of `[1, S, hidden]` (S ≥ 1, a `?` length): a static `[1, 1, hidden]`. */
+    /**
+     * `hidden_states[:, -1:, :]` of `[B, S, hidden]` (S ≥ 1, a `?` length): `[B, 1, hidden]`. A `?` batch cannot be
+     * a dynamic_slice's static size, so it gathers position S − 1 along the sequence instead.
+     */
     private fun lastPosition(h: Tensor): Tensor {
-        val zero = h.tape.scalar(0.0, DType.I32)
-        return h.tape.dynamicSlice(h, listOf(zero, h.tape.length(h, 1) - 1, zero), 1, 1, config.hiddenSize)
+        val t = h.tape
+        val last = t.length(h, 1) - 1
+        if (h.shape[0] == DYNAMIC) return t.gather(h, last.reshape(1), axis = 1)
+        val zero = t.scalar(0.0, DType.I32)
+        return t.dynamicSlice(h, listOf(zero, last, zero), 1, 1, config.hiddenSize)
     }
 
     /** The `prefill` and `decode` tapes of [options], reading parameters from [checkpoints] (a sharded checkpoint's files). */
     fun tapes(checkpoints: List<Checkpoint>, options: ModelOptions): Map<String, ExecutionTape> {
         val static = options.staticCache
-        val decode = if (static != null) decodeStaticTape(checkpoints, static) else decodeTape(checkpoints)
-        return mapOf("prefill" to prefillTape(checkpoints, options.logitsToKeep), "decode" to decode)
+        val batch = if (options.dynamicBatch) DYNAMIC.toInt() else 1
+        val decode = if (static != null) decodeStaticTape(checkpoints, static) else decodeTape(checkpoints, batch)
+        return mapOf("prefill" to prefillTape(checkpoints, options.logitsToKeep, batch), "decode" to decode)
     }
 
     private fun tape(checkpoints: List<Checkpoint>) = ExecutionTape().also { t -> checkpoints.forEach { t.load(it) } }
 
-    /** A prompt of any length: `input_ids [1, ?]`; every position's logits, or with [logitsToKeep] 1 the last's. */
-    fun prefillTape(checkpoints: List<Checkpoint>, logitsToKeep: Int = 0): ExecutionTape {
+    /**
+     * A prompt of any length: `input_ids [batch, ?]` ([batch] 1, or [DYNAMIC] for a run-time batch of equal-length
+     * rows); every position's logits, or with [logitsToKeep] 1 the last's.
+     */
+    fun prefillTape(checkpoints: List<Checkpoint>, logitsToKeep: Int = 0, batch: Int = 1): ExecutionTape {
         require(logitsToKeep == 0 || logitsToKeep == 1) { "logitsToKeep is 0 (every position) or 1 (the last), not $logitsToKeep" }
+        requireBatch(batch)
         val t = tape(checkpoints)
-        outputs(t, t.input("input_ids", 1, -1, dtype = DType.I32), null, lastOnly = logitsToKeep == 1)
+        outputs(t, t.input("input_ids", batch, -1, dtype = DType.I32), null, lastOnly = logitsToKeep == 1)
         return t
     }
 
-    /** One token after a cache of any length: `input_ids [1, 1]`, `past_key_<i>`/`past_value_<i>` `[1, KV, ?, D]`. */
-    fun decodeTape(checkpoints: List<Checkpoint>): ExecutionTape {
+    /**
+     * One token per row after a cache of any length: `input_ids [batch, 1]`, `past_key_<i>`/`past_value_<i>`
+     * `[batch, KV, ?, D]` ([batch] 1, or [DYNAMIC] for a run-time batch).
+     */
+    fun decodeTape(checkpoints: List<Checkpoint>, batch: Int = 1): ExecutionTape {
+        requireBatch(batch)
         val t = tape(checkpoints)
-        val ids = t.input("input_ids", 1, 1, dtype = DType.I32)
+        val ids = t.input("input_ids", batch, 1, dtype = DType.I32)
         val kv = config.numKeyValueHeads
         val past = List(config.numHiddenLayers) { i ->
-            LayerCache(t.input("past_key_$i", 1, kv, -1, config.headDim), t.input("past_value_$i", 1, kv, -1, config.headDim))
+            LayerCache(t.input("past_key_$i", batch, kv, -1, config.headDim), t.input("past_value_$i", batch, kv, -1, config.headDim))
         }
         outputs(t, ids, past)
         return t
     }
+
+    private fun requireBatch(batch: Int) =
+        require(batch == 1 || batch.toLong() == DYNAMIC) { "batch is 1 or DYNAMIC (a run-time batch), not $batch" }
 
     /**
      * HF's `StaticCache`: one token at `cache_position` (a scalar i32, as HF passes it) into caches of [maxCache]
