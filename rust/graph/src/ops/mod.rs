@@ -452,11 +452,13 @@ pub fn shapes_agree(a: &Shape, b: &Shape) -> bool {
 /// An operand's or result's shape and dtype, as the type rules see it.
 pub(crate) type Spec<'a> = (&'a Shape, DType);
 
+mod attention;
 mod dims;
 mod rules;
 #[cfg(test)]
 mod tests;
 
+pub use attention::{RopeTable, query_groups, rope_table_width};
 pub use dims::{ArgDim, argument_dims, dims_text};
 pub(crate) use rules::check_types;
-pub use rules::{RopeTable, Window, conv2d_window, pool_window, query_groups, rope_table_width, window_output};
+pub use rules::{Window, conv2d_window, pool_window, window_output};
