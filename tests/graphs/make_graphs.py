@@ -265,11 +265,12 @@ def logical_softcap_window():
     bits = g.weight("bits", np.array([6, 3, 5, 12], np.int32))
     iand, ior = g.op("and", [it, bits], [3, 4], "i32"), g.op("or", [it, bits], [3, 4], "i32")
     inot = g.op("not", [it], [3, 4], "i32")
-    q, k, v = g.input("q", [1, 4, 5, 8]), g.input("k", [1, 2, 7, 8]), g.input("v", [1, 2, 7, 3])
-    capped = g.op("sdpa", [q, k, v], [1, 4, 5, 3], causal=True, window=3, softcap=0.75)
-    q1 = g.input("q1", [2, 6, 8])
-    k1, v1 = g.input("k1", [2, 6, 8]), g.input("v1", [2, 6, 8])
-    windowed = g.op("sdpa", [q1, k1, v1], [2, 6, 8], causal=True, window=1)
+    # Four queries: IREE 3.13's ROCm backend crashes on a static attention of five or six (test_gpu_compile.py).
+    q, k, v = g.input("q", [1, 4, 4, 8]), g.input("k", [1, 2, 7, 8]), g.input("v", [1, 2, 7, 3])
+    capped = g.op("sdpa", [q, k, v], [1, 4, 4, 3], causal=True, window=3, softcap=0.75)
+    q1 = g.input("q1", [2, 4, 8])
+    k1, v1 = g.input("k1", [2, 4, 8]), g.input("v1", [2, 4, 8])
+    windowed = g.op("sdpa", [q1, k1, v1], [2, 4, 8], causal=True, window=1)
     g.save([both, either, neither, iand, ior, inot, capped, windowed])
 
 
