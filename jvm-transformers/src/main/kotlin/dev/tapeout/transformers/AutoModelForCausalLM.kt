@@ -79,6 +79,10 @@ class AutoModelForCausalLM : ModuleProvider {
             val map = HfConfig.read(index).obj("weight_map")
             val byFile = map.keys.groupBy { map.string(it) }
             return byFile.map { (name, keys) ->
+                // save_pretrained names shards beside the index; a path elsewhere is not the checkpoint's own file.
+                if (name.isEmpty() || name.contains('/') || name.contains('\\') || name == "." || name == "..") {
+                    throw CheckpointFilesException(index, "weight_map names the shard '$name', not a file name beside the index")
+                }
                 val shard = File(dir, name)
                 if (!shard.isFile) throw CheckpointFilesException(index, "weight_map names the shard $name, which is not in ${dir.path}")
                 val c = SafeTensors.open(shard)

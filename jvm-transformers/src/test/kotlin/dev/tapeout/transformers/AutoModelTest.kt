@@ -70,6 +70,19 @@ class AutoModelTest {
     }
 
     @Test
+    fun `an index naming a shard outside the checkpoint directory is refused`(@TempDir dir: File) {
+        val src = File(testdata, "qwen3-bf16")
+        File(src, "config.json").copyTo(File(dir, "config.json"))
+        for (shard in src.listFiles()!!.filter { it.name.startsWith("model-") }) {
+            Files.createSymbolicLink(File(dir, shard.name).toPath(), shard.absoluteFile.toPath())
+        }
+        val index = File(src, "model.safetensors.index.json").readText()
+        File(dir, "model.safetensors.index.json").writeText(index.replace("\"model-00001-of-00004.safetensors\"", "\"../model-00001-of-00004.safetensors\""))
+        val e = assertThrows<CheckpointFilesException> { AutoModelForCausalLM.fromPretrained(dir) }
+        assertTrue(e.message!!.contains("weight_map names the shard '../model-00001-of-00004.safetensors', not a file name beside the index"), e.message)
+    }
+
+    @Test
     fun `a wrong option is refused, naming it`() {
         val e = assertThrows<IllegalArgumentException> {
             AutoModelForCausalLM().buildTapes(listOf(File(testdata, "phi3-f32").path, "static=0"))
