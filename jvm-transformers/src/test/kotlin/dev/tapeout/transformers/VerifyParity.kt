@@ -15,8 +15,7 @@ import kotlin.system.exitProcess
 /**
  * `VerifyParity NAME=EXPORT_DIR=TESTDATA_DIR ...`: checks each export's IREE logits against transformers' own (the
  * goldens jvm-transformers/make_golden.py wrote with transformers), served from Kotlin with IREE in process
- * ([dev.tapeout.iree]). The library's copy of examples/hf-llama's VerifyParity (the example keeps its own, as a
- * user of the library would): the same checks, so both parity suites mean one thing. Where the goldens also hold
+ * ([dev.tapeout.iree]); examples/hf-llama's verify tasks run it on their exports too. Where the goldens also hold
  * llama.cpp's logits, the difference from them is printed, not checked.
  *
  * For each model: loads `<name>.vmfb` (compileIree) with its archive, runs prefill on the golden prompts (lengths 7
