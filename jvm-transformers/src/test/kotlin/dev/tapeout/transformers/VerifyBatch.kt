@@ -1,13 +1,10 @@
 package dev.tapeout.transformers
 
 import dev.tapeout.iree.IreeDevice
-import dev.tapeout.iree.IreeInstance
 import dev.tapeout.iree.IreeModule
 import dev.tapeout.iree.IreeParameters
 import dev.tapeout.iree.IreeValue
 import java.io.File
-import kotlin.math.abs
-import kotlin.system.exitProcess
 
 /**
  * `VerifyBatch NAME=EXPORT_DIR=TESTDATA_DIR ...`: checks an export with a run-time batch (`batch=dynamic`) against
@@ -20,36 +17,10 @@ import kotlin.system.exitProcess
  */
 object VerifyBatch {
     @JvmStatic
-    fun main(args: Array<String>) {
-        val failures = ArrayList<String>()
-        IreeInstance().use { instance ->
-            instance.device("local-task", workers = 2).use { device ->
-                for (spec in args) {
-                    val (name, export, testdata) = spec.split("=")
-                    verify(device, name, File(export), File(testdata), failures)
-                }
-            }
-        }
-        failures.forEach { System.err.println("tapeout: error: $it") }
-        if (failures.isNotEmpty()) exitProcess(1)
-    }
+    fun main(args: Array<String>) = VerifyParity.runSpecs(args, ::verify)
 
-    /** Max abs difference of [got] from [want] (rows of [vocab]), with a failure where it or an argmax is off. */
-    private fun check(label: String, got: FloatArray, want: FloatArray, vocab: Int, failures: MutableList<String>): Double {
-        if (got.size != want.size) {
-            failures += "$label: ${got.size} logits, transformers has ${want.size}"
-            return Double.POSITIVE_INFINITY
-        }
-        var err = 0.0
-        for (i in got.indices) err = maxOf(err, abs(got[i].toDouble() - want[i]))
-        val rows = got.size / vocab
-        val same = (0 until rows).all { r -> argmax(got, r, vocab) == argmax(want, r, vocab) }
-        println("verify: $label: max abs %.2e vs transformers, same argmax: $same".format(err))
-        if (err > VerifyParity.TOL || !same) failures += "$label: max abs %.2e (limit %.0e), same argmax $same".format(err, VerifyParity.TOL)
-        return err
-    }
-
-    private fun argmax(v: FloatArray, row: Int, n: Int) = (0 until n).maxByOrNull { v[row * n + it] }
+    private fun check(label: String, got: FloatArray, want: FloatArray, vocab: Int, failures: MutableList<String>): Double =
+        VerifyParity.check(label, got, want, vocab, failures)
 
     private fun verify(device: IreeDevice, name: String, export: File, testdata: File, failures: MutableList<String>) {
         val golden = SafeTensorsFile.read(File(testdata, "batch_golden.safetensors"))
