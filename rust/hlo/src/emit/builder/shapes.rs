@@ -157,14 +157,7 @@ impl Emitter<'_, '_, '_> {
                 }
             }
         }
-        let rhs = format!(
-            "tensor.expand_shape {} {assoc} output_shape [{}] : {} into {}",
-            x.name,
-            list(&sizes),
-            x.ty(),
-            ty(shape, x.dtype)
-        );
-        self.assign(&rhs, shape.clone(), x.dtype)
+        self.expand_shape(x, shape, groups, &sizes)
     }
 
     /// `tensor.expand_shape` of `x` to `shape` (dimension `i` of `x` being the dimensions `groups[i]` of `shape`),
@@ -178,11 +171,16 @@ impl Emitter<'_, '_, '_> {
                 Dim::Dynamic => self.dim_index(like, j),
             });
         }
+        self.expand_shape(x, shape, groups, &sizes)
+    }
+
+    /// `tensor.expand_shape` of `x` to `shape` with every output size given (`sizes`: numbers or `index` values).
+    fn expand_shape(&mut self, x: &Val, shape: &Shape, groups: &[Vec<usize>], sizes: &[String]) -> Val {
         let assoc = format!("[{}]", list(groups.iter().map(|g| format!("[{}]", list(g.clone())))));
         let rhs = format!(
             "tensor.expand_shape {} {assoc} output_shape [{}] : {} into {}",
             x.name,
-            list(&sizes),
+            list(sizes),
             x.ty(),
             ty(shape, x.dtype)
         );
