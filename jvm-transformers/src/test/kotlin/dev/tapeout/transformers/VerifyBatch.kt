@@ -19,9 +19,6 @@ object VerifyBatch {
     @JvmStatic
     fun main(args: Array<String>) = VerifyParity.runSpecs(args, ::verify)
 
-    private fun check(label: String, got: FloatArray, want: FloatArray, vocab: Int, failures: MutableList<String>): Double =
-        VerifyParity.check(label, got, want, vocab, failures)
-
     private fun verify(device: IreeDevice, name: String, export: File, testdata: File, failures: MutableList<String>) {
         val golden = SafeTensorsFile.read(File(testdata, "batch_golden.safetensors"))
         val module = IreeModule.load(device, File(export, "$name.vmfb"), listOf(IreeParameters.archive(File(export, "$name.irpa"))))
@@ -46,7 +43,7 @@ object VerifyBatch {
                 val all = golden.floats("batch${n}_prefill_logits")
                 val want = if (rows == length) all else FloatArray(n * vocab) { all[((it / vocab + 1) * length - 1).toInt() * vocab + it % vocab] }
                 val last = if (rows == length) "" else " (logits_to_keep=1: the last position)"
-                worst = maxOf(worst, check("$name batch $n prefill of $length$last", out[0].toFloatArray(), want, vocab, failures))
+                worst = maxOf(worst, VerifyParity.check("$name batch $n prefill of $length$last", out[0].toFloatArray(), want, vocab, failures))
                 out[0].close()
                 var presents: List<IreeValue> = out.drop(1)
                 val tokens = golden.ints("batch${n}_decode_tokens")
@@ -66,7 +63,7 @@ object VerifyBatch {
                     val cache = listOf(n.toLong(), presents[0].shape[1], length + step + 1, presents[0].shape[3])
                     check(presents[0].shape.toList() == cache) { "$name: the cache is ${presents[0].shape.toList()}, not $cache" }
                     val want = logits.copyOfRange(step * n * vocab, (step + 1) * n * vocab)
-                    worst = maxOf(worst, check("$name batch $n decode step $step (past ${length + step})", res[0].toFloatArray(), want, vocab, failures))
+                    worst = maxOf(worst, VerifyParity.check("$name batch $n decode step $step (past ${length + step})", res[0].toFloatArray(), want, vocab, failures))
                     res[0].close()
                 }
                 presents.forEach { it.close() }
