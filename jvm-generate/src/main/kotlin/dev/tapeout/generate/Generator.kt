@@ -35,12 +35,11 @@ class Generator @JvmOverloads constructor(
         if (config.stopStrings.isNotEmpty()) {
             val tok = tokenizer ?: throw GenerateArgumentException(
                 "stopStrings ${config.stopStrings} need a tokenizer to read the generated text: make the Generator with one", "stopStrings")
-            val generated = ArrayList<Int>()
+            val stream = TextStream(tok, skipSpecialTokens = false)
             return run(promptIds, config) { id ->
                 onToken(id)
-                generated += id
-                val text = tok.decode(generated.toIntArray(), skipSpecialTokens = false)
-                config.stopStrings.any { it in text }
+                stream.push(id)
+                config.stopStrings.any { it in stream.text }
             }
         }
         return run(promptIds, config) { id -> onToken(id); false }

@@ -104,6 +104,10 @@ class GenerateParityTest {
                     assertEquals(c.get("text").asString, got.text, "text from '$prompt'")
                     assertEquals(got.text, pieces.joinToString(""), "streamed text from '$prompt'")
                     if (stops.isNotEmpty()) assertEquals(StopReason.STOP_STRING, got.generation.stopReason)
+                    // The token-id API looks for the same stop strings in the new ids' text.
+                    val byIds = Generator(module, tok).generate(ids, config)
+                    assertArrayEquals(Goldens.ints(c.get("tokens")), byIds.tokens, "token ids from $ids")
+                    assertEquals(got.generation.stopReason, byIds.stopReason, "stop reason from $ids")
                 }
             }
         }
