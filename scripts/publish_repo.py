@@ -181,7 +181,7 @@ def main(repo: pathlib.Path) -> None:
           f"dev.tapeout:tapeout-generate:{ver}, "
           f"dev.tapeout:tapeout-gradle-plugin:{ver} and the markers of {', '.join(PLUGINS)} in {repo.resolve()}")
     print(f"publish: use it with maven {{ url '{repo.resolve().as_uri()}' }} and mavenCentral() (for kotlin-stdlib; "
-          f"README, \"From Gradle\")")
+          f"docs/gradle.md)")
 
 
 if __name__ == "__main__":

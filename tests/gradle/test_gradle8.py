@@ -2,13 +2,13 @@
 runtime (Maven Central's dev.gradleplugins:gradle-api:8.10) and KGP, which scripts/setup fetches into .cache/gradle810
 (scripts/maven_fetch.py), run tests/gradle/gradle8/Gradle8Harness.java, which evaluates a consumer's Groovy
 build.gradle with ProjectBuilder, reports every task, input and output the plugins registered, and runs exportIrpa and
-compileIree for real. The consumer is the README's Gradle 8 build.gradle, its library dev.tapeout:tapeout resolved by
+compileIree for real. The consumer is the Gradle guide's (docs/gradle.md) Gradle 8 build.gradle, its library dev.tapeout:tapeout resolved by
 coordinates from a repository written by scripts/publish, the plugins' jar the one published there. IREE runs the
 compiled module with the exported archive and numpy checks the numbers. Deprecation warnings fail the run (the
 harness sets Gradle's warning mode to fail).
 
 What ProjectBuilder cannot do, the test does around it: a `plugins { }` block does not see the harness's classpath,
-so the README's plugin ids become `apply plugin:` lines; KGP's compileKotlin needs Gradle's executor, so kotlinc 2.0.21
+so the guide's plugin ids become `apply plugin:` lines; KGP's compileKotlin needs Gradle's executor, so kotlinc 2.0.21
 (KGP's own version) compiles the model into the folder KGP's task reports; Gradle's task graph is not built, so the
 harness runs the tasks named, dependencies first."""
 import json
@@ -81,14 +81,14 @@ def harness(tmp_path_factory):
 
 
 def gradle8_build_gradle():
-    """The README's Gradle 8 build.gradle."""
+    """docs/gradle.md's Gradle 8 build.gradle."""
     return readme_blocks()["// build.gradle (Gradle 8 or 9, with the Kotlin Gradle plugin)"]
 
 
 def for_harness(build, repo):
     """`build` as the harness can evaluate it: its `plugins { }` ids as `apply plugin:` lines (ProjectBuilder's
     plugins block does not see the harness's classpath, where the same plugin jars are), the published repository
-    for the README's placeholder, and .cache/gradle810 (a Maven Central subset) for mavenCentral(), or besides it."""
+    for the guide's placeholder, and .cache/gradle810 (a Maven Central subset) for mavenCentral(), or besides it."""
     block = re.search(r"^plugins \{(.*?)\}\n", build, re.S | re.M)
     ids = re.findall(r"id[ (]'([^']+)'", block.group(1))
     applied = "".join(f"apply plugin: '{i}'\n" for i in ids)
@@ -211,7 +211,7 @@ def test_both_tapeout_plugins_beside_kgp_leave_kotlin_to_kgp(harness, tmp_path):
 
 
 def test_both_tapeout_plugins_without_kgp_compile_with_kotlinc(harness, tmp_path):
-    """The old builds' build.gradle from the README (dev.tapeout.kotlin and dev.tapeout, no KGP) on Gradle 8.10:
+    """The old builds' build.gradle from docs/gradle.md (dev.tapeout.kotlin and dev.tapeout, no KGP) on Gradle 8.10:
     compileKotlinc and compileTestKotlinc registered with their inputs and outputs, compileKotlinc's kotlinc run for
     real, then the export and the compile."""
     build = for_harness(readme_blocks()["// build.gradle"], harness[1])
@@ -364,7 +364,7 @@ def test_the_repositorys_java_exec_tasks_set_main_class_on_gradle8(harness, tmp_
 def test_the_serving_library_resolves_by_coordinates_beside_kgp(harness, tmp_path):
     """dev.tapeout:tapeout-iree by coordinates on Gradle 8.10 beside KGP: the published jar, with its native library
     inside, and Maven Central's kotlin-stdlib on the runtime classpath (tests/gradle/test_publish_serving.py runs the
-    README's serving project from the same repository)."""
+    serving guide's project from the same repository)."""
     v = version()
     build = for_harness(gradle8_build_gradle(), harness[1]).replace(
         f"implementation 'dev.tapeout:tapeout:{v}'",

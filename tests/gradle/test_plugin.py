@@ -234,9 +234,9 @@ def test_packed_constants_keep_writes_planes_and_the_setting_is_validated(built_
 
 
 def readme_kotlin_snippet():
-    """The README's "From Kotlin" code block, as a Kotlin file: its imports and classes, then its statements as
+    """docs/kotlin.md's "From Kotlin" code block, as a Kotlin file: its imports and classes, then its statements as
     the body of `main`."""
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs/kotlin.md").read_text()
     block = text.split("## From Kotlin", 1)[1].split("```kotlin\n", 1)[1].split("```", 1)[0]
     lines = block.splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith("val tape"))
@@ -245,7 +245,7 @@ def readme_kotlin_snippet():
 
 
 def test_the_readme_kotlin_snippet_exports_a_checkpoint_that_iree_runs(built_jars, tmp_path):
-    """The README's Kotlin snippet, verbatim, in a new project: it opens a checkpoint written by PyPI safetensors
+    """docs/kotlin.md's Kotlin snippet, verbatim, in a new project: it opens a checkpoint written by PyPI safetensors
     (as PyTorch names the modules), exports it, and IREE's logits match a numpy forward pass."""
     import numpy as np
     from safetensors.numpy import save_file
@@ -722,7 +722,7 @@ def test_compile_iree_passes_the_exports_tuning_spec_to_a_cpu_compile_unless_the
 
 
 def test_the_readme_serving_snippet_serves_the_tiny_llm_from_kotlin(built_jars, tmp_path, monkeypatch):
-    """The README's "Serving from the JVM" block, verbatim, in a new project that depends only on the jvm-iree jar:
+    """docs/serving.md's "Serving from the JVM" block, verbatim, in a new project that depends only on the jvm-iree jar:
     it compiles examples/tiny-llm's export (found through TAPEOUT_IREE_COMPILE, as a user outside this repository
     would set it) and serves prefill from Kotlin; its next tokens and logits equal IREE's Python runtime's on the
     same vmfb and archive."""
@@ -730,8 +730,8 @@ def test_the_readme_serving_snippet_serves_the_tiny_llm_from_kotlin(built_jars, 
     import numpy as np
     import iree.runtime as rt
 
-    text = (ROOT / "README.md").read_text()
-    # The README's Serve.kt, verbatim (test_publish_serving.py runs it from the published repository instead).
+    text = (ROOT / "docs/serving.md").read_text()
+    # The serving guide's Serve.kt, verbatim (test_publish_serving.py runs it from the published repository instead).
     snippet = text.split("## Serving from the JVM", 1)[1].split("```kotlin\n", 1)[1].split("```", 1)[0]
     assert snippet.startswith("// src/main/kotlin/Serve.kt") and "fun main()" in snippet, snippet
     p = tmp_path / "serve"

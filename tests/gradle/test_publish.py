@@ -1,5 +1,5 @@
 """The published route, as a user meets it: scripts/publish writes a Maven repository; a new project outside
-this repository, made of exactly the README's "From Gradle" files (settings.gradle, build.gradle, the model),
+this repository, made of exactly docs/gradle.md's "From Gradle" files (settings.gradle, build.gradle, the model),
 applies the plugins by id and version from it (kotlin-stdlib comes from Maven Central), exports with real Gradle,
 and IREE runs the result with the numbers checked. Once with Kotlin 2.4, once with Kotlin 2.0.21 (the oldest the
 library targets), once through mavenLocal()."""
@@ -20,15 +20,15 @@ KOTLIN_20 = ROOT / "jvm/tools-compat/node_modules/kotlin-compiler"
 
 
 def readme_blocks():
-    """The README's "From Gradle" code blocks by their first lines (`// settings.gradle`, `// build.gradle`, the model
+    """docs/gradle.md's "From Gradle" code blocks by their first lines (`// settings.gradle`, `// build.gradle`, the model
     source `// src/main/kotlin/acme/Mlp.kt`, ...)."""
-    section = (ROOT / "README.md").read_text().split("## From Gradle", 1)[1].split("\n## ", 1)[0]
+    section = (ROOT / "docs/gradle.md").read_text().split("## From Gradle", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```(?:groovy|kotlin)\n(.*?)```", section, re.S)
     return {b.splitlines()[0]: b for b in blocks}
 
 
 def mlp_reference(x):
-    """What the README's acme.Mlp computes for `x` ([2, 4]), in float64."""
+    """What the Gradle guide's acme.Mlp computes for `x` ([2, 4]), in float64."""
     w1 = np.sin(np.arange(32, dtype=np.float32).astype(np.float64)).reshape(8, 4)
     b1 = 0.1 * np.arange(8)
     w2 = np.cos(np.arange(24, dtype=np.float32).astype(np.float64)).reshape(3, 8)

@@ -1,5 +1,5 @@
 """Text in, text out from the published repository, as a user meets it: scripts/publish writes
-dev.tapeout:tapeout-generate; a new project outside this repository, made of the README's "Text in, text out" files
+dev.tapeout:tapeout-generate; a new project outside this repository, made of docs/serving.md's "Text in, text out" files
 (build.gradle, Generate.kt) and the serving section's settings.gradle, resolves it by coordinates (tapeout-iree from the
 same repository, DJL's tokenizers and kotlin-stdlib from Maven Central), and `gradle run` generates from
 examples/hf-llama's f32 Llama with the 97-token tokenizer. The streamed text and the tokens must be transformers'
@@ -20,8 +20,8 @@ GOLDEN = ROOT / "jvm-generate/src/test/resources/generate"
 
 
 def generate_blocks():
-    """build.gradle and Generate.kt as the README's "Text in, text out" section shows them."""
-    section = (ROOT / "README.md").read_text().split("## Text in, text out", 1)[1].split("\n## ", 1)[0]
+    """build.gradle and Generate.kt as docs/serving.md's "Text in, text out" section shows them."""
+    section = (ROOT / "docs/serving.md").read_text().split("## Text in, text out", 1)[1].split("\n## ", 1)[0]
     blocks = {b.splitlines()[0]: b for b in re.findall(r"```(?:groovy|kotlin)\n(.*?)```", section, re.S)}
     return blocks["// build.gradle"], blocks["// src/main/kotlin/Generate.kt"]
 

@@ -1,5 +1,5 @@
 """Serving from the published repository, as a user meets it: scripts/publish writes dev.tapeout:tapeout-iree; a
-new project outside this repository, made of exactly the README's "Serving from the JVM" files (settings.gradle,
+new project outside this repository, made of exactly docs/serving.md's "Serving from the JVM" files (settings.gradle,
 build.gradle, Serve.kt), resolves it by coordinates (and kotlin-stdlib from Maven Central), and `gradle run` serves
 the tiny LLM's export with IREE in process. Neither cargo nor CMake is on its PATH: the native library comes from the
 jar. The printed next tokens and logits are checked against the model's own float64 Kotlin reference."""
@@ -21,8 +21,8 @@ BUILD_TOOLS = {"cargo", "rustc", "rustup", "cmake", "ctest", "cpack", "ninja"}
 
 
 def readme_blocks():
-    """settings.gradle, build.gradle and Serve.kt, as the README's "Serving from the JVM" section shows them."""
-    section = (ROOT / "README.md").read_text().split("## Serving from the JVM", 1)[1].split("\n## ", 1)[0]
+    """settings.gradle, build.gradle and Serve.kt, as docs/serving.md's "Serving from the JVM" section shows them."""
+    section = (ROOT / "docs/serving.md").read_text().split("## Serving from the JVM", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```(?:groovy|kotlin)\n(.*?)```", section, re.S)
     by_first_line = {b.splitlines()[0]: b for b in blocks}
     return (by_first_line["// settings.gradle"], by_first_line["// build.gradle"],
@@ -31,7 +31,7 @@ def readme_blocks():
 
 def path_without_build_tools(farm):
     """A directory of links to every program on PATH except the ones that build native code, IREE's compiler (what
-    the README asks a user to pip-install) first. PATH cannot merely drop directories: /usr/bin holds cmake too."""
+    the guide asks a user to pip-install) first. PATH cannot merely drop directories: /usr/bin holds cmake too."""
     farm.mkdir()
     (farm / "iree-compile").symlink_to(VENV_BIN / "iree-compile")
     for d in os.environ["PATH"].split(os.pathsep):

@@ -1,4 +1,4 @@
-"""The signature file end to end in IREE: the README's Python snippet (signature + ParameterIndex) runs on a real
+"""The signature file end to end in IREE: docs/cli.md's Python snippet (signature + ParameterIndex) runs on a real
 export and agrees with the numpy reference, and arguments fed in the signature's order (the declared order, not
 first use) give the right answers at two run-time sizes."""
 import json
@@ -15,7 +15,7 @@ MARKER = "<!-- python-snippet: tests/iree/test_readme_python.py"
 
 
 def readme_snippet():
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs/cli.md").read_text()
     after = text.split(MARKER, 1)[1]
     return after.split("```python\n", 1)[1].split("```", 1)[0]
 
@@ -28,7 +28,7 @@ def test_the_readme_python_snippet_runs_an_export_by_its_signature(tapeout, tmp_
     compile_iree(tmp_path, out / "mlp.mlir", "mlp")   # mlp.vmfb, which the snippet loads
     monkeypatch.chdir(tmp_path)
     scope = {}
-    exec(compile(readme_snippet(), "README.md (Run it from Python)", "exec"), scope)
+    exec(compile(readme_snippet(), "docs/cli.md (Run it from Python)", "exec"), scope)
     graph = reference.Graph(g / "mlp.json", g / "mlp.safetensors")
     [want] = graph.evaluate(scope["feeds"])
     assert list(scope["outputs"]) == graph.doc["outputs"]
