@@ -126,9 +126,9 @@ pub(super) const GROUP_COLUMNS: u64 = 64;
 /// the 16-row one 9 to 16, the 32-row one 17 to 32, the dequantized weight more); the few-rows forms' rows placed
 /// into the dequantized product's ([`OpKind::PlaceRows`], the largest form first: a form gated shut has no columns,
 /// and a placement short of the columns places nothing). No branch: IREE 3.13 would end its stream execution at
-/// each `scf.if` (docs/performance.md#weights-in-iree). Sub-byte codes are gated in groups of [`GROUP_COLUMNS`] columns, so they need rows a
-/// multiple of it (codes in row bands are not: the emitter gates their band axis); formats with high bits (Q5_x,
-/// Q6_K) are not gated. Otherwise the dequantized weight's product alone.
+/// each `scf.if` (docs/performance.md#weights-in-iree). Sub-byte codes are gated in groups of [`GROUP_COLUMNS`]
+/// columns, so they need rows a multiple of it (codes in row bands are not: the emitter gates their band axis);
+/// formats with high bits (Q5_x, Q6_K) are not gated. Otherwise the dequantized weight's product alone.
 fn dynamic_linear_use(b: &mut Builder<'_>, pl: &mut Planes, m: &Op) {
     let (x, y) = (m.inputs[0], m.outputs[0]);
     // The padded products' `[rows, N]` are placed into `y` viewed as `[?, N]`.
