@@ -1,7 +1,8 @@
 //! A tuning spec for IREE's CPU backend. It sets the tiles of the emitter's products over weights kept packed
 //! (codes in 32-value blocks: Q8_0, the 4-bit formats and the low bits of the 5-bit ones) and over weights in row
-//! bands. IREE 3.13's own tiles for these forms split a block across workgroups, convert a code once per row, or
-//! leave a short prompt's rows in a few partial tiles; the spec gives each form tiles that follow its layout.
+//! bands. IREE 3.13's own tiles for these forms split a block row or a band across workgroups, convert a code once
+//! per row, or leave a short prompt's rows in a few partial tiles; the spec gives each form tiles that follow its
+//! layout.
 //!
 //! - One row over codes as block rows (`[Kb, 32, N]`, the default; see `keep_packed`): a workgroup per block row,
 //!   untiled along `N`, with the whole block as the reduction tile. Each workgroup then reads one contiguous
