@@ -352,11 +352,11 @@ def test_a_banded_linear_is_one_contraction_over_the_stored_bands(tapeout, tmp_p
 
 
 def test_a_concat_along_a_dynamic_axis_is_each_part_inserted_at_its_offset(tapeout, tmp_path):
-    """HF's DynamicCache `cat(past, new)` along the `?` sequence axis. IREE 3.13 lowers a `stablehlo.concatenate`
-    with a `?` extent into one dispatch that finds every element's source with divisions and a branch (15 of the 24
-    ms of dispatch time of the 156M Llama's decode step at 1024 cached positions, docs/performance.md); the emitter
-    writes each part inserted at its offset into one empty result instead, which IREE runs as copies. A static axis
-    (with `?` rows) keeps its `stablehlo.concatenate`. Values: the cases above, at two sizes."""
+    """HF's DynamicCache `cat(past, new)` along the `?` sequence axis. IREE 3.13 lowers a `stablehlo.concatenate` with a
+    `?` extent into one dispatch that finds every element's source with divisions and a branch (most of the dispatch
+    time of the 156M Llama's decode step at 1024 cached positions, docs/performance.md#llm-decode-and-prefill); the
+    emitter writes each part inserted at its offset into one empty result instead, which IREE runs as copies. A static
+    axis (with `?` rows) keeps its `stablehlo.concatenate`. Values: the cases above, at two sizes."""
     for case, parts in (("concat_cache_dynamic_axis", 2), ("concat_three_dynamic_axis", 3)):
         tensors, nodes, _ = CASES[case]
         g = write_graph(tmp_path, case, tensors, nodes, ["y"])

@@ -74,7 +74,7 @@ def test_two_functions_share_one_archive_and_iree_runs_each(tapeout, tmp_path):
 
 
 def test_a_cache_written_by_dynamic_update_slice_is_updated_in_place(tapeout, tmp_path):
-    """The StaticCache form's KV cache (docs/performance.md, "Decode at the memory floor"): IREE 3.13 writes the
+    """The StaticCache form's KV cache (docs/performance.md#llm-decode-and-prefill): IREE 3.13 writes the
     update into the argument's own buffer, so a step costs the row it writes, not a copy of the cache. The module's
     stream has no copy of the cache and allocates no result for it; a cache passed as a device array holds the new
     row after the call (a caller that wants the old cache must copy it first); a host array is copied in and left

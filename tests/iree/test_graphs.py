@@ -261,9 +261,9 @@ def test_bf16_activations_compute_in_bf16_on_the_stored_weight(tapeout, tmp_path
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_a_tied_embedding_and_head_is_one_transposed_parameter_gathered_by_columns(dtype, tapeout, tmp_path):
-    """ids -> embedding rows -> logits = h @ E^T with one table E [V, D]: stored once as E^T [D, V] (the layout
-    IREE runs a decode step from without a copy, docs/performance.md), gathered by columns; IREE's logits equal
-    numpy's."""
+    """ids -> embedding rows -> logits = h @ E^T with one table E [V, D]: stored once as E^T [D, V] (the layout IREE
+    runs a decode step from without a copy, docs/performance.md#weights-in-iree), gathered by columns; IREE's logits
+    equal numpy's."""
     rng = np.random.default_rng(12)
     v, d = 40, 24
     e, _ = write_safetensors_2d(tmp_path / "w.safetensors", "e", rng.standard_normal((v, d)).astype(np.float32), dtype)

@@ -83,7 +83,7 @@ def test_byte_identical_to_iree_builder(case, tapeout, tmp_path):
 
 def test_a_large_file_starts_at_a_64_kib_boundary_and_iree_reads_it_whole(tapeout, tmp_path):
     """The default placement: the kernel copies a file of 8 MiB or more to an offset congruent to its own (0)
-    modulo 64 KiB, 1.4x faster than to IREE's next 64-byte boundary on this machine (docs/performance.md)."""
+    modulo 64 KiB, faster than to IREE's next 64-byte boundary (docs/performance.md#writing-archives)."""
     entries = CASES["large"]
     _pack_ours(tapeout, entries, tmp_path, tmp_path / "ours.irpa")
     _pack_ours(tapeout, entries, tmp_path, tmp_path / "iree.irpa", "--iree-placement")

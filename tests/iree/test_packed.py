@@ -373,7 +373,7 @@ def test_a_linear_with_dynamic_rows_dequantizes_after_its_input(fmt, rows, tapeo
     from 16384 on, padded). The weight is dequantized for that product just before it; a weight in parts reads
     each part's planes after the previous part's product (the first after `x`: an `optimization_barrier`, without
     which IREE computes every part at once), a weight in one part has no barrier (each costs IREE a submission;
-    docs/performance.md, "A prefill without a barrier per weight"); up to 8 rows the per-block product of the rows
+    docs/performance.md#weights-in-iree); up to 8 rows the per-block product of the rows
     padded to 8 is taken instead, from 9 to 16 the one padded to 16, from 17 to 32 the one padded to 32
     (`gate_rows` leaves the other forms without work). The result equals `x @ dequantize(W)ᵀ` by PyPI gguf at 1, 6,
     8 (the 8-row form), 9, 13, 16 (the 16-row one), 17, 30, 32 (the 32-row one), 33 and 40 rows (the dequantized
@@ -454,7 +454,7 @@ def test_a_linear_with_dynamic_rows_dequantizes_after_its_input(fmt, rows, tapeo
         assert "optimization_barrier" not in text, text
     # A part of plane rows in multiples of 32 is dequantized in row bands of 32 (the planes transposed to
     # [N / 32, Kb, B, 32] before the arithmetic) and contracted over them: IREE's f32 product over a [K, N] weight
-    # whose rows are 4 KiB apart runs at half the speed (docs/performance.md).
+    # whose rows are 4 KiB apart runs at half the speed (docs/performance.md#weights-in-iree).
     banded = re.search(BANDED_PRODUCT, text)
     bands_in = re.search(BANDS_OF_CODES, text)
     # (16389 rows: the first part's 16384 rows are banded, whatever the second's.)

@@ -1,6 +1,6 @@
 """The CPU tuning spec tapeout writes beside a module with weights kept packed in 32-value blocks (Q8_0, Q4_0, Q4_1,
 Q4_K, Q5_0, Q5_1, Q5_K) or bf16 / f16 weights in row bands (`iree-compile --iree-codegen-tuning-spec-path=<name>.tuning.mlir`: one-row per-block products a whole block
-at a time, one-row band products four bands at a time, docs/performance.md). Tiling must never change what is
+at a time, one-row band products four bands at a time, docs/performance.md#cpu-tuning). Tiling must never change what is
 computed: every result is checked against numpy's float64 product of the stored values, at band counts that do not
 divide by two (3, 5, 11 bands), reduction lengths that leave a tail (7, 161), one row, three rows and `?` rows (run
 with 5), for this CPU and for a generic one, with the spec and without it."""
@@ -137,7 +137,7 @@ def test_band_products_are_one_contraction_over_the_stored_bands_and_keep_every_
     loads = dict(re.findall(r"(%v\d+) = util\.global\.load @(\S+) ", text))
     assert all(v in loads for _, v, *_ in products), "each product reads the parameter as stored"
     # `?` rows of 16-bit bands are read from a copy with zero rows up to a multiple of 8 (its last insertion), so that
-    # IREE's masked last row tile reads inside the buffer (docs/performance.md, "Rows past the end of a buffer").
+    # IREE's masked last row tile reads inside the buffer (docs/performance.md#weights-in-iree).
     made = dict(re.findall(r"(%v\d+) = ([\w.]+) ", text))
     padded = [rows for x, _, rows, *_ in products if made.get(x) == "tensor.insert_slice"]
     assert padded == (["?"] * len(BANDS) * len(KS) if tuned else []), products

@@ -53,10 +53,11 @@ pub enum ConstantData<'a> {
     /// lender): the layout chosen at export time for a weight the program only contracts on its last dimension
     /// (a PyTorch-layout `[out, in]` linear, a tied LM head), so that the module contracts it as stored.
     ///
-    /// With `tile` less than `rows`, each band of `tile` source rows is written transposed in turn: the stored
-    /// tensor is `[rows / tile, cols, tile]` (element `[b, k, t]` is source `[b·tile + t, k]`), the layout in which
-    /// IREE 3.13's CPU code reads a decode step's matrix-vector product as contiguous runs (`docs/performance.md`).
-    /// `tile == rows` is the plain transpose, `[cols, rows]` (the same bytes as `[1, cols, rows]`).
+    /// With `tile` less than `rows`, each band of `tile` source rows is written transposed in turn: the stored tensor
+    /// is `[rows / tile, cols, tile]` (element `[b, k, t]` is source `[b·tile + t, k]`), the layout in which IREE
+    /// 3.13's CPU code reads a decode step's matrix-vector product as contiguous runs
+    /// (docs/performance.md#weights-in-iree). `tile == rows` is the plain transpose, `[cols, rows]` (the same bytes as
+    /// `[1, cols, rows]`).
     Transposed {
         /// The values as held: f32, stored bytes, row-major 16-bit (kept or widened), or packed blocks.
         of: Box<ConstantData<'a>>,

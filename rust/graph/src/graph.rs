@@ -57,19 +57,18 @@ pub enum WeightLayout {
 
 /// How the codes of a Q8_0 or Q4_0 weight kept packed ([`PackedConstantHandling::Keep`]) are laid out, when the
 /// export chooses layouts ([`WeightLayout::ChosenForUse`]). The values and every result are the same; what differs
-/// is which access IREE 3.13's CPU code streams faster, and that depends on the CPU (docs/performance.md, "Codes in
-/// row bands, built").
+/// is which access IREE 3.13's CPU code streams faster, and that depends on the CPU
+/// (docs/performance.md#weights-in-iree).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PackedCodesLayout {
-    /// `[Kb, 32, N]`: a decode step's product gives a workgroup each block row (the default). On an Intel Xeon
-    /// (AVX-512) it is the faster of the two: 1.11x on a stack of one-row Q8_0 products.
+    /// `[Kb, 32, N]`: a decode step's product gives a workgroup each block row (the default). It is the faster
+    /// of the two on some AVX-512 CPUs, and it suits every weight.
     #[default]
     BlockRows,
     /// Row bands of 32 rows, `[N / 32, Kb, 32, 32]`, for a weight no use gathers rows of and whose rows 32 divides
-    /// (Q4_0's padded to 64): a decode step's product gives a workgroup each band. On an AMD EPYC (AVX-512) a whole
-    /// Q8_0 decode step was 1.13x faster so (Zen 4), its dispatches 1.1-1.2x for Q8_0 and Q4_0 (Zen 5); on the Xeon
-    /// above, stacks of one-row Q8_0 products 0.9x. A prefill's few-rows products read the stored bands too, so
-    /// IREE keeps no copy of the codes (docs/performance.md, session 35). The Kotlin API's
+    /// (Q4_0's padded to 64): a decode step's product gives a workgroup each band, one contiguous run of codes.
+    /// On other AVX-512 CPUs it is the faster of the two. A prefill's few-rows products read the stored bands too,
+    /// so IREE keeps no copy of the codes. The Kotlin API's
     /// `KEEP_ROW_BANDS` asks for it. A weight one function of a module gathers and another multiplies cannot be
     /// banded in one and not the other: the export refuses it.
     RowBands,

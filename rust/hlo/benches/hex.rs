@@ -62,7 +62,7 @@ fn bench(c: &mut Criterion) {
         out.flush().unwrap_or_else(|e| panic!("{e}"));
     });
     // The conversion alone, into a buffer whose pages are already mapped (what a fresh buffer costs instead,
-    // and so why export streams the module to its file: docs/performance.md, "Hex emission").
+    // and so why export streams the module to its file: docs/performance.md#writing-archives).
     let bytes: &[u8] = bytemuck::cast_slice(&values);
     let mut warm = String::with_capacity(bytes.len() * 2);
     group.bench_function("push_hex_warm_buffer/64MiB", |b| {

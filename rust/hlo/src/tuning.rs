@@ -1,68 +1,35 @@
-//! A tuning spec for IREE's CPU backend: how the emitter's one-row products over weights kept packed (codes in
-//! 32-value blocks: Q8_0, the 4-bit formats and the low bits of the 5-bit ones), a prefill's few rows over kept
-//! codes and one row over bf16 or f16 weights in row bands are tiled.
+//! A tuning spec for IREE's CPU backend. It sets the tiles of the emitter's products over weights kept packed
+//! (codes in 32-value blocks: Q8_0, the 4-bit formats and the low bits of the 5-bit ones) and over weights in row
+//! bands. IREE 3.13's own tiles for these forms split a block row or a band across workgroups, convert a code once
+//! per row, or leave a short prompt's rows in a few partial tiles; the spec gives each form tiles that follow its
+//! layout.
 //!
-//! - A Q8_0 or Q4_0 weight kept packed with its codes in row bands of 32 (`--packed-codes row-bands`:
-//!   `[N / 32, Kb, 32, 32]`) is contracted per 32-value block by one `linalg.generic` over the stored bands. For one
-//!   row IREE 3.13 gives each workgroup 8 bands of 4 blocks with a reduction tile of 16; the spec gives it one band
-//!   with every block of it (a contiguous `[Kb, 32, 32]` run of codes) and the whole block as the reduction tile.
-//!   On an AMD EPYC a whole Q8_0 decode step so was 1.13-1.14x faster than over `[Kb, 32, N]` codes with the
-//!   block-row tiles below; on an Intel Xeon stacks of one-row Q8_0 products were 0.9x, and IREE's own tiles for
-//!   the bands and three other tilings no faster (docs/performance.md, "Codes in row bands, built").
-//! - Otherwise (the default) a Q8_0 or Q4_0 weight kept packed is contracted per 32-value block over its codes
-//!   (`[Kb, 32, N]`, see `keep_packed`). For one row (a decode step) IREE 3.13 gives each workgroup 64 columns of
-//!   one block row with a reduction tile of 16; the spec gives it the whole block row (all `N` columns of one
-//!   block: a contiguous `[32, N]` run of codes, the distribution left untiled along `N`) and the whole block as
-//!   the reduction tile.
-//!   Measured on the decode step of a 156M Llama on an AVX-512 EPYC (docs/performance.md, session 22): against 256
-//!   columns (sessions 18 and 21: itself about 1.35x over IREE's tiles for Q8_0 on a Xeon, 1.2-1.35x for Q4_0)
-//!   about 1.15x for Q8_0 and 1.2x for Q4_0; 1024 columns gained nothing, 2048 less than 4096 or the whole weight.
-//!   With no distribution tile along `N` there is no partial one either: 256-column tiles over a Q4_0 plane whose
-//!   rows (padded to 64) 256 does not divide needed masked `i4` loads IREE 3.13 cannot compile; the 32-column vector
-//!   tiles divide every `i4` plane (`SUB_BYTE_ROWS`). A product has `K / 32` workgroups (32 for a 1024-wide input),
-//!   measured with 2 threads only: a CPU with more cores than blocks leaves the rest idle in it.
-//!   Q4_1, Q4_K and the low 4 bits of Q5_0, Q5_1 and Q5_K (contracted the same way, their high bits in a second
-//!   product the spec does not match) take the same tiles: whole GGUFs of the same model 1.1x faster per decode
-//!   step on an AVX2 Xeon (session 27).
-//! - A bf16 or f16 weight in row bands (`[B, K, T]`) is contracted by one `linalg.generic` over the stored bands.
-//!   For one row IREE gives each workgroup 8 bands, in vector tiles of 8 bands × 32 columns with a reduction tile
-//!   of 16; the spec keeps the workgroup and takes vector tiles of 4 bands with a reduction tile of 8: a decode step
-//!   about 1.15x faster on the AVX-512 EPYC for bf16 (docs/performance.md, session 21) and 1.14x for f16 (session
-//!   22). For `?` rows (a prefill) session 19 found no workgroup of 64 rows that helped both short and long prompts
-//!   (docs/performance.md, "One contraction over the stored bands"); 16 rows do (below). f32 bands are not matched
-//!   at one row: on the same step the spec was within noise (12.0 against 12.4 ms, faster in 3 of 6 rounds;
-//!   session 22).
+//! - One row over codes as block rows (`[Kb, 32, N]`, the default; see `keep_packed`): a workgroup per block row,
+//!   untiled along `N`, with the whole block as the reduction tile. Each workgroup then reads one contiguous
+//!   `[32, N]` run of codes. With no tile along `N` there is no partial one either: that would need masked `i4`
+//!   loads, which IREE 3.13 cannot compile. A product has `K / 32` workgroups, so cores beyond that stay idle in it.
+//!   Q4_1, Q4_K and the low 4 bits of Q5_0, Q5_1 and Q5_K take the same tiles; their high bits are a second
+//!   product the spec does not match.
+//! - One row over codes in row bands of 32 (`--packed-codes row-bands`: `[N / 32, Kb, 32, 32]`, one
+//!   `linalg.generic` over the stored bands): a workgroup per band with every block of it, the whole block as the
+//!   reduction tile. Each workgroup reads one contiguous `[Kb, 32, 32]` run; whether that beats block rows depends
+//!   on the CPU.
+//! - One row over bf16 or f16 weights in row bands (`[B, K, T]`): IREE's workgroups of 8 bands, with vector tiles of
+//!   4 bands over a reduction of 8 instead of 8 bands over 16. f32 bands are not matched: the spec made no
+//!   difference beyond noise there.
+//! - A prefill of more than 32 rows over a kept weight dequantized into f32 bands of 32 (`[?, K] x [N / 32, K, 32]`):
+//!   a workgroup per band and 16 rows, vector tiles of 8 rows by 32 columns over a reduction of 4. IREE's 8 bands
+//!   of 64 rows leave a prompt of 33 to 63 rows in a handful of partial workgroups. One row is not matched: decode
+//!   keeps IREE's tiles.
+//! - A prefill over bf16 bands as stored (from one row: a 16-bit model has no few-rows forms): the same workgroups,
+//!   in vector tiles of 4 rows over a reduction of 4, which suit the shortest prompts. No workgroup of 64 rows
+//!   suited both short and long prompts. f16 bands are not matched there (not measured).
+//! - A prefill's few rows (8, 16 or 32; `keep_packed`'s few-rows forms) over kept codes: vector tiles of 8 rows at
+//!   once, as IREE does for a static product, so each code is converted once and not once per row. Q4_0, Q4_1 and
+//!   Q4_K codes gated in groups of 64 columns take 4 groups a workgroup; Q8_0's codes gated along their columns take
+//!   256 columns; codes in row bands take 8 bands of 32 columns.
 //!
-//! - A prefill's product of more than 32 rows with a kept weight dequantized into row bands of 32 (`keep_packed`:
-//!   `[?, K] x [N / 32, K, 32]`, an f32 band product): IREE 3.13 gives each workgroup 8 bands of 64 rows, so a
-//!   prompt of 33 to 63 rows fills one partial row tile per 8 bands (a handful of workgroups for the 2 threads) and
-//!   96 rows one and a half. The spec gives each workgroup one band of 16 rows, in vector tiles of 8 rows by 32
-//!   columns over a reduction of 4: whole Q4_0 / Q8_0 prefills of the 156M Llama on an AVX-512 EPYC (Zen 5) 1.5-1.95x
-//!   faster at 33 to 48 tokens, 1.3-1.6x at 80 to 96, 1.0-1.2x at 128, even at 64 (Q8_0 0.93x, within noise), the
-//!   same up to 32 (docs/performance.md, "A prefill's dequantized bands, 16 rows a workgroup"). One row drops its
-//!   unit row loop and is not matched: decode's products (f32 weights stored in bands included) keep IREE's tiles.
-//!   The same product over bf16 bands as stored (a bf16 model's prefill, from one row: it has no few-rows forms)
-//!   gets one band of 16 rows in vector tiles of 4 rows over a reduction of 4: whole bf16 prefills of the same model
-//!   1.3-1.7x faster at 1, 16, 33, 48 and 96 tokens than with IREE's tiles (session 30, with a reduction of 8),
-//!   and the reduction of 4 another 1.05-1.13x at 1 to 128 tokens (docs/performance.md, session 33). f16 bands are
-//!   not matched there (not measured).
-//!
-//! - A prefill's product of at most 8 (or 9 to 16, or 17 to 32) rows over Q4_0 / Q4_1 / Q4_K codes gated in groups
-//!   of 64 columns (`keep_packed`'s few-rows forms: rows `[R, Kb, 32]` (R = 8, 16, 32), codes `[Kb, 32, ?, 64]`).
-//!   Of the 8-row one: IREE 3.13 gives it vector tiles of one row, converting every code once per row; the spec
-//!   takes the 8 rows at once, as IREE does for the static product, over 4 groups per workgroup: one 1024 -> 2816
-//!   Q4_0 linear at 1-8 rows 0.44-0.49 ms against 1.1-1.6 with IREE's tiles and 1.6-2.5 for the dequantized weight's
-//!   product (docs/performance.md, session 25); whole Q4_1 and Q4_K_M GGUFs' prefills of 8 tokens 1.6-1.85x faster
-//!   with it (session 27). The products of rows padded to 16 and 32 get 16 or 32 rows per workgroup in the same
-//!   vector tiles (whole Q4_0 prefills of 9-16 tokens 32 ms, against 55 with the dequantized weights before that
-//!   form, and of 17-32 tokens 55-59 ms against 73-91; session 27).
-//!   Q8_0's few-rows forms (codes `[Kb, 32, ?]`, gated along their columns: IREE's batch matmul) get the same
-//!   vector tiles with 256 columns a workgroup and a reduction of 4, where IREE gives 64 over 16: whole Q8_0
-//!   prefills of the 156M Llama on the Zen 5 1.2-1.3x faster at 8 tokens, 1.3-1.6x at 16 and 32 (session 31).
-//!   Over Q8_0 or Q4_0 codes in row bands the few-rows forms read the stored bands, gated along the band axis
-//!   (`[?, Kb, 32, 32]`, one `linalg.generic`): the same vector tiles, 8 bands of 32 columns a workgroup. Without
-//!   them the same prefills of 1 to 32 tokens were 1.3-3x slower (docs/performance.md, "Few rows over the stored
-//!   bands", session 35).
+//! What each form gained: docs/performance.md#cpu-tuning.
 //!
 //! Every vector tile is at most 4 KiB: IREE 3.13 refuses vectors larger than 512 native vectors, 8 KiB on a
 //! 16-byte-vector CPU (`generic` x86-64, Arm NEON), and a spec is written per export, not per CPU. It changes tiling
@@ -84,9 +51,8 @@ const ROWS_FOLDED: Folded = Folded { dropped: None, lhs: Some(&["m", "b", "k"]) 
 /// banded by 16 or 8). Not Q6_K's codes: its 16-value sub-blocks are not the block matchers' 32, so a module whose
 /// only kept weights are Q6_K gets no spec (its products would be IREE's either way).
 ///
-/// Measured on whole GGUFs of one 156M Llama made by llama.cpp's quantizer (docs/performance.md, session 27): a
-/// decode step with the spec 1.1x faster for Q4_1, Q4_K_M, Q5_0 and Q5_K_M, a prefill of 8 tokens 1.6-1.85x for
-/// Q4_1 and Q4_K_M (the few-rows matcher; 5-bit codes do not take that form), longer prefills even.
+/// The 5-bit formats' codes get the one-row tiles only: they do not take the few-rows forms. Figures per format:
+/// docs/performance.md#cpu-tuning.
 #[must_use]
 pub fn is_tuned(data: &ConstantData<'_>) -> bool {
     match data {
@@ -151,8 +117,8 @@ pub fn cpu_tuning_spec() -> String {
     // few-rows forms): loops (block, row, group, column, k) over rows `[R, Kb, 32]` (R = 8, 16, 32; their
     // transpose folded in by IREE) and codes `[Kb, 32, ?, T]`. Of the 8-row product: IREE 3.13 gives it vector
     // tiles of one row by 8 groups, unpacking each code once per row; the spec takes the 8 rows at once (the static
-    // product's tiles) over 4 groups of 64 per workgroup, a reduction tile of 4 (16 is faster on AVX-512 but makes 16 KiB vectors an AVX2 or generic CPU
-    // refuses): one 1024 -> 2816 Q4_0 linear at 1-8 rows 0.44-0.49 ms against 1.1-1.6 (docs/performance.md).
+    // product's tiles) over 4 groups of 64 per workgroup, with a reduction tile of 4. A reduction of 16 is faster
+    // with AVX-512 but makes 16 KiB vectors, which an AVX2 or generic CPU refuses.
     let few_maps = BLOCK_GROUPS.as_iree_holds(ROWS_FOLDED);
     let few_check = |rows: u64| {
         format!(
@@ -161,9 +127,7 @@ pub fn cpu_tuning_spec() -> String {
         )
     };
     // `[8, 32]` f32 values over a reduction of 4: 4 KiB. The 16- and 32-row forms get 16 or 32 rows per
-    // workgroup in the same vector tiles: a whole Q4_0 prefill of 9-16 tokens 32 ms, against 36-40 with vector
-    // tiles of 16 rows (reduction 4 or 2) and 55 with the dequantized weights (docs/performance.md, "Prompts of 9
-    // to 16 tokens").
+    // workgroup in the same vector tiles, which beat vector tiles of 16 rows (docs/performance.md#cpu-tuning).
     let few = |rows: u64| {
         format!(
             "cache_parallel = [1, {rows}, 4, 64, 0], distribution = [1, {rows}, 4, 64, 0], vector_common_parallel = [1, 8, 1, 32, 0], vector_reduction = [0, 0, 0, 0, 4]"
@@ -173,21 +137,21 @@ pub fn cpu_tuning_spec() -> String {
     // forms' 32 rows): loops (band, row, column, k) over rows `[?, K]` and bands `[N / 32, K, 32]`, the result's
     // transpose to `[?, N / 32, 32]` folded in by IREE. IREE 3.13 gives a workgroup 8 bands (4 or 1 for a weight of
     // 32 or 8 bands) of 64 rows: a prompt of 33 to 63 rows then fills one partial row tile per band group, a few
-    // workgroups for two threads. One band of 16 rows per workgroup (figures in the module notes above).
+    // workgroups for two threads. One band of 16 rows per workgroup fills them.
     let prefill_band_maps = BAND.as_iree_holds(Folded::default());
     // `[8, 32]` f32 values over a reduction of 4: 4 KiB (IREE's own reduction tile of 16 makes 16 KiB vectors, which
     // it refuses for a CPU with 16-byte vectors once the spec asks for them; 4 was as fast as 16 on AVX-512).
     let dequantized = "cache_parallel = [1, 16, 32, 0], distribution = [1, 16, 32, 0], vector_common_parallel = [1, 8, 32, 0], vector_reduction = [0, 0, 0, 4]";
     // The same product over bf16 bands as stored (a 16-bit model's prefill, which has no few-rows forms: 1 to 32 rows
     // too): one band of 16 rows per workgroup, vector tiles of 4 rows over a reduction of 4 (2 KiB; a reduction of
-    // 8 was 1.05-1.13x slower from 1 to 128 tokens, the same sums). Vector tiles of 8 rows (the f32 tiles above) are
-    // faster from 8 tokens on but 1.2-1.25x slower at 1-2 tokens: the product computes the prompt's own rows (the
-    // padding to 8 only keeps its loads in the buffer), which fill one 4-row tile or one 8-row one (module notes).
+    // 8 was slower at every prompt length, the same sums). Vector tiles of 8 rows (the f32 tiles above) are faster
+    // from 8 tokens on but slower at 1-2 tokens: the product computes the prompt's own rows (the padding to 8 only
+    // keeps its loads in the buffer), which fill one 4-row tile or one 8-row one.
     let prefill_bf16 = "cache_parallel = [1, 16, 32, 0], distribution = [1, 16, 32, 0], vector_common_parallel = [1, 4, 32, 0], vector_reduction = [0, 0, 0, 4]";
     // The same forms over Q8_0's whole-byte codes, gated along their columns directly (`[Kb, 32, ?]`): IREE's
     // batch matmul, loops (block, row, column, k). IREE 3.13 gives a workgroup 64 columns over a reduction tile of
-    // 16; the spec gives it 256 columns over a reduction of 4 in the same `[8, 32]` vector tiles: whole Q8_0
-    // prefills of 8 tokens 1.2-1.3x faster, 16 and 32 tokens 1.3-1.6x (docs/performance.md, "Q8_0's few rows").
+    // 16; the spec gives it 256 columns over a reduction of 4 in the same `[8, 32]` vector tiles as the other
+    // few-rows forms, which measured faster (docs/performance.md#cpu-tuning).
     let few_i8 = |rows: u64| {
         format!(
             "cache_parallel = [1, {rows}, 256, 0], distribution = [1, {rows}, 256, 0], vector_common_parallel = [1, 8, 32, 0], vector_reduction = [0, 0, 0, 4]"
@@ -363,7 +327,7 @@ mod tests {
         // The few-rows products over codes gated in groups: one matcher per form `keep_packed` writes (8, 16 and
         // 32 rows), its rows per workgroup, 5 loops (block, row, group, column, k); over codes in row bands, 8 bands
         // of 32 columns a workgroup, 5 loops (block, row, band, column, k).
-        assert_eq!(FEW_ROWS, [8, 16, 32], "a new form needs its tiles measured (docs/performance.md)");
+        assert_eq!(FEW_ROWS, [8, 16, 32], "a new form needs its tiles measured (docs/performance.md#cpu-tuning)");
         for rows in FEW_ROWS {
             assert_eq!(s.matches(&format!("dims_equal %m, [{rows}]")).count(), 4, "{rows} rows");
             assert_eq!(s.matches(&format!("distribution = [1, {rows}, 4, 64, 0]")).count(), 1, "{rows} rows");

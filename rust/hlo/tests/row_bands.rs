@@ -1,7 +1,8 @@
 //! Codes kept packed in row bands (`--packed-codes row-bands`): a prefill's few-rows forms contract the stored bands,
 //! gated (and, past 16 MiB of partials, sliced) along their band axis, and the `[Kb, 32, Np]` view the dequantization
-//! reads sits behind a barrier, so that IREE 3.13 computes no copy of the codes at load (docs/performance.md, "Few
-//! rows over the stored bands"). The values are checked by IREE in tests/iree/test_tuning.py and test_shape_sweep.py.
+//! reads sits behind a barrier, so that IREE 3.13 computes no copy of the codes at load
+//! (docs/performance.md#weights-in-iree). The values are checked by IREE in tests/iree/test_tuning.py and
+//! test_shape_sweep.py.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
 use tapeout_graph::{

@@ -457,7 +457,7 @@ int32_t tio_call(tio_session* session, const char* function, size_t input_count,
 // and a refusal (a seccomp filter, say) leaves the wait as IREE's own: slower, never wrong. Raw system calls on thread
 // 0 (the caller): per thread on every C library (musl's sched_* wrappers return ENOSYS), and never glibc's cached
 // copy of a policy, which pthread_getschedparam returns even after the policy was changed by other means. About
-// 1 us each here: four a wait.
+// a microsecond each, four a wait.
 #if defined(__linux__) && defined(SCHED_BATCH)
 static long tio_policy(void) { return syscall(SYS_sched_getscheduler, 0); }
 

@@ -370,7 +370,8 @@ mod tests {
             eprintln!("skipped: this CPU has avx512fp16, so no module here needs what it lacks");
             return;
         }
-        // f16 arithmetic for Sapphire Rapids: vmulph/vaddph, which iree-run-module dies on here (SIGILL).
+        // f16 arithmetic compiled for a CPU with AVX512-FP16 (vmulph/vaddph), which iree-run-module dies on here
+        // (SIGILL).
         let f16 = "func.func @main(%a: tensor<64xf16>, %b: tensor<64xf16>) -> tensor<64xf16> {
   %0 = stablehlo.multiply %a, %b : tensor<64xf16>
   %1 = stablehlo.add %0, %b : tensor<64xf16>

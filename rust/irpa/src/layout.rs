@@ -73,8 +73,8 @@ pub enum EntryShape {
         /// For bytes the kernel copies from a file: their offset in that file. An entry of at least
         /// [`COPY_PHASE_MIN_LEN`] whose source offset is 64-aligned is placed at that offset modulo [`COPY_PHASE`]
         /// (still 64-aligned), which IREE reads like any other placement. `copy_file_range` copies such an
-        /// entry faster than one whose ends disagree modulo 64 KiB (the page cache fills whole large folios; the
-        /// measurement is in docs/performance.md, "`pack` at `cat`'s speed"), and a file system that shares
+        /// entry faster than one whose ends disagree modulo 64 KiB (the page cache fills whole large folios;
+        /// docs/performance.md#writing-archives), and a file system that shares
         /// extents needs the ends congruent to share them.
         /// `None` places the entry exactly as IREE's builder does.
         file_offset: Option<u64>,

@@ -28,8 +28,9 @@ pub struct ExportSummary {
     /// arguments and results in order, with their names, dtypes and shapes.
     pub signature: PathBuf,
     /// The tuning spec beside it (`<dir>/<name>.tuning.mlir`, [`tapeout_hlo::cpu_tuning_spec`]) when the module has
-    /// products it tunes ([`tapeout_hlo::is_tuned`]: codes kept packed in 32-value blocks, bf16 / f16 row bands): pass it to
-    /// `iree-compile` for a CPU with `--iree-codegen-tuning-spec-path` (and `--mlir-disable-threading`, docs/performance.md).
+    /// products it tunes ([`tapeout_hlo::is_tuned`]: codes kept packed in 32-value blocks, bf16 / f16 row bands):
+    /// pass it to `iree-compile` for a CPU with `--iree-codegen-tuning-spec-path`, and `--mlir-disable-threading`
+    /// (IREE 3.13 can deadlock loading a spec on several threads).
     pub tuning_spec: Option<PathBuf>,
     /// The parameter archive (`<dir>/<name>.irpa`), or the shards of a set and its index.
     pub archives: ArchiveFiles,

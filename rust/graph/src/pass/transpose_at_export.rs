@@ -15,9 +15,9 @@ use crate::trace::{Attr, Attrs, Op, TensorId};
 ///   constant and the transpose node leaves;
 /// - its uses are one such transpose and gathers of its rows (a tied embedding and LM head): the same, and each
 ///   gather reads columns of the stored `[cols, rows]` table (`gather` along axis 1, then a transpose of the
-///   small gathered activation, an op inserted for the gather's node). Measured with IREE 3.13
-///   (docs/performance.md): for a decode step, the table as held makes IREE keep a transposed copy of it (2.0×
-///   the archive in RSS); stored transposed, 1.03×.
+///   small gathered activation, an op inserted for the gather's node). For a decode step, IREE 3.13 keeps a
+///   transposed copy of the table as held, about twice the archive in resident memory; stored transposed, no copy
+///   (docs/performance.md#weights-in-iree).
 ///
 /// A weight whose only uses are then the right operand of matmuls (a linear) is written in the row bands the
 /// device pass asks for ([`DeviceForms::weight_row_tile`]: `[rows / tile, cols, tile]`,

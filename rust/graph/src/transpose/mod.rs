@@ -374,11 +374,11 @@ pub(crate) fn stream_plane(
 
 /// Streams plane `plane` of the packed `[rows, cols]` weight `bytes` in row bands of `tile` rows: for each band of
 /// `tile` source rows (the last ones, and any past `rows` up to `padded_rows`, zero), its values laid out
-/// `[units, values per block, tile]` (for the codes of 32-value blocks `[Kb, 32, tile]`), so that the whole plane
-/// is `[padded_rows / tile, units, values per block, tile]`: the layout in which one decode step's product reads
-/// each band's codes as one contiguous run (`docs/performance.md`). Each band's source rows are read in one copy
-/// (at most `tile` rows of blocks); i4 codes are packed two per byte, low nibble first, as in [`stream_plane`]. Only
-/// the codes ([`Plane::Quants`]) are written in bands.
+/// `[units, values per block, tile]` (for the codes of 32-value blocks `[Kb, 32, tile]`), so that the whole plane is
+/// `[padded_rows / tile, units, values per block, tile]`: the layout in which one decode step's product reads each
+/// band's codes as one contiguous run (docs/performance.md#weights-in-iree). Each band's source rows are read in one
+/// copy (at most `tile` rows of blocks); i4 codes are packed two per byte, low nibble first, as in [`stream_plane`].
+/// Only the codes ([`Plane::Quants`]) are written in bands.
 pub(crate) fn stream_plane_bands(
     encoding: &Encoding,
     bytes: &Lent<'_, u8>,

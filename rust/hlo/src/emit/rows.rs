@@ -2,7 +2,7 @@
 //! fast ones for a few rows (8, 16, 32) and one for many, each of whose operands is sliced to zero extent when it is
 //! not the one for the actual rows (`keep_packed` writes them for each kept weight's `?`-row linear). No branch: IREE 3.13
 //! ends its stream execution region at every `scf.if`, and a dispatch over zero elements costs next to nothing
-//! (docs/performance.md, "A few rows of a kept weight").
+//! (docs/performance.md#weights-in-iree).
 
 use tapeout_graph::{Dim, Shape};
 

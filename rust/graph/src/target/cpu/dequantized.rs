@@ -12,7 +12,7 @@ use crate::trace::{Attrs, Op, TensorId};
 pub(super) const DEQUANTIZED_BYTES: u64 = 16 << 20;
 
 /// The columns of one row band of a weight dequantized for a `?`-row product: the width of the stored bf16 bands,
-/// whose contraction IREE 3.13 compiles well (docs/performance.md, "One contraction over the stored bands").
+/// whose contraction IREE 3.13 compiles well (docs/performance.md#weights-in-iree).
 const BAND_COLUMNS: u64 = 32;
 
 /// A part of a weight dequantized for one `?`-row product ([`dequantized_part`]).
@@ -84,15 +84,15 @@ pub(super) fn dequantized_product(b: &mut Builder<'_>, pl: &mut Planes, m: &Op, 
 /// only. Its ops are not shared, and they are written just before the product: IREE 3.13 then computes this f32
 /// copy about when the product needs it. With `wait`, the planes are read after `wait` is computed
 /// ([`OpKind::After`]): a weight dequantized in parts orders each part after the previous part's product, since
-/// IREE computed every part at once otherwise (docs/performance.md, "A prefill without a barrier per weight").
+/// IREE computed every part at once otherwise (docs/performance.md#weights-in-iree).
 /// With `gate` (on `x`, the product's rows), every plane is read through a [`OpKind::GateRows`] that empties
 /// its blocks when `x` has at most the gate's `above` rows (a few-rows form is taken then): its `K` is `?`.
 ///
 /// With `bands`, when [`BAND_COLUMNS`] divides `len`, the part is written in row bands (every plane transposed to
 /// `[len / T, Kb, B, T]` before the arithmetic, so IREE writes the bands in the dequantizing dispatch itself)
 /// for a `banded` matmul: IREE 3.13's f32 product over a `[K, N]` weight whose rows are 4 KiB apart (`N` =
-/// 1024) runs at half the speed of the same product over bands (docs/performance.md, "A prefill's dequantized
-/// weight in row bands"). Otherwise `Wᵀ [K, rows]` (padding rows sliced off).
+/// 1024) runs at half the speed of the same product over bands (docs/performance.md#weights-in-iree).
+/// Otherwise `Wᵀ [K, rows]` (padding rows sliced off).
 fn dequantized_part(
     pl: &mut Planes,
     b: &mut Builder<'_>,

@@ -9,9 +9,9 @@ use crate::shape::{Dim, Shape};
 use crate::trace::{Attrs, TensorId};
 
 /// The most bytes of per-block partials one column part of a few-rows product computes, for a form whose partials
-/// pass [`DEQUANTIZED_BYTES`] ([`few_rows_chunks`]). Measured at 7B widths (docs/performance.md, "The
-/// few-rows forms at 7B widths"): parts of 4, 8 and 16 MiB ran prefills equally fast; their peak memory was 30, 62
-/// and 130 MB above the dequantized weights', their compile 5.9, 3.2 and 2.2 times as long (more dispatches).
+/// pass [`DEQUANTIZED_BYTES`] ([`few_rows_chunks`]). At 7B widths parts of 4, 8 and 16 MiB ran prefills equally
+/// fast; smaller parts compile longer (more dispatches) and larger ones raise peak memory, so 8 MiB sits between
+/// (docs/performance.md#weights-in-iree).
 const FEW_ROWS_PART_BYTES: u64 = 8 << 20;
 
 /// `x @ Wᵀ` per block for `x` padded to `rows` rows ([`OpKind::PadRows`]), as `[rows, Np or 0]`: every plane read
@@ -54,7 +54,7 @@ pub(super) fn few_rows_product(
 /// One column part (plane rows `first .. first + len`) of [`few_rows_product`], as `[rows, len or 0]`. Each plane
 /// is read in its groups first and the part's groups sliced from those: the slice and the gate after it are then
 /// on one axis, which IREE 3.13 composes into one read in place (a slice along `Np` before the groups became a copy
-/// of the planes every call, gated or not; docs/performance.md, "The few-rows forms at 7B widths").
+/// of the planes every call, gated or not).
 fn few_rows_part(
     b: &mut Builder<'_>,
     pl: &mut Planes,

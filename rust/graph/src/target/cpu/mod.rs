@@ -51,31 +51,28 @@ impl DeviceForms for CpuForms {
 }
 
 /// Source rows per band of a linear's weight written in row bands ([`ConstantData::Transposed`]): 32 where they
-/// divide the rows, else the largest of 16 and 8 that does, else all rows (a plain transpose). Measured with IREE
-/// 3.13 on the llvm-cpu target (docs/performance.md, "Decode at the memory floor"): a decode step's
-/// matrix-vector product over `[rows / 32, cols, 32]` bf16 bands, one contraction over the stored bands, reads the
-/// weight at several times the rate of the same product over `[cols, rows]`, with no copy of the weight.
+/// divide the rows, else the largest of 16 and 8 that does, else all rows (a plain transpose). With IREE 3.13 on
+/// the llvm-cpu target, a decode step's matrix-vector product over `[rows / 32, cols, 32]` bf16 bands, one
+/// contraction over the stored bands, reads the weight several times faster than the same product over
+/// `[cols, rows]`, with no copy of the weight (docs/performance.md#weights-in-iree).
 ///
 /// [`ConstantData::Transposed`]: crate::ConstantData::Transposed
 pub(crate) const ROW_TILES: [u64; 3] = [32, 16, 8];
 
 /// Rows per band of the codes of a Q8_0 or Q4_0 weight stored in row bands ([`ConstantData::Plane`](crate::ConstantData::Plane)'s `band`):
 /// a decode step's product reads `[Kb, 32, 32]` codes per band, contiguous, which IREE 3.13 gives one workgroup
-/// each under the tuning spec (`tapeout_hlo::cpu_tuning_spec`; docs/performance.md, "Codes in row bands, built").
+/// each under the tuning spec (`tapeout_hlo::cpu_tuning_spec`; docs/performance.md#weights-in-iree).
 pub(super) const PLANE_BAND_ROWS: u64 = 32;
 
 /// The row counts up to which a `?`-row product of a kept weight takes the per-block product of its rows padded to
 /// that many: up to 8 rows padded to 8, 9 to 16 padded to 16, 17 to 32 padded to 32, more the dequantized weight's
-/// product. Measured on a 1024 -> 2816 Q8_0 linear (docs/performance.md, "A few rows of a kept weight"): the static
-/// per-block product at 8 rows is 3-4x faster than the dequantized weight's product; at 16 rows 2x, level from 24
-/// on, where its partials (`4·Kb·rows·N` bytes) reach the dequantized weight's `4·K·N`. Whole prefills of a 156M
-/// Llama (docs/performance.md, "Prompts of 9 to 16 tokens"): the 16-row form alone took 35-39 ms at 1-16 tokens,
-/// the 8-row one 18-28 ms at 1-8 and the dequantized weights 55-61 ms at 9-16, so both forms are written; a 32-row
-/// form likewise made 17-32 tokens 1.3-1.55x (Q4_0) and 1.1-1.35x (Q8_0) faster, longer prompts unchanged.
+/// product. On one linear the static per-block product of a few rows beats the dequantized weight's product at 8
+/// and 16 rows and draws level from about 24, where its partials (`4·Kb·rows·N` bytes) reach the dequantized
+/// weight's `4·K·N`; in whole prefills the 32-row form still gains. The 16-row form is slower than the 8-row one at
+/// 1 to 8 rows, so each range has a form of its own (docs/performance.md#weights-in-iree).
 /// Ascending: each form is gated open above the one before it. A form whose partials pass 16 MiB
-/// (`DEQUANTIZED_BYTES`) is computed in column parts (`FEW_ROWS_PART_BYTES`; at 7B widths every form is: 1-32-token
-/// prefills 1.5-2.3x faster there, docs/performance.md, "The few-rows forms at 7B widths"). Public for the tuning
-/// spec (`tapeout-hlo`), which tiles each form's product by a matcher of its own.
+/// (`DEQUANTIZED_BYTES`) is computed in column parts (`FEW_ROWS_PART_BYTES`; at 7B widths every form is). Public
+/// for the tuning spec (`tapeout-hlo`), which tiles each form's product by a matcher of its own.
 pub const FEW_ROWS: [u32; 3] = [8, 16, 32];
 
 /// A gate on the row count of `x` ([`OpKind::GateRows`]): the gated value is whole when `x` has more than `above`
@@ -129,9 +126,9 @@ pub(super) const GROUP_COLUMNS: u64 = 64;
 /// the 16-row one 9 to 16, the 32-row one 17 to 32, the dequantized weight more); the few-rows forms' rows placed
 /// into the dequantized product's ([`OpKind::PlaceRows`], the largest form first: a form gated shut has no columns,
 /// and a placement short of the columns places nothing). No branch: IREE 3.13 would end its stream execution at
-/// each `scf.if` (docs/performance.md). Sub-byte codes are gated in groups of [`GROUP_COLUMNS`] columns, so they need rows a
-/// multiple of it (codes in row bands are not: the emitter gates their band axis); formats with high bits (Q5_x,
-/// Q6_K) are not gated. Otherwise the dequantized weight's product alone.
+/// each `scf.if` (docs/performance.md#weights-in-iree). Sub-byte codes are gated in groups of [`GROUP_COLUMNS`]
+/// columns, so they need rows a multiple of it (codes in row bands are not: the emitter gates their band axis);
+/// formats with high bits (Q5_x, Q6_K) are not gated. Otherwise the dequantized weight's product alone.
 fn dynamic_linear_use(b: &mut Builder<'_>, pl: &mut Planes, m: &Op) {
     let (x, y) = (m.inputs[0], m.outputs[0]);
     // The padded products' `[rows, N]` are placed into `y` viewed as `[?, N]`.

@@ -10,8 +10,8 @@ use crate::error::{HloError, Result};
 
 /// A product over `?` rows of 16-bit weights in row bands reads its rows from a buffer of a multiple of this many
 /// (zero rows appended): IREE 3.13 computes such a product in tiles of 4 or 8 rows, the last one masked, and a
-/// masked load whose rows lie past the end of the rows' buffer made the whole product 4-8x slower on an AMD Zen 5
-/// (1 or 33 rows of a 2816-wide product; docs/performance.md, "Rows past the end of a buffer").
+/// masked load whose rows lie past the end of the rows' buffer made the whole product several times slower
+/// (docs/performance.md#weights-in-iree).
 const BAND_ROW_MULTIPLE: u64 = 8;
 
 impl Emitter<'_, '_, '_> {
@@ -24,7 +24,7 @@ impl Emitter<'_, '_, '_> {
     /// (without a batch dimension it transposes the weight into a copy; with the bands as a batch dimension it
     /// needs the rows broadcast to every band, a dispatch writing `bands x M x K` values). IREE compiles this one
     /// into a single dispatch that reads each band's `K x T` values as one contiguous run and never copies the
-    /// weight (measured: docs/performance.md, "One contraction over the stored bands").
+    /// weight (docs/performance.md#weights-in-iree).
     pub(crate) fn banded_matmul(&mut self, a: &Val, stored: &Val, compute: DType, out: &Shape) -> Result<Val> {
         if stored.rank() == 4 {
             return self.banded_block_matmul(a, stored, compute, out);
@@ -56,7 +56,7 @@ impl Emitter<'_, '_, '_> {
             self.reshape(a, &flat_shape)?
         };
         let n = bands.checked_mul(t).ok_or_else(|| self.err(format!("{bands} bands of {t} columns overflow u64")))?;
-        // 16-bit bands only: the kept weights' dequantized f32 bands measured no faster so (33-97 rows).
+        // 16-bit bands only: the kept weights' dequantized f32 bands measured no faster padded.
         let sixteen_bit = matches!(stored.dtype, DType::BF16 | DType::F16);
         let per_band = if m == Dim::Dynamic && sixteen_bit && compute.is_float() && flat.dtype.is_float() {
             let (rows, count) = self.rows_to_multiple(&flat, BAND_ROW_MULTIPLE);
@@ -86,9 +86,9 @@ impl Emitter<'_, '_, '_> {
     /// [`tapeout_graph::ConstantData::row_tile`]): `a [Kb, M, B]` (the rows' values block by block) times the codes
     /// as `[Kb, B, Np]`, giving `[Kb, M, Np]`, one `linalg.generic` over the stored codes (iteration space block,
     /// row, band, column, k; each code converted to `compute` inside it). Each band's `Kb x B x T` codes are one
-    /// contiguous run: the tuning spec gives one-row products a workgroup per band (`crate::cpu_tuning_spec`;
-    /// faster than the block-row layout on some CPUs, slower on others: docs/performance.md, "Codes in row bands,
-    /// built").
+    /// contiguous run: the tuning spec gives one-row products a workgroup per band (`crate::cpu_tuning_spec`).
+    /// That is faster than the block-row layout on some CPUs and slower on others
+    /// (docs/performance.md#weights-in-iree).
     pub(super) fn banded_block_matmul(&mut self, a: &Val, stored: &Val, compute: DType, out: &Shape) -> Result<Val> {
         let [bands, Dim::Static(kb), Dim::Static(b), Dim::Static(t)] = stored.shape.0[..] else {
             return Err(self.err(format!("codes in row bands are [Np / T, Kb, B, T], not [{}]", stored.shape)));

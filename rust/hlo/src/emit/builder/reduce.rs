@@ -9,12 +9,11 @@ use crate::error::Result;
 impl Emitter<'_, '_, '_> {
     /// The sum of `x` over its leading axis. For a static f32 `x` of rank 2 or more, with a leading extent of 2 or
     /// more, a `dot_general` of a splat of ones `[R]` with `x`, contracting that axis; else a `stablehlo.reduce`.
-    /// Measured with IREE 3.13 on the llvm-cpu target (docs/performance.md, "The packed product's sum over
-    /// blocks"): a `stablehlo.reduce` over the outer axis of `[R, .., N]` is compiled to a reduction vectorized
-    /// across the strided axis (130 µs for `[32, 2816]`, 1.1 ms for `[32, 7, 2816]`), the contraction with ones to
-    /// a `vecmat` that reads `x` row by row (6 µs and 34 µs). A packed weight's product summed over its blocks is
-    /// such a sum. Other dtypes keep the `reduce`: only f32 was measured, and a 16-bit `dot_general` may accumulate
-    /// in 16 bits.
+    /// With IREE 3.13 on the llvm-cpu target, a `stablehlo.reduce` over the outer axis of `[R, .., N]` is compiled
+    /// to a reduction vectorized across the strided axis. The contraction with ones becomes a `vecmat` that reads
+    /// `x` row by row, over 20 times faster (docs/performance.md#weights-in-iree). A packed weight's product summed
+    /// over its blocks is such a sum. Other dtypes keep the `reduce`: only f32 was measured, and a 16-bit
+    /// `dot_general` may accumulate in 16 bits.
     pub(crate) fn sum_leading(&mut self, x: &Val) -> Val {
         match x.shape.0.first() {
             Some(&Dim::Static(r)) if r >= 2 && x.rank() >= 2 && !x.shape.is_dynamic() && x.dtype == DType::F32 => {
@@ -33,7 +32,7 @@ impl Emitter<'_, '_, '_> {
             // With `?` dims after the leading one (a per-block product of a prefill's few rows, its columns gated
             // by `gate_rows`): the same contraction with ones, written as a `linalg.generic` over the trailing dims
             // merged into one (IREE 3.13 rejects that `dot_general`'s `?` result; its `reduce` over the leading
-            // axis is about 5x slower: docs/performance.md, "A few rows of a kept weight").
+            // axis is several times slower: docs/performance.md#weights-in-iree).
             Some(&Dim::Static(r))
                 if r >= 2
                     && x.rank() >= 2

@@ -265,9 +265,9 @@ impl Emitter<'_, '_, '_> {
     /// A concatenation whose extent along `axis` is `?` (`shape`, checked by [`Emitter::concat`]), written as
     /// each part inserted into an empty result at its offset (`tensor.insert_slice`). IREE 3.13 lowers a
     /// `stablehlo.concatenate` with a `?` extent into one dispatch that computes every element's source with
-    /// divisions and a branch: for HF's KV cache `cat(past, new)` at 1024 positions that was 15 of the 24 ms of
-    /// dispatch time of a 156M Llama's decode step (docs/performance.md, "A `?` concatenation as copies"). Each
-    /// insertion of a whole part becomes a copy of its bytes.
+    /// divisions and a branch. For HF's KV cache `cat(past, new)` at 1024 positions that took most of a decode
+    /// step's dispatch time (docs/performance.md#llm-decode-and-prefill). Each insertion of a whole part becomes a
+    /// copy of its bytes.
     pub(super) fn concat_in_place(&mut self, parts: &[Val], axis: usize, shape: Shape) -> Val {
         let rank = shape.rank();
         // Every part's extents as MLIR writes them in a slice: a number, or its `tensor.dim`.

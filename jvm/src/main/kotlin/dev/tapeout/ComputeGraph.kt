@@ -13,11 +13,11 @@ enum class PackedConstantHandling {
     KEEP,
     /** As [KEEP], with the codes of Q8_0 and Q4_0 weights in row bands of 32 rows (`[N / 32, Kb, 32, 32]`) instead of
      *  block rows (`[Kb, 32, N]`), for every such weight no op gathers rows of: the same numbers, another walk through
-     *  memory for IREE's code. Which decodes faster depends on the CPU the module is compiled for: row bands on the AMD
-     *  EPYC machines measured (Zen 4 and Zen 5), block rows on an Intel Xeon (docs/performance.md, "Codes in row
-     *  bands"). Every product reads the stored bands (a prefill's too): the codes stay mapped in place, as in block
-     *  rows. A weight one function of a module gathers rows of and another only multiplies is refused. A form of the
-     *  CPU's ([ExportTarget.LLVM_CPU] with tuning on): refused for any other [ExportOptions]. */
+     *  memory for IREE's code. Which decodes faster depends on the CPU the module is compiled for: row bands on some
+     *  AVX-512 CPUs, block rows on others (docs/performance.md#weights-in-iree). Every product reads the stored bands
+     *  (a prefill's too): the codes stay mapped in place, as in block rows. A weight one function of a module gathers
+     *  rows of and another only multiplies is refused. A form of the CPU's ([ExportTarget.LLVM_CPU] with tuning on):
+     *  refused for any other [ExportOptions]. */
     KEEP_ROW_BANDS,
 }
 

@@ -5,11 +5,11 @@ import java.nio.file.Files
 import kotlin.system.exitProcess
 
 /**
- * `JniOverheadBench <bytes> <rounds> <dir>...`: the JNI figure of docs/performance.md. Exports one model whose
- * f32 weights total `bytes` (4 FloatArrays) to each `dir`, alternating two variants every round: the arrays lent
- * through JNI as `export` does (pinned one 64 MiB chunk at a time), and the same export from Rust-owned copies
- * (the baseline; copied once, before the first round). Only `tapeout_hlo::export` is timed, inside Rust. The two
- * archives are compared byte for byte. Prints one JSON object per directory.
+ * `JniOverheadBench <bytes> <rounds> <dir>...`: the JNI figure of docs/performance.md#exporting-from-the-jvm.
+ * Exports one model whose f32 weights total `bytes` (4 FloatArrays) to each `dir`, alternating two variants every
+ * round: the arrays lent through JNI as `export` does (pinned one 64 MiB chunk at a time), and the same export from
+ * Rust-owned copies (the baseline; copied once, before the first round). Only `tapeout_hlo::export` is timed, inside
+ * Rust. The two archives are compared byte for byte. Prints one JSON object per directory.
  */
 object JniOverheadBench {
     private fun median(v: List<Long>) = v.sorted()[v.size / 2]

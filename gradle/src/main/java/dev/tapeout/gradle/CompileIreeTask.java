@@ -216,7 +216,7 @@ public class CompileIreeTask extends DefaultTask {
         if (targets.contains("llvm-cpu") && !ownSpec && !tuning.isEmpty()) {
             flags.add(TUNING_SPEC_FLAG + "=" + tuning.get(0).getPath());
             // IREE 3.13 can deadlock loading a tuning spec while it configures executables on several threads
-            // (the spec's loader holds a lock across a parallel verification; docs/performance.md): one thread.
+            // (the spec's loader holds a lock across a parallel verification): one thread.
             flags.add("--mlir-disable-threading");
         }
         flags.addAll(user);

@@ -50,8 +50,8 @@ class IreeDevice internal constructor(handle: Long, /** Its URI. */ val uri: Str
      * Whether a thread waiting on this device's work (a call, a value made, a value read) waits under Linux's
      * SCHED_BATCH policy and then gets its own back: off by default, since the caller's thread is the caller's.
      * It works around IREE 3.13's wait, which ends by spinning while the worker thread it preempted on waking
-     * finishes (docs/performance.md, "A wait that preempts its own worker"): on a machine with no spare core, turning
-     * it on makes a small call several times faster. Only a thread under the default policy is switched, and only
+     * finishes (docs/performance.md#serving-from-the-jvm). On a machine with no spare core, turning it on makes a
+     * small call several times faster. Only a thread under the default policy is switched, and only
      * for the wait.
      */
     var batchWaits: Boolean

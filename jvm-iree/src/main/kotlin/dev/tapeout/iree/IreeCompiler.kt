@@ -97,8 +97,8 @@ class IreeCompiler(
         val tmp = File(output.path + ".tmp")
         val spec = tuningSpecFor(mlir)
         val tuning = if (spec != null && target.isCpu && extraFlags.none { it.startsWith(TUNING_SPEC_FLAG) }) {
-            // IREE 3.13 can deadlock loading a tuning spec while it configures executables on several threads
-            // (docs/performance.md): compiled on one thread when the spec is passed.
+            // IREE 3.13 can deadlock loading a tuning spec while it configures executables on several threads:
+            // compiled on one thread when the spec is passed.
             listOf("$TUNING_SPEC_FLAG=${spec.path}", "--mlir-disable-threading")
         } else {
             emptyList()

@@ -68,11 +68,11 @@ object GemmaScaleMain {
         println("gemma-scale: VmRSS before export ${rssBefore shr 20} MiB, VmHWM before ${hwmBefore shr 20} MiB, after ${hwmAfter shr 20} MiB")
 
         // The export's throughput baseline, in the same process and memory state: plain write() calls of one
-        // reused 64 MiB buffer, as many bytes as the archive's payload, to the same directory, then fsync. This
-        // machine's first write of a fresh 18 GB is several times slower than later ones (the host backs the
-        // guest's page cache on first touch, and takes back pages the guest frees), so the two alternate for three
-        // more rounds after the first export, and neither deletes its file before the other writes: each finds the
-        // other's clean pages to reuse, never a just-freed (and host-reclaimed) range.
+        // reused 64 MiB buffer, as many bytes as the archive's payload, to the same directory, then fsync. On a
+        // virtual machine the first write of a fresh 18 GB can be several times slower than later ones (the host
+        // backs the guest's page cache on first touch, and takes back pages the guest frees), so the two alternate
+        // for three more rounds after the first export, and neither deletes its file before the other writes: each
+        // finds the other's clean pages to reuse, never a just-freed (and host-reclaimed) range.
         val exports = arrayListOf(exportSecs); val plains = ArrayList<Double>()
         if (args.size == 3) {
             val payload = graph.constants.sumOf { it.bytes }
