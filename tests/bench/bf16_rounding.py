@@ -1,4 +1,4 @@
-"""The cost of rounding f32 to bf16 in integer arithmetic (docs/performance.md, "Rounding to bf16").
+"""The cost of rounding f32 to bf16 in integer arithmetic (docs/performance.md#weights-in-iree).
 
 tapeout writes every f32 -> bf16 conversion as integer arithmetic on the bits (IREE 3.13 otherwise folds an
 integer-to-bf16 chain into a call its CPU executables cannot link; tests/iree/test_bf16_rounding.py). The baseline is

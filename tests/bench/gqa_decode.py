@@ -1,5 +1,5 @@
 """Grouped-query attention against the materialized repeat, one decode step, measured by IREE itself
-(docs/performance.md, "Grouped-query attention").
+(docs/performance.md#weights-in-iree).
 
 One query row (S = 1) of H query heads attending over T cached keys/values of KV heads (head dim D), f32:
 - `gqa`: `sdpa(q [1, H, 1, D], k [1, KV, T, D], v [1, KV, T, D], causal)`: k/v read as they are;

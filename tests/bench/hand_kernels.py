@@ -1,5 +1,5 @@
-"""Hand-written kernels in IREE's dispatches (issue 30; docs/performance.md "Hand-written kernels in IREE's
-dispatches"): is IREE 3.13's code for one linear's product the limit, or the bytes?
+"""Hand-written kernels in IREE's dispatches (issue 30; recorded in
+docs/benchmarks/2026-12-04.md): is IREE 3.13's code for one linear's product the limit, or the bytes?
 
     python tests/bench/hand_kernels.py [--out DIR] [--rounds 4] [--threads 2] [--n 16384] [--k 4096] [--q8-dim 8192]
 

@@ -1,4 +1,5 @@
-"""What IREE does with what tapeout writes, measured by IREE itself (scripts/bench; docs/performance.md).
+"""What IREE does with what tapeout writes, measured by IREE itself (scripts/bench;
+docs/performance.md#weights-in-iree).
 
 A decode-sized step (one query row) through L square layers of D x D weights, stored in the PyTorch layout
 `[out, in]` and used as `y = x @ W^T` (a `transpose` feeding a `matmul` in the graph), in safetensors as bf16. The

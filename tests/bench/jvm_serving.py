@@ -1,4 +1,4 @@
-"""Serving from the JVM (scripts/bench; docs/performance.md "Serving from Kotlin"): one decode step of an export of
+"""Serving from the JVM (scripts/bench; docs/performance.md#serving-from-the-jvm): one decode step of an export of
 examples/tiny-llm, the same vmfb and the same inputs, called three ways in alternating rounds, each a process of
 its own:
 

@@ -1,4 +1,4 @@
-"""Decode at the memory floor (scripts/bench; docs/performance.md "Decode at the memory floor"): one Llama
+"""Decode at the memory floor (scripts/bench; docs/performance.md#llm-decode-and-prefill): one Llama
 checkpoint made by transformers, exported by tapeout (examples/hf-llama, the Kotlin model) and run by IREE 3.13, side
 by side with the same checkpoint through llama.cpp's own converter run by llama-cpp-python, on this machine's CPU
 with the same thread count, in alternating rounds, and the read-bandwidth floor measured in the same run.
@@ -25,10 +25,10 @@ with the same thread count, in alternating rounds, and the read-bandwidth floor 
 - numbers: prefill logits of one prompt against transformers' float32 forward (max abs difference), for tapeout
   (the last position) and for llama.cpp F16 (every position).
 
-Prints one JSON object (every median, the ratios of docs/performance.md, and the machine's bandwidth). Every
-round's samples are also kept in DIR/times.json; `--reuse-times` takes them from there instead of timing again
-(the exports, the served prefills, the bandwidth and the logits are still run; the served decode steps too if the
-saved rounds lack them).
+Prints one JSON object (every median, the ratios of docs/performance.md#llm-decode-and-prefill, and the machine's
+bandwidth). Every round's samples are also kept in DIR/times.json; `--reuse-times` takes them from there instead
+of timing again (the exports, the served prefills, the bandwidth and the logits are still run; the served decode
+steps too if the saved rounds lack them).
 """
 import argparse
 import json
@@ -46,15 +46,15 @@ sys.path.insert(0, str(ROOT / "tests"))
 from harness import bench_sh, benchmark_median_ms, iree_tool  # noqa: E402
 
 GRADLE = ["gradle", "-c", "settings-gradle4.gradle", "--offline", "--no-daemon", "--console=plain", "--quiet"]
-# The flags tapeout documents for a CPU build (docs/performance.md, "Decode at the memory floor"): the host's own
+# The flags tapeout documents for a CPU build (docs/performance.md#llm-decode-and-prefill): the host's own
 # instruction set, and loops peeled rather than masked at the edges of a vector tile (prefill's `?` rows: 1.4x
 # faster at 128 tokens on IREE 3.13, decode unchanged).
 COMPILE = ["--iree-input-type=stablehlo", "--iree-hal-target-device=local",
            "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host",
            "--iree-llvmcpu-vector-pproc-strategy=peel"]
 PROMPT = [1, 3, 14, 15, 92, 65, 35, 89]
-# Both systems' timed processes run under SCHED_BATCH (`chrt -b 0`, as docs/performance.md documents for IREE's
-# tools): IREE 3.13's blocking wait ends by spinning until the worker thread that woke it has finished, and a
+# Both systems' timed processes run under SCHED_BATCH (`chrt -b 0`, as docs/performance.md#how-we-measure documents
+# for IREE's tools): IREE 3.13's blocking wait ends by spinning until the worker thread that woke it has finished, and a
 # waiter woken on that worker's CPU preempts it (tapeout-iree switches its waiting thread itself). llama.cpp's own
 # threads spin rather than sleep, and time the same either way. `plain_decode_*` is IREE's decode started as is.
 SCHED = ["chrt", "-b", "0"] if sys.platform.startswith("linux") else []
@@ -97,7 +97,7 @@ def compile_host(mlir, extra=()):
     Gradle's compileIree and IreeCompiler do)."""
     vmfb = pathlib.Path(mlir).with_suffix(".vmfb")
     spec = pathlib.Path(mlir).with_suffix(".tuning.mlir")
-    # One thread with a spec: IREE 3.13 can deadlock loading it on several (docs/performance.md).
+    # One thread with a spec: IREE 3.13 can deadlock loading it on several (docs/performance.md#cpu-tuning).
     tuning = [f"--iree-codegen-tuning-spec-path={spec}", "--mlir-disable-threading"] if spec.is_file() else []
     sh(iree_tool("iree-compile"), mlir, *COMPILE, *tuning, *extra, "-o", vmfb)
     return vmfb

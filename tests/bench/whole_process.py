@@ -65,7 +65,7 @@ def fill_page_cache():
     """Fills the free memory with clean page cache (a sparse file read once: zero pages, no disk writes), so that
     every measured write afterwards reclaims clean cache. Without it a write takes its pages from memory the VM's
     balloon has handed back to the host, which costs 1.3 s or 4 s for the same 2 GiB depending on whether the
-    balloon reported them yet (see docs/performance.md, this machine's memory). Returns the file to delete."""
+    balloon reported them yet (see docs/performance.md#how-we-measure). Returns the file to delete."""
     with open("/proc/meminfo") as f:
         free_kib = next(int(line.split()[1]) for line in f if line.startswith("MemFree:"))
     ballast = WORK / "page-cache-ballast"
