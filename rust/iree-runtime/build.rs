@@ -16,7 +16,7 @@
 //! The CMake build lives in cargo's build directory, beside this package's `OUT_DIR`s
 //! (`target/<profile>/build/tapeout-iree-runtime`; `TAPEOUT_IREE_BUILD_DIR` overrides): each profile and target dir
 //! has its own, every command of one profile (build, check, clippy, test, doc) shares it, and `cargo clean` removes
-//! it. A fresh build costs about a CPU-minute, once per profile; a no-op rebuild about a second. It is
+//! it. A fresh build costs about two CPU-minutes, once per profile; a no-op rebuild about a second. It is
 //! reconfigured when a CMake definition changed or it never finished configuring; CMake itself reconfigures when a
 //! CMakeLists.txt changed.
 
