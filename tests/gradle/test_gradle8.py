@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from harness import ROOT, gradle_run, iree_tool, run_iree
-from test_publish import mlp_reference, readme_blocks, version
+from test_publish import mlp_reference, guide_blocks, version
 
 CACHE = ROOT / ".cache/gradle810"
 KOTLIN_20 = ROOT / "jvm/tools-compat/node_modules/kotlin-compiler"
@@ -82,7 +82,7 @@ def harness(tmp_path_factory):
 
 def gradle8_build_gradle():
     """docs/gradle.md's Gradle 8 build.gradle."""
-    return readme_blocks()["// build.gradle (Gradle 8 or 9, with the Kotlin Gradle plugin)"]
+    return guide_blocks()["// build.gradle (Gradle 8 or 9, with the Kotlin Gradle plugin)"]
 
 
 def for_harness(build, repo):
@@ -115,7 +115,7 @@ def consumer(path, build):
     (path / "build.gradle").write_text(build)
     src = path / "src/main/kotlin/acme"
     src.mkdir(parents=True)
-    (src / "Mlp.kt").write_text(readme_blocks()["// src/main/kotlin/acme/Mlp.kt"])
+    (src / "Mlp.kt").write_text(guide_blocks()["// src/main/kotlin/acme/Mlp.kt"])
     return path
 
 
@@ -191,7 +191,7 @@ def run_and_check(harness, project, tasks, env=None):
     return report
 
 
-def test_the_readme_gradle8_build_exports_and_compiles_with_kgp(harness, tmp_path):
+def test_the_gradle_guides_gradle8_build_exports_and_compiles_with_kgp(harness, tmp_path):
     build = for_harness(gradle8_build_gradle(), harness[1])
     assert "apply plugin: 'org.jetbrains.kotlin.jvm'" in build and "dev.tapeout.kotlin" not in build
     report = export_compile_and_check(harness, consumer(tmp_path / "consumer", build))
@@ -214,7 +214,7 @@ def test_both_tapeout_plugins_without_kgp_compile_with_kotlinc(harness, tmp_path
     """The old builds' build.gradle from docs/gradle.md (dev.tapeout.kotlin and dev.tapeout, no KGP) on Gradle 8.10:
     compileKotlinc and compileTestKotlinc registered with their inputs and outputs, compileKotlinc's kotlinc run for
     real, then the export and the compile."""
-    build = for_harness(readme_blocks()["// build.gradle"], harness[1])
+    build = for_harness(guide_blocks()["// build.gradle"], harness[1])
     assert "apply plugin: 'dev.tapeout.kotlin'" in build and "kotlin.jvm" not in build
     p = consumer(tmp_path / "kotlinc", build)
     env = {"KOTLIN_HOME": str(KOTLIN_20)}

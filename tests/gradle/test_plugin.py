@@ -233,7 +233,7 @@ def test_packed_constants_keep_writes_planes_and_the_setting_is_validated(built_
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def readme_kotlin_snippet():
+def kotlin_guide_snippet():
     """docs/kotlin.md's "From Kotlin" code block, as a Kotlin file: its imports and classes, then its statements as
     the body of `main`."""
     text = (ROOT / "docs/kotlin.md").read_text()
@@ -244,7 +244,7 @@ def readme_kotlin_snippet():
     return "\n".join(lines[:first]) + "\nfun main() {\n" + body + "\n}\n"
 
 
-def test_the_readme_kotlin_snippet_exports_a_checkpoint_that_iree_runs(built_jars, tmp_path):
+def test_the_kotlin_guides_snippet_exports_a_checkpoint_that_iree_runs(built_jars, tmp_path):
     """docs/kotlin.md's Kotlin snippet, verbatim, in a new project: it opens a checkpoint written by PyPI safetensors
     (as PyTorch names the modules), exports it, and IREE's logits match a numpy forward pass."""
     import numpy as np
@@ -253,7 +253,7 @@ def test_the_readme_kotlin_snippet_exports_a_checkpoint_that_iree_runs(built_jar
 
     p = project(tmp_path, "apply plugin: 'application'\nmainClassName = 'SnippetKt'\n")
     (p / "src/main/kotlin/demo/Model.kt").unlink()
-    (p / "src/main/kotlin/Snippet.kt").write_text(readme_kotlin_snippet())
+    (p / "src/main/kotlin/Snippet.kt").write_text(kotlin_guide_snippet())
     vocab, dim, hidden = 1000, 64, 256
     rng = np.random.default_rng(3)
     w = {"embed_tokens.weight": rng.standard_normal((vocab, dim)).astype(np.float32)}
@@ -721,7 +721,7 @@ def test_compile_iree_passes_the_exports_tuning_spec_to_a_cpu_compile_unless_the
     assert not spec.exists() and (out / "lin.mlir").read_bytes() == portable
 
 
-def test_the_readme_serving_snippet_serves_the_tiny_llm_from_kotlin(built_jars, tmp_path, monkeypatch):
+def test_the_serving_guides_snippet_serves_the_tiny_llm_from_kotlin(built_jars, tmp_path, monkeypatch):
     """docs/serving.md's "Serving from the JVM" block, verbatim, in a new project that depends only on the jvm-iree jar:
     it compiles examples/tiny-llm's export (found through TAPEOUT_IREE_COMPILE, as a user outside this repository
     would set it) and serves prefill from Kotlin; its next tokens and logits equal IREE's Python runtime's on the

@@ -19,7 +19,7 @@ KOTLIN_24 = ROOT / "jvm/tools/node_modules/kotlin-compiler"
 KOTLIN_20 = ROOT / "jvm/tools-compat/node_modules/kotlin-compiler"
 
 
-def readme_blocks():
+def guide_blocks():
     """docs/gradle.md's "From Gradle" code blocks by their first lines (`// settings.gradle`, `// build.gradle`, the model
     source `// src/main/kotlin/acme/Mlp.kt`, ...)."""
     section = (ROOT / "docs/gradle.md").read_text().split("## From Gradle", 1)[1].split("\n## ", 1)[0]
@@ -41,7 +41,7 @@ def version():
 
 
 def consumer(path, repo_line):
-    blocks = readme_blocks()
+    blocks = guide_blocks()
     settings, build, model = (blocks["// settings.gradle"], blocks["// build.gradle"],
                               blocks["// src/main/kotlin/acme/Mlp.kt"])
     assert "file:///path/to/repo" in settings and "file:///path/to/repo" in build
@@ -97,7 +97,7 @@ def repo(tmp_path_factory):
     return d
 
 
-def test_a_new_project_from_the_readme_exports_with_the_published_plugins(repo, tmp_path):
+def test_a_new_project_from_the_gradle_guide_exports_with_the_published_plugins(repo, tmp_path):
     p = consumer(tmp_path / "consumer", f"maven {{ url '{repo.as_uri()}' }}")
     out = export_and_check(p, KOTLIN_24)
     assert "tapeout: wrote" in out and "mlp.irpa" in out

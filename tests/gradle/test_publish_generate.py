@@ -13,7 +13,7 @@ import pytest
 
 from harness import ROOT, gradle_run
 from test_publish import GRADLE, KOTLIN_24, version
-from test_publish_serving import BUILD_TOOLS, path_without_build_tools, readme_blocks
+from test_publish_serving import BUILD_TOOLS, path_without_build_tools, guide_blocks
 
 pytestmark = pytest.mark.skipif(GRADLE is None, reason="gradle is installed by scripts/setup")
 GOLDEN = ROOT / "jvm-generate/src/test/resources/generate"
@@ -26,7 +26,7 @@ def generate_blocks():
     return blocks["// build.gradle"], blocks["// src/main/kotlin/Generate.kt"]
 
 
-def test_the_readme_generate_project_runs_from_the_published_repository(tmp_path):
+def test_the_serving_guides_generate_project_runs_from_the_published_repository(tmp_path):
     repo = tmp_path / "repo"
     r = gradle_run([ROOT / "scripts/publish", repo], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -36,7 +36,7 @@ def test_the_readme_generate_project_runs_from_the_published_repository(tmp_path
                     ":examples:hf-llama:compileIreeLlamaF32"], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
 
-    settings = readme_blocks()[0]
+    settings = guide_blocks()[0]
     build, generate = generate_blocks()
     placeholder = "maven { url 'file:///path/to/repo' }"
     assert placeholder in settings and placeholder in build and f"'dev.tapeout:tapeout-generate:{v}'" in build

@@ -20,7 +20,7 @@ TOKENS = [3, 14, 15, 9]
 BUILD_TOOLS = {"cargo", "rustc", "rustup", "cmake", "ctest", "cpack", "ninja"}
 
 
-def readme_blocks():
+def guide_blocks():
     """settings.gradle, build.gradle and Serve.kt, as docs/serving.md's "Serving from the JVM" section shows them."""
     section = (ROOT / "docs/serving.md").read_text().split("## Serving from the JVM", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```(?:groovy|kotlin)\n(.*?)```", section, re.S)
@@ -66,7 +66,7 @@ def export_and_reference(tmp_path):
     return out, logits.reshape(len(TOKENS), -1)
 
 
-def test_the_readme_serving_project_runs_from_the_published_repository(tmp_path):
+def test_the_serving_guides_project_runs_from_the_published_repository(tmp_path):
     repo = tmp_path / "repo"
     r = gradle_run([ROOT / "scripts/publish", repo], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -74,7 +74,7 @@ def test_the_readme_serving_project_runs_from_the_published_repository(tmp_path)
     assert (repo / f"dev/tapeout/tapeout-iree/{v}/tapeout-iree-{v}.jar").is_file()
     export, want = export_and_reference(tmp_path)
 
-    settings, build, serve = readme_blocks()
+    settings, build, serve = guide_blocks()
     placeholder = "maven { url 'file:///path/to/repo' }"
     assert placeholder in settings and placeholder in build and "mavenCentral()" in build
     assert f"'dev.tapeout:tapeout-iree:{v}'" in build

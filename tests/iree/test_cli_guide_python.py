@@ -11,16 +11,16 @@ from harness import ROOT, compile_iree, run, run_iree
 sys.path.insert(0, str(ROOT / "tests/graphs"))
 import reference  # noqa: E402
 
-MARKER = "<!-- python-snippet: tests/iree/test_readme_python.py"
+MARKER = "<!-- python-snippet: tests/iree/test_cli_guide_python.py"
 
 
-def readme_snippet():
+def guide_snippet():
     text = (ROOT / "docs/cli.md").read_text()
     after = text.split(MARKER, 1)[1]
     return after.split("```python\n", 1)[1].split("```", 1)[0]
 
 
-def test_the_readme_python_snippet_runs_an_export_by_its_signature(tapeout, tmp_path, monkeypatch):
+def test_the_cli_guides_python_snippet_runs_an_export_by_its_signature(tapeout, tmp_path, monkeypatch):
     g = ROOT / "tests/graphs"
     out = tmp_path / "out"
     run(tapeout, "export", g / "mlp.json", "--weights", g / "mlp.safetensors", "-o", out, "--packed", "dequantize",
@@ -28,7 +28,7 @@ def test_the_readme_python_snippet_runs_an_export_by_its_signature(tapeout, tmp_
     compile_iree(tmp_path, out / "mlp.mlir", "mlp")   # mlp.vmfb, which the snippet loads
     monkeypatch.chdir(tmp_path)
     scope = {}
-    exec(compile(readme_snippet(), "docs/cli.md (Run it from Python)", "exec"), scope)
+    exec(compile(guide_snippet(), "docs/cli.md (Run it from Python)", "exec"), scope)
     graph = reference.Graph(g / "mlp.json", g / "mlp.safetensors")
     [want] = graph.evaluate(scope["feeds"])
     assert list(scope["outputs"]) == graph.doc["outputs"]
