@@ -158,6 +158,16 @@ def run_engine(engine, cps, model_args, common, threads):
     return json.loads(line[len("JVM_ENGINES "):])
 
 
+def cpu_model():
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip() + f" ({os.cpu_count()} CPUs)"
+    except OSError:
+        pass
+    return None
+
+
 def text_match(got_pieces, expected_pieces):
     """Greedy steps that match, from text: the longest prefix of transformers' tokens (each decoded alone by the
     engine's detokenizer) whose text begins the engine's generated text (a leading space of each side ignored)."""
@@ -248,6 +258,7 @@ def main():
               f"steps={a.steps}", "prefill=" + ",".join(map(str, prefills)), f"context={context}", f"repeats={repeats}"]
 
     runs = {s: [] for s in systems}
+    load_before = os.getloadavg()
     for r in range(rounds):
         order = list(systems)
         order = order[r % len(order):] + order[:r % len(order)]
@@ -264,7 +275,9 @@ def main():
               "steps": a.steps, "java": str(JAVA_HOME), "prompt": prompt,
               "config": {k: cfg[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                                              "num_attention_heads", "num_key_value_heads")},
-              "compile_flags": llama_decode.COMPILE, "engines": {}}
+              "compile_flags": llama_decode.COMPILE, "engines": {},
+              # Other work on the machine while the rounds ran (1-minute load average before and after them).
+              "loadavg_before_after": [load_before[0], os.getloadavg()[0]], "cpu": cpu_model()}
     for s, rs in runs.items():
         ok = [x for x in rs if "error" not in x]
         e = {"rounds_ok": len(ok), "rounds": len(rs)}
