@@ -148,7 +148,7 @@ print(json.dumps({"greedy": greedy}))
 """
 
 
-def run_engine(engine, cps, model_args, common, threads):
+def run_engine(engine, cps, model_args, common):
     main, cp, flags = cps[engine]
     cmd = [*SCHED, JAVA_HOME / "bin/java", *JVM_FLAGS, *flags, "-cp", cp, main, *model_args, *common]
     r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
@@ -278,7 +278,7 @@ def main():
             for s in order:
                 engine, model_args = systems[s]
                 log(f"round {r + 1}: {s}")
-                res = run_engine(engine, cps, model_args, [*common, f"logits={out / f'{s}_logits.f32'}"], a.threads)
+                res = run_engine(engine, cps, model_args, [*common, f"logits={out / f'{s}_logits.f32'}"])
                 runs[s].append(res)
                 if "error" in res:
                     log(f"{s}: {res['error'].splitlines()[0]}")

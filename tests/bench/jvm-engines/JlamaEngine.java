@@ -49,10 +49,9 @@ public class JlamaEngine extends Bench {
         result.put("tensor_operations", TensorOperationsProvider.get().name());
     }
 
-    /** A prefill into a fresh cache; returns the last position's hidden state (the caller closes it). */
+    /** A prefill into a fresh cache; returns every position's hidden state (the caller closes it). */
     AbstractTensor forwardPrompt(int[] tokens, KvBufferCache.KvBuffer kv) {
-        AbstractTensor out = model.batchForward(tokens, 0, kv);
-        return out;
+        return model.batchForward(tokens, 0, kv);
     }
 
     @Override
