@@ -155,7 +155,13 @@ def run_engine(engine, cps, model_args, common):
     line = next((l for l in reversed(r.stdout.splitlines()) if l.startswith("JVM_ENGINES ")), None)
     if r.returncode != 0 or line is None:
         return {"error": f"{main} failed (exit {r.returncode}): " + "\n".join((r.stderr or r.stdout).splitlines()[-25:])}
-    return json.loads(line[len("JVM_ENGINES "):])
+    res = json.loads(line[len("JVM_ENGINES "):])
+    # java-llama.cpp's log: its llama.cpp build and the CPU features that build was compiled for (the jar's natives
+    # are one generic build, not this machine's).
+    native = [l.strip() for l in (r.stdout + r.stderr).splitlines() if l.startswith(("build:", "system_info:"))]
+    if native:
+        res["native_build"] = " / ".join(dict.fromkeys(native))
+    return res
 
 
 def cpu_model():
@@ -310,7 +316,8 @@ def main():
         e["jvm_start_rss_bytes"] = statistics.median(x["jvm_start"]["VmRSS"] for x in ok)
         e["load_ms"] = statistics.median(x["load_ms"] for x in ok)
         last = ok[-1]
-        for k in ("working_dtype", "working_quant_dtype", "tensor_operations", "kv_cache", "batch_waits", "java"):
+        for k in ("working_dtype", "working_quant_dtype", "tensor_operations", "kv_cache", "batch_waits", "java",
+                  "native_build"):
             if k in last:
                 e[k] = last[k]
         if "greedy" in last:

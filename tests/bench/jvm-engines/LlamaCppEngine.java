@@ -20,7 +20,8 @@ import java.util.stream.Collectors;
  * What its API gives: text, and the probabilities of sampled tokens; no token ids and no logits. So the greedy
  * tokens come back as text, one piece per streamed step: the script compares them with transformers' ids decoded by
  * this model's own detokenizer (expect=ID,... gives them; each id decoded alone, as the server streams a token), and
- * there are no logits to compare (result "logits_unavailable" says so).
+ * there are no logits to compare (result "logits_unavailable" says so). Its log stays on: the script reads from it
+ * which llama.cpp build the jar carries and the CPU features that build uses (a few lines per request, none per token).
  */
 public class LlamaCppEngine extends Bench {
     LlamaModel model;
@@ -33,7 +34,7 @@ public class LlamaCppEngine extends Bench {
     void load() {
         int threads = intArg("threads");
         ModelParameters p = new ModelParameters().setModel(arg("model")).setThreads(threads).setThreadsBatch(threads)
-            .setCtxSize(1024).setParallel(1).setCacheTypeK(CacheType.F32).setCacheTypeV(CacheType.F32).setGpuLayers(0).disableLog();
+            .setCtxSize(1024).setParallel(1).setCacheTypeK(CacheType.F32).setCacheTypeV(CacheType.F32).setGpuLayers(0);
         model = new LlamaModel(p);
         result.put("kv_cache", "f32");
     }
