@@ -194,6 +194,29 @@ for line in (d.read_text().splitlines() if d.exists() else []):
                  f"tapeout {m['max_abs_vs_transformers']['tapeout_bf16']:.1e}; llama.cpp F16 {m['max_abs_vs_transformers']['llamacpp_f16']:.1e}",
                  f"{m['max_abs_vs_transformers']['tapeout_bf16']:.0e}", "<= 1e-4"))
 
+# The JVM's own engines on the same checkpoint (tests/bench/jvm_engines.py): theirs over ours, each in its own JVM.
+j = pathlib.Path("target/bench/jvm_engines.json")
+for line in (j.read_text().splitlines() if j.exists() else []):
+    m = json.loads(line)
+    e = m["engines"]
+    for pair, r in m["ratios"].items():
+        theirs, ours = pair.split("_over_")
+        t, o = e[theirs], e[ours]
+        best = r.get("best_round", {}).get("decode_64")
+        spread = f"; best rounds {best:.2f}x, per round {r['per_round_median_decode_64']:.2f}x" if best else ""
+        rows.append((f"JVM: {ours} vs {theirs}, decode at 64", f"{theirs} {t['decode_64_ms']:.2f} ms; tapeout {o['decode_64_ms']:.2f} ms "
+                     f"({m['threads']} threads{spread})", r["decode_64"], ">= 1.0x"))
+        for n in ("8", "128"):
+            rows.append((f"  prefill of {n} tokens", f"{theirs} {t['prefill_ms'][n]:.1f} ms; tapeout {o['prefill_ms'][n]:.1f} ms",
+                         r[f"prefill_{n}"], ">= 1.0x"))
+        rows.append(("  peak RSS (VmHWM)", f"{theirs} {t['peak_rss_bytes'] >> 20} MiB; tapeout {o['peak_rss_bytes'] >> 20} MiB",
+                     r["peak_rss"], ">= 1.0x"))
+    for s, x in e.items():
+        if "greedy_match_steps" in x:
+            close = "-" if x.get("max_abs_vs_transformers") is None else f"{x['max_abs_vs_transformers']:.1e}"
+            rows.append((f"  {s}: greedy steps = transformers'", f"logits max abs {close} (|logit| <= {m['logits_scale']:.1f})",
+                         f"{x['greedy_match_steps']}/{m['steps']}", "closer than theirs"))
+
 for line in pathlib.Path("target/bench/jni.jsonl").read_text().splitlines():
     m = json.loads(line)
     where = "tmpfs" if m["dir"].startswith("/dev/shm") else "disk"
