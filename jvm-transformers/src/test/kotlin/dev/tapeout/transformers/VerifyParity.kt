@@ -1,6 +1,5 @@
 package dev.tapeout.transformers
 
-import dev.tapeout.iree.IreeDevice
 import dev.tapeout.iree.IreeInstance
 import dev.tapeout.iree.IreeModule
 import dev.tapeout.iree.IreeParameters
@@ -34,16 +33,19 @@ object VerifyParity {
     fun main(args: Array<String>) = runSpecs(args, ::verify)
 
     /**
-     * Runs [verify] on each `NAME=EXPORT_DIR=TESTDATA_DIR` of [args] on one CPU device, prints the failures and exits 1
-     * when there is any: the driver of every parity check here.
+     * Runs [verify] on each `NAME=EXPORT_DIR=TESTDATA_DIR` of [args]: loads `<name>.vmfb` with its archive on one CPU
+     * device, hands it over with the testdata directory, closes it, then prints the failures and exits 1 when there
+     * is any: the driver of every parity check here.
      */
-    internal fun runSpecs(args: Array<String>, verify: (IreeDevice, String, File, File, MutableList<String>) -> Unit) {
+    internal fun runSpecs(args: Array<String>, verify: (IreeModule, String, File, MutableList<String>) -> Unit) {
         val failures = ArrayList<String>()
         IreeInstance().use { instance ->
             instance.device("local-task", workers = 2).use { device ->
                 for (spec in args) {
                     val (name, export, testdata) = spec.split("=")
-                    verify(device, name, File(export), File(testdata), failures)
+                    val dir = File(export)
+                    IreeModule.load(device, File(dir, "$name.vmfb"), listOf(IreeParameters.archive(File(dir, "$name.irpa"))))
+                        .use { module -> verify(module, name, File(testdata), failures) }
                 }
             }
         }
@@ -68,82 +70,79 @@ object VerifyParity {
 
     private fun argmax(v: FloatArray, row: Int, n: Int) = (0 until n).maxByOrNull { v[row * n + it] }
 
-    private fun verify(device: IreeDevice, name: String, export: File, testdata: File, failures: MutableList<String>) {
+    private fun verify(module: IreeModule, name: String, testdata: File, failures: MutableList<String>) {
         val golden = SafeTensorsFile.read(File(testdata, "golden.safetensors"))
-        val module = IreeModule.load(device, File(export, "$name.vmfb"), listOf(IreeParameters.archive(File(export, "$name.irpa"))))
-        module.use {
-            val prefill = module.function("prefill")
-            val decode = module.function("decode")
-            val decodeArgs = decode.inputs.associateBy { it.name }
-            // HF's DynamicCache (past_key_<i> [1, KV, ?, D], grown by concat) or StaticCache (fixed length, cache_position).
-            val static = if ("cache_position" in decodeArgs) decodeArgs.getValue("past_key_0").dims[2] else null
-            val vocab = golden.shape("prefill_a_logits").last().toInt()
-            var worst = 0.0
-            var presents: List<IreeValue> = emptyList()
-            for (tag in listOf("a", "b")) {
-                val tokens = golden.ints("prefill_${tag}_tokens")
-                val ids = module.value(tokens, 1, tokens.size.toLong())
-                val out = prefill.call(ids)
-                ids.close()
-                val logits = out[0].toFloatArray()
-                // Every position's logits, or with logits_to_keep=1 ([1, 1, vocab]) the last position's.
-                val rows = out[0].shape[1]
-                check(rows == tokens.size.toLong() || rows == 1L) { "$name: prefill of ${tokens.size} gave logits ${out[0].shape.toList()}" }
-                val last = if (rows == 1L && tokens.size > 1) " (logits_to_keep=1: the last position)" else ""
-                val want = golden.floats("prefill_${tag}_logits").let { it.copyOfRange(it.size - (rows * vocab).toInt(), it.size) }
-                worst = maxOf(worst, check("$name prefill of ${tokens.size}$last", logits, want, vocab, failures))
-                out[0].close()
-                // A GGUF's goldens also hold llama.cpp's own logits for prompt a: reported, not checked (its matmuls
-                // round the activations to the weights' dot-product types).
-                if (tag == "a" && golden.has("llamacpp_prefill_a_logits")) {
-                    val cpp = golden.floats("llamacpp_prefill_a_logits").let { it.copyOfRange(it.size - logits.size, it.size) }
-                    val far = logits.indices.maxOf { abs(logits[it].toDouble() - cpp[it]) }
-                    println("verify: $name prefill of ${tokens.size}: max abs %.2e vs llama.cpp (reported only)".format(far))
-                }
-                if (tag == "a") presents = out.drop(1) else out.drop(1).forEach { it.close() }
+        val prefill = module.function("prefill")
+        val decode = module.function("decode")
+        val decodeArgs = decode.inputs.associateBy { it.name }
+        // HF's DynamicCache (past_key_<i> [1, KV, ?, D], grown by concat) or StaticCache (fixed length, cache_position).
+        val static = if ("cache_position" in decodeArgs) decodeArgs.getValue("past_key_0").dims[2] else null
+        val vocab = golden.shape("prefill_a_logits").last().toInt()
+        var worst = 0.0
+        var presents: List<IreeValue> = emptyList()
+        for (tag in listOf("a", "b")) {
+            val tokens = golden.ints("prefill_${tag}_tokens")
+            val ids = module.value(tokens, 1, tokens.size.toLong())
+            val out = prefill.call(ids)
+            ids.close()
+            val logits = out[0].toFloatArray()
+            // Every position's logits, or with logits_to_keep=1 ([1, 1, vocab]) the last position's.
+            val rows = out[0].shape[1]
+            check(rows == tokens.size.toLong() || rows == 1L) { "$name: prefill of ${tokens.size} gave logits ${out[0].shape.toList()}" }
+            val last = if (rows == 1L && tokens.size > 1) " (logits_to_keep=1: the last position)" else ""
+            val want = golden.floats("prefill_${tag}_logits").let { it.copyOfRange(it.size - (rows * vocab).toInt(), it.size) }
+            worst = maxOf(worst, check("$name prefill of ${tokens.size}$last", logits, want, vocab, failures))
+            out[0].close()
+            // A GGUF's goldens also hold llama.cpp's own logits for prompt a: reported, not checked (its matmuls
+            // round the activations to the weights' dot-product types).
+            if (tag == "a" && golden.has("llamacpp_prefill_a_logits")) {
+                val cpp = golden.floats("llamacpp_prefill_a_logits").let { it.copyOfRange(it.size - logits.size, it.size) }
+                val far = logits.indices.maxOf { abs(logits[it].toDouble() - cpp[it]) }
+                println("verify: $name prefill of ${tokens.size}: max abs %.2e vs llama.cpp (reported only)".format(far))
             }
-            val layers = presents.size / 2
-            var past = presents[0].shape[2]
-            if (static != null) {
-                // The prompt's keys and values at the head of fixed-length caches.
-                presents = presents.map { x ->
-                    val (b, kv, d) = Triple(x.shape[0], x.shape[1], x.shape[3])
-                    val src = x.toFloatArray()
-                    x.close()
-                    val padded = FloatArray((b * kv * static * d).toInt())
-                    for (row in 0 until (b * kv).toInt()) {
-                        System.arraycopy(src, (row * past * d).toInt(), padded, (row * static * d).toInt(), (past * d).toInt())
-                    }
-                    module.value(padded, b, kv, static, d)
-                }
-            }
-            val decodeTokens = golden.ints("decode_tokens")
-            val decodeLogits = golden.floats("decode_logits")
-            for ((step, tok) in decodeTokens.withIndex()) {
-                val byName = HashMap<String, IreeValue>()
-                byName["input_ids"] = module.value(intArrayOf(tok), 1, 1)
-                if (static != null) byName["cache_position"] = module.value(intArrayOf(past.toInt()))
-                for (i in 0 until layers) {
-                    byName["past_key_$i"] = presents[2 * i]
-                    byName["past_value_$i"] = presents[2 * i + 1]
-                }
-                val out = decode.call(*decode.inputs.map { byName.getValue(it.name) }.toTypedArray())
-                byName["input_ids"]?.close()
-                byName["cache_position"]?.close()
-                presents.forEach { it.close() }
-                presents = out.drop(1)
-                val want = static ?: (past + 1)
-                check(presents[0].shape[2] == want) { "$name: the cache is ${presents[0].shape.toList()}, not $want long" }
-                val row = decodeLogits.copyOfRange(step * vocab, (step + 1) * vocab)
-                worst = maxOf(worst, check("$name decode step $step (past $past)", out[0].toFloatArray(), row, vocab, failures))
-                out[0].close()
-                past += 1
-            }
-            presents.forEach { it.close() }
-            VerifyGenerate.verify(module, name, testdata, failures)
-            println("verify: $name: KV cache " + (if (static != null) "static, $static rows (cache_position)" else "dynamic (concat on ?)"))
-            println("verify: $name: worst max abs %.2e over 2 prefills and ${decodeTokens.size} decode steps".format(worst))
+            if (tag == "a") presents = out.drop(1) else out.drop(1).forEach { it.close() }
         }
+        val layers = presents.size / 2
+        var past = presents[0].shape[2]
+        if (static != null) {
+            // The prompt's keys and values at the head of fixed-length caches.
+            presents = presents.map { x ->
+                val (b, kv, d) = Triple(x.shape[0], x.shape[1], x.shape[3])
+                val src = x.toFloatArray()
+                x.close()
+                val padded = FloatArray((b * kv * static * d).toInt())
+                for (row in 0 until (b * kv).toInt()) {
+                    System.arraycopy(src, (row * past * d).toInt(), padded, (row * static * d).toInt(), (past * d).toInt())
+                }
+                module.value(padded, b, kv, static, d)
+            }
+        }
+        val decodeTokens = golden.ints("decode_tokens")
+        val decodeLogits = golden.floats("decode_logits")
+        for ((step, tok) in decodeTokens.withIndex()) {
+            val byName = HashMap<String, IreeValue>()
+            byName["input_ids"] = module.value(intArrayOf(tok), 1, 1)
+            if (static != null) byName["cache_position"] = module.value(intArrayOf(past.toInt()))
+            for (i in 0 until layers) {
+                byName["past_key_$i"] = presents[2 * i]
+                byName["past_value_$i"] = presents[2 * i + 1]
+            }
+            val out = decode.call(*decode.inputs.map { byName.getValue(it.name) }.toTypedArray())
+            byName["input_ids"]?.close()
+            byName["cache_position"]?.close()
+            presents.forEach { it.close() }
+            presents = out.drop(1)
+            val want = static ?: (past + 1)
+            check(presents[0].shape[2] == want) { "$name: the cache is ${presents[0].shape.toList()}, not $want long" }
+            val row = decodeLogits.copyOfRange(step * vocab, (step + 1) * vocab)
+            worst = maxOf(worst, check("$name decode step $step (past $past)", out[0].toFloatArray(), row, vocab, failures))
+            out[0].close()
+            past += 1
+        }
+        presents.forEach { it.close() }
+        VerifyGenerate.verify(module, name, testdata, failures)
+        println("verify: $name: KV cache " + (if (static != null) "static, $static rows (cache_position)" else "dynamic (concat on ?)"))
+        println("verify: $name: worst max abs %.2e over 2 prefills and ${decodeTokens.size} decode steps".format(worst))
     }
 }
 
