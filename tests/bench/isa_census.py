@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 REPRODUCERS = ROOT / "tests/bench/reproducers"
-FMA = re.compile(r"^vfn?madd|^vfmadd")
+FMA = re.compile(r"^vfn?madd")
 DOT = {"vpdpbusd", "vpdpbusds", "vpdpwssd", "vpdpwssds", "vpmaddubsw", "vpmaddwd"}
 
 

@@ -41,6 +41,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests/bench"))
 import llama_decode  # noqa: E402  (the export and iree-compile of the decode benchmark, same flags)
+from harness import bench_sh  # noqa: E402
 
 HARNESS = ROOT / "tests/bench/jvm-engines"
 MAVEN = ROOT / ".cache/maven-central"
@@ -57,7 +58,7 @@ def log(*a):
 
 
 def sh(*args, **kw):
-    return llama_decode.bench_sh("jvm_engines", *args, **kw)
+    return bench_sh("jvm_engines", *args, **kw)
 
 
 def jar_classpath(name):
